@@ -1,0 +1,32 @@
+"""rlx: convert a PyTorch ``nn.Module`` into a portable model that runs without PyTorch.
+
+``rlx.load`` and ``rlx.verify_bundle`` need numpy only; ``rlx.from_torch`` and ``rlx.export``
+import torch when called.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__version__ = "0.1.0"
+
+from rlx.errors import RlxError  # noqa: E402
+from rlx.runtime import Model, load  # noqa: E402
+from rlx.verify import verify_bundle  # noqa: E402
+
+
+def from_torch(*args: Any, **kwargs: Any) -> Any:
+    """See ``rlx.convert.from_torch``."""
+    from rlx.convert import from_torch as _from_torch
+
+    return _from_torch(*args, **kwargs)
+
+
+def export(*args: Any, **kwargs: Any) -> Any:
+    """See ``rlx.torch_import.export``."""
+    from rlx.torch_import import export as _export
+
+    return _export(*args, **kwargs)
+
+
+__all__ = ["Model", "RlxError", "__version__", "export", "from_torch", "load", "verify_bundle"]

@@ -1,0 +1,3 @@
+from rlx.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,51 @@
+"""One error hierarchy: every failure a user can cause is an ``RlxError`` with a one-line message."""
+
+from __future__ import annotations
+
+
+class RlxError(Exception):
+    """Base of every error rlx raises on purpose. ``str(err)`` is one line saying what and what to do."""
+
+    exit_code = 2
+
+
+class SchemaError(RlxError):
+    """A ``torch-ir.json`` / ``program.json`` / ``meta.json`` that does not follow its schema."""
+
+
+class UnsupportedOpError(RlxError):
+    """The graph uses aten ops the registry cannot lower (all of them are listed at once)."""
+
+    def __init__(self, message: str, ops: dict[str, list[str]] | None = None) -> None:
+        super().__init__(message)
+        self.ops = ops or {}
+
+
+class LoweringError(RlxError):
+    """A supported op was used with arguments the lowering cannot handle."""
+
+
+class WeightsError(RlxError):
+    """A safetensors file that is missing, malformed or disagrees with the graph."""
+
+
+class BundleError(RlxError):
+    """A bundle directory that is missing files or whose files disagree with each other."""
+
+
+class InputError(RlxError):
+    """Inputs given to a model that do not match its signature (count, name, shape, dtype)."""
+
+
+class ExportError(RlxError):
+    """``torch.export`` could not capture the model."""
+
+
+class UsageError(RlxError):
+    """Bad command-line usage or a model file that does not expose what rlx needs."""
+
+
+class ParityError(RlxError):
+    """Outputs differ from PyTorch beyond tolerance."""
+
+    exit_code = 1

@@ -1,0 +1,308 @@
+"""The Call vocabulary: everything a backend or the code generator needs, nothing about aten.
+
+Conventions shared by every Call:
+- operands are already in the dtype the computation happens in (lowering inserts ``Cast``),
+  so backends never re-derive PyTorch's promotion rules;
+- elementwise Calls broadcast like numpy/PyTorch;
+- axes are non-negative.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rlx.ir.program import Call, Operand, Ref
+
+# Elementwise function names understood by Unary / Binary. Backends implement each one.
+UNARY_FNS = (
+    "neg", "abs", "exp", "expm1", "log", "log1p", "log2", "log10", "sqrt", "rsqrt", "reciprocal",
+    "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh",
+    "sigmoid", "relu", "silu", "gelu", "gelu_tanh", "erf", "floor", "ceil", "round", "trunc",
+    "sign", "logical_not", "bitwise_not", "isnan", "isinf", "isfinite", "identity", "square",
+    "hardsigmoid", "hardswish", "mish", "softplus", "relu6", "elu", "selu", "exp2",
+)  # fmt: skip
+BINARY_FNS = (
+    "add", "sub", "mul", "div", "floor_divide", "trunc_divide", "remainder", "fmod", "pow",
+    "maximum", "minimum", "fmax", "fmin", "atan2", "eq", "ne", "lt", "le", "gt", "ge",
+    "logical_and", "logical_or", "logical_xor", "bitwise_and", "bitwise_or", "bitwise_xor",
+)  # fmt: skip
+REDUCE_FNS = ("sum", "mean", "prod", "amax", "amin", "any", "all", "var", "std")
+
+
+# ── elementwise ──────────────────────────────────────────────────────────────
+@dataclass(frozen=True)
+class Unary(Call):
+    fn: str
+    x: Operand
+
+
+@dataclass(frozen=True)
+class Binary(Call):
+    fn: str
+    x: Operand
+    y: Operand
+
+
+@dataclass(frozen=True)
+class Where(Call):
+    cond: Operand
+    x: Operand
+    y: Operand
+
+
+@dataclass(frozen=True)
+class Clamp(Call):
+    """``min(max(x, lo), hi)`` with NaN propagated like ``torch.clamp``; ``None`` bounds are open."""
+
+    x: Operand
+    lo: Operand | None
+    hi: Operand | None
+
+
+@dataclass(frozen=True)
+class LeakyRelu(Call):
+    x: Operand
+    slope: float
+
+
+@dataclass(frozen=True)
+class Cast(Call):
+    x: Operand
+    dtype: str
+
+
+# ── producers ────────────────────────────────────────────────────────────────
+@dataclass(frozen=True)
+class Full(Call):
+    value: bool | int | float
+    shape: tuple[int, ...]
+    dtype: str
+
+
+@dataclass(frozen=True)
+class Arange(Call):
+    start: int | float
+    end: int | float
+    step: int | float
+    dtype: str
+
+
+# ── shape and data movement ──────────────────────────────────────────────────
+@dataclass(frozen=True)
+class Reshape(Call):
+    x: Ref
+    shape: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Permute(Call):
+    x: Ref
+    perm: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Expand(Call):
+    x: Operand
+    shape: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Slice(Call):
+    """``x[start:stop:step]`` along ``axis``; bounds already clamped to the axis, step ≥ 1."""
+
+    x: Ref
+    axis: int
+    start: int
+    stop: int
+    step: int
+
+
+@dataclass(frozen=True)
+class Concat(Call):
+    xs: tuple[Ref, ...]
+    axis: int
+
+
+@dataclass(frozen=True)
+class Pad(Call):
+    """Constant padding; ``pads[i] = (before, after)`` for axis ``i`` (negative crops)."""
+
+    x: Ref
+    pads: tuple[tuple[int, int], ...]
+    value: bool | int | float
+
+
+@dataclass(frozen=True)
+class IndexSelect(Call):
+    """``x.index_select(axis, index)`` generalised to an index of any shape (embedding)."""
+
+    x: Ref
+    axis: int
+    index: Ref
+
+
+@dataclass(frozen=True)
+class Gather(Call):
+    """``torch.gather``: ``out[i][j] = x[index[i][j]][j]`` along ``axis``."""
+
+    x: Ref
+    axis: int
+    index: Ref
+
+
+@dataclass(frozen=True)
+class Index(Call):
+    """Advanced indexing ``x[indices]``, one entry per leading axis (``None`` = take all)."""
+
+    x: Ref
+    indices: tuple[Ref | None, ...]
+
+
+# ── linear algebra ───────────────────────────────────────────────────────────
+@dataclass(frozen=True)
+class MatMul(Call):
+    """``numpy.matmul`` semantics (batched, broadcasting batch dims)."""
+
+    x: Ref
+    y: Ref
+
+
+@dataclass(frozen=True)
+class Linear(Call):
+    """``x @ weight.T + bias`` with ``weight`` stored as ``[out, in]`` like ``nn.Linear``."""
+
+    x: Ref
+    weight: Ref
+    bias: Operand | None
+
+
+# ── reductions ───────────────────────────────────────────────────────────────
+@dataclass(frozen=True)
+class Reduce(Call):
+    """Reduce over ``axes`` (all axes when empty). ``correction`` is used by var/std only."""
+
+    fn: str
+    x: Ref
+    axes: tuple[int, ...]
+    keepdim: bool
+    correction: float = 0.0
+
+
+@dataclass(frozen=True)
+class ArgReduce(Call):
+    """``argmax`` / ``argmin`` along ``axis`` (``None`` = over the flattened tensor)."""
+
+    fn: str
+    x: Ref
+    axis: int | None
+    keepdim: bool
+
+
+# ── neural-network blocks ────────────────────────────────────────────────────
+@dataclass(frozen=True)
+class Softmax(Call):
+    x: Ref
+    axis: int
+    log: bool
+
+
+@dataclass(frozen=True)
+class LayerNorm(Call):
+    """Normalise over the trailing ``ndim`` axes, then scale and shift."""
+
+    x: Ref
+    weight: Ref | None
+    bias: Ref | None
+    ndim: int
+    eps: float
+
+
+@dataclass(frozen=True)
+class RmsNorm(Call):
+    x: Ref
+    weight: Ref | None
+    ndim: int
+    eps: float
+
+
+@dataclass(frozen=True)
+class BatchNorm(Call):
+    """Inference batch norm with running statistics over channel axis 1."""
+
+    x: Ref
+    mean: Ref
+    var: Ref
+    weight: Ref | None
+    bias: Ref | None
+    eps: float
+
+
+@dataclass(frozen=True)
+class GroupNorm(Call):
+    x: Ref
+    weight: Ref | None
+    bias: Ref | None
+    groups: int
+    eps: float
+
+
+@dataclass(frozen=True)
+class Conv(Call):
+    """N-d convolution (N = weight rank − 2), NC… layout, weight ``[out, in/groups, *k]``."""
+
+    x: Ref
+    weight: Ref
+    bias: Ref | None
+    stride: tuple[int, ...]
+    padding: tuple[int, ...]
+    dilation: tuple[int, ...]
+    groups: int
+    transposed: bool
+    output_padding: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class MaxPool(Call):
+    """Max pooling over the trailing spatial axes; ``indices`` returns flat argmax positions instead."""
+
+    x: Ref
+    kernel: tuple[int, ...]
+    stride: tuple[int, ...]
+    padding: tuple[int, ...]
+    dilation: tuple[int, ...]
+    ceil_mode: bool
+    indices: bool = False
+
+
+@dataclass(frozen=True)
+class AvgPool(Call):
+    x: Ref
+    kernel: tuple[int, ...]
+    stride: tuple[int, ...]
+    padding: tuple[int, ...]
+    ceil_mode: bool
+    count_include_pad: bool
+    divisor_override: int | None
+
+
+@dataclass(frozen=True)
+class AdaptiveAvgPool(Call):
+    x: Ref
+    output_size: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Attention(Call):
+    """Scaled dot-product attention over ``[..., L, E]`` queries and ``[..., S, E]`` keys.
+
+    ``mask`` is boolean (True = attend) or additive float; ``causal`` applies a lower-triangular
+    mask aligned to the top-left, as PyTorch does; ``gqa`` repeats key/value heads to match queries.
+    """
+
+    q: Ref
+    k: Ref
+    v: Ref
+    mask: Ref | None
+    causal: bool
+    scale: float
+    gqa: bool

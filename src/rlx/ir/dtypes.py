@@ -1,0 +1,130 @@
+"""Dtype tokens (``f32``, ``i64`` …), their numpy types, and PyTorch's type-promotion rules."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+
+from rlx.errors import SchemaError
+
+NUMPY_DTYPES: dict[str, np.dtype] = {
+    "f32": np.dtype(np.float32),
+    "f16": np.dtype(np.float16),
+    "bf16": np.dtype(ml_dtypes.bfloat16),
+    "f64": np.dtype(np.float64),
+    "i64": np.dtype(np.int64),
+    "i32": np.dtype(np.int32),
+    "i16": np.dtype(np.int16),
+    "i8": np.dtype(np.int8),
+    "u8": np.dtype(np.uint8),
+    "bool": np.dtype(np.bool_),
+    "c64": np.dtype(np.complex64),
+}
+DTYPES = tuple(NUMPY_DTYPES)
+_TOKEN_OF = {dt: tok for tok, dt in NUMPY_DTYPES.items()}
+
+FLOATS = ("f16", "bf16", "f32", "f64")
+INTS = ("u8", "i8", "i16", "i32", "i64")
+# Bits of each integer type, for promotion between integer types.
+_INT_BITS = {"u8": 8, "i8": 8, "i16": 16, "i32": 32, "i64": 64}
+_FLOAT_RANK = {"f16": 1, "bf16": 1, "f32": 2, "f64": 3}
+
+
+def check(tok: str, where: str = "dtype") -> str:
+    if tok not in NUMPY_DTYPES:
+        raise SchemaError(f"{where}: unknown dtype {tok!r}; expected one of {', '.join(DTYPES)}")
+    return tok
+
+
+def to_numpy(tok: str) -> np.dtype:
+    return NUMPY_DTYPES[tok]
+
+
+def from_numpy(dtype: np.dtype) -> str:
+    try:
+        return _TOKEN_OF[np.dtype(dtype)]
+    except KeyError:
+        raise SchemaError(f"numpy dtype {np.dtype(dtype)} has no rlx dtype token") from None
+
+
+def is_float(tok: str) -> bool:
+    return tok in FLOATS
+
+
+def is_int(tok: str) -> bool:
+    return tok in INTS
+
+
+def is_complex(tok: str) -> bool:
+    return tok == "c64"
+
+
+def category(tok: str) -> int:
+    """0 bool, 1 integer, 2 floating, 3 complex: the order PyTorch promotes across."""
+    if tok == "bool":
+        return 0
+    if tok in INTS:
+        return 1
+    if tok in FLOATS:
+        return 2
+    return 3
+
+
+def promote_types(a: str, b: str) -> str:
+    """``torch.promote_types`` for the dtypes rlx knows."""
+    if a == b:
+        return a
+    ca, cb = category(a), category(b)
+    if ca != cb:
+        hi, lo = (a, b) if ca > cb else (b, a)
+        return hi
+    if ca == 1:
+        if "u8" in (a, b):
+            other = b if a == "u8" else a
+            return "i16" if other == "i8" else other
+        return a if _INT_BITS[a] >= _INT_BITS[b] else b
+    if ca == 2:
+        if {a, b} == {"f16", "bf16"}:
+            return "f32"
+        return a if _FLOAT_RANK[a] >= _FLOAT_RANK[b] else b
+    return a
+
+
+def scalar_dtype(value: bool | int | float) -> str:
+    """The dtype a Python number takes in PyTorch (float → the default dtype, f32)."""
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int):
+        return "i64"
+    if isinstance(value, complex):
+        return "c64"
+    return "f32"
+
+
+def _combine_categories(higher: str | None, lower: str | None) -> str | None:
+    # Mirrors c10's combine_categories: a lower-priority group only matters when it is of a
+    # higher category (e.g. an int tensor times a Python float is a float).
+    if higher is None:
+        return lower
+    if lower is None:
+        return higher
+    if category(higher) >= 2:
+        return higher
+    if higher == "bool" or category(lower) >= 2:
+        return promote_types(higher, lower)
+    return higher
+
+
+def result_type(tensors: list[str], zero_dim: list[str] = (), scalars: list[str] = ()) -> str:
+    """``torch.result_type`` over tensors (ndim > 0), 0-dim tensors and Python scalars."""
+
+    def fold(toks: list[str] | tuple[str, ...]) -> str | None:
+        out = None
+        for t in toks:
+            out = t if out is None else promote_types(out, t)
+        return out
+
+    res = _combine_categories(fold(tensors), _combine_categories(fold(zero_dim), fold(scalars)))
+    if res is None:
+        raise ValueError("result_type of nothing")
+    return res

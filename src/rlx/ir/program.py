@@ -1,0 +1,332 @@
+"""The Program: a straight-line list of Calls over named values, each with a shape and dtype.
+
+Operands are ``Ref`` (a named value) or ``Lit`` (a typed scalar literal). Calls are small frozen
+dataclasses (see ``calls.py``); every instruction keeps a provenance note naming the aten node it
+came from, so run-time errors, generated code and the parity debugger can point back at the source.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from rlx.errors import SchemaError
+from rlx.ir import dtypes
+
+PROGRAM_FORMAT = "rlx-program"
+PROGRAM_VERSION = 1
+
+Shape = tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Ref:
+    """A reference to a named value (input, weight or instruction result)."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class Lit:
+    """A scalar literal with an explicit dtype, so kernels never guess promotion."""
+
+    value: bool | int | float
+    dtype: str
+
+
+Operand = Ref | Lit
+
+CALL_TYPES: dict[str, type[Call]] = {}
+
+
+@dataclass(frozen=True)
+class Call:
+    """Base of the Call vocabulary. Subclasses register themselves by class name."""
+
+    op: ClassVar[str] = "call"
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.op = cls.__name__
+        CALL_TYPES[cls.__name__] = cls
+
+    @classmethod
+    def operand_fields(cls) -> tuple[str, ...]:
+        """Fields holding operands (values read at run time), in declaration order."""
+        cached = cls.__dict__.get("_operand_fields")
+        if cached is None:
+            cached = tuple(f.name for f in dataclasses.fields(cls) if "Ref" in str(f.type) or "Operand" in str(f.type))
+            cls._operand_fields = cached  # type: ignore[attr-defined]
+        return cached
+
+    def refs(self) -> Iterator[Ref]:
+        """Every value this call reads, in field order."""
+        for f in dataclasses.fields(self):
+            yield from _refs_in(getattr(self, f.name))
+
+    def replace_refs(self, mapping: dict[str, Ref | Lit]) -> Call:
+        """A copy with references renamed through ``mapping`` (used by passes)."""
+        changes = {f.name: _replace_in(getattr(self, f.name), mapping) for f in dataclasses.fields(self)}
+        return dataclasses.replace(self, **changes)
+
+
+def _refs_in(v: Any) -> Iterator[Ref]:
+    if isinstance(v, Ref):
+        yield v
+    elif isinstance(v, tuple):
+        for item in v:
+            yield from _refs_in(item)
+
+
+def _replace_in(v: Any, mapping: dict[str, Ref | Lit]) -> Any:
+    if isinstance(v, Ref):
+        return mapping.get(v.name, v)
+    if isinstance(v, tuple):
+        return tuple(_replace_in(item, mapping) for item in v)
+    return v
+
+
+@dataclass(frozen=True)
+class Value:
+    """A named tensor with a static shape and a dtype token."""
+
+    name: str
+    shape: Shape
+    dtype: str
+
+
+@dataclass(frozen=True)
+class Weight:
+    """A parameter, buffer or lifted constant, stored in ``weights.safetensors`` under ``key``."""
+
+    name: str
+    key: str
+    shape: Shape
+    dtype: str
+
+
+@dataclass
+class Instr:
+    """``result = call`` with the result's shape/dtype and where it came from."""
+
+    result: str
+    call: Call
+    shape: Shape
+    dtype: str
+    node: str = ""  # id of the source aten node
+    note: str = ""  # "aten.op.overload (x[2,3], y[3]) -> [2,3] f32"
+
+
+@dataclass
+class Program:
+    name: str
+    inputs: list[Value]
+    weights: list[Weight]
+    instrs: list[Instr]
+    outputs: list[Operand]
+    output_tree: Any = None  # nested {"tuple"|"list": [...]} / {"dict": [[k, v]...]} / {"out": i} / {"const": x}
+    source_histogram: dict[str, int] = field(default_factory=dict)
+    source_format: str = "rlx-torch-ir/1"
+
+    def values(self) -> dict[str, Value]:
+        """Every named value of the program with its shape and dtype."""
+        out: dict[str, Value] = {v.name: v for v in self.inputs}
+        out.update({w.name: Value(w.name, w.shape, w.dtype) for w in self.weights})
+        out.update({i.result: Value(i.result, i.shape, i.dtype) for i in self.instrs})
+        return out
+
+    def call_histogram(self) -> dict[str, int]:
+        hist: dict[str, int] = {}
+        for ins in self.instrs:
+            hist[ins.call.op] = hist.get(ins.call.op, 0) + 1
+        return dict(sorted(hist.items(), key=lambda kv: (-kv[1], kv[0])))
+
+    # ── JSON ────────────────────────────────────────────────────────────────
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": PROGRAM_FORMAT,
+            "version": PROGRAM_VERSION,
+            "name": self.name,
+            "source_format": self.source_format,
+            "inputs": [_value_json(v) for v in self.inputs],
+            "weights": [{"name": w.name, "key": w.key, "shape": list(w.shape), "dtype": w.dtype} for w in self.weights],
+            "instrs": [
+                {
+                    "result": i.result,
+                    "op": i.call.op,
+                    "args": {f.name: encode(getattr(i.call, f.name)) for f in dataclasses.fields(i.call)},
+                    "shape": list(i.shape),
+                    "dtype": i.dtype,
+                    "node": i.node,
+                    "note": i.note,
+                }
+                for i in self.instrs
+            ],
+            "outputs": [encode(o) for o in self.outputs],
+            "output_tree": self.output_tree,
+            "source_histogram": self.source_histogram,
+        }
+
+    def dumps(self) -> str:
+        return dumps_json(self.to_json())
+
+    @classmethod
+    def from_json(cls, doc: Any, where: str = "program.json") -> Program:
+        return _program_from_json(doc, where)
+
+
+def dumps_json(doc: Any) -> str:
+    """Deterministic, strict JSON (non-finite floats are encoded by ``encode`` beforehand)."""
+    return json.dumps(doc, indent=1, sort_keys=False, allow_nan=False) + "\n"
+
+
+def _value_json(v: Value) -> dict[str, Any]:
+    return {"name": v.name, "shape": list(v.shape), "dtype": v.dtype}
+
+
+# ── generic encoding of call fields ──────────────────────────────────────────
+def encode_float(x: float) -> float | str:
+    """JSON has no inf/NaN: they travel as the strings "inf", "-inf", "nan"."""
+    if math.isfinite(x):
+        return x
+    return "nan" if math.isnan(x) else ("inf" if x > 0 else "-inf")
+
+
+def decode_float(x: Any) -> float:
+    if isinstance(x, str) and x in ("inf", "-inf", "nan", "Infinity", "-Infinity", "NaN"):
+        return float(x.replace("Infinity", "inf").replace("NaN", "nan"))
+    if isinstance(x, (int, float)) and not isinstance(x, bool):
+        return float(x)
+    raise ValueError(f"not a float: {x!r}")
+
+
+def encode(v: Any) -> Any:
+    if isinstance(v, Ref):
+        return {"ref": v.name}
+    if isinstance(v, Lit):
+        val = encode_float(v.value) if isinstance(v.value, float) else v.value
+        return {"lit": val, "dtype": v.dtype}
+    if isinstance(v, tuple):
+        return [encode(x) for x in v]
+    if isinstance(v, float):
+        return encode_float(v) if not math.isfinite(v) else v
+    return v
+
+
+def _decode(v: Any, where: str) -> Any:
+    if isinstance(v, dict):
+        if set(v) == {"ref"} and isinstance(v["ref"], str):
+            return Ref(v["ref"])
+        if set(v) == {"lit", "dtype"}:
+            tok = dtypes.check(v["dtype"], f"{where}.dtype")
+            raw = v["lit"]
+            if dtypes.is_float(tok) or dtypes.is_complex(tok):
+                return Lit(_or_schema(decode_float, raw, where), tok)
+            if tok == "bool":
+                if not isinstance(raw, bool):
+                    raise SchemaError(f"{where}: bool literal expected, found {raw!r}")
+                return Lit(raw, tok)
+            if not isinstance(raw, int) or isinstance(raw, bool):
+                raise SchemaError(f"{where}: integer literal expected, found {raw!r}")
+            return Lit(raw, tok)
+        raise SchemaError(f"{where}: unexpected object {sorted(v)}")
+    if isinstance(v, list):
+        return tuple(_decode(x, f"{where}[{k}]") for k, x in enumerate(v))
+    if isinstance(v, str) and v in ("inf", "-inf", "nan"):
+        return float(v)
+    return v
+
+
+def _or_schema(fn: Any, raw: Any, where: str) -> Any:
+    try:
+        return fn(raw)
+    except ValueError as e:
+        raise SchemaError(f"{where}: {e}") from None
+
+
+def _shape(raw: Any, where: str) -> Shape:
+    if not isinstance(raw, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in raw):
+        raise SchemaError(f"{where}: shape must be a list of non-negative ints, found {raw!r}")
+    return tuple(raw)
+
+
+def _get(d: Any, key: str, where: str, typ: type | tuple[type, ...]) -> Any:
+    if not isinstance(d, dict):
+        raise SchemaError(f"{where}: expected an object, found {type(d).__name__}")
+    if key not in d:
+        raise SchemaError(f"{where}.{key}: missing")
+    v = d[key]
+    if not isinstance(v, typ) or (isinstance(v, bool) and typ is int):
+        raise SchemaError(f"{where}.{key}: expected {getattr(typ, '__name__', typ)}, found {type(v).__name__}")
+    return v
+
+
+def _program_from_json(doc: Any, where: str) -> Program:
+    if _get(doc, "format", where, str) != PROGRAM_FORMAT:
+        raise SchemaError(f"{where}.format: expected {PROGRAM_FORMAT!r}, found {doc['format']!r}")
+    version = _get(doc, "version", where, int)
+    if version != PROGRAM_VERSION:
+        raise SchemaError(f"{where}.version: this rlx reads version {PROGRAM_VERSION}, found {version}; upgrade rlx")
+    inputs = [
+        Value(
+            _get(v, "name", f"{where}.inputs[{k}]", str),
+            _shape(_get(v, "shape", f"{where}.inputs[{k}]", list), f"{where}.inputs[{k}].shape"),
+            dtypes.check(_get(v, "dtype", f"{where}.inputs[{k}]", str), f"{where}.inputs[{k}].dtype"),
+        )
+        for k, v in enumerate(_get(doc, "inputs", where, list))
+    ]
+    weights = [
+        Weight(
+            _get(w, "name", f"{where}.weights[{k}]", str),
+            _get(w, "key", f"{where}.weights[{k}]", str),
+            _shape(_get(w, "shape", f"{where}.weights[{k}]", list), f"{where}.weights[{k}].shape"),
+            dtypes.check(_get(w, "dtype", f"{where}.weights[{k}]", str), f"{where}.weights[{k}].dtype"),
+        )
+        for k, w in enumerate(_get(doc, "weights", where, list))
+    ]
+    instrs = []
+    for k, raw in enumerate(_get(doc, "instrs", where, list)):
+        at = f"{where}.instrs[{k}]"
+        op = _get(raw, "op", at, str)
+        cls = CALL_TYPES.get(op)
+        if cls is None:
+            raise SchemaError(f"{at}.op: unknown call {op!r}; this bundle needs a newer rlx")
+        args = _get(raw, "args", at, dict)
+        names = {f.name for f in dataclasses.fields(cls)}
+        if set(args) != names:
+            raise SchemaError(f"{at}.args: {op} takes {sorted(names)}, found {sorted(args)}")
+        try:
+            call = cls(**{n: _decode(args[n], f"{at}.args.{n}") for n in names})
+        except TypeError as e:
+            raise SchemaError(f"{at}: {e}") from None
+        instrs.append(
+            Instr(
+                result=_get(raw, "result", at, str),
+                call=call,
+                shape=_shape(_get(raw, "shape", at, list), f"{at}.shape"),
+                dtype=dtypes.check(_get(raw, "dtype", at, str), f"{at}.dtype"),
+                node=raw.get("node", "") if isinstance(raw.get("node", ""), str) else "",
+                note=raw.get("note", "") if isinstance(raw.get("note", ""), str) else "",
+            )
+        )
+    outputs = []
+    for k, o in enumerate(_get(doc, "outputs", where, list)):
+        dec = _decode(o, f"{where}.outputs[{k}]")
+        if not isinstance(dec, (Ref, Lit)):
+            raise SchemaError(f"{where}.outputs[{k}]: expected a ref or literal")
+        outputs.append(dec)
+    hist = doc.get("source_histogram", {})
+    return Program(
+        name=_get(doc, "name", where, str),
+        inputs=inputs,
+        weights=weights,
+        instrs=instrs,
+        outputs=outputs,
+        output_tree=doc.get("output_tree"),
+        source_histogram=hist if isinstance(hist, dict) else {},
+        source_format=doc.get("source_format", "") if isinstance(doc.get("source_format", ""), str) else "",
+    )

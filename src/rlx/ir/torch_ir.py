@@ -1,0 +1,412 @@
+"""``torch-ir.json`` (format "rlx-torch-ir", version 1): typed objects and a validating loader.
+
+This module needs no torch: ``rlx build`` reads files that any producer of the schema wrote.
+Every problem is reported as a ``SchemaError`` naming the JSON path, e.g. ``nodes[12].args[1]``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rlx.errors import SchemaError
+from rlx.ir import dtypes
+from rlx.ir.program import Ref, decode_float, encode_float
+
+FORMAT = "rlx-torch-ir"
+VERSION = 1
+
+
+@dataclass(frozen=True)
+class DtypeArg:
+    """A ``torch.dtype`` passed as an argument (e.g. ``_to_copy(x, dtype=torch.float16)``)."""
+
+    dtype: str
+
+
+Arg = Any  # Ref | int | float | bool | str | None | DtypeArg | tuple[Arg, ...]
+
+
+@dataclass(frozen=True)
+class TensorMeta:
+    shape: tuple[int, ...]
+    dtype: str
+
+
+@dataclass(frozen=True)
+class ScalarMeta:
+    """A non-tensor node result (an int from ``sym_size``, …)."""
+
+    raw: Any
+
+
+@dataclass(frozen=True)
+class Input:
+    id: str
+    shape: tuple[int, ...]
+    dtype: str
+    dynamic: tuple[int, ...] | None = None
+
+
+@dataclass(frozen=True)
+class Weight:
+    id: str
+    key: str
+    shape: tuple[int, ...]
+    dtype: str
+    kind: str = "param"
+
+
+@dataclass(frozen=True)
+class Node:
+    id: str
+    op: str  # "aten.<name>.<overload>" or "_getitem"
+    args: tuple[Arg, ...]
+    kwargs: dict[str, Arg]
+    out: tuple[TensorMeta | ScalarMeta | None, ...]  # one entry per result
+    multi: bool  # the op returns a tuple (out was a list in the file)
+
+    @property
+    def base(self) -> str:
+        """``aten.add.Tensor`` → ``add``."""
+        parts = self.op.split(".")
+        return parts[1] if len(parts) > 1 and parts[0] == "aten" else self.op
+
+    @property
+    def overload(self) -> str:
+        parts = self.op.split(".")
+        return parts[2] if len(parts) > 2 else ""
+
+    def arg(self, index: int, name: str | None = None, default: Any = None) -> Arg:
+        """Positional arg ``index``, else keyword ``name``, else ``default``."""
+        if index < len(self.args):
+            return self.args[index]
+        if name is not None and name in self.kwargs:
+            return self.kwargs[name]
+        return default
+
+    @property
+    def meta(self) -> TensorMeta:
+        """The (first) tensor result."""
+        m = self.out[0] if self.out else None
+        if not isinstance(m, TensorMeta):
+            raise SchemaError(f"node {self.id} ({self.op}) has no tensor output recorded")
+        return m
+
+
+@dataclass(frozen=True)
+class Output:
+    ref: str | None
+    const: Arg = None
+    shape: tuple[int, ...] | None = None
+    dtype: str | None = None
+
+
+@dataclass
+class TorchIR:
+    model_name: str
+    inputs: list[Input]
+    weights: list[Weight]
+    nodes: list[Node]
+    outputs: list[Output]
+    producer: str = ""
+    decomposition: str = ""
+    output_tree: Any = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def op_histogram(self) -> dict[str, int]:
+        hist: dict[str, int] = {}
+        for n in self.nodes:
+            hist[n.op] = hist.get(n.op, 0) + 1
+        return dict(sorted(hist.items(), key=lambda kv: (-kv[1], kv[0])))
+
+    # ── writing ──────────────────────────────────────────────────────────────
+    def to_json(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {
+            "format": FORMAT,
+            "version": VERSION,
+            "model_name": self.model_name,
+            "producer": self.producer,
+            "decomposition": self.decomposition,
+            "inputs": [_input_json(i) for i in self.inputs],
+            "weights": [
+                {"id": w.id, "key": w.key, "shape": list(w.shape), "dtype": w.dtype, "kind": w.kind}
+                for w in self.weights
+            ],
+            "nodes": [
+                {
+                    "id": n.id,
+                    "op": n.op,
+                    "args": [encode_arg(a) for a in n.args],
+                    "kwargs": {k: encode_arg(v) for k, v in n.kwargs.items()},
+                    "out": _out_json(n),
+                }
+                for n in self.nodes
+            ],
+            "outputs": [_output_json(o) for o in self.outputs],
+        }
+        if self.output_tree is not None:
+            doc["output_tree"] = self.output_tree
+        return doc
+
+    def dumps(self) -> str:
+        return json.dumps(self.to_json(), indent=1, allow_nan=False) + "\n"
+
+
+def _input_json(i: Input) -> dict[str, Any]:
+    d: dict[str, Any] = {"id": i.id, "shape": list(i.shape), "dtype": i.dtype}
+    if i.dynamic is not None:
+        d["dynamic"] = list(i.dynamic)
+    return d
+
+
+def _meta_json(m: TensorMeta | ScalarMeta | None) -> Any:
+    if m is None:
+        return None
+    if isinstance(m, ScalarMeta):
+        return {"scalar": m.raw}
+    return {"shape": list(m.shape), "dtype": m.dtype}
+
+
+def _out_json(n: Node) -> Any:
+    if n.multi:
+        return [_meta_json(m) for m in n.out]
+    return _meta_json(n.out[0]) if n.out else None
+
+
+def _output_json(o: Output) -> dict[str, Any]:
+    if o.ref is None:
+        return {"const": encode_arg(o.const)}
+    return {"ref": o.ref, "shape": list(o.shape or ()), "dtype": o.dtype}
+
+
+def encode_arg(a: Arg) -> dict[str, Any]:
+    if isinstance(a, Ref):
+        return {"ref": a.name}
+    if a is None:
+        return {"none": True}
+    if isinstance(a, bool):
+        return {"bool": a}
+    if isinstance(a, int):
+        return {"int": a}
+    if isinstance(a, float):
+        return {"float": encode_float(a)}
+    if isinstance(a, str):
+        return {"str": a}
+    if isinstance(a, DtypeArg):
+        return {"dtype": a.dtype}
+    if isinstance(a, (tuple, list)):
+        return {"list": [encode_arg(x) for x in a]}
+    raise TypeError(f"cannot encode argument {a!r} of type {type(a).__name__}")
+
+
+# ── reading ──────────────────────────────────────────────────────────────────
+def load(path: str | Path) -> TorchIR:
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise SchemaError(f"{path}: file not found") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise SchemaError(f"{path}: cannot read: {e}") from None
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise SchemaError(f"{path}: not valid JSON (line {e.lineno}, column {e.colno}): {e.msg}") from None
+    except RecursionError:
+        raise SchemaError(f"{path}: JSON nested too deeply") from None
+    return parse(doc, source=path.name)
+
+
+class _Reader:
+    def __init__(self, source: str) -> None:
+        self.source = source
+
+    def fail(self, where: str, msg: str) -> SchemaError:
+        return SchemaError(f"{self.source}: {where}: {msg}")
+
+    def obj(self, v: Any, where: str) -> dict[str, Any]:
+        if not isinstance(v, dict):
+            raise self.fail(where, f"expected an object, found {_kind(v)}")
+        return v
+
+    def field(self, d: dict[str, Any], key: str, where: str, typ: type, optional: bool = False) -> Any:
+        if key not in d:
+            if optional:
+                return None
+            raise self.fail(f"{where}.{key}" if where else key, "missing")
+        v = d[key]
+        if not isinstance(v, typ) or (typ is int and isinstance(v, bool)):
+            raise self.fail(f"{where}.{key}" if where else key, f"expected {typ.__name__}, found {_kind(v)}")
+        return v
+
+    def shape(self, v: Any, where: str) -> tuple[int, ...]:
+        if not isinstance(v, list):
+            raise self.fail(where, f"shape must be a list, found {_kind(v)}")
+        for k, d in enumerate(v):
+            if not isinstance(d, int) or isinstance(d, bool) or d < 0:
+                raise self.fail(f"{where}[{k}]", f"dimension must be a non-negative int, found {d!r}")
+        return tuple(v)
+
+    def dtype(self, v: Any, where: str) -> str:
+        if not isinstance(v, str) or v not in dtypes.NUMPY_DTYPES:
+            raise self.fail(where, f"unknown dtype {v!r}; expected one of {', '.join(dtypes.DTYPES)}")
+        return v
+
+    def meta(self, v: Any, where: str) -> TensorMeta | ScalarMeta | None:
+        if v is None:
+            return None
+        d = self.obj(v, where)
+        if "scalar" in d:
+            return ScalarMeta(d["scalar"])
+        return TensorMeta(self.shape(d.get("shape"), f"{where}.shape"), self.dtype(d.get("dtype"), f"{where}.dtype"))
+
+    def arg(self, v: Any, where: str, defined: set[str]) -> Arg:
+        d = self.obj(v, where)
+        if len(d) != 1:
+            raise self.fail(where, f"an argument has exactly one key, found {sorted(d)}")
+        ((key, val),) = d.items()
+        if key == "ref":
+            if not isinstance(val, str):
+                raise self.fail(f"{where}.ref", f"expected str, found {_kind(val)}")
+            if val not in defined:
+                raise self.fail(where, f"reference to {val!r} before it is defined")
+            return Ref(val)
+        if key == "int":
+            if not isinstance(val, int) or isinstance(val, bool):
+                raise self.fail(f"{where}.int", f"expected int, found {_kind(val)}")
+            return val
+        if key == "float":
+            try:
+                return decode_float(val)
+            except ValueError:
+                raise self.fail(f"{where}.float", f"expected a number, found {_kind(val)}") from None
+        if key == "bool":
+            if not isinstance(val, bool):
+                raise self.fail(f"{where}.bool", f"expected bool, found {_kind(val)}")
+            return val
+        if key == "str":
+            if not isinstance(val, str):
+                raise self.fail(f"{where}.str", f"expected str, found {_kind(val)}")
+            return val
+        if key == "none":
+            return None
+        if key == "dtype":
+            return DtypeArg(self.dtype(val, f"{where}.dtype"))
+        if key == "list":
+            if not isinstance(val, list):
+                raise self.fail(f"{where}.list", f"expected a list, found {_kind(val)}")
+            return tuple(self.arg(x, f"{where}.list[{k}]", defined) for k, x in enumerate(val))
+        raise self.fail(where, f"unknown argument kind {key!r}")
+
+
+def _kind(v: Any) -> str:
+    if v is None:
+        return "null"
+    return {dict: "object", list: "list", str: "str", bool: "bool", int: "int", float: "float"}.get(
+        type(v), type(v).__name__
+    )
+
+
+def parse(doc: Any, source: str = "torch-ir.json") -> TorchIR:
+    r = _Reader(source)
+    doc = r.obj(doc, "(top level)")
+    fmt = doc.get("format")
+    if fmt != FORMAT:
+        raise r.fail("format", f"expected {FORMAT!r}, found {fmt!r}; is this a torch-ir.json file?")
+    version = r.field(doc, "version", "", int)
+    if version != VERSION:
+        raise r.fail("version", f"this rlx reads version {VERSION}, found {version}; upgrade rlx")
+
+    defined: set[str] = set()
+
+    def define(name: str, where: str) -> None:
+        if name in defined:
+            raise r.fail(where, f"id {name!r} defined twice")
+        defined.add(name)
+
+    inputs = []
+    for k, raw in enumerate(r.field(doc, "inputs", "", list)):
+        at = f"inputs[{k}]"
+        d = r.obj(raw, at)
+        shape = r.shape(d.get("shape"), f"{at}.shape")
+        dyn = d.get("dynamic")
+        if dyn is not None:
+            if not isinstance(dyn, list) or len(dyn) != len(shape) or not all(
+                isinstance(s, int) and not isinstance(s, bool) for s in dyn
+            ):
+                raise r.fail(f"{at}.dynamic", "expected one int per axis (symbol id, or -1 for static)")
+            dyn = tuple(dyn)
+        inp = Input(r.field(d, "id", at, str), shape, r.dtype(d.get("dtype"), f"{at}.dtype"), dyn)
+        define(inp.id, f"{at}.id")
+        inputs.append(inp)
+
+    weights = []
+    for k, raw in enumerate(r.field(doc, "weights", "", list)):
+        at = f"weights[{k}]"
+        d = r.obj(raw, at)
+        kind = d.get("kind", "param")
+        if kind not in ("param", "buffer", "const"):
+            raise r.fail(f"{at}.kind", f"expected param, buffer or const, found {kind!r}")
+        w = Weight(
+            r.field(d, "id", at, str),
+            r.field(d, "key", at, str),
+            r.shape(d.get("shape"), f"{at}.shape"),
+            r.dtype(d.get("dtype"), f"{at}.dtype"),
+            kind,
+        )
+        define(w.id, f"{at}.id")
+        weights.append(w)
+
+    nodes = []
+    for k, raw in enumerate(r.field(doc, "nodes", "", list)):
+        at = f"nodes[{k}]"
+        d = r.obj(raw, at)
+        node_id = r.field(d, "id", at, str)
+        op = r.field(d, "op", at, str)
+        args = tuple(r.arg(a, f"{at}.args[{j}]", defined) for j, a in enumerate(r.field(d, "args", at, list)))
+        kwargs_raw = d.get("kwargs", {})
+        kwargs = {key: r.arg(v, f"{at}.kwargs.{key}", defined) for key, v in r.obj(kwargs_raw, f"{at}.kwargs").items()}
+        out_raw = d.get("out")
+        multi = isinstance(out_raw, list)
+        if multi:
+            out = tuple(r.meta(m, f"{at}.out[{j}]") for j, m in enumerate(out_raw))
+        else:
+            out = (r.meta(out_raw, f"{at}.out"),)
+        define(node_id, f"{at}.id")
+        nodes.append(Node(node_id, op, args, kwargs, out, multi))
+
+    outputs = []
+    for k, raw in enumerate(r.field(doc, "outputs", "", list)):
+        at = f"outputs[{k}]"
+        d = r.obj(raw, at)
+        if "const" in d:
+            outputs.append(Output(ref=None, const=r.arg(d["const"], f"{at}.const", defined)))
+            continue
+        ref = r.field(d, "ref", at, str)
+        if ref not in defined:
+            raise r.fail(f"{at}.ref", f"{ref!r} is not defined by any input, weight or node")
+        shape = r.shape(d["shape"], f"{at}.shape") if "shape" in d else None
+        dtype = r.dtype(d["dtype"], f"{at}.dtype") if "dtype" in d else None
+        outputs.append(Output(ref, None, shape, dtype))
+
+    known = {"format", "version", "model_name", "producer", "decomposition", "inputs", "weights", "nodes", "outputs",
+             "output_tree"}  # fmt: skip
+    return TorchIR(
+        model_name=str(doc.get("model_name") or "model"),
+        inputs=inputs,
+        weights=weights,
+        nodes=nodes,
+        outputs=outputs,
+        producer=str(doc.get("producer") or ""),
+        decomposition=str(doc.get("decomposition") or ""),
+        output_tree=doc.get("output_tree"),
+        extra={k: v for k, v in doc.items() if k not in known},
+    )
+
+
+def is_finite_number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)

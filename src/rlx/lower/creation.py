@@ -1,0 +1,55 @@
+"""Constant producers: full/zeros/ones/empty (and their _like / new_ forms), scalar_tensor, arange."""
+
+from __future__ import annotations
+
+from rlx.errors import LoweringError
+from rlx.ir import dtypes
+from rlx.ir.calls import Arange, Full
+from rlx.ir.program import Operand
+from rlx.ir.torch_ir import Node
+from rlx.lower.registry import Builder, lowers
+
+_FILL_ARG = {"full": 1, "full_like": 1, "new_full": 2}
+
+
+def fill_value(value: bool | int | float, dtype: str) -> bool | int | float:
+    if dtype == "bool":
+        return bool(value)
+    if dtypes.is_float(dtype):
+        return float(value)
+    return int(value)
+
+
+@lowers("aten.full", "aten.full_like", "aten.new_full", "aten.zeros", "aten.zeros_like", "aten.new_zeros",
+        "aten.ones", "aten.ones_like", "aten.new_ones", "aten.empty", "aten.empty_like", "aten.new_empty",
+        "aten.empty_strided", "aten.new_empty_strided", "aten.empty_permuted")  # fmt: skip
+def full(node: Node, b: Builder) -> Operand:
+    out = node.meta
+    if node.base in _FILL_ARG:
+        value = node.arg(_FILL_ARG[node.base], "fill_value")
+        if not isinstance(value, (bool, int, float)):
+            raise LoweringError(f"node {node.id}: fill value must be a number, found {value!r}")
+    else:
+        # `empty` is uninitialised in PyTorch; zeros is a valid (and deterministic) choice.
+        value = 1 if node.base.startswith(("ones", "new_ones")) else 0
+    return b.emit_like(Full(fill_value(value, out.dtype), out.shape, out.dtype), out)
+
+
+@lowers("aten.scalar_tensor")
+def scalar_tensor(node: Node, b: Builder) -> Operand:
+    out = node.meta
+    return b.emit_like(Full(fill_value(node.arg(0), out.dtype), (), out.dtype), out)
+
+
+@lowers("aten.arange")
+def arange(node: Node, b: Builder) -> Operand:
+    out = node.meta
+    if node.overload == "default":
+        start, end, step = 0, node.arg(0, "end"), 1
+    elif node.overload == "start":
+        start, end, step = node.arg(0, "start"), node.arg(1, "end"), 1
+    else:
+        start, end, step = node.arg(0, "start", 0), node.arg(1, "end"), node.arg(2, "step", 1)
+    if not all(isinstance(v, (int, float)) for v in (start, end, step)) or step == 0:
+        raise LoweringError(f"node {node.id}: arange needs numeric start/end/step, found {(start, end, step)}")
+    return b.emit_like(Arange(start, end, step, out.dtype), out)

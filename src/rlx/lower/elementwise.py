@@ -1,0 +1,243 @@
+"""Elementwise lowerings: arithmetic, comparisons, unary math, activations, casts, where.
+
+All of them go through ``binary`` / ``unary``: operands are promoted once, with PyTorch's
+``result_type`` rules, to the dtype the computation happens in; the recorded output dtype decides
+the final cast. Broadcasting is left to the backends, which broadcast like PyTorch.
+"""
+
+from __future__ import annotations
+
+from rlx.errors import LoweringError
+from rlx.ir import dtypes
+from rlx.ir.calls import Binary, Clamp, LeakyRelu, Unary, Where
+from rlx.ir.program import Operand, Ref
+from rlx.ir.torch_ir import Node
+from rlx.lower.registry import Builder, lowers
+
+
+def promoted_dtype(b: Builder, *args: object) -> str:
+    """``torch.result_type`` over node arguments (tensors, 0-dim tensors and Python numbers)."""
+    tensors, zero_dim, scalars = [], [], []
+    for a in args:
+        if a is None:
+            continue
+        if isinstance(a, Ref):
+            val = b.operand(a, None)
+            (tensors if b.rank(val) > 0 else zero_dim).append(b.dtype(val))
+        elif isinstance(a, (bool, int, float)):
+            scalars.append(dtypes.scalar_dtype(a))
+    return dtypes.result_type(tensors, zero_dim, scalars)
+
+
+def binary(b: Builder, node: Node, fn: str, x_arg: object, y_arg: object, compute: str | None = None) -> Operand:
+    """Emit ``fn(x, y)`` computed in ``compute`` (default: the promoted dtype), cast to the node's dtype."""
+    out = node.meta
+    compute = compute or promoted_dtype(b, x_arg, y_arg)
+    x = b.cast(b.operand(x_arg, compute), compute)
+    y = b.cast(b.operand(y_arg, compute), compute)
+    result_dtype = "bool" if fn in _PREDICATES else compute
+    r = b.emit(Binary(fn, x, y), out.shape, result_dtype)
+    return b.cast(r, out.dtype)
+
+
+_PREDICATES = {"eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor"}
+
+# aten base name → Binary fn. Each takes (self, other) in args 0 and 1.
+_BINARY = {
+    "mul": "mul", "maximum": "maximum", "minimum": "minimum", "fmax": "fmax", "fmin": "fmin",
+    "remainder": "remainder", "fmod": "fmod", "floor_divide": "floor_divide", "atan2": "atan2",
+    "eq": "eq", "ne": "ne", "lt": "lt", "le": "le", "gt": "gt", "ge": "ge",
+    "bitwise_and": "bitwise_and", "bitwise_or": "bitwise_or", "bitwise_xor": "bitwise_xor",
+    "__and__": "bitwise_and", "__or__": "bitwise_or", "__xor__": "bitwise_xor",
+}  # fmt: skip
+
+
+def _simple_binary(fn: str):  # noqa: ANN202 - a tiny closure factory
+    def handler(node: Node, b: Builder) -> Operand:
+        return binary(b, node, fn, node.arg(0), node.arg(1))
+
+    return handler
+
+
+for _base, _fn in _BINARY.items():
+    lowers(f"aten.{_base}")(_simple_binary(_fn))
+
+
+@lowers("aten.logical_and", "aten.logical_or", "aten.logical_xor")
+def logical(node: Node, b: Builder) -> Operand:
+    # logical ops look only at truthiness: compute on bools, whatever the input dtypes.
+    return binary(b, node, node.base, node.arg(0), node.arg(1), compute="bool")
+
+
+@lowers("aten.add", "aten.sub", "aten.rsub")
+def add_sub(node: Node, b: Builder) -> Operand:
+    x_arg, y_arg = node.arg(0), node.arg(1)
+    if node.base == "rsub":
+        x_arg, y_arg = y_arg, x_arg
+    alpha = node.arg(2, "alpha", 1)
+    compute = promoted_dtype(b, x_arg, y_arg)
+    x = b.cast(b.operand(x_arg, compute), compute)
+    y = b.cast(b.operand(y_arg, compute), compute)
+    if alpha != 1:
+        y = b.emit(Binary("mul", y, b.lit(alpha, compute)), b.shape(y), compute)
+    fn = "add" if node.base == "add" else "sub"
+    return b.cast(b.emit(Binary(fn, x, y), node.meta.shape, compute), node.meta.dtype)
+
+
+@lowers("aten.div")
+def div(node: Node, b: Builder) -> Operand:
+    mode = node.arg(2, "rounding_mode")
+    x, y = node.arg(0), node.arg(1)
+    if mode is None:  # true division always happens in floating point
+        return binary(b, node, "div", x, y, compute=node.meta.dtype)
+    fn = {"floor": "floor_divide", "trunc": "trunc_divide"}.get(mode)
+    if fn is None:
+        raise LoweringError(f"node {node.id}: unknown rounding_mode {mode!r}")
+    return binary(b, node, fn, x, y)
+
+
+@lowers("aten.true_divide")
+def true_divide(node: Node, b: Builder) -> Operand:
+    return binary(b, node, "div", node.arg(0), node.arg(1), compute=node.meta.dtype)
+
+
+@lowers("aten.pow")
+def pow_(node: Node, b: Builder) -> Operand:
+    base, exponent = node.arg(0), node.arg(1)
+    if node.overload == "Scalar":  # pow(Scalar self, Tensor exponent)
+        base, exponent = node.arg(0, "self"), node.arg(1, "exponent")
+    if isinstance(exponent, (int, float)) and not isinstance(exponent, bool) and exponent == 2:
+        x = b.cast(b.operand(base, node.meta.dtype), node.meta.dtype)
+        return b.emit(Unary("square", x), node.meta.shape, node.meta.dtype)
+    return binary(b, node, "pow", base, exponent, compute=node.meta.dtype)
+
+
+# ── unary ────────────────────────────────────────────────────────────────────
+def unary(b: Builder, node: Node, fn: str, x_arg: object) -> Operand:
+    """Emit ``fn(x)``. Math runs in the output dtype (int → float for ``exp`` etc.), except
+    predicates (``isnan`` …), which read the input in its own dtype."""
+    out = node.meta
+    x = b.operand(x_arg, None)
+    compute = b.dtype(x) if out.dtype == "bool" else out.dtype
+    return b.emit(Unary(fn, b.cast(x, compute)), out.shape, out.dtype)
+
+
+_UNARY = {
+    "neg": "neg", "abs": "abs", "exp": "exp", "expm1": "expm1", "exp2": "exp2", "log": "log",
+    "log1p": "log1p", "log2": "log2", "log10": "log10", "sqrt": "sqrt", "rsqrt": "rsqrt",
+    "reciprocal": "reciprocal", "sin": "sin", "cos": "cos", "tan": "tan", "asin": "asin",
+    "acos": "acos", "atan": "atan", "sinh": "sinh", "cosh": "cosh", "tanh": "tanh", "asinh": "asinh",
+    "acosh": "acosh", "atanh": "atanh", "sigmoid": "sigmoid", "relu": "relu", "silu": "silu",
+    "erf": "erf", "floor": "floor", "ceil": "ceil", "trunc": "trunc", "fix": "trunc", "sign": "sign",
+    "sgn": "sign", "logical_not": "logical_not", "isnan": "isnan", "isinf": "isinf",
+    "isfinite": "isfinite", "square": "square", "hardsigmoid": "hardsigmoid",
+    "hardswish": "hardswish", "mish": "mish", "relu6": "relu6", "selu": "selu",
+    "positive": "identity",
+}  # fmt: skip
+
+
+def _simple_unary(fn: str):  # noqa: ANN202
+    def handler(node: Node, b: Builder) -> Operand:
+        return unary(b, node, fn, node.arg(0))
+
+    return handler
+
+
+for _base, _fn in _UNARY.items():
+    lowers(f"aten.{_base}")(_simple_unary(_fn))
+
+
+@lowers("aten.bitwise_not")
+def bitwise_not(node: Node, b: Builder) -> Operand:
+    return unary(b, node, "logical_not" if node.meta.dtype == "bool" else "bitwise_not", node.arg(0))
+
+
+@lowers("aten.round")
+def round_(node: Node, b: Builder) -> Operand:
+    if node.arg(1, "decimals", 0) != 0:
+        raise LoweringError(f"node {node.id}: round with decimals is not supported yet")
+    return unary(b, node, "round", node.arg(0))
+
+
+@lowers("aten.gelu")
+def gelu(node: Node, b: Builder) -> Operand:
+    approximate = node.arg(1, "approximate", "none")
+    return unary(b, node, "gelu_tanh" if approximate == "tanh" else "gelu", node.arg(0))
+
+
+@lowers("aten.leaky_relu")
+def leaky_relu(node: Node, b: Builder) -> Operand:
+    x = b.input(node, 0)
+    return b.emit_like(LeakyRelu(x, float(node.arg(1, "negative_slope", 0.01))), node.meta)
+
+
+@lowers("aten.elu")
+def elu(node: Node, b: Builder) -> Operand:
+    alpha, scale, input_scale = node.arg(1, "alpha", 1), node.arg(2, "scale", 1), node.arg(3, "input_scale", 1)
+    if (alpha, scale, input_scale) != (1, 1, 1):
+        raise LoweringError(f"node {node.id}: elu with alpha/scale other than 1 is not supported yet")
+    return unary(b, node, "elu", node.arg(0))
+
+
+@lowers("aten.softplus")
+def softplus(node: Node, b: Builder) -> Operand:
+    if (node.arg(1, "beta", 1), node.arg(2, "threshold", 20)) != (1, 20):
+        raise LoweringError(f"node {node.id}: softplus with beta/threshold other than 1/20 is not supported yet")
+    return unary(b, node, "softplus", node.arg(0))
+
+
+@lowers("aten.clamp", "aten.clip", "aten.clamp_min", "aten.clamp_max", "aten.hardtanh")
+def clamp(node: Node, b: Builder) -> Operand:
+    out = node.meta
+    if node.base == "hardtanh":
+        lo_arg, hi_arg = node.arg(1, "min_val", -1.0), node.arg(2, "max_val", 1.0)
+    elif node.base == "clamp_min":
+        lo_arg, hi_arg = node.arg(1, "min"), None
+    elif node.base == "clamp_max":
+        lo_arg, hi_arg = None, node.arg(1, "max")
+    else:
+        lo_arg, hi_arg = node.arg(1, "min"), node.arg(2, "max")
+    compute = out.dtype
+    x = b.cast(b.operand(node.arg(0), compute), compute)
+    lo = None if lo_arg is None else b.cast(b.operand(lo_arg, compute), compute)
+    hi = None if hi_arg is None else b.cast(b.operand(hi_arg, compute), compute)
+    return b.emit_like(Clamp(x, lo, hi), out)
+
+
+@lowers("aten.where")
+def where(node: Node, b: Builder) -> Operand:
+    out = node.meta
+    if node.overload not in ("self", "ScalarSelf", "ScalarOther", "Scalar", ""):
+        raise LoweringError(f"node {node.id}: where with only a condition has a data-dependent shape")
+    cond = b.cast(b.input(node, 0), "bool")
+    x = b.cast(b.operand(node.arg(1), out.dtype), out.dtype)
+    y = b.cast(b.operand(node.arg(2), out.dtype), out.dtype)
+    return b.emit_like(Where(cond, x, y), out)
+
+
+@lowers("aten.masked_fill")
+def masked_fill(node: Node, b: Builder) -> Operand:
+    # A select, never arithmetic: fill values of ±inf (attention masks) must stay exact.
+    out = node.meta
+    x = b.input(node, 0)
+    mask = b.cast(b.input(node, 1), "bool")
+    value = b.cast(b.operand(node.arg(2), out.dtype), out.dtype)
+    return b.emit_like(Where(mask, value, x), out)
+
+
+@lowers("aten._to_copy", "aten.to", "aten._to_dtype", "aten.type_as", "aten._to_dtype_layout")
+def to_dtype(node: Node, b: Builder) -> Operand:
+    # Devices, layouts and memory formats mean nothing here; only the dtype change matters.
+    return b.cast(b.input(node, 0), node.meta.dtype)
+
+
+@lowers("aten.clone", "aten.contiguous", "aten.detach", "aten.alias", "aten.lift_fresh_copy", "aten.lift_fresh")
+def identity(node: Node, b: Builder) -> Operand:
+    return b.input(node, 0)
+
+
+@lowers("aten.dropout", "aten.feature_dropout", "aten.alpha_dropout")
+def dropout(node: Node, b: Builder) -> Operand:
+    if node.arg(2, "train", False):
+        raise LoweringError(f"node {node.id}: {node.op} in training mode is random; call model.eval() before export")
+    return b.input(node, 0)

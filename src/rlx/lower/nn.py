@@ -1,0 +1,234 @@
+"""Neural-network blocks: softmax, norms, embedding, attention, convolution, pooling."""
+
+from __future__ import annotations
+
+import math
+import re
+
+import ml_dtypes
+
+from rlx.errors import LoweringError
+from rlx.ir import dtypes
+from rlx.ir.calls import (
+    AdaptiveAvgPool, Attention, AvgPool, BatchNorm, Binary, Conv, GroupNorm, IndexSelect, LayerNorm, MaxPool, Pad,
+    Reduce, RmsNorm, Softmax, Unary,
+)  # fmt: skip
+from rlx.ir.program import Operand, Ref
+from rlx.ir.torch_ir import Node
+from rlx.lower.registry import Builder, lowers
+from rlx.lower.shapes import ints, norm_axis
+
+
+@lowers("aten._softmax", "aten.softmax", "aten._log_softmax", "aten.log_softmax", "aten.special_softmax")
+def softmax(node: Node, b: Builder) -> Operand:
+    out = node.meta
+    x = b.cast(b.input(node, 0), out.dtype)  # softmax.int(dtype=…) casts before computing
+    axis = norm_axis(node.arg(1, "dim"), b.rank(x))
+    return b.emit_like(Softmax(x, axis, log="log" in node.base), out)
+
+
+# ── norms ────────────────────────────────────────────────────────────────────
+@lowers("aten.layer_norm")
+def layer_norm(node: Node, b: Builder) -> Operand:
+    x = b.input(node, 0)
+    ndim = len(node.arg(1, "normalized_shape"))
+    w, bias = b.optional_input(node, 2, "weight"), b.optional_input(node, 3, "bias")
+    return b.emit_like(LayerNorm(x, w, bias, ndim, float(node.arg(4, "eps", 1e-5))), node.meta)
+
+
+@lowers("aten.native_layer_norm")
+def native_layer_norm(node: Node, b: Builder) -> tuple[Operand, Operand, Operand]:
+    """Returns (y, mean, rstd); the statistics are only computed if something reads them."""
+    x = b.input(node, 0)
+    ndim = len(node.arg(1, "normalized_shape"))
+    eps = float(node.arg(4, "eps"))
+    y = b.emit_like(LayerNorm(x, b.optional_input(node, 2), b.optional_input(node, 3), ndim, eps), node.meta)
+    return (y, *_moments(node, b, x, ndim, eps))
+
+
+def _moments(node: Node, b: Builder, x: Ref, ndim: int, eps: float) -> tuple[Ref, Ref]:
+    """Mean and 1/sqrt(var + eps) over the trailing ``ndim`` axes, kept as size-1 axes."""
+    rank = b.rank(x)
+    axes = tuple(range(rank - ndim, rank))
+    stat_dtype = node.out[1].dtype if len(node.out) > 1 and node.out[1] else b.dtype(x)
+    xs = b.cast(x, stat_dtype)
+    shape = tuple(1 if i in axes else d for i, d in enumerate(b.shape(x)))
+    mean = b.emit(Reduce("mean", xs, axes, True), shape, stat_dtype)
+    var = b.emit(Reduce("var", xs, axes, True, 0.0), shape, stat_dtype)
+    shifted = b.emit(Binary("add", var, b.lit(eps, stat_dtype)), shape, stat_dtype)
+    return mean, b.emit(Unary("rsqrt", shifted), shape, stat_dtype)
+
+
+def _finfo_eps(dtype: str) -> float:
+    return float(ml_dtypes.finfo(dtypes.to_numpy(dtype)).eps)
+
+
+@lowers("aten.rms_norm", "aten._fused_rms_norm")
+def rms_norm(node: Node, b: Builder) -> Operand | tuple[Operand, None]:
+    x = b.input(node, 0)
+    ndim = len(node.arg(1, "normalized_shape"))
+    eps = node.arg(3, "eps")
+    eps = _finfo_eps(b.dtype(x)) if eps is None else float(eps)
+    y = b.emit_like(RmsNorm(x, b.optional_input(node, 2, "weight"), ndim, eps), node.meta)
+    return (y, None) if node.multi else y
+
+
+@lowers("aten.batch_norm", "aten.native_batch_norm", "aten._native_batch_norm_legit",
+        "aten._native_batch_norm_legit_no_training", "aten._native_batch_norm_legit_functional")  # fmt: skip
+def batch_norm(node: Node, b: Builder) -> Operand | tuple[Operand | None, ...]:
+    x = b.input(node, 0)
+    w, bias = b.optional_input(node, 1, "weight"), b.optional_input(node, 2, "bias")
+    mean, var = b.optional_input(node, 3, "running_mean"), b.optional_input(node, 4, "running_var")
+    if node.base == "_native_batch_norm_legit_no_training":
+        training, eps = False, node.arg(6, "eps")
+    else:
+        training, eps = node.arg(5, "training"), node.arg(7, "eps")
+    if training or mean is None or var is None:
+        raise LoweringError(
+            f"node {node.id}: batch norm in training mode uses batch statistics; call model.eval() before export"
+        )
+    y = b.emit_like(BatchNorm(x, mean, var, w, bias, float(eps)), node.meta)
+    return (y,) + (None,) * (len(node.out) - 1) if node.multi else y
+
+
+@lowers("aten.group_norm", "aten.native_group_norm")
+def group_norm(node: Node, b: Builder) -> Operand | tuple[Operand | None, ...]:
+    x = b.input(node, 0)
+    if node.base == "group_norm":  # (input, num_groups, weight, bias, eps, cudnn)
+        groups, w, bias, eps = node.arg(1), b.optional_input(node, 2), b.optional_input(node, 3), node.arg(4, "eps", 1e-5)
+    else:  # native_group_norm(input, weight, bias, N, C, HxW, group, eps)
+        groups, w, bias, eps = node.arg(6), b.optional_input(node, 1), b.optional_input(node, 2), node.arg(7)
+    y = b.emit_like(GroupNorm(x, w, bias, int(groups), float(eps)), node.meta)
+    return (y,) + (None,) * (len(node.out) - 1) if node.multi else y
+
+
+# ── embedding and attention ──────────────────────────────────────────────────
+@lowers("aten.embedding")
+def embedding(node: Node, b: Builder) -> Operand:
+    # padding_idx only affects gradients; the forward is a plain row lookup.
+    return b.emit_like(IndexSelect(b.input(node, 0), 0, b.input(node, 1)), node.meta)
+
+
+@lowers("aten.scaled_dot_product_attention", "aten._scaled_dot_product_attention_math",
+        "aten._scaled_dot_product_flash_attention", "aten._scaled_dot_product_flash_attention_for_cpu",
+        "aten._scaled_dot_product_efficient_attention")  # fmt: skip
+def attention(node: Node, b: Builder) -> Operand | tuple[Operand | None, ...]:
+    q, k, v = b.input(node, 0), b.input(node, 1), b.input(node, 2)
+    if node.base in ("scaled_dot_product_attention", "_scaled_dot_product_attention_math"):
+        mask_arg, dropout, causal = node.arg(3, "attn_mask"), node.arg(4, "dropout_p", 0.0), node.arg(5, "is_causal", False)
+        scale, gqa = node.arg(6, "scale"), node.arg(7, "enable_gqa", False)
+    elif node.base == "_scaled_dot_product_efficient_attention":  # (q, k, v, attn_bias, compute_lse, p, causal)
+        mask_arg, dropout, causal = node.arg(3, "attn_bias"), node.arg(5, "dropout_p", 0.0), node.arg(6, "is_causal", False)
+        scale, gqa = node.kwargs.get("scale"), False
+    else:  # flash forms: (q, k, v, dropout_p, is_causal, …, attn_mask=, scale=)
+        mask_arg, dropout, causal = node.kwargs.get("attn_mask"), node.arg(3, "dropout_p", 0.0), node.arg(4, "is_causal", False)
+        scale, gqa = node.kwargs.get("scale"), False
+    if dropout:
+        raise LoweringError(f"node {node.id}: attention dropout_p={dropout} is random; set it to 0 for inference")
+    mask = None
+    if mask_arg is not None:
+        mask = b.operand(mask_arg, None)
+        if b.dtype(mask) != "bool":
+            mask = b.cast(mask, b.dtype(q))
+    if scale is None:
+        scale = 1.0 / math.sqrt(b.shape(q)[-1])
+    y = b.emit_like(Attention(q, k, v, mask, bool(causal), float(scale), bool(gqa)), node.meta)
+    return (y,) + (None,) * (len(node.out) - 1) if node.multi else y
+
+
+# ── convolution ──────────────────────────────────────────────────────────────
+@lowers("aten.convolution", "aten._convolution")
+def convolution(node: Node, b: Builder) -> Operand:
+    x, w = b.input(node, 0), b.input(node, 1)
+    nd = b.rank(w) - 2
+    stride, padding, dilation = (ints(node.arg(i), nd) for i in (3, 4, 5))
+    transposed, output_padding, groups = bool(node.arg(6)), ints(node.arg(7), nd), int(node.arg(8))
+    return _conv(node, b, x, w, b.optional_input(node, 2), stride, padding, dilation, groups, transposed, output_padding)
+
+
+@lowers("aten.conv1d", "aten.conv2d", "aten.conv3d")
+def conv_nd(node: Node, b: Builder) -> Operand:
+    x, w = b.input(node, 0), b.input(node, 1)
+    nd = b.rank(w) - 2
+    stride, dilation = ints(node.arg(3, "stride", 1), nd), ints(node.arg(5, "dilation", 1), nd)
+    padding = node.arg(4, "padding", 0)
+    groups = int(node.arg(6, "groups", 1))
+    if isinstance(padding, str):
+        if padding == "valid":
+            padding = (0,) * nd
+        else:  # "same": total padding d·(k−1), the odd extra element goes on the right as in PyTorch
+            total = [d * (k - 1) for d, k in zip(dilation, b.shape(w)[2:])]
+            if any(t % 2 for t in total):
+                pads = ((0, 0), (0, 0)) + tuple((t // 2, t - t // 2) for t in total)
+                shape = tuple(s + lo + hi for s, (lo, hi) in zip(b.shape(x), pads))
+                x = b.emit(Pad(x, pads, 0.0), shape, b.dtype(x))
+                padding = (0,) * nd
+            else:
+                padding = tuple(t // 2 for t in total)
+    return _conv(node, b, x, w, b.optional_input(node, 2, "bias"), stride, ints(padding, nd), dilation, groups,
+                 False, (0,) * nd)  # fmt: skip
+
+
+@lowers("aten.conv_transpose1d", "aten.conv_transpose2d", "aten.conv_transpose3d")
+def conv_transpose(node: Node, b: Builder) -> Operand:
+    # (input, weight, bias, stride, padding, output_padding, groups, dilation)
+    x, w = b.input(node, 0), b.input(node, 1)
+    nd = b.rank(w) - 2
+    stride, padding = ints(node.arg(3, "stride", 1), nd), ints(node.arg(4, "padding", 0), nd)
+    output_padding, groups = ints(node.arg(5, "output_padding", 0), nd), int(node.arg(6, "groups", 1))
+    dilation = ints(node.arg(7, "dilation", 1), nd)
+    return _conv(node, b, x, w, b.optional_input(node, 2, "bias"), stride, padding, dilation, groups, True, output_padding)
+
+
+def _conv(node: Node, b: Builder, x: Ref, w: Ref, bias: Ref | None, stride: tuple[int, ...], padding: tuple[int, ...],
+          dilation: tuple[int, ...], groups: int, transposed: bool, output_padding: tuple[int, ...]) -> Operand:  # fmt: skip
+    return b.emit_like(Conv(x, w, bias, stride, padding, dilation, groups, transposed, output_padding), node.meta)
+
+
+# ── pooling ──────────────────────────────────────────────────────────────────
+def _spatial_rank(node: Node) -> int:
+    """``max_pool2d_with_indices`` → 2."""
+    match = re.search(r"(\d)d", node.base)
+    if match is None:
+        raise LoweringError(f"node {node.id}: cannot tell the spatial rank of {node.op}")
+    return int(match.group(1))
+
+
+def _pool_args(node: Node, nd: int) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+    kernel = ints(node.arg(1, "kernel_size"), nd)
+    stride = node.arg(2, "stride")
+    stride = kernel if not stride else ints(stride, nd)  # an empty stride means "= kernel"
+    return kernel, stride, ints(node.arg(3, "padding", 0), nd)
+
+
+@lowers("aten.max_pool1d", "aten.max_pool2d", "aten.max_pool3d", "aten.max_pool2d_with_indices",
+        "aten.max_pool3d_with_indices", "aten.max_pool1d_with_indices")  # fmt: skip
+def max_pool(node: Node, b: Builder) -> Operand | tuple[Operand, Operand]:
+    x = b.input(node, 0)
+    nd = _spatial_rank(node)
+    kernel, stride, padding = _pool_args(node, nd)
+    dilation, ceil_mode = ints(node.arg(4, "dilation", 1), nd), bool(node.arg(5, "ceil_mode", False))
+    y = b.emit_like(MaxPool(x, kernel, stride, padding, dilation, ceil_mode), node.meta)
+    if not node.multi:
+        return y
+    idx = b.emit(MaxPool(x, kernel, stride, padding, dilation, ceil_mode, indices=True), node.meta.shape, "i64")
+    return y, idx
+
+
+@lowers("aten.avg_pool1d", "aten.avg_pool2d", "aten.avg_pool3d")
+def avg_pool(node: Node, b: Builder) -> Operand:
+    x = b.input(node, 0)
+    nd = _spatial_rank(node)
+    kernel, stride, padding = _pool_args(node, nd)
+    ceil_mode, count_include_pad = bool(node.arg(4, "ceil_mode", False)), bool(node.arg(5, "count_include_pad", True))
+    divisor = node.arg(6, "divisor_override") if nd > 1 else None
+    return b.emit_like(AvgPool(x, kernel, stride, padding, ceil_mode, count_include_pad, divisor), node.meta)
+
+
+@lowers("aten.adaptive_avg_pool1d", "aten.adaptive_avg_pool2d", "aten._adaptive_avg_pool2d",
+        "aten.adaptive_avg_pool3d", "aten._adaptive_avg_pool3d")  # fmt: skip
+def adaptive_avg_pool(node: Node, b: Builder) -> Operand:
+    x = b.input(node, 0)
+    nd = _spatial_rank(node)
+    out_size = tuple(node.meta.shape[-nd:])  # None entries in output_size are resolved by torch's record
+    return b.emit_like(AdaptiveAvgPool(x, out_size), node.meta)

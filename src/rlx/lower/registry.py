@@ -1,0 +1,308 @@
+"""The aten → Call registry and the Builder that handlers append Calls through.
+
+A handler is registered next to its definition::
+
+    @lowers("aten.relu.default")
+    def relu(node: Node, b: Builder) -> Operand: ...
+
+Names may be a full ``aten.<op>.<overload>`` or a bare ``aten.<op>`` meaning every overload.
+The supported-op list, the README table and the up-front coverage check all read ``REGISTRY``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from rlx.errors import LoweringError, RlxError, UnsupportedOpError
+from rlx.ir import dtypes
+from rlx.ir.calls import Cast
+from rlx.ir.program import Call, Instr, Lit, Operand, Program, Ref, Value, Weight
+from rlx.ir.torch_ir import Node, TensorMeta, TorchIR
+
+Result = Operand | Sequence[Operand | None] | None
+Handler = Callable[[Node, "Builder"], Result]
+
+
+@dataclass(frozen=True)
+class Registration:
+    name: str  # as registered: "aten.add.Tensor" or "aten.add" (every overload)
+    handler: Handler
+    family: str  # the module that defines it: "elementwise", "shape", …
+
+
+REGISTRY: dict[str, Registration] = {}
+
+# Export-only bookkeeping ops that compute nothing.
+_NOOP_PREFIXES = ("aten._assert", "aten.sym_constrain_range", "aten._print")
+
+
+def lowers(*names: str) -> Callable[[Handler], Handler]:
+    """Register ``handler`` for each aten op name (``aten.<op>`` or ``aten.<op>.<overload>``)."""
+
+    def register(handler: Handler) -> Handler:
+        family = handler.__module__.rsplit(".", 1)[-1]
+        for name in names:
+            if name in REGISTRY:
+                raise ValueError(f"{name} is registered twice ({REGISTRY[name].handler.__name__})")
+            REGISTRY[name] = Registration(name, handler, family)
+        return handler
+
+    return register
+
+
+def find(op: str) -> Registration | None:
+    """The registration for a node's op: exact overload first, then the bare op."""
+    if op in REGISTRY:
+        return REGISTRY[op]
+    parts = op.split(".")
+    return REGISTRY.get(".".join(parts[:2])) if len(parts) == 3 else None
+
+
+def is_noop(op: str) -> bool:
+    return op.startswith(_NOOP_PREFIXES)
+
+
+def supported_ops() -> list[str]:
+    _load_families()
+    return sorted(REGISTRY)
+
+
+def _load_families() -> None:
+    # Importing the family modules runs their @lowers decorators.
+    from rlx.lower import creation, elementwise, linalg, nn, reduce, shape  # noqa: F401
+
+
+class Builder:
+    """Collects instructions for one Program while lowering nodes in order."""
+
+    def __init__(self, program: Program) -> None:
+        self.program = program
+        self.env: dict[str, Any] = {}  # aten value id → Operand, or a tuple of them for multi-output nodes
+        self.info: dict[str, Value] = {v.name: v for v in program.inputs}
+        self.info.update({w.name: Value(w.name, w.shape, w.dtype) for w in program.weights})
+        self._node: Node | None = None
+        self._names: set[str] = set(self.info)
+        self._emitted: list[Instr] = []
+
+    # ── reading the node ─────────────────────────────────────────────────────
+    def input(self, node: Node, index: int, name: str | None = None) -> Ref:
+        """Tensor argument ``index`` as a Ref (errors if it is not a tensor)."""
+        op = self.operand(node.arg(index, name), None)
+        if not isinstance(op, Ref):
+            raise LoweringError(f"node {node.id} ({node.op}): argument {index} must be a tensor, found {op!r}")
+        return op
+
+    def optional_input(self, node: Node, index: int, name: str | None = None) -> Ref | None:
+        arg = node.arg(index, name)
+        return None if arg is None else self.input(node, index, name)
+
+    def operand(self, arg: Any, dtype: str | None) -> Operand:
+        """A node argument as an operand: refs resolve through the environment, numbers become
+        literals of ``dtype`` (or of their own Python type when ``dtype`` is None)."""
+        if isinstance(arg, Ref):
+            try:
+                return self.env[arg.name]
+            except KeyError:
+                raise LoweringError(f"value {arg.name!r} is used but was never produced") from None
+        if isinstance(arg, (bool, int, float)):
+            return self.lit(arg, dtype or dtypes.scalar_dtype(arg))
+        raise LoweringError(f"expected a tensor or a number, found {arg!r}")
+
+    def lit(self, value: bool | int | float, dtype: str) -> Lit:
+        if dtypes.is_float(dtype):
+            return Lit(float(value), dtype)
+        if dtype == "bool":
+            return Lit(bool(value), dtype)
+        if isinstance(value, float) and not value.is_integer():
+            raise LoweringError(f"scalar {value} cannot be represented as {dtype}")
+        return Lit(int(value), dtype)
+
+    def shape(self, x: Operand) -> tuple[int, ...]:
+        return () if isinstance(x, Lit) else self.info[x.name].shape
+
+    def dtype(self, x: Operand) -> str:
+        return x.dtype if isinstance(x, Lit) else self.info[x.name].dtype
+
+    def rank(self, x: Operand) -> int:
+        return len(self.shape(x))
+
+    # ── emitting ─────────────────────────────────────────────────────────────
+    def emit(self, call: Call, shape: Sequence[int], dtype: str) -> Ref:
+        """Append ``call`` and return its result. Names are ``<node>__<k>`` until the handler
+        returns; the value it returns is then renamed to the node id."""
+        node = self._node
+        base = node.id if node else "v"
+        name = f"{base}__{len(self._emitted)}"
+        while name in self._names:
+            name += "_"
+        self._names.add(name)
+        ins = Instr(name, call, tuple(int(d) for d in shape), dtype, node.id if node else "", "")
+        self._emitted.append(ins)
+        self.info[name] = Value(name, ins.shape, dtype)
+        return Ref(name)
+
+    def emit_like(self, call: Call, meta: TensorMeta) -> Ref:
+        return self.emit(call, meta.shape, meta.dtype)
+
+    def cast(self, x: Operand, dtype: str) -> Operand:
+        """``x`` in ``dtype``; literals are converted in place, tensors get a Cast when needed."""
+        if self.dtype(x) == dtype:
+            return x
+        if isinstance(x, Lit):
+            return self.lit(x.value, dtype)
+        return self.emit(Cast(x, dtype), self.shape(x), dtype)
+
+    # ── driving one node ─────────────────────────────────────────────────────
+    def lower_node(self, node: Node, handler: Handler) -> None:
+        self._node = node
+        self._emitted = []
+        try:
+            result = handler(node, self)
+        except RlxError:
+            raise
+        except (ValueError, TypeError, IndexError, KeyError, AttributeError) as e:
+            raise LoweringError(f"node {node.id} ({node.op}): cannot lower: {e}") from e
+        emitted = self._emitted
+        if isinstance(result, (Ref, Lit)):
+            result = self._rename_final(node, result, emitted)
+        elif isinstance(result, (list, tuple)):
+            result = tuple(result)
+        note = self._note(node)
+        for ins in emitted:
+            ins.note = note
+        self.program.instrs.extend(emitted)
+        self.env[node.id] = result
+        self._check_result(node, result)
+        self._node = None
+
+    def _rename_final(self, node: Node, result: Operand, emitted: list[Instr]) -> Operand:
+        # Readable programs: the value a node produces carries the node's own name.
+        if (
+            isinstance(result, Ref)
+            and emitted
+            and emitted[-1].result == result.name
+            and node.id not in self._names
+        ):
+            old = emitted[-1]
+            self._names.discard(old.result)
+            self._names.add(node.id)
+            old.result = node.id
+            self.info[node.id] = self.info.pop(result.name)
+            self.info[node.id] = Value(node.id, old.shape, old.dtype)
+            return Ref(node.id)
+        return result
+
+    def _check_result(self, node: Node, result: Any) -> None:
+        # The handler must agree with the shape/dtype torch recorded: catches lowering bugs
+        # at conversion time instead of as wrong numbers at run time.
+        if isinstance(result, tuple):
+            pairs = [(r, m) for r, m in zip(result, node.out) if r is not None]
+        else:
+            pairs = [(result, node.out[0] if node.out else None)]
+        for r, m in pairs:
+            if not isinstance(m, TensorMeta) or not isinstance(r, (Ref, Lit)):
+                continue
+            if self.shape(r) != m.shape or self.dtype(r) != m.dtype:
+                raise LoweringError(
+                    f"node {node.id} ({node.op}): lowered to {list(self.shape(r))} {self.dtype(r)}, "
+                    f"but torch recorded {list(m.shape)} {m.dtype}"
+                )
+
+    def _note(self, node: Node) -> str:
+        ins = []
+        for a in node.args:
+            for r in _refs(a):
+                val = self.env.get(r.name)
+                shape = self.shape(val) if isinstance(val, (Ref, Lit)) else None
+                ins.append(f"{r.name}{_fmt_shape(shape)}" if shape is not None else r.name)
+        outs = [f"{_fmt_shape(m.shape)} {m.dtype}" for m in node.out if isinstance(m, TensorMeta)]
+        return f"{node.op} ({', '.join(ins)}) -> {', '.join(outs) or '()'}"
+
+
+def _refs(a: Any) -> list[Ref]:
+    if isinstance(a, Ref):
+        return [a]
+    if isinstance(a, tuple):
+        return [r for x in a for r in _refs(x)]
+    return []
+
+
+def _fmt_shape(shape: Sequence[int] | None) -> str:
+    return "[" + ",".join(str(d) for d in shape or ()) + "]"
+
+
+def check_coverage(ir: TorchIR) -> None:
+    """Raise one ``UnsupportedOpError`` listing every op the registry lacks, before lowering."""
+    _load_families()
+    missing: dict[str, list[str]] = {}
+    for n in ir.nodes:
+        if n.op == "_getitem" or is_noop(n.op) or find(n.op):
+            continue
+        missing.setdefault(n.op, []).append(n.id)
+    if missing:
+        parts = []
+        for op, ids in sorted(missing.items()):
+            first = ", ".join(ids[:3]) + (", …" if len(ids) > 3 else "")
+            parts.append(f"{op} ×{len(ids)} (nodes {first})")
+        raise UnsupportedOpError(
+            f"unsupported ops ({len(missing)}): {'; '.join(parts)}. "
+            "Try --decomposition core, or file an issue with this line",
+            missing,
+        )
+
+
+def lower(ir: TorchIR) -> Program:
+    """Lower a parsed torch-ir graph to a Program (coverage is checked first, all at once)."""
+    check_coverage(ir)
+    program = Program(
+        name=ir.model_name,
+        inputs=[Value(i.id, i.shape, i.dtype) for i in ir.inputs],
+        weights=[Weight(w.id, w.key, w.shape, w.dtype) for w in ir.weights],
+        instrs=[],
+        outputs=[],
+        output_tree=ir.output_tree,
+        source_histogram=ir.op_histogram(),
+    )
+    b = Builder(program)
+    for v in program.inputs:
+        b.env[v.name] = Ref(v.name)
+    for w in program.weights:
+        b.env[w.name] = Ref(w.name)
+    for node in ir.nodes:
+        if is_noop(node.op):
+            continue
+        if node.op == "_getitem":
+            b.env[node.id] = _getitem(node, b)
+            continue
+        reg = find(node.op)
+        assert reg is not None  # check_coverage guarantees it
+        b.lower_node(node, reg.handler)
+    for k, out in enumerate(ir.outputs):
+        if out.ref is None:
+            const = out.const
+            if isinstance(const, (bool, int, float)):
+                program.outputs.append(b.lit(const, dtypes.scalar_dtype(const)))
+                continue
+            raise LoweringError(f"outputs[{k}]: constant output {const!r} is not a number")
+        val = b.env.get(out.ref)
+        if not isinstance(val, (Ref, Lit)):
+            raise LoweringError(f"outputs[{k}]: {out.ref!r} is not a single tensor")
+        program.outputs.append(val)
+    if program.output_tree is None:
+        program.output_tree = {"tuple": [{"out": k} for k in range(len(program.outputs))]}
+    return program
+
+
+def _getitem(node: Node, b: Builder) -> Operand:
+    src, index = node.args[0], node.args[1]
+    if not isinstance(src, Ref) or not isinstance(index, int):
+        raise LoweringError(f"node {node.id} (_getitem): expected (tuple ref, int), found {node.args!r}")
+    parts = b.env.get(src.name)
+    if not isinstance(parts, tuple) or not -len(parts) <= index < len(parts):
+        raise LoweringError(f"node {node.id} (_getitem): {src.name} has no result {index}")
+    value = parts[index]
+    if value is None:
+        raise LoweringError(f"node {node.id} (_getitem): result {index} of {src.name} is not supported by its lowering")
+    return value

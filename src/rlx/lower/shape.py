@@ -1,0 +1,193 @@
+"""Shape and data-movement lowerings: views, permutes, slicing, concatenation, indexing."""
+
+from __future__ import annotations
+
+from rlx.errors import LoweringError
+from rlx.ir.calls import Concat, Expand, Gather, Index, IndexSelect, Pad, Permute, Reshape, Slice
+from rlx.ir.program import Operand, Ref
+from rlx.ir.torch_ir import Node
+from rlx.lower.registry import Builder, lowers
+from rlx.lower.shapes import chunk_sizes, norm_axis, slice_bounds, split_sizes
+
+
+def reshape_to(b: Builder, x: Ref, shape: tuple[int, ...]) -> Ref:
+    return x if b.shape(x) == tuple(shape) else b.emit(Reshape(x, tuple(shape)), shape, b.dtype(x))
+
+
+@lowers("aten.view", "aten._unsafe_view", "aten.reshape", "aten.flatten", "aten.unflatten", "aten.unsqueeze",
+        "aten.squeeze", "aten.view_as", "aten.reshape_as", "aten.squeeze_copy", "aten.unsqueeze_copy",
+        "aten.view_copy", "aten._reshape_alias")  # fmt: skip
+def view(node: Node, b: Builder) -> Operand:
+    # Every view-like op is a reshape to the shape torch recorded for the result.
+    return reshape_to(b, b.input(node, 0), node.meta.shape)
+
+
+def permute_value(b: Builder, x: Ref, perm: tuple[int, ...]) -> Ref:
+    if perm == tuple(range(len(perm))):
+        return x
+    shape = tuple(b.shape(x)[p] for p in perm)
+    return b.emit(Permute(x, perm), shape, b.dtype(x))
+
+
+@lowers("aten.permute", "aten.permute_copy")
+def permute(node: Node, b: Builder) -> Operand:
+    x = b.input(node, 0)
+    rank = b.rank(x)
+    return permute_value(b, x, tuple(norm_axis(d, rank) for d in node.arg(1, "dims")))
+
+
+@lowers("aten.transpose", "aten.swapaxes", "aten.t", "aten.numpy_T", "aten.transpose_copy")
+def transpose(node: Node, b: Builder) -> Operand:
+    x = b.input(node, 0)
+    rank = b.rank(x)
+    if node.base in ("t", "numpy_T"):
+        perm = tuple(reversed(range(rank)))
+    else:
+        d0, d1 = norm_axis(node.arg(1), rank), norm_axis(node.arg(2), rank)
+        order = list(range(rank))
+        order[d0], order[d1] = order[d1], order[d0]
+        perm = tuple(order)
+    return permute_value(b, x, perm)
+
+
+@lowers("aten.expand", "aten.expand_as", "aten.expand_copy", "aten.broadcast_to")
+def expand(node: Node, b: Builder) -> Operand:
+    x = b.input(node, 0)
+    shape = node.meta.shape
+    return x if b.shape(x) == shape else b.emit_like(Expand(x, shape), node.meta)
+
+
+@lowers("aten.slice", "aten.slice_copy")
+def slice_(node: Node, b: Builder) -> Operand:
+    x = b.input(node, 0)
+    axis = norm_axis(node.arg(1, "dim", 0), b.rank(x))
+    start, stop, step = slice_bounds(b.shape(x)[axis], node.arg(2, "start"), node.arg(3, "end"), node.arg(4, "step", 1))
+    if (start, stop, step) == (0, b.shape(x)[axis], 1):
+        return x
+    return b.emit_like(Slice(x, axis, start, stop, step), node.meta)
+
+
+def take_slice(b: Builder, x: Ref, axis: int, start: int, stop: int) -> Ref:
+    shape = list(b.shape(x))
+    shape[axis] = stop - start
+    return b.emit(Slice(x, axis, start, stop, 1), shape, b.dtype(x))
+
+
+@lowers("aten.select", "aten.select_copy")
+def select(node: Node, b: Builder) -> Operand:
+    x = b.input(node, 0)
+    axis = norm_axis(node.arg(1, "dim"), b.rank(x))
+    size = b.shape(x)[axis]
+    index = node.arg(2, "index")
+    if not -size <= index < size:
+        raise LoweringError(f"node {node.id}: index {index} is out of range for axis {axis} of size {size}")
+    index %= size
+    return reshape_to(b, take_slice(b, x, axis, index, index + 1), node.meta.shape)
+
+
+def _split(b: Builder, x: Ref, axis: int, sizes: list[int]) -> tuple[Ref, ...]:
+    parts, start = [], 0
+    for size in sizes:
+        parts.append(take_slice(b, x, axis, start, start + size))
+        start += size
+    return tuple(parts)
+
+
+@lowers("aten.split", "aten.split_with_sizes", "aten.chunk", "aten.tensor_split", "aten.unsafe_split",
+        "aten.split_copy", "aten.split_with_sizes_copy")  # fmt: skip
+def split(node: Node, b: Builder) -> tuple[Ref, ...]:
+    x = b.input(node, 0)
+    axis = norm_axis(node.arg(2, "dim", 0), b.rank(x))
+    size = b.shape(x)[axis]
+    how = node.arg(1)
+    if node.base == "chunk":
+        sizes = chunk_sizes(size, how)
+    elif isinstance(how, int):
+        sizes = split_sizes(size, how)
+    else:
+        sizes = list(how)
+    if sum(sizes) != size:
+        raise LoweringError(f"node {node.id}: split sizes {sizes} do not add up to {size}")
+    return _split(b, x, axis, sizes)
+
+
+@lowers("aten.unbind")
+def unbind(node: Node, b: Builder) -> tuple[Ref, ...]:
+    x = b.input(node, 0)
+    axis = norm_axis(node.arg(1, "dim", 0), b.rank(x))
+    shape = b.shape(x)[:axis] + b.shape(x)[axis + 1 :]
+    return tuple(reshape_to(b, part, shape) for part in _split(b, x, axis, [1] * b.shape(x)[axis]))
+
+
+@lowers("aten.cat", "aten.concat", "aten.concatenate")
+def cat(node: Node, b: Builder) -> Operand:
+    out = node.meta
+    parts = [b.operand(a, None) for a in node.arg(0, "tensors")]
+    rank = len(out.shape)
+    # Legacy rule: 1-d empty tensors are skipped whatever the rank of the others.
+    parts = [p for p in parts if not (b.shape(p) == (0,) and rank != 1)]
+    axis = norm_axis(node.arg(1, "dim", 0), rank)
+    parts = [b.cast(p, out.dtype) for p in parts]
+    if len(parts) == 1:
+        return parts[0]
+    return b.emit_like(Concat(tuple(parts), axis), out)
+
+
+@lowers("aten.stack")
+def stack(node: Node, b: Builder) -> Operand:
+    out = node.meta
+    axis = norm_axis(node.arg(1, "dim", 0), len(out.shape))
+    parts = []
+    for a in node.arg(0, "tensors"):
+        p = b.cast(b.operand(a, None), out.dtype)
+        shape = b.shape(p)
+        parts.append(reshape_to(b, p, shape[:axis] + (1,) + shape[axis:]))
+    return parts[0] if len(parts) == 1 else b.emit_like(Concat(tuple(parts), axis), out)
+
+
+@lowers("aten.constant_pad_nd", "aten.pad")
+def constant_pad(node: Node, b: Builder) -> Operand:
+    x = b.input(node, 0)
+    if node.base == "pad" and node.arg(2, "mode", "constant") != "constant":
+        raise LoweringError(f"node {node.id}: pad mode {node.arg(2, 'mode')!r} is not supported yet")
+    pad = list(node.arg(1, "pad"))
+    value = node.arg(2 if node.base == "constant_pad_nd" else 3, "value", 0) or 0
+    rank = b.rank(x)
+    pads = [(0, 0)] * rank
+    # `pad` lists (before, after) pairs starting from the last axis.
+    for i in range(len(pad) // 2):
+        pads[rank - 1 - i] = (pad[2 * i], pad[2 * i + 1])
+    if b.dtype(x) == "bool":
+        value = bool(value)
+    elif b.dtype(x) not in ("f16", "bf16", "f32", "f64"):
+        value = int(value)
+    return b.emit_like(Pad(x, tuple(pads), value), node.meta)
+
+
+@lowers("aten.index_select")
+def index_select(node: Node, b: Builder) -> Operand:
+    x = b.input(node, 0)
+    axis = norm_axis(node.arg(1, "dim"), b.rank(x))
+    return b.emit_like(IndexSelect(x, axis, b.input(node, 2, "index")), node.meta)
+
+
+@lowers("aten.gather")
+def gather(node: Node, b: Builder) -> Operand:
+    x = b.input(node, 0)
+    axis = norm_axis(node.arg(1, "dim"), b.rank(x))
+    return b.emit_like(Gather(x, axis, b.input(node, 2, "index")), node.meta)
+
+
+@lowers("aten.index.Tensor", "aten._unsafe_index.Tensor")
+def index(node: Node, b: Builder) -> Operand:
+    x = b.input(node, 0)
+    indices = []
+    for a in node.arg(1, "indices"):
+        if a is None:
+            indices.append(None)
+            continue
+        idx = b.operand(a, None)
+        if b.dtype(idx) == "bool":
+            raise LoweringError(f"node {node.id}: indexing with a boolean mask has a data-dependent shape")
+        indices.append(idx)
+    return b.emit_like(Index(x, tuple(indices)), node.meta)

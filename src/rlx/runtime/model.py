@@ -1,0 +1,132 @@
+"""``rlx.load(bundle_dir)`` → a callable ``Model`` that runs with numpy only."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rlx.errors import BundleError, InputError, RlxError
+from rlx.ir import dtypes
+from rlx.ir.program import Program, Value
+from rlx.runtime.executor import Executor
+from rlx import safetensors_io
+
+
+class Model:
+    """A loaded model. ``model(*arrays, **named)`` returns outputs in the model's structure."""
+
+    def __init__(self, program: Program, weights: Mapping[str, np.ndarray], meta: dict[str, Any] | None = None) -> None:
+        self.program = program
+        self.meta = meta or {}
+        self.name = program.name
+        self.inputs: list[Value] = list(program.inputs)
+        self.output_tree = program.output_tree
+        self._executor = Executor(program, weights)
+
+    @property
+    def input_names(self) -> list[str]:
+        return [v.name for v in self.inputs]
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return unflatten(self.output_tree, self.run_flat(self.bind(args, kwargs)))
+
+    def bind(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> list[np.ndarray]:
+        """Match positional and named arguments to the program inputs, checking each one."""
+        names = self.input_names
+        if len(args) > len(names):
+            raise InputError(f"{self.name} takes {len(names)} inputs ({', '.join(names)}), got {len(args)} positional")
+        bound: dict[str, Any] = dict(zip(names, args))
+        for key, val in kwargs.items():
+            if key not in names:
+                raise InputError(f"{self.name} has no input named {key!r}; its inputs are {', '.join(names)}")
+            if key in bound:
+                raise InputError(f"input {key!r} given both by position and by name")
+            bound[key] = val
+        missing = [n for n in names if n not in bound]
+        if missing:
+            raise InputError(f"{self.name}: missing input(s) {', '.join(missing)}; expected {', '.join(names)}")
+        return [check_input(v, bound[v.name]) for v in self.inputs]
+
+    def run_flat(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        return self._executor.run(inputs)
+
+
+def check_input(spec: Value, value: Any) -> np.ndarray:
+    want = dtypes.to_numpy(spec.dtype)
+    if isinstance(value, np.ndarray):
+        arr = value
+        if arr.dtype != want:
+            raise InputError(
+                f"input {spec.name!r} has dtype {arr.dtype}, expected {want} ({spec.dtype}); convert with .astype()"
+            )
+    else:
+        try:
+            arr = np.asarray(value, dtype=want)
+        except (TypeError, ValueError) as e:
+            raise InputError(f"input {spec.name!r}: cannot convert {type(value).__name__} to {want}: {e}") from None
+    if tuple(arr.shape) != spec.shape:
+        raise InputError(f"input {spec.name!r} has shape {list(arr.shape)}, expected {list(spec.shape)}")
+    return arr
+
+
+def unflatten(tree: Any, flat: list[Any]) -> Any:
+    """Rebuild the model's output structure from the flat output list."""
+    if tree is None:
+        return None
+    if "out" in tree:
+        return flat[tree["out"]]
+    if "const" in tree:
+        return tree["const"]
+    if "tuple" in tree:
+        return tuple(unflatten(t, flat) for t in tree["tuple"])
+    if "list" in tree:
+        return [unflatten(t, flat) for t in tree["list"]]
+    if "dict" in tree:
+        return {k: unflatten(t, flat) for k, t in tree["dict"]}
+    raise BundleError(f"output structure has an unknown node {sorted(tree)}")
+
+
+def load(bundle_dir: str | Path) -> Model:
+    """Load a bundle directory (``program.json`` + ``weights.safetensors`` + ``meta.json``)."""
+    bundle_dir = Path(bundle_dir)
+    if (bundle_dir / "bundle" / "program.json").is_file():  # an OUT directory from `rlx import`
+        bundle_dir = bundle_dir / "bundle"
+    if not bundle_dir.is_dir():
+        raise BundleError(f"{bundle_dir}: not a directory; pass the bundle directory written by `rlx import`")
+    program = Program.from_json(_read_json(bundle_dir / "program.json"), "program.json")
+    meta = _read_json(bundle_dir / "meta.json")
+    tensors, _ = safetensors_io.read(bundle_dir / "weights.safetensors")
+    weights = bind_weights(program, tensors, bundle_dir / "weights.safetensors")
+    return Model(program, weights, meta)
+
+
+def bind_weights(program: Program, tensors: Mapping[str, np.ndarray], source: Path | str) -> dict[str, np.ndarray]:
+    """Weights by program value name, checking every declared shape and dtype."""
+    out = {}
+    for w in program.weights:
+        if w.key not in tensors:
+            raise BundleError(f"{source}: tensor {w.key!r} is missing (the program needs it as {w.name})")
+        arr = tensors[w.key]
+        if dtypes.from_numpy(arr.dtype) != w.dtype or tuple(arr.shape) != w.shape:
+            raise BundleError(
+                f"{source}: tensor {w.key!r} is {dtypes.from_numpy(arr.dtype)}{list(arr.shape)}, "
+                f"the program declares {w.dtype}{list(w.shape)}"
+            )
+        out[w.name] = arr
+    return out
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise BundleError(f"{path}: missing; is {path.parent} a bundle written by `rlx import`?") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+        raise BundleError(f"{path}: not valid JSON: {e}") from None
+
+
+__all__ = ["Model", "RlxError", "load", "unflatten"]

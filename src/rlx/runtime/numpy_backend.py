@@ -1,0 +1,488 @@
+"""The numpy backend: one kernel per Call. Kernels know Calls and arrays, never aten.
+
+A kernel receives the Call and its operands resolved to arrays, in the order of
+``Call.operand_fields()`` (literals as 0-d arrays, absent optionals as None, tuples as lists).
+Operands already carry the computation dtype; half-precision floats are widened to float32 inside
+a kernel and rounded once at the end, which is what PyTorch's CPU kernels do.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
+from rlx.ir import calls as C
+from rlx.ir import dtypes
+from rlx.ir.program import Call
+from rlx.runtime.erf import erf
+
+Kernel = Callable[..., np.ndarray]
+KERNELS: dict[type[Call], Kernel] = {}
+
+_F32 = np.dtype(np.float32)
+_LOW_PRECISION = (np.dtype(np.float16), dtypes.to_numpy("bf16"))
+
+
+def kernel(*call_types: type[Call]) -> Callable[[Kernel], Kernel]:
+    def register(fn: Kernel) -> Kernel:
+        for t in call_types:
+            KERNELS[t] = fn
+        return fn
+
+    return register
+
+
+def widen(x: np.ndarray) -> np.ndarray:
+    """float16/bfloat16 → float32 for the arithmetic; other dtypes unchanged."""
+    return x.astype(_F32) if x.dtype in _LOW_PRECISION else x
+
+
+def _compute_dtype(x: np.ndarray) -> np.dtype:
+    return _F32 if x.dtype in _LOW_PRECISION else x.dtype
+
+
+# ── elementwise ──────────────────────────────────────────────────────────────
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    return 1 / (1 + np.exp(-x))
+
+
+def _gelu(x: np.ndarray) -> np.ndarray:
+    return x * 0.5 * (1 + erf(x * (1 / math.sqrt(2))).astype(x.dtype))
+
+
+def _gelu_tanh(x: np.ndarray) -> np.ndarray:
+    inner = math.sqrt(2 / math.pi) * (x + 0.044715 * x * x * x)
+    return 0.5 * x * (1 + np.tanh(inner))
+
+
+def _softplus(x: np.ndarray) -> np.ndarray:
+    return np.where(x > 20, x, np.log1p(np.exp(np.minimum(x, 20))))
+
+
+def _sign(x: np.ndarray) -> np.ndarray:
+    # PyTorch's sign is (0 < x) - (x < 0): NaN maps to 0, unlike numpy.sign.
+    if x.dtype == np.bool_:
+        return x.copy()
+    return ((x > 0).astype(x.dtype) - (x < 0).astype(x.dtype)).astype(x.dtype)
+
+
+_SELU_ALPHA, _SELU_SCALE = 1.6732632423543772848170429916717, 1.0507009873554804934193349852946
+
+UNARY: dict[str, Callable[[np.ndarray], np.ndarray]] = {
+    "neg": np.negative, "abs": np.abs, "exp": np.exp, "expm1": np.expm1, "exp2": np.exp2,
+    "log": np.log, "log1p": np.log1p, "log2": np.log2, "log10": np.log10, "sqrt": np.sqrt,
+    "rsqrt": lambda x: 1 / np.sqrt(x), "reciprocal": lambda x: 1 / x,
+    "sin": np.sin, "cos": np.cos, "tan": np.tan, "asin": np.arcsin, "acos": np.arccos,
+    "atan": np.arctan, "sinh": np.sinh, "cosh": np.cosh, "tanh": np.tanh, "asinh": np.arcsinh,
+    "acosh": np.arccosh, "atanh": np.arctanh, "sigmoid": _sigmoid,
+    "relu": lambda x: np.maximum(x, x.dtype.type(0)), "silu": lambda x: x * _sigmoid(x),
+    "gelu": _gelu, "gelu_tanh": _gelu_tanh, "erf": lambda x: erf(x).astype(x.dtype),
+    "floor": np.floor, "ceil": np.ceil, "round": np.round, "trunc": np.trunc, "sign": _sign,
+    "logical_not": np.logical_not, "bitwise_not": np.invert, "isnan": np.isnan, "isinf": np.isinf,
+    "isfinite": np.isfinite, "identity": lambda x: x, "square": lambda x: x * x,
+    "hardsigmoid": lambda x: np.minimum(np.maximum(x + 3, 0), 6) / 6,
+    "hardswish": lambda x: x * np.minimum(np.maximum(x + 3, 0), 6) / 6,
+    "mish": lambda x: x * np.tanh(_softplus(x)), "softplus": _softplus,
+    "relu6": lambda x: np.minimum(np.maximum(x, 0), 6),
+    "elu": lambda x: np.where(x > 0, x, np.expm1(np.minimum(x, 0))),
+    "selu": lambda x: _SELU_SCALE * np.where(x > 0, x, _SELU_ALPHA * np.expm1(np.minimum(x, 0))),
+}  # fmt: skip
+# Exact for integers, so never widened; the rest work in float32 for half precision.
+_EXACT_UNARY = {"neg", "abs", "logical_not", "bitwise_not", "isnan", "isinf", "isfinite", "identity", "sign"}
+
+
+@kernel(C.Unary)
+def unary(c: C.Unary, x: np.ndarray) -> np.ndarray:
+    fn = UNARY[c.fn]
+    if c.fn in _EXACT_UNARY or x.dtype not in _LOW_PRECISION:
+        return np.asarray(fn(x))
+    return np.asarray(fn(widen(x))).astype(x.dtype)
+
+
+def _trunc_divide(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    if x.dtype.kind == "f":
+        return np.trunc(x / y)
+    q = np.floor_divide(x, y)
+    return np.where((q < 0) & (q * y != x), q + 1, q).astype(q.dtype)
+
+
+BINARY: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
+    "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.true_divide,
+    "floor_divide": np.floor_divide, "trunc_divide": _trunc_divide, "remainder": np.remainder,
+    "fmod": np.fmod, "pow": np.power, "maximum": np.maximum, "minimum": np.minimum,
+    "fmax": np.fmax, "fmin": np.fmin, "atan2": np.arctan2,
+    "eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal, "gt": np.greater,
+    "ge": np.greater_equal, "logical_and": np.logical_and, "logical_or": np.logical_or,
+    "logical_xor": np.logical_xor, "bitwise_and": np.bitwise_and, "bitwise_or": np.bitwise_or,
+    "bitwise_xor": np.bitwise_xor,
+}  # fmt: skip
+_PREDICATES = {"eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor"}
+
+
+@kernel(C.Binary)
+def binary(c: C.Binary, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    fn = BINARY[c.fn]
+    if x.dtype in _LOW_PRECISION and c.fn not in _PREDICATES:
+        return np.asarray(fn(widen(x), widen(y))).astype(x.dtype)
+    return np.asarray(fn(x, y))
+
+
+@kernel(C.Where)
+def where(c: C.Where, cond: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    return np.where(cond, x, y)
+
+
+@kernel(C.Clamp)
+def clamp(c: C.Clamp, x: np.ndarray, lo: np.ndarray | None, hi: np.ndarray | None) -> np.ndarray:
+    # maximum/minimum propagate NaN from either side, as torch.clamp does; lo > hi gives hi.
+    out = x if lo is None else np.maximum(x, lo)
+    return out if hi is None else np.minimum(out, hi)
+
+
+@kernel(C.LeakyRelu)
+def leaky_relu(c: C.LeakyRelu, x: np.ndarray) -> np.ndarray:
+    xw = widen(x)
+    return np.where(xw > 0, xw, xw * c.slope).astype(x.dtype)
+
+
+@kernel(C.Cast)
+def cast(c: C.Cast, x: np.ndarray) -> np.ndarray:
+    return x.astype(dtypes.to_numpy(c.dtype))
+
+
+# ── producers ────────────────────────────────────────────────────────────────
+@kernel(C.Full)
+def full(c: C.Full, *_: Any) -> np.ndarray:
+    return np.full(c.shape, c.value, dtype=dtypes.to_numpy(c.dtype))
+
+
+@kernel(C.Arange)
+def arange(c: C.Arange, *_: Any) -> np.ndarray:
+    dt = dtypes.to_numpy(c.dtype)
+    n = max(0, math.ceil((c.end - c.start) / c.step))
+    if dt.kind in "iub":
+        return (c.start + c.step * np.arange(n, dtype=np.int64)).astype(dt)
+    return (c.start + c.step * np.arange(n, dtype=np.float64)).astype(dt)
+
+
+# ── shape and data movement ──────────────────────────────────────────────────
+@kernel(C.Reshape)
+def reshape(c: C.Reshape, x: np.ndarray) -> np.ndarray:
+    return x.reshape(c.shape)
+
+
+@kernel(C.Permute)
+def permute(c: C.Permute, x: np.ndarray) -> np.ndarray:
+    return x.transpose(c.perm)
+
+
+@kernel(C.Expand)
+def expand(c: C.Expand, x: np.ndarray) -> np.ndarray:
+    return np.broadcast_to(x, c.shape)
+
+
+@kernel(C.Slice)
+def slice_(c: C.Slice, x: np.ndarray) -> np.ndarray:
+    return x[(slice(None),) * c.axis + (slice(c.start, c.stop, c.step),)]
+
+
+@kernel(C.Concat)
+def concat(c: C.Concat, xs: list[np.ndarray]) -> np.ndarray:
+    return np.concatenate(xs, axis=c.axis)
+
+
+@kernel(C.Pad)
+def pad(c: C.Pad, x: np.ndarray) -> np.ndarray:
+    crop = tuple(slice(max(0, -lo), x.shape[i] - max(0, -hi)) for i, (lo, hi) in enumerate(c.pads))
+    x = x[crop]
+    widths = [(max(0, lo), max(0, hi)) for lo, hi in c.pads]
+    if not any(lo or hi for lo, hi in widths):
+        return x
+    return np.pad(x, widths, mode="constant", constant_values=np.asarray(c.value).astype(x.dtype))
+
+
+@kernel(C.IndexSelect)
+def index_select(c: C.IndexSelect, x: np.ndarray, index: np.ndarray) -> np.ndarray:
+    return np.take(x, index, axis=c.axis)
+
+
+@kernel(C.Gather)
+def gather(c: C.Gather, x: np.ndarray, index: np.ndarray) -> np.ndarray:
+    # torch.gather lets the index be smaller than x on the other axes: crop x to match.
+    crop = tuple(slice(None) if a == c.axis else slice(0, n) for a, n in enumerate(index.shape))
+    return np.take_along_axis(x[crop], index, axis=c.axis)
+
+
+@kernel(C.Index)
+def index(c: C.Index, x: np.ndarray, indices: list[np.ndarray | None]) -> np.ndarray:
+    return x[tuple(slice(None) if i is None else i for i in indices)]
+
+
+# ── linear algebra ───────────────────────────────────────────────────────────
+@kernel(C.MatMul)
+def matmul(c: C.MatMul, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    return np.matmul(widen(x), widen(y)).astype(x.dtype, copy=False)
+
+
+@kernel(C.Linear)
+def linear(c: C.Linear, x: np.ndarray, w: np.ndarray, b: np.ndarray | None) -> np.ndarray:
+    out = np.matmul(widen(x), widen(w).T)
+    if b is not None:
+        out += widen(b)
+    return out.astype(x.dtype, copy=False)
+
+
+# ── reductions ───────────────────────────────────────────────────────────────
+@kernel(C.Reduce)
+def reduce(c: C.Reduce, x: np.ndarray) -> np.ndarray:
+    axes = c.axes if c.axes else None
+    xw = widen(x)
+    if c.fn in ("var", "std"):
+        out = getattr(np, c.fn)(xw, axis=axes, keepdims=c.keepdim, ddof=c.correction)
+    else:
+        fn = {"sum": np.sum, "mean": np.mean, "prod": np.prod, "amax": np.max, "amin": np.min,
+              "any": np.any, "all": np.all}[c.fn]  # fmt: skip
+        out = fn(xw, axis=axes, keepdims=c.keepdim)
+    return np.asarray(out).astype(x.dtype, copy=False)
+
+
+@kernel(C.ArgReduce)
+def arg_reduce(c: C.ArgReduce, x: np.ndarray) -> np.ndarray:
+    fn = np.argmax if c.fn == "argmax" else np.argmin
+    if c.axis is None:
+        out = fn(x)
+        return np.asarray(out, dtype=np.int64).reshape((1,) * x.ndim if c.keepdim else ())
+    return np.asarray(fn(x, axis=c.axis, keepdims=c.keepdim), dtype=np.int64)
+
+
+# ── neural-network blocks ────────────────────────────────────────────────────
+def softmax_array(x: np.ndarray, axis: int, log: bool = False) -> np.ndarray:
+    shifted = x - np.max(x, axis=axis, keepdims=True)
+    if log:
+        return shifted - np.log(np.sum(np.exp(shifted), axis=axis, keepdims=True))
+    e = np.exp(shifted)
+    return e / np.sum(e, axis=axis, keepdims=True)
+
+
+@kernel(C.Softmax)
+def softmax(c: C.Softmax, x: np.ndarray) -> np.ndarray:
+    return softmax_array(widen(x), c.axis, c.log).astype(x.dtype, copy=False)
+
+
+def _affine(y: np.ndarray, w: np.ndarray | None, b: np.ndarray | None, shape: tuple[int, ...]) -> np.ndarray:
+    if w is not None:
+        y = y * widen(w).reshape(shape)
+    if b is not None:
+        y = y + widen(b).reshape(shape)
+    return y
+
+
+@kernel(C.LayerNorm)
+def layer_norm(c: C.LayerNorm, x: np.ndarray, w: np.ndarray | None, b: np.ndarray | None) -> np.ndarray:
+    xw = widen(x)
+    axes = tuple(range(x.ndim - c.ndim, x.ndim))
+    mean = xw.mean(axis=axes, keepdims=True)
+    centered = xw - mean
+    var = np.mean(centered * centered, axis=axes, keepdims=True)
+    y = centered * (1 / np.sqrt(var + c.eps))
+    return _affine(y, w, b, x.shape[x.ndim - c.ndim :]).astype(x.dtype, copy=False)
+
+
+@kernel(C.RmsNorm)
+def rms_norm(c: C.RmsNorm, x: np.ndarray, w: np.ndarray | None) -> np.ndarray:
+    xw = widen(x)
+    axes = tuple(range(x.ndim - c.ndim, x.ndim))
+    y = xw * (1 / np.sqrt(np.mean(xw * xw, axis=axes, keepdims=True) + c.eps))
+    return _affine(y, w, None, x.shape[x.ndim - c.ndim :]).astype(x.dtype, copy=False)
+
+
+@kernel(C.BatchNorm)
+def batch_norm(
+    c: C.BatchNorm, x: np.ndarray, mean: np.ndarray, var: np.ndarray, w: np.ndarray | None, b: np.ndarray | None
+) -> np.ndarray:
+    shape = (-1,) + (1,) * (x.ndim - 2)
+    y = (widen(x) - widen(mean).reshape(shape)) * (1 / np.sqrt(widen(var).reshape(shape) + c.eps))
+    return _affine(y, w, b, shape).astype(x.dtype, copy=False)
+
+
+@kernel(C.GroupNorm)
+def group_norm(c: C.GroupNorm, x: np.ndarray, w: np.ndarray | None, b: np.ndarray | None) -> np.ndarray:
+    xw = widen(x)
+    grouped = xw.reshape(x.shape[0], c.groups, -1)
+    mean = grouped.mean(axis=2, keepdims=True)
+    centered = grouped - mean
+    var = np.mean(centered * centered, axis=2, keepdims=True)
+    y = (centered * (1 / np.sqrt(var + c.eps))).reshape(x.shape)
+    return _affine(y, w, b, (-1,) + (1,) * (x.ndim - 2)).astype(x.dtype, copy=False)
+
+
+def _pad_spatial(x: np.ndarray, pads: list[tuple[int, int]], value: float | int | bool) -> np.ndarray:
+    if not any(lo or hi for lo, hi in pads):
+        return x
+    return np.pad(x, [(0, 0)] * (x.ndim - len(pads)) + pads, mode="constant", constant_values=value)
+
+
+def _windows(x: np.ndarray, kernel_: tuple[int, ...], stride: tuple[int, ...], dilation: tuple[int, ...],
+             out: tuple[int, ...]) -> np.ndarray:  # fmt: skip
+    """Sliding windows over the trailing ``len(kernel_)`` axes: shape ``[..., *out, *kernel]``."""
+    nd = len(kernel_)
+    extent = tuple(d * (k - 1) + 1 for k, d in zip(kernel_, dilation))
+    win = sliding_window_view(x, extent, axis=tuple(range(x.ndim - nd, x.ndim)))
+    lead = (slice(None),) * (x.ndim - nd)
+    win = win[lead + tuple(slice(0, (o - 1) * s + 1, s) for o, s in zip(out, stride)) + tuple(
+        slice(None, None, d) for d in dilation
+    )]
+    return win
+
+
+def conv_out_size(size: int, k: int, s: int, p: int, d: int, ceil_mode: bool = False) -> int:
+    """PyTorch's output extent for conv/pool windows (with its ceil_mode rule)."""
+    span = size + 2 * p - d * (k - 1) - 1
+    out = (span + (s - 1 if ceil_mode else 0)) // s + 1
+    if ceil_mode and (out - 1) * s >= size + p:  # the last window must start inside the input
+        out -= 1
+    return max(out, 0)
+
+
+@kernel(C.Conv)
+def conv(c: C.Conv, x: np.ndarray, w: np.ndarray, b: np.ndarray | None) -> np.ndarray:
+    if c.transposed:
+        return _conv_transpose(c, x, w, b)
+    xw, ww = widen(x), widen(w)
+    nd = w.ndim - 2
+    n, g = x.shape[0], c.groups
+    out_sp = tuple(conv_out_size(x.shape[2 + i], w.shape[2 + i], c.stride[i], c.padding[i], c.dilation[i]) for i in range(nd))
+    xp = _pad_spatial(xw, [(p, p) for p in c.padding], 0)
+    win = _windows(xp, w.shape[2:], c.stride, c.dilation, out_sp)  # [N, C, *out, *k]
+    cg, og = x.shape[1] // g, w.shape[0] // g
+    k = int(np.prod(w.shape[2:]))
+    p = int(np.prod(out_sp))
+    win = win.reshape((n, g, cg) + out_sp + w.shape[2:])
+    # [N, G, *out, Cg, *k] → [N, G, P, Cg*K], then one batched GEMM per group.
+    order = (0, 1) + tuple(range(3, 3 + nd)) + (2,) + tuple(range(3 + nd, 3 + 2 * nd))
+    cols = win.transpose(order).reshape(n, g, p, cg * k)
+    wk = ww.reshape(g, og, cg * k).transpose(0, 2, 1)
+    out = np.matmul(cols, wk)  # [N, G, P, Og]
+    out = out.transpose(0, 1, 3, 2).reshape((n, g * og) + out_sp)
+    if b is not None:
+        out = out + widen(b).reshape((-1,) + (1,) * nd)
+    return out.astype(x.dtype, copy=False)
+
+
+def _conv_transpose(c: C.Conv, x: np.ndarray, w: np.ndarray, b: np.ndarray | None) -> np.ndarray:
+    xw, ww = widen(x), widen(w)
+    nd = w.ndim - 2
+    n, g = x.shape[0], c.groups
+    cg, og = w.shape[0] // g, w.shape[1]
+    ksp, in_sp = w.shape[2:], x.shape[2:]
+    k = int(np.prod(ksp))
+    full = tuple((i - 1) * s + d * (kk - 1) + 1 + op for i, s, d, kk, op in zip(in_sp, c.stride, c.dilation, ksp, c.output_padding))
+    # contributions[n, g, og, k, *in] = Σ_c x[n, g, c, *in] · w[g, c, og, k]
+    xs = xw.reshape((n, g, cg, -1))
+    wk = ww.reshape(g, cg, og * k)
+    contrib = np.matmul(wk.transpose(0, 2, 1)[None], xs).reshape((n, g, og, k) + in_sp)
+    out = np.zeros((n, g, og) + full, dtype=contrib.dtype)
+    for flat, offs in enumerate(np.ndindex(*ksp)):
+        dst = tuple(slice(o * d, o * d + (i - 1) * s + 1, s) for o, d, i, s in zip(offs, c.dilation, in_sp, c.stride))
+        out[(slice(None),) * 3 + dst] += contrib[:, :, :, flat]
+    crop = tuple(slice(p, f - p) for p, f in zip(c.padding, full))
+    out = out[(slice(None),) * 3 + crop].reshape((n, g * og) + tuple(f - 2 * p for p, f in zip(c.padding, full)))
+    if b is not None:
+        out = out + widen(b).reshape((-1,) + (1,) * nd)
+    return out.astype(x.dtype, copy=False)
+
+
+def _pool_geometry(x: np.ndarray, kernel_: tuple[int, ...], stride: tuple[int, ...], padding: tuple[int, ...],
+                   dilation: tuple[int, ...], ceil_mode: bool) -> tuple[tuple[int, ...], list[tuple[int, int]]]:  # fmt: skip
+    nd = len(kernel_)
+    sizes = x.shape[x.ndim - nd :]
+    out = tuple(conv_out_size(sizes[i], kernel_[i], stride[i], padding[i], dilation[i], ceil_mode) for i in range(nd))
+    # Right padding grows so ceil_mode's last partial window fits.
+    pads = [
+        (padding[i], max(padding[i], (out[i] - 1) * stride[i] + dilation[i] * (kernel_[i] - 1) + 1 - sizes[i] - padding[i]))
+        for i in range(nd)
+    ]
+    return out, pads
+
+
+def _lowest(dtype: np.dtype) -> Any:
+    return -np.inf if dtype.kind == "f" else (np.iinfo(dtype).min if dtype.kind in "iu" else False)
+
+
+@kernel(C.MaxPool)
+def max_pool(c: C.MaxPool, x: np.ndarray) -> np.ndarray:
+    nd = len(c.kernel)
+    out, pads = _pool_geometry(x, c.kernel, c.stride, c.padding, c.dilation, c.ceil_mode)
+    xw = widen(x)
+    win = _windows(_pad_spatial(xw, pads, _lowest(xw.dtype)), c.kernel, c.stride, c.dilation, out)
+    flat = win.reshape(win.shape[: x.ndim] + (-1,))
+    if not c.indices:
+        return flat.max(axis=-1).astype(x.dtype, copy=False)
+    # Positions of each window element in the unpadded spatial plane (−1 in the padding).
+    sizes = x.shape[x.ndim - nd :]
+    positions = np.arange(int(np.prod(sizes)), dtype=np.int64).reshape(sizes)
+    pos_win = _windows(_pad_spatial(positions, pads, -1), c.kernel, c.stride, c.dilation, out)
+    pos_flat = np.broadcast_to(pos_win.reshape(out + (-1,)), flat.shape)
+    arg = np.argmax(flat, axis=-1)[..., None]
+    return np.take_along_axis(pos_flat, arg, axis=-1)[..., 0]
+
+
+@kernel(C.AvgPool)
+def avg_pool(c: C.AvgPool, x: np.ndarray) -> np.ndarray:
+    nd = len(c.kernel)
+    ones = (1,) * nd
+    out, pads = _pool_geometry(x, c.kernel, c.stride, c.padding, ones, c.ceil_mode)
+    xw = widen(x)
+    win = _windows(_pad_spatial(xw, pads, 0), c.kernel, c.stride, ones, out)
+    total = win.sum(axis=tuple(range(x.ndim, x.ndim + nd)))
+    if c.divisor_override:
+        return (total / c.divisor_override).astype(x.dtype, copy=False)
+    # Divisor per window: real elements, plus the zero padding when count_include_pad — but
+    # never the extra right margin ceil_mode adds (PyTorch clips windows to input + padding).
+    sizes = x.shape[x.ndim - nd :]
+    counted = np.ones(sizes, dtype=np.float64)
+    if c.count_include_pad:
+        counted = np.pad(counted, [(p, p) for p in c.padding], constant_values=1)
+        extra = [(0, hi - p) for (_lo, hi), p in zip(pads, c.padding)]
+        counted = np.pad(counted, extra, constant_values=0)
+    else:
+        counted = np.pad(counted, pads, constant_values=0)
+    divisor = _windows(counted, c.kernel, c.stride, ones, out).sum(axis=tuple(range(nd, 2 * nd)))
+    return (total / divisor).astype(x.dtype, copy=False)
+
+
+@kernel(C.AdaptiveAvgPool)
+def adaptive_avg_pool(c: C.AdaptiveAvgPool, x: np.ndarray) -> np.ndarray:
+    # Averaging over a box is separable: pool one spatial axis at a time.
+    out = widen(x)
+    nd = len(c.output_size)
+    for i, size_out in enumerate(c.output_size):
+        axis = x.ndim - nd + i
+        size_in = out.shape[axis]
+        pieces = []
+        for j in range(size_out):
+            start = (j * size_in) // size_out
+            end = -((-(j + 1) * size_in) // size_out)
+            pieces.append(np.take(out, range(start, end), axis=axis).mean(axis=axis, keepdims=True))
+        out = np.concatenate(pieces, axis=axis)
+    return out.astype(x.dtype, copy=False)
+
+
+@kernel(C.Attention)
+def attention(c: C.Attention, q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
+    qw, kw, vw = widen(q), widen(k), widen(v)
+    if c.gqa and q.ndim >= 3 and k.shape[-3] != q.shape[-3]:
+        rep = q.shape[-3] // k.shape[-3]
+        kw, vw = np.repeat(kw, rep, axis=-3), np.repeat(vw, rep, axis=-3)
+    scores = np.matmul(qw, np.swapaxes(kw, -1, -2)) * np.asarray(c.scale, dtype=qw.dtype)
+    big_l, big_s = q.shape[-2], k.shape[-2]
+    if c.causal:
+        scores = np.where(np.tril(np.ones((big_l, big_s), dtype=bool)), scores, -np.inf)
+    if mask is not None:
+        scores = np.where(mask, scores, -np.inf) if mask.dtype == np.bool_ else scores + widen(mask)
+    probs = softmax_array(scores, -1)
+    return np.matmul(probs, vw).astype(q.dtype, copy=False)

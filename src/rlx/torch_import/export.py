@@ -1,0 +1,222 @@
+"""``torch.export`` → ``torch-ir.json`` + ``weights.safetensors`` + ``reference.safetensors``.
+
+The only module that imports torch at module level. It records the exported graph as is, in the
+schema of ``rlx.ir.torch_ir``: one entry per FX node, arguments encoded losslessly, every
+result's shape and dtype from torch's own fake-tensor metadata.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch.export import ExportedProgram
+from torch.utils import _pytree as pytree
+
+import rlx
+from rlx.errors import ExportError, UsageError
+from rlx.ir.program import Ref
+from rlx.ir.torch_ir import DtypeArg, Input, Node, Output, ScalarMeta, TensorMeta, TorchIR, Weight
+from rlx.torch_import.dtypes import tensor_to_numpy, torch_dtype_token
+from rlx.torch_import.levels import LEVELS, decompose
+from rlx.util import atomic_write_bytes, atomic_write_text
+from rlx import safetensors_io
+
+
+@dataclass
+class Exported:
+    """What ``export`` produced, in memory as well as on disk."""
+
+    ir: TorchIR
+    weights: dict[str, np.ndarray]  # by state_dict key
+    inputs: dict[str, np.ndarray]  # by input id
+    outputs: list[np.ndarray | None]  # eager outputs, flat; None for non-tensor leaves
+    exported_program: ExportedProgram
+
+
+def export(
+    model: torch.nn.Module,
+    example_inputs: tuple[Any, ...],
+    out_dir: str | Path,
+    *,
+    example_kwargs: Mapping[str, Any] | None = None,
+    decomposition: str = "high",
+    dynamic_shapes: Any = None,
+    model_name: str | None = None,
+) -> Exported:
+    """Export ``model`` and write ``torch-ir.json``, ``weights.safetensors``, ``reference.safetensors``."""
+    result = capture(model, example_inputs, example_kwargs=example_kwargs, decomposition=decomposition,
+                     dynamic_shapes=dynamic_shapes, model_name=model_name)  # fmt: skip
+    write(result, out_dir)
+    return result
+
+
+def capture(
+    model: torch.nn.Module,
+    example_inputs: tuple[Any, ...],
+    *,
+    example_kwargs: Mapping[str, Any] | None = None,
+    decomposition: str = "high",
+    dynamic_shapes: Any = None,
+    model_name: str | None = None,
+) -> Exported:
+    """Export in memory: the torch-ir graph, weights, example inputs and eager reference outputs."""
+    if decomposition not in LEVELS:
+        raise UsageError(f"unknown decomposition level {decomposition!r}; use one of {', '.join(LEVELS)}")
+    if not isinstance(model, torch.nn.Module):
+        raise UsageError(f"expected a torch.nn.Module, got {type(model).__name__}")
+    if not isinstance(example_inputs, tuple):
+        example_inputs = tuple(example_inputs) if isinstance(example_inputs, list) else (example_inputs,)
+    kwargs = dict(example_kwargs or {})
+    try:
+        ep = torch.export.export(model, example_inputs, kwargs=kwargs, dynamic_shapes=dynamic_shapes)
+    except Exception as e:  # torch raises many types; the user needs the first line of its message
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ExportError(f"torch.export failed for {type(model).__name__}: {type(e).__name__}: {first}") from e
+    ep = decompose(ep, decomposition)
+    with torch.no_grad():
+        eager = model(*example_inputs, **kwargs)
+    flat_out, _ = pytree.tree_flatten(eager)
+    ir, weights = _graph_to_ir(ep, model_name or type(model).__name__, decomposition)
+    flat_in, _ = pytree.tree_flatten((example_inputs, kwargs))
+    user_inputs = [s for s in ep.graph_signature.input_specs if s.kind.name == "USER_INPUT"]
+    inputs = {}
+    for spec, value in zip(user_inputs, flat_in):
+        if isinstance(value, torch.Tensor):
+            inputs[spec.arg.name] = tensor_to_numpy(value)
+    outputs = [tensor_to_numpy(v) if isinstance(v, torch.Tensor) else None for v in flat_out]
+    if len(outputs) != len(ir.outputs):
+        raise ExportError(f"eager run returned {len(outputs)} outputs but the exported graph has {len(ir.outputs)}")
+    return Exported(ir, weights, inputs, outputs, ep)
+
+
+def write(result: Exported, out_dir: str | Path) -> None:
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out_dir / "torch-ir.json", result.ir.dumps())
+    safetensors_io.write(out_dir / "weights.safetensors", result.weights)
+    reference = {f"in::{k}": v for k, v in result.inputs.items()}
+    reference.update({f"out::{i}": v for i, v in enumerate(result.outputs) if v is not None})
+    safetensors_io.write(out_dir / "reference.safetensors", reference)
+
+
+# ── graph → torch-ir ─────────────────────────────────────────────────────────
+def _graph_to_ir(ep: ExportedProgram, model_name: str, decomposition: str) -> tuple[TorchIR, dict[str, np.ndarray]]:
+    inputs: list[Input] = []
+    weights: list[Weight] = []
+    tensors: dict[str, np.ndarray] = {}
+    kinds = {"PARAMETER": "param", "BUFFER": "buffer", "CONSTANT_TENSOR": "const"}
+    placeholders = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
+    for spec in ep.graph_signature.input_specs:
+        name = spec.arg.name
+        val = placeholders[name].meta.get("val")
+        if spec.kind.name == "USER_INPUT":
+            if isinstance(val, torch.Tensor):
+                inputs.append(Input(name, tuple(int(d) for d in val.shape), torch_dtype_token(val.dtype)))
+            continue
+        if spec.kind.name not in kinds:
+            raise ExportError(f"input {name}: {spec.kind.name} inputs are not supported (inference graphs only)")
+        tensor = ep.state_dict.get(spec.target)
+        if tensor is None:
+            tensor = ep.constants.get(spec.target)
+        if not isinstance(tensor, torch.Tensor):
+            raise ExportError(f"weight {spec.target!r} is not a tensor (found {type(tensor).__name__})")
+        arr = tensor_to_numpy(tensor)
+        weights.append(Weight(name, spec.target, tuple(arr.shape), torch_dtype_token(tensor.dtype), kinds[spec.kind.name]))
+        tensors[spec.target] = arr
+
+    nodes: list[Node] = []
+    outputs: list[Output] = []
+    for n in ep.graph.nodes:
+        if n.op == "call_function":
+            nodes.append(_node(n))
+        elif n.op == "output":
+            for k, arg in enumerate(n.args[0]):
+                if isinstance(arg, torch.fx.Node):
+                    meta = _meta(arg.meta.get("val"))
+                    shape, dtype = (meta.shape, meta.dtype) if isinstance(meta, TensorMeta) else (None, None)
+                    outputs.append(Output(arg.name, None, shape, dtype))
+                else:
+                    outputs.append(Output(None, _arg(arg, f"output {k}")))
+    ir = TorchIR(
+        model_name=model_name,
+        inputs=inputs,
+        weights=weights,
+        nodes=nodes,
+        outputs=outputs,
+        producer=f"rlx {rlx.__version__} (torch {torch.__version__.split('+')[0]})",
+        decomposition=decomposition,
+        output_tree=tree_json(ep.call_spec.out_spec),
+    )
+    return ir, tensors
+
+
+def _op_name(target: Any) -> str:
+    if target is operator.getitem:
+        return "_getitem"
+    if isinstance(target, torch._ops.OpOverload):
+        return f"{target.namespace}.{target._schema.name.split('::')[-1]}.{target._overloadname}"
+    return getattr(target, "__name__", str(target))
+
+
+def _node(n: torch.fx.Node) -> Node:
+    where = f"node {n.name}"
+    args = tuple(_arg(a, where) for a in n.args)
+    kwargs = {k: _arg(v, where) for k, v in n.kwargs.items()}
+    val = n.meta.get("val")
+    if isinstance(val, (tuple, list)):
+        out = tuple(_meta(v) for v in val)
+        multi = True
+    else:
+        out, multi = (_meta(val),), False
+    return Node(n.name, _op_name(n.target), args, kwargs, out, multi)
+
+
+def _meta(val: Any) -> TensorMeta | ScalarMeta | None:
+    if isinstance(val, torch.Tensor):
+        return TensorMeta(tuple(int(d) for d in val.shape), torch_dtype_token(val.dtype))
+    if isinstance(val, (bool, int, float)):
+        return ScalarMeta(val)
+    if isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        return ScalarMeta(str(val))
+    return None
+
+
+def _arg(a: Any, where: str) -> Any:
+    if isinstance(a, torch.fx.Node):
+        return Ref(a.name)
+    if a is None or isinstance(a, (bool, int, float, str)):
+        return a
+    if isinstance(a, torch.dtype):
+        return DtypeArg(torch_dtype_token(a))
+    if isinstance(a, (list, tuple, torch.Size)):
+        return tuple(_arg(x, where) for x in a)
+    if isinstance(a, (torch.device, torch.layout, torch.memory_format)):
+        return str(a)
+    raise ExportError(f"{where}: cannot record argument {a!r} of type {type(a).__name__}")
+
+
+def tree_json(spec: pytree.TreeSpec) -> Any:
+    """The output structure as JSON: leaves are ``{"out": flat_index}``."""
+    counter = iter(range(spec.num_leaves))
+
+    def walk(s: pytree.TreeSpec) -> Any:
+        if s.is_leaf():
+            return {"out": next(counter)}
+        children = [walk(c) for c in s.children()]
+        if s.type is type(None):
+            return None
+        if s.type is list:
+            return {"list": children}
+        context = s.context
+        if isinstance(context, (list, tuple)) and len(context) == len(children) and s.type is not tuple:
+            if all(isinstance(k, (str, int)) for k in context):  # dicts, OrderedDicts, ModelOutput-like classes
+                return {"dict": [[k, c] for k, c in zip(context, children)]}
+        return {"tuple": children}
+
+    return walk(spec)

@@ -1,0 +1,56 @@
+"""Small filesystem helpers: atomic writes and atomic directory replacement."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from rlx.errors import UsageError
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temp file + rename, so readers never see half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+class StagedDir:
+    """Build a directory in a sibling temp dir and move it into place only on success.
+
+    An existing target is replaced only with ``force``; on failure the target is left untouched.
+    """
+
+    def __init__(self, target: str | Path, force: bool = False) -> None:
+        self.target = Path(target)
+        if self.target.exists() and not force:
+            raise UsageError(f"{self.target} already exists; pass --force (force=True) to overwrite it")
+        if self.target.exists() and not self.target.is_dir():
+            raise UsageError(f"{self.target} exists and is not a directory")
+        self.target.parent.mkdir(parents=True, exist_ok=True)
+        self.path = Path(tempfile.mkdtemp(prefix=f".{self.target.name}.", dir=self.target.parent))
+
+    def commit(self) -> Path:
+        if self.target.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{self.target.name}.old.", dir=self.target.parent))
+            os.replace(self.target, old / "x")
+            os.replace(self.path, self.target)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(self.path, self.target)
+        return self.target
+
+    def abort(self) -> None:
+        shutil.rmtree(self.path, ignore_errors=True)

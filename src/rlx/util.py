@@ -17,6 +17,7 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600 files; give the usual permissions
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -27,6 +28,21 @@ def atomic_write_text(path: Path, text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def check_writable_target(target: str | Path, force: bool) -> None:
+    """Fail early (before any expensive work) if ``target`` exists and may not be replaced."""
+    target = Path(target)
+    if target.exists() and not force:
+        raise UsageError(f"{target} already exists; pass --force (force=True) to overwrite it")
+    if target.exists() and not target.is_dir():
+        raise UsageError(f"{target} exists and is not a directory")
+
+
 class StagedDir:
     """Build a directory in a sibling temp dir and move it into place only on success.
 
@@ -35,12 +51,10 @@ class StagedDir:
 
     def __init__(self, target: str | Path, force: bool = False) -> None:
         self.target = Path(target)
-        if self.target.exists() and not force:
-            raise UsageError(f"{self.target} already exists; pass --force (force=True) to overwrite it")
-        if self.target.exists() and not self.target.is_dir():
-            raise UsageError(f"{self.target} exists and is not a directory")
+        check_writable_target(self.target, force)
         self.target.parent.mkdir(parents=True, exist_ok=True)
         self.path = Path(tempfile.mkdtemp(prefix=f".{self.target.name}.", dir=self.target.parent))
+        os.chmod(self.path, 0o777 & ~_umask())
 
     def commit(self) -> Path:
         if self.target.exists():

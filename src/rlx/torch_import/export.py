@@ -8,6 +8,7 @@ result's shape and dtype from torch's own fake-tensor metadata.
 from __future__ import annotations
 
 import operator
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -74,11 +75,13 @@ def capture(
         example_inputs = tuple(example_inputs) if isinstance(example_inputs, list) else (example_inputs,)
     kwargs = dict(example_kwargs or {})
     try:
-        ep = torch.export.export(model, example_inputs, kwargs=kwargs, dynamic_shapes=dynamic_shapes)
+        with warnings.catch_warnings():  # torch's own deprecation chatter is not the user's concern
+            warnings.simplefilter("ignore", FutureWarning)
+            ep = torch.export.export(model, example_inputs, kwargs=kwargs, dynamic_shapes=dynamic_shapes)
+            ep = decompose(ep, decomposition)
     except Exception as e:  # torch raises many types; the user needs the first line of its message
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ExportError(f"torch.export failed for {type(model).__name__}: {type(e).__name__}: {first}") from e
-    ep = decompose(ep, decomposition)
     with torch.no_grad():
         eager = model(*example_inputs, **kwargs)
     flat_out, _ = pytree.tree_flatten(eager)

@@ -1,0 +1,250 @@
+"""The ``rlx`` command: import, run, inspect, verify.
+
+Exit codes: 0 success, 1 parity failure, 2 bad input or usage. Errors are one line on stderr
+(``--debug`` prints the traceback too).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import math
+import sys
+import traceback
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rlx import __version__
+from rlx.errors import InputError, RlxError, UsageError
+
+EXIT_OK, EXIT_PARITY, EXIT_USAGE = 0, 1, 2
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # argparse exits 2 as well; keep our one-line format
+        raise UsageError(f"{self.prog}: {message} (see --help)")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="rlx", description="Convert PyTorch models to portable numpy bundles and prove them right.")
+    p.add_argument("--version", action="version", version=f"rlx {__version__}")
+    p.add_argument("--debug", action="store_true", help="print tracebacks on errors")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    imp = sub.add_parser("import", help="export a model file, lower it, write a bundle and check parity")
+    imp.add_argument("model_file", help="a .py file exposing `model` and `example_inputs`, or `get_model()`")
+    imp.add_argument("-o", "--out", required=True, help="output directory")
+    imp.add_argument("--emit", default="bundle", help="comma-separated artifacts to write (bundle)")
+    imp.add_argument("--verify", action=argparse.BooleanOptionalAction, default=True, help="check parity (default on)")
+    imp.add_argument("--decomposition", choices=("aten", "high", "core"), default="high")
+    imp.add_argument("--force", action="store_true", help="overwrite an existing output directory")
+    imp.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
+
+    run = sub.add_parser("run", help="run a bundle on .npy inputs with numpy only")
+    run.add_argument("bundle", help="bundle directory (or an OUT directory from `rlx import`)")
+    run.add_argument("--input", "-i", action="append", default=[], metavar="NAME=FILE.npy", help="an input array")
+    run.add_argument("-o", "--out", help="directory to write outputs as out<k>.npy")
+    run.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
+
+    ins = sub.add_parser("inspect", help="show inputs, outputs, parameters and ops of a bundle or torch-ir.json")
+    ins.add_argument("path")
+    ins.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
+
+    ver = sub.add_parser("verify", help="re-run parity of an OUT directory or bundle against its reference")
+    ver.add_argument("path")
+    ver.add_argument("--reference", help="reference.safetensors (default: next to the bundle)")
+    ver.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv
+    try:
+        args = _parser().parse_args(argv)
+        return {"import": cmd_import, "run": cmd_run, "inspect": cmd_inspect, "verify": cmd_verify}[args.command](args)
+    except RlxError as e:
+        if debug:
+            traceback.print_exc()
+        print(f"rlx: {e}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        print("rlx: interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:  # a bug in rlx: still one line, with the way to get details
+        if debug:
+            traceback.print_exc()
+        print(f"rlx: internal error: {type(e).__name__}: {e} (rerun with --debug and report it)", file=sys.stderr)
+        return EXIT_USAGE
+
+
+def _say(msg: str) -> None:
+    print(msg, flush=True)
+
+
+# ── import ───────────────────────────────────────────────────────────────────
+def load_model_file(path: str) -> tuple[Any, tuple[Any, ...], dict[str, Any]]:
+    """Import MODEL.py and return (model, example_inputs, example_kwargs)."""
+    file = Path(path)
+    if not file.is_file():
+        raise UsageError(f"{path}: no such file; pass a Python file that defines `model` and `example_inputs`")
+    spec = importlib.util.spec_from_file_location(f"rlx_user_model_{file.stem}", file)
+    if spec is None or spec.loader is None:
+        raise UsageError(f"{path}: cannot be imported as a Python module")
+    module = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, str(file.parent.resolve()))
+    try:
+        spec.loader.exec_module(module)
+    except Exception as e:
+        raise UsageError(f"{path}: importing it failed: {type(e).__name__}: {e}") from e
+    finally:
+        sys.path.pop(0)
+    if hasattr(module, "get_model"):
+        got = module.get_model()
+        if not isinstance(got, tuple) or len(got) not in (2, 3):
+            raise UsageError(f"{path}: get_model() must return (model, example_inputs[, example_kwargs])")
+        model, inputs = got[0], got[1]
+        kwargs = got[2] if len(got) == 3 else getattr(module, "example_kwargs", {})
+    elif hasattr(module, "model") and hasattr(module, "example_inputs"):
+        model, inputs, kwargs = module.model, module.example_inputs, getattr(module, "example_kwargs", {})
+    else:
+        raise UsageError(f"{path}: defines neither `model` + `example_inputs` nor `get_model()`")
+    if not isinstance(inputs, tuple):
+        inputs = tuple(inputs) if isinstance(inputs, list) else (inputs,)
+    return model, inputs, dict(kwargs or {})
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    from rlx.convert import from_torch
+    from rlx.util import check_writable_target
+
+    check_writable_target(args.out, args.force)
+    emit = tuple(e.strip() for e in args.emit.split(",") if e.strip())
+    _say(f"rlx {__version__}: importing {args.model_file} (decomposition {args.decomposition})")
+    model, inputs, kwargs = load_model_file(args.model_file)
+    labels = {"export": "exported with torch.export", "lower": "lowered to the rlx program",
+              "write": f"wrote {args.out}", "verify": "checked parity against PyTorch"}  # fmt: skip
+    report = from_torch(
+        model, inputs, args.out, example_kwargs=kwargs, verify=args.verify, emit=emit,
+        decomposition=args.decomposition, force=args.force,
+        on_step=lambda name, secs: _say(f"  {labels.get(name, name):<40} {secs:7.2f} s"),
+    )  # fmt: skip
+    _say("")
+    _say(report.summary())
+    return EXIT_OK if report.passed else EXIT_PARITY
+
+
+# ── run ──────────────────────────────────────────────────────────────────────
+def _read_npy(name: str, file: str) -> np.ndarray:
+    try:
+        return np.load(file, allow_pickle=False)
+    except FileNotFoundError:
+        raise InputError(f"input {name!r}: {file}: no such file") from None
+    except (ValueError, OSError) as e:
+        raise InputError(f"input {name!r}: {file} is not a readable .npy file: {e}") from None
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from rlx.runtime import load
+
+    model = load(args.bundle)
+    named = {}
+    for item in args.input:
+        name, sep, file = item.partition("=")
+        if not sep or not name or not file:
+            raise UsageError(f"--input {item!r}: expected NAME=FILE.npy")
+        named[name] = _read_npy(name, file)
+    flat = model.run_flat(model.bind((), named))
+    out_dir = Path(args.out) if args.out else None
+    if out_dir:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    for k, arr in enumerate(flat):
+        arr = np.asarray(arr)
+        line = f"out{k}: shape {list(arr.shape)} dtype {arr.dtype}"
+        if out_dir:
+            np.save(out_dir / f"out{k}.npy", arr)
+            line += f" -> {out_dir / f'out{k}.npy'}"
+        _say(line)
+    return EXIT_OK
+
+
+# ── inspect ──────────────────────────────────────────────────────────────────
+def cmd_inspect(args: argparse.Namespace) -> int:
+    path = Path(args.path)
+    if path.is_dir() and (path / "bundle" / "program.json").is_file():
+        path = path / "bundle"
+    if path.is_dir() and (path / "program.json").is_file():
+        _inspect_bundle(path)
+    elif path.is_file() and path.suffix == ".json" or (path / "torch-ir.json").is_file():
+        _inspect_torch_ir(path if path.is_file() else path / "torch-ir.json")
+    else:
+        raise UsageError(f"{args.path}: not a bundle directory or a torch-ir.json file")
+    return EXIT_OK
+
+
+def _fmt_values(title: str, rows: list[tuple[str, Sequence[int], str]]) -> list[str]:
+    return [f"{title}:"] + [f"  {name:<24} {str(list(shape)):<20} {dtype}" for name, shape, dtype in rows]
+
+
+def _fmt_hist(title: str, hist: dict[str, int]) -> list[str]:
+    return [f"{title} ({sum(hist.values())}):"] + [f"  {n:>5}  {op}" for op, n in hist.items()]
+
+
+def _inspect_bundle(path: Path) -> None:
+    from rlx.ir.program import Program
+
+    from rlx.runtime.model import _read_json
+
+    program = Program.from_json(_read_json(path / "program.json"), str(path / "program.json"))
+    meta = _read_json(path / "meta.json")
+    n_params = sum(math.prod(w.shape) for w in program.weights)
+    n_bytes = (path / "weights.safetensors").stat().st_size if (path / "weights.safetensors").exists() else 0
+    source = meta.get("source", {}) if isinstance(meta, dict) else {}
+    lines = [f"bundle {path}: model {program.name}"]
+    if source.get("producer") or source.get("decomposition"):
+        lines.append(f"source: {source.get('producer', '?')}, decomposition {source.get('decomposition', '?')}")
+    lines += _fmt_values("inputs", [(v.name, v.shape, v.dtype) for v in program.inputs])
+    values = program.values()
+    outs = [(f"out{k}", values[o.name].shape, values[o.name].dtype) for k, o in enumerate(program.outputs)
+            if hasattr(o, "name")]  # fmt: skip
+    lines += _fmt_values("outputs", outs)
+    lines.append(f"parameters: {n_params:,} in {len(program.weights)} tensors ({n_bytes / 1e6:.2f} MB on disk)")
+    lines += _fmt_hist("source aten ops", program.source_histogram)
+    lines += _fmt_hist("instructions", program.call_histogram())
+    _say("\n".join(lines))
+
+
+def _inspect_torch_ir(path: Path) -> None:
+    from rlx.ir import torch_ir
+
+    ir = torch_ir.load(path)
+    n_params = sum(math.prod(w.shape) for w in ir.weights)
+    lines = [f"torch-ir {path}: model {ir.model_name}"]
+    if ir.producer or ir.decomposition:
+        lines.append(f"producer: {ir.producer or '?'}, decomposition {ir.decomposition or '?'}")
+    lines += _fmt_values("inputs", [(i.id, i.shape, i.dtype) for i in ir.inputs])
+    lines += _fmt_values("outputs", [(o.ref or "const", o.shape or (), o.dtype or "-") for o in ir.outputs])
+    lines.append(f"parameters: {n_params:,} in {len(ir.weights)} tensors")
+    lines += _fmt_hist("aten ops", ir.op_histogram())
+    _say("\n".join(lines))
+
+
+# ── verify ───────────────────────────────────────────────────────────────────
+def cmd_verify(args: argparse.Namespace) -> int:
+    from rlx.verify import verify_bundle
+
+    report = verify_bundle(args.path, args.reference)
+    _say(report.table())
+    _say("parity: " + ("PASS" if report.passed else "FAIL"))
+    return EXIT_OK if report.passed else EXIT_PARITY
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
+
+
+__all__ = ["json", "load_model_file", "main"]

@@ -1,0 +1,128 @@
+"""Shared test helpers: convert a torch callable, run it torch-free, compare with eager PyTorch."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils import _pytree as pytree
+
+from rlx.convert import build_program
+from rlx.ir import dtypes
+from rlx.ir.program import Program
+from rlx.runtime.model import Model, bind_weights
+from rlx.torch_import import capture
+from rlx.torch_import.dtypes import tensor_to_numpy
+
+LEVELS = ("aten", "high", "core")
+
+# Per-dtype tolerances for comparing against eager PyTorch (rtol, atol).
+TOLERANCES = {
+    "f64": (1e-10, 1e-12),
+    "f32": (1e-5, 1e-6),
+    "f16": (2e-3, 1e-3),
+    "bf16": (2e-2, 1e-2),
+}
+
+
+class Wrap(torch.nn.Module):
+    """Turn a plain function into a module so torch.export can capture it."""
+
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        return self.fn(*args, **kwargs)
+
+
+def as_module(fn: Callable[..., Any] | torch.nn.Module) -> torch.nn.Module:
+    return fn if isinstance(fn, torch.nn.Module) else Wrap(fn)
+
+
+def convert(
+    fn: Callable[..., Any] | torch.nn.Module,
+    inputs: Sequence[Any],
+    *,
+    kwargs: Mapping[str, Any] | None = None,
+    decomposition: str = "high",
+) -> tuple[Model, Program, Any]:
+    """Export, lower and bind: returns (runtime model, program, exported)."""
+    module = as_module(fn).eval()
+    exported = capture(module, tuple(inputs), example_kwargs=kwargs, decomposition=decomposition)
+    program = build_program(exported.ir)
+    model = Model(program, bind_weights(program, exported.weights, "weights"))
+    return model, program, exported
+
+
+def assert_arrays_match(got: np.ndarray, want: np.ndarray, what: str = "output", rtol: float | None = None,
+                        atol: float | None = None) -> None:  # fmt: skip
+    """Shape, dtype, NaN/inf pattern and values (exact for integers and bools)."""
+    assert isinstance(got, np.ndarray), f"{what}: expected an ndarray, got {type(got).__name__}"
+    assert got.shape == want.shape, f"{what}: shape {got.shape} != torch {want.shape}"
+    assert got.dtype == want.dtype, f"{what}: dtype {got.dtype} != torch {want.dtype}"
+    tok = dtypes.from_numpy(want.dtype)
+    if not dtypes.is_float(tok):
+        np.testing.assert_array_equal(got, want, err_msg=what)
+        return
+    g, w = got.astype(np.float64), want.astype(np.float64)
+    np.testing.assert_array_equal(np.isnan(g), np.isnan(w), err_msg=f"{what}: NaN positions differ")
+    np.testing.assert_array_equal(np.isposinf(g), np.isposinf(w), err_msg=f"{what}: +inf positions differ")
+    np.testing.assert_array_equal(np.isneginf(g), np.isneginf(w), err_msg=f"{what}: -inf positions differ")
+    default_rtol, default_atol = TOLERANCES[tok]
+    finite = np.isfinite(w)
+    np.testing.assert_allclose(g[finite], w[finite], rtol=rtol or default_rtol, atol=atol or default_atol, err_msg=what)
+
+
+def assert_converts_and_matches(
+    fn: Callable[..., Any] | torch.nn.Module,
+    inputs: Sequence[Any],
+    *,
+    kwargs: Mapping[str, Any] | None = None,
+    levels: Sequence[str] = LEVELS,
+    rtol: float | None = None,
+    atol: float | None = None,
+) -> Program:
+    """Convert at each decomposition level, run with numpy, compare every output with eager torch."""
+    module = as_module(fn).eval()
+    with torch.no_grad():
+        expected = module(*inputs, **(kwargs or {}))
+    want_flat, want_spec = pytree.tree_flatten(expected)
+    program = None
+    for level in levels:
+        model, program, _ = convert(module, inputs, kwargs=kwargs, decomposition=level)
+        np_inputs = [tensor_to_numpy(t) if isinstance(t, torch.Tensor) else t for t in inputs]
+        np_kwargs = {k: tensor_to_numpy(v) for k, v in (kwargs or {}).items()}
+        got = model(*[a for a in np_inputs if isinstance(a, np.ndarray)], **np_kwargs)
+        got_flat, got_spec = pytree.tree_flatten(got)
+        assert len(got_flat) == len(want_flat), f"[{level}] {len(got_flat)} outputs, torch has {len(want_flat)}"
+        for i, (g, w) in enumerate(zip(got_flat, want_flat)):
+            if isinstance(w, torch.Tensor):
+                assert_arrays_match(g, tensor_to_numpy(w), f"[{level}] output {i}", rtol, atol)
+            else:
+                assert g == w, f"[{level}] output {i}: {g!r} != {w!r}"
+    assert program is not None
+    return program
+
+
+def rand(shape: Sequence[int], dtype: torch.dtype = torch.float32, *, low: float = -3, high: float = 3,
+         seed: int = 0) -> torch.Tensor:  # fmt: skip
+    """Deterministic random tensor of any dtype (bools and ints included)."""
+    g = torch.Generator().manual_seed(seed)
+    if dtype == torch.bool:
+        return torch.rand(tuple(shape), generator=g) > 0.5
+    if not dtype.is_floating_point:
+        return torch.randint(int(low), int(high) + 1, tuple(shape), generator=g, dtype=dtype)
+    return (torch.rand(tuple(shape), generator=g, dtype=torch.float64) * (high - low) + low).to(dtype)
+
+
+def with_specials(t: torch.Tensor) -> torch.Tensor:
+    """A float tensor with NaN, +inf, -inf and ±0 planted in it (flat positions 0..4)."""
+    t = t.clone()
+    flat = t.view(-1)
+    specials = [float("nan"), float("inf"), float("-inf"), 0.0, -0.0]
+    for i, v in enumerate(specials[: flat.numel()]):
+        flat[i] = v
+    return t

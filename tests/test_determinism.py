@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 import rlx
+
 from test_examples import load_example
 
 

@@ -47,14 +47,20 @@ def _variants():
     mlp, tr, cnn, lm = (load_example(n) for n in NAMES)
     torch.manual_seed(1)
     yield "mlp-wide", mlp.MLP(d_in=7, d_hidden=129, d_out=3), (torch.randn(9, 7),)
-    yield "transformer-8heads", tr.Transformer(dim=48, n_heads=8, hidden=40), (
-        torch.randn(3, 5, 48),
-        torch.tensor([[True] * 5, [True, True, False, False, False], [True] * 4 + [False]]),
+    yield (
+        "transformer-8heads",
+        tr.Transformer(dim=48, n_heads=8, hidden=40),
+        (
+            torch.randn(3, 5, 48),
+            torch.tensor([[True] * 5, [True, True, False, False, False], [True] * 4 + [False]]),
+        ),
     )
     cnn_model = cnn.CNN(n_classes=4)
     yield "cnn-odd-size", cnn_model, (torch.randn(1, 3, 23, 17),)
-    yield "decoder-lm-deep", lm.DecoderLM(vocab=37, dim=24, n_heads=2, n_layers=3, max_len=20), (
-        torch.randint(0, 37, (3, 20)),
+    yield (
+        "decoder-lm-deep",
+        lm.DecoderLM(vocab=37, dim=24, n_heads=2, n_layers=3, max_len=20),
+        (torch.randint(0, 37, (3, 20)),),
     )
     yield "decoder-lm-batch1", lm.DecoderLM(vocab=50, dim=64, n_heads=8, n_layers=1), (torch.randint(0, 50, (1, 1)),)
 

@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 import rlx
+
 from test_examples import load_example
 
 BLOCK_TORCH = textwrap.dedent(

@@ -54,6 +54,9 @@ def _parser() -> argparse.ArgumentParser:
     ins.add_argument("path")
     ins.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
 
+    ops = sub.add_parser("ops", help="list the aten ops the registry lowers (markdown table)")
+    ops.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
+
     ver = sub.add_parser("verify", help="re-run parity of an OUT directory or bundle against its reference")
     ver.add_argument("path")
     ver.add_argument("--reference", help="reference.safetensors (default: next to the bundle)")
@@ -66,7 +69,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     debug = "--debug" in argv
     try:
         args = _parser().parse_args(argv)
-        return {"import": cmd_import, "run": cmd_run, "inspect": cmd_inspect, "verify": cmd_verify}[args.command](args)
+        return {"import": cmd_import, "run": cmd_run, "inspect": cmd_inspect, "verify": cmd_verify, "ops": cmd_ops}[
+            args.command
+        ](args)
     except RlxError as e:
         if debug:
             traceback.print_exc()
@@ -196,7 +201,6 @@ def _fmt_hist(title: str, hist: dict[str, int]) -> list[str]:
 
 def _inspect_bundle(path: Path) -> None:
     from rlx.ir.program import Program
-
     from rlx.runtime.model import _read_json
 
     program = Program.from_json(_read_json(path / "program.json"), str(path / "program.json"))
@@ -231,6 +235,13 @@ def _inspect_torch_ir(path: Path) -> None:
     lines.append(f"parameters: {n_params:,} in {len(ir.weights)} tensors")
     lines += _fmt_hist("aten ops", ir.op_histogram())
     _say("\n".join(lines))
+
+
+def cmd_ops(args: argparse.Namespace) -> int:
+    from rlx.lower.registry import op_table_markdown
+
+    _say(op_table_markdown())
+    return EXIT_OK
 
 
 # ── verify ───────────────────────────────────────────────────────────────────

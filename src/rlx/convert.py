@@ -134,6 +134,7 @@ def from_torch(
         step("write", write_all)
         parity = None
         if verify:
+
             def run_parity() -> ParityReport:
                 runtime = Model(program, bind_weights(program, exported.weights, "weights"))
                 reference = {f"in::{k}": v for k, v in exported.inputs.items()}

@@ -62,12 +62,14 @@ def read(path: str | Path) -> tuple[dict[str, np.ndarray], dict[str, str]]:
         if begin != end:
             spans.append((begin, end, name))
         count = int(np.prod(shape, dtype=np.int64)) if shape else 1
-        arr = np.frombuffer(buf, dtype=dtypes.to_numpy(dtype), count=count, offset=data_start + begin) if count else (
-            np.zeros(0, dtype=dtypes.to_numpy(dtype))
+        arr = (
+            np.frombuffer(buf, dtype=dtypes.to_numpy(dtype), count=count, offset=data_start + begin)
+            if count
+            else (np.zeros(0, dtype=dtypes.to_numpy(dtype)))
         )
         out[name] = arr.reshape(shape)
     spans.sort()
-    for (b0, e0, n0), (b1, _e1, n1) in zip(spans, spans[1:]):
+    for (_b0, e0, n0), (b1, _e1, n1) in zip(spans, spans[1:]):
         if b1 < e0:
             raise WeightsError(f"{path}: tensors {n0!r} and {n1!r} overlap in the file")
     return out, {str(k): str(v) for k, v in metadata.items()}
@@ -115,7 +117,11 @@ def write(path: str | Path, tensors: dict[str, np.ndarray], metadata: dict[str, 
         arr = np.ascontiguousarray(tensors[name])
         token = dtypes.from_numpy(arr.dtype)
         data = arr.tobytes()
-        header[name] = {"dtype": TOKEN_TO_ST[token], "shape": list(arr.shape), "data_offsets": [offset, offset + len(data)]}
+        header[name] = {
+            "dtype": TOKEN_TO_ST[token],
+            "shape": list(arr.shape),
+            "data_offsets": [offset, offset + len(data)],
+        }
         blobs.append(data)
         offset += len(data)
     head = json.dumps(header, separators=(",", ":")).encode("utf-8")

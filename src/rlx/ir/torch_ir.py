@@ -335,8 +335,10 @@ def parse(doc: Any, source: str = "torch-ir.json") -> TorchIR:
         shape = r.shape(d.get("shape"), f"{at}.shape")
         dyn = d.get("dynamic")
         if dyn is not None:
-            if not isinstance(dyn, list) or len(dyn) != len(shape) or not all(
-                isinstance(s, int) and not isinstance(s, bool) for s in dyn
+            if (
+                not isinstance(dyn, list)
+                or len(dyn) != len(shape)
+                or not all(isinstance(s, int) and not isinstance(s, bool) for s in dyn)
             ):
                 raise r.fail(f"{at}.dynamic", "expected one int per axis (symbol id, or -1 for static)")
             dyn = tuple(dyn)

@@ -8,7 +8,7 @@ from rlx.ir.torch_ir import Node
 from rlx.lower.registry import Builder, lowers
 
 
-@lowers("aten.mm", "aten.bmm", "aten.matmul", "aten.mv", "aten.dot", "aten.vdot", "aten.inner")
+@lowers("aten.mm", "aten.bmm", "aten.matmul", "aten.mv", "aten.dot", "aten.vdot")
 def matmul(node: Node, b: Builder) -> Operand:
     out = node.meta
     x = b.cast(b.input(node, 0), out.dtype)
@@ -16,7 +16,7 @@ def matmul(node: Node, b: Builder) -> Operand:
     return b.emit_like(MatMul(x, y), out)
 
 
-@lowers("aten.addmm", "aten.baddbmm", "aten.addbmm", "aten.addmv")
+@lowers("aten.addmm", "aten.baddbmm", "aten.addmv")
 def addmm(node: Node, b: Builder) -> Operand:
     """``beta·input + alpha·(x @ y)``."""
     out = node.meta

@@ -69,6 +69,18 @@ def supported_ops() -> list[str]:
     return sorted(REGISTRY)
 
 
+def op_table_markdown() -> str:
+    """The supported-op table for the README, one row per op family, derived from the registry."""
+    _load_families()
+    families: dict[str, list[str]] = {}
+    for name, reg in sorted(REGISTRY.items()):
+        families.setdefault(reg.family, []).append(name.removeprefix("aten."))
+    rows = ["| family | aten ops (`op` = every overload, `op.overload` = that one) |", "|---|---|"]
+    for family, ops in sorted(families.items()):
+        rows.append(f"| {family} ({len(ops)}) | {', '.join(f'`{op}`' for op in ops)} |")
+    return "\n".join(rows)
+
+
 def _load_families() -> None:
     # Importing the family modules runs their @lowers decorators.
     from rlx.lower import creation, elementwise, linalg, nn, reduce, shape  # noqa: F401
@@ -179,12 +191,7 @@ class Builder:
 
     def _rename_final(self, node: Node, result: Operand, emitted: list[Instr]) -> Operand:
         # Readable programs: the value a node produces carries the node's own name.
-        if (
-            isinstance(result, Ref)
-            and emitted
-            and emitted[-1].result == result.name
-            and node.id not in self._names
-        ):
+        if isinstance(result, Ref) and emitted and emitted[-1].result == result.name and node.id not in self._names:
             old = emitted[-1]
             self._names.discard(old.result)
             self._names.add(node.id)

@@ -76,8 +76,16 @@ class Executor:
                 raise BundleError(f"program.json: the numpy backend has no kernel for {ins.call.op}")
             args = tuple(resolve(getattr(ins.call, f)) for f in ins.call.operand_fields())
             self._steps.append(
-                _Step(kern, ins.call, args, slots[ins.result], dtypes.to_numpy(ins.dtype), ins.shape,
-                      tuple(frees.get(k, ())), f"{ins.result} = {ins.call.op} [{ins.note or ins.node}]")  # fmt: skip
+                _Step(
+                    kern,
+                    ins.call,
+                    args,
+                    slots[ins.result],
+                    dtypes.to_numpy(ins.dtype),
+                    ins.shape,
+                    tuple(frees.get(k, ())),
+                    f"{ins.result} = {ins.call.op} [{ins.note or ins.node}]",
+                )  # fmt: skip
             )
         self._outputs = [
             slots[o.name] if isinstance(o, Ref) else _Const(np.asarray(o.value, dtypes.to_numpy(o.dtype)))

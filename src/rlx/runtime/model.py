@@ -9,11 +9,11 @@ from typing import Any
 
 import numpy as np
 
+from rlx import safetensors_io
 from rlx.errors import BundleError, InputError, RlxError
 from rlx.ir import dtypes
 from rlx.ir.program import Program, Value
 from rlx.runtime.executor import Executor
-from rlx import safetensors_io
 
 
 class Model:

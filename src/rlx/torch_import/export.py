@@ -20,13 +20,13 @@ from torch.export import ExportedProgram
 from torch.utils import _pytree as pytree
 
 import rlx
+from rlx import safetensors_io
 from rlx.errors import ExportError, UsageError
 from rlx.ir.program import Ref
 from rlx.ir.torch_ir import DtypeArg, Input, Node, Output, ScalarMeta, TensorMeta, TorchIR, Weight
 from rlx.torch_import.dtypes import tensor_to_numpy, torch_dtype_token
 from rlx.torch_import.levels import LEVELS, decompose
-from rlx.util import atomic_write_bytes, atomic_write_text
-from rlx import safetensors_io
+from rlx.util import atomic_write_text
 
 
 @dataclass
@@ -130,7 +130,9 @@ def _graph_to_ir(ep: ExportedProgram, model_name: str, decomposition: str) -> tu
         if not isinstance(tensor, torch.Tensor):
             raise ExportError(f"weight {spec.target!r} is not a tensor (found {type(tensor).__name__})")
         arr = tensor_to_numpy(tensor)
-        weights.append(Weight(name, spec.target, tuple(arr.shape), torch_dtype_token(tensor.dtype), kinds[spec.kind.name]))
+        weights.append(
+            Weight(name, spec.target, tuple(arr.shape), torch_dtype_token(tensor.dtype), kinds[spec.kind.name])
+        )
         tensors[spec.target] = arr
 
     nodes: list[Node] = []

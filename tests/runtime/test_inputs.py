@@ -1,0 +1,49 @@
+"""The runtime validates inputs (count, names, shapes, dtypes) with one clear error each."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from rlx.errors import InputError
+
+from helpers import convert
+
+
+class Two(torch.nn.Module):
+    def forward(self, tokens, mask):
+        return tokens * mask
+
+
+@pytest.fixture(scope="module")
+def model():
+    m, _, _ = convert(Two(), (torch.ones(2, 3, dtype=torch.int64), torch.ones(2, 3, dtype=torch.int64)))
+    return m
+
+
+def ok():
+    return np.ones((2, 3), np.int64)
+
+
+@pytest.mark.parametrize(
+    "args,kwargs,message",
+    [
+        ((ok(),), {}, "missing input(s) mask"),
+        ((ok(), ok(), ok()), {}, "takes 2 inputs (tokens, mask), got 3 positional"),
+        ((ok(),), {"masks": ok()}, "has no input named 'masks'"),
+        ((ok(),), {"tokens": ok()}, "given both by position and by name"),
+        ((ok(), np.ones((2, 4), np.int64)), {}, "input 'mask' has shape [2, 4], expected [2, 3]"),
+        ((ok(), np.ones((2, 3), np.float32)), {}, "input 'mask' has dtype float32, expected int64"),
+    ],
+)
+def test_bad_inputs(model, args, kwargs, message):
+    with pytest.raises(InputError) as info:
+        model(*args, **kwargs)
+    assert message in str(info.value)
+
+
+def test_lists_are_converted_and_names_work(model):
+    out = model([[1, 2, 3], [4, 5, 6]], mask=np.full((2, 3), 2, np.int64))
+    np.testing.assert_array_equal(out, np.array([[2, 4, 6], [8, 10, 12]]))
+    assert out.dtype == np.int64

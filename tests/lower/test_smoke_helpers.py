@@ -1,5 +1,6 @@
 import pytest
 import torch
+
 from helpers import assert_converts_and_matches, rand, with_specials
 
 

@@ -16,11 +16,11 @@ from typing import Any, ClassVar
 
 from rlx.errors import SchemaError
 from rlx.ir import dtypes
+from rlx.ir.symbolic import Shape, Sym, Symbol, dim_from_json, dim_json, eval_dim, eval_shape
 
 PROGRAM_FORMAT = "rlx-program"
 PROGRAM_VERSION = 1
 
-Shape = tuple[int, ...]
 
 
 @dataclass(frozen=True)
@@ -131,6 +131,12 @@ class Program:
     output_tree: Any = None  # nested {"tuple"|"list": [...]} / {"dict": [[k, v]...]} / {"out": i} / {"const": x}
     source_histogram: dict[str, int] = field(default_factory=dict)
     source_format: str = "rlx-torch-ir/1"
+    symbols: list[Symbol] = field(default_factory=list)  # input symbols of dynamic shapes
+    guards: list[str] = field(default_factory=list)  # boolean expressions torch asserted over them
+
+    @property
+    def is_dynamic(self) -> bool:
+        return bool(self.symbols)
 
     def values(self) -> dict[str, Value]:
         """Every named value of the program with its shape and dtype."""
@@ -153,13 +159,13 @@ class Program:
             "name": self.name,
             "source_format": self.source_format,
             "inputs": [_value_json(v) for v in self.inputs],
-            "weights": [{"name": w.name, "key": w.key, "shape": list(w.shape), "dtype": w.dtype} for w in self.weights],
+            "weights": [{"name": w.name, "key": w.key, "shape": _shape_json(w.shape), "dtype": w.dtype} for w in self.weights],
             "instrs": [
                 {
                     "result": i.result,
                     "op": i.call.op,
                     "args": {f.name: encode(getattr(i.call, f.name)) for f in dataclasses.fields(i.call)},
-                    "shape": list(i.shape),
+                    "shape": _shape_json(i.shape),
                     "dtype": i.dtype,
                     "node": i.node,
                     "note": i.note,
@@ -169,6 +175,8 @@ class Program:
             "outputs": [encode(o) for o in self.outputs],
             "output_tree": self.output_tree,
             "source_histogram": self.source_histogram,
+            "symbols": [{"name": s.name, "min": s.min, "max": s.max, "hint": s.hint} for s in self.symbols],
+            "guards": list(self.guards),
         }
 
     def dumps(self) -> str:
@@ -185,7 +193,11 @@ def dumps_json(doc: Any) -> str:
 
 
 def _value_json(v: Value) -> dict[str, Any]:
-    return {"name": v.name, "shape": list(v.shape), "dtype": v.dtype}
+    return {"name": v.name, "shape": _shape_json(v.shape), "dtype": v.dtype}
+
+
+def _shape_json(shape: Shape) -> list[int | str]:
+    return [dim_json(d) for d in shape]
 
 
 # ── generic encoding of call fields ──────────────────────────────────────────
@@ -210,6 +222,8 @@ def encode(v: Any) -> Any:
     if isinstance(v, Lit):
         val = encode_float(v.value) if isinstance(v.value, float) else v.value
         return {"lit": val, "dtype": v.dtype}
+    if isinstance(v, Sym):
+        return {"sym": v.expr}
     if isinstance(v, tuple):
         return [encode(x) for x in v]
     if isinstance(v, float):
@@ -221,6 +235,9 @@ def _decode(v: Any, where: str) -> Any:
     if isinstance(v, dict):
         if set(v) == {"ref"} and isinstance(v["ref"], str):
             return Ref(v["ref"])
+        if set(v) == {"sym"} and isinstance(v["sym"], str):
+            dim = dim_from_json(v["sym"], where)
+            return dim
         if set(v) == {"lit", "dtype"}:
             tok = dtypes.check(v["dtype"], f"{where}.dtype")
             raw = v["lit"]
@@ -249,9 +266,20 @@ def _or_schema(fn: Any, raw: Any, where: str) -> Any:
 
 
 def _shape(raw: Any, where: str) -> Shape:
-    if not isinstance(raw, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in raw):
-        raise SchemaError(f"{where}: shape must be a list of non-negative ints, found {raw!r}")
-    return tuple(raw)
+    if not isinstance(raw, list):
+        raise SchemaError(f"{where}: shape must be a list, found {type(raw).__name__}")
+    return tuple(dim_from_json(d, f"{where}[{k}]") for k, d in enumerate(raw))
+
+
+def _symbols(raw: Any, where: str) -> list[Symbol]:
+    out = []
+    for k, s in enumerate(raw if isinstance(raw, list) else []):
+        at = f"{where}.symbols[{k}]"
+        name, lo, hi, hint = _get(s, "name", at, str), _get(s, "min", at, int), s.get("max"), _get(s, "hint", at, int)
+        if not name.isidentifier() or (hi is not None and (not isinstance(hi, int) or isinstance(hi, bool))):
+            raise SchemaError(f"{at}: expected an identifier name and an int or null max")
+        out.append(Symbol(name, lo, hi, hint))
+    return out
 
 
 def _get(d: Any, key: str, where: str, typ: type | tuple[type, ...]) -> Any:
@@ -329,4 +357,44 @@ def _program_from_json(doc: Any, where: str) -> Program:
         output_tree=doc.get("output_tree"),
         source_histogram=hist if isinstance(hist, dict) else {},
         source_format=doc.get("source_format", "") if isinstance(doc.get("source_format", ""), str) else "",
+        symbols=_symbols(doc.get("symbols", []), where),
+        guards=[_guard(g, f"{where}.guards[{k}]") for k, g in enumerate(doc.get("guards", []) or [])],
+    )
+
+
+def _guard(raw: Any, where: str) -> str:
+    if not isinstance(raw, str):
+        raise SchemaError(f"{where}: expected an expression string")
+    dim_from_json(raw, where)  # parses and checks the expression
+    return raw
+
+
+def _subst_dims(v: Any, bindings: dict[str, int]) -> Any:
+    if isinstance(v, Sym):
+        return eval_dim(v, bindings)
+    if isinstance(v, tuple):
+        return tuple(_subst_dims(x, bindings) for x in v)
+    return v
+
+
+def specialize(program: Program, bindings: dict[str, int]) -> Program:
+    """The program with every symbolic extent evaluated for one binding of the input symbols."""
+    instrs = []
+    for ins in program.instrs:
+        call = ins.call
+        changes = {}
+        for f in dataclasses.fields(call):
+            v = getattr(call, f.name)
+            new = _subst_dims(v, bindings)
+            if new is not v:
+                changes[f.name] = new
+        if changes:
+            call = dataclasses.replace(call, **changes)
+        instrs.append(Instr(ins.result, call, eval_shape(ins.shape, bindings), ins.dtype, ins.node, ins.note))
+    return dataclasses.replace(
+        program,
+        inputs=[Value(v.name, eval_shape(v.shape, bindings), v.dtype) for v in program.inputs],
+        instrs=instrs,
+        symbols=[],
+        guards=[],
     )

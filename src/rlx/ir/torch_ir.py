@@ -7,7 +7,6 @@ Every problem is reported as a ``SchemaError`` naming the JSON path, e.g. ``node
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -15,6 +14,7 @@ from typing import Any
 from rlx.errors import SchemaError
 from rlx.ir import dtypes
 from rlx.ir.program import Ref, decode_float, encode_float
+from rlx.ir.symbolic import Shape, Sym, Symbol, dim_from_json, dim_json, eval_shape, is_static
 
 FORMAT = "rlx-torch-ir"
 VERSION = 1
@@ -32,23 +32,22 @@ Arg = Any  # Ref | int | float | bool | str | None | DtypeArg | tuple[Arg, ...]
 
 @dataclass(frozen=True)
 class TensorMeta:
-    shape: tuple[int, ...]
+    shape: Shape  # symbolic where the extent depends on an input symbol
     dtype: str
 
 
 @dataclass(frozen=True)
 class ScalarMeta:
-    """A non-tensor node result (an int from ``sym_size``, …)."""
+    """A non-tensor node result: a number, or a symbolic int (``sym_size``, shape arithmetic)."""
 
-    raw: Any
+    value: Any
 
 
 @dataclass(frozen=True)
 class Input:
     id: str
-    shape: tuple[int, ...]
+    shape: Shape
     dtype: str
-    dynamic: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -101,7 +100,7 @@ class Node:
 class Output:
     ref: str | None
     const: Arg = None
-    shape: tuple[int, ...] | None = None
+    shape: Shape | None = None
     dtype: str | None = None
 
 
@@ -115,7 +114,13 @@ class TorchIR:
     producer: str = ""
     decomposition: str = ""
     output_tree: Any = None
+    symbols: list[Symbol] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def hints(self) -> dict[str, int]:
+        """The example extent of every symbol."""
+        return {s.name: s.hint for s in self.symbols}
 
     def op_histogram(self) -> dict[str, int]:
         hist: dict[str, int] = {}
@@ -125,13 +130,14 @@ class TorchIR:
 
     # ── writing ──────────────────────────────────────────────────────────────
     def to_json(self) -> dict[str, Any]:
+        hints = self.hints
         doc: dict[str, Any] = {
             "format": FORMAT,
             "version": VERSION,
             "model_name": self.model_name,
             "producer": self.producer,
             "decomposition": self.decomposition,
-            "inputs": [_input_json(i) for i in self.inputs],
+            "inputs": [_input_json(i, self.symbols) for i in self.inputs],
             "weights": [
                 {"id": w.id, "key": w.key, "shape": list(w.shape), "dtype": w.dtype, "kind": w.kind}
                 for w in self.weights
@@ -142,12 +148,14 @@ class TorchIR:
                     "op": n.op,
                     "args": [encode_arg(a) for a in n.args],
                     "kwargs": {k: encode_arg(v) for k, v in n.kwargs.items()},
-                    "out": _out_json(n),
+                    "out": _out_json(n, hints),
                 }
                 for n in self.nodes
             ],
-            "outputs": [_output_json(o) for o in self.outputs],
+            "outputs": [_output_json(o, hints) for o in self.outputs],
         }
+        if self.symbols:
+            doc["symbols"] = [{"name": s.name, "min": s.min, "max": s.max, "hint": s.hint} for s in self.symbols]
         if self.output_tree is not None:
             doc["output_tree"] = self.output_tree
         return doc
@@ -156,31 +164,44 @@ class TorchIR:
         return json.dumps(self.to_json(), indent=1, allow_nan=False) + "\n"
 
 
-def _input_json(i: Input) -> dict[str, Any]:
-    d: dict[str, Any] = {"id": i.id, "shape": list(i.shape), "dtype": i.dtype}
-    if i.dynamic is not None:
-        d["dynamic"] = list(i.dynamic)
+def _shape_json(shape: Shape, hints: dict[str, int]) -> dict[str, Any]:
+    """``shape`` holds the example extents (what readers of static graphs use); ``sym_shape``,
+    present only when some extent is symbolic, holds the expressions."""
+    out: dict[str, Any] = {"shape": list(eval_shape(shape, hints))}
+    if not is_static(shape):
+        out["sym_shape"] = [dim_json(d) for d in shape]
+    return out
+
+
+def _input_json(i: Input, symbols: list[Symbol]) -> dict[str, Any]:
+    hints = {s.name: s.hint for s in symbols}
+    d: dict[str, Any] = {"id": i.id, **_shape_json(i.shape, hints), "dtype": i.dtype}
+    if not is_static(i.shape):
+        index = {s.name: k for k, s in enumerate(symbols)}
+        d["dynamic"] = [index.get(dim.expr, -1) if isinstance(dim, Sym) else -1 for dim in i.shape]
     return d
 
 
-def _meta_json(m: TensorMeta | ScalarMeta | None) -> Any:
+def _meta_json(m: TensorMeta | ScalarMeta | None, hints: dict[str, int]) -> Any:
     if m is None:
         return None
     if isinstance(m, ScalarMeta):
-        return {"scalar": m.raw}
-    return {"shape": list(m.shape), "dtype": m.dtype}
+        if isinstance(m.value, Sym):
+            return {"scalar": {"sym": m.value.expr}}
+        return {"scalar": encode_arg(m.value) if isinstance(m.value, (bool, int, float)) else m.value}
+    return {**_shape_json(m.shape, hints), "dtype": m.dtype}
 
 
-def _out_json(n: Node) -> Any:
+def _out_json(n: Node, hints: dict[str, int]) -> Any:
     if n.multi:
-        return [_meta_json(m) for m in n.out]
-    return _meta_json(n.out[0]) if n.out else None
+        return [_meta_json(m, hints) for m in n.out]
+    return _meta_json(n.out[0], hints) if n.out else None
 
 
-def _output_json(o: Output) -> dict[str, Any]:
+def _output_json(o: Output, hints: dict[str, int]) -> dict[str, Any]:
     if o.ref is None:
         return {"const": encode_arg(o.const)}
-    return {"ref": o.ref, "shape": list(o.shape or ()), "dtype": o.dtype}
+    return {"ref": o.ref, **_shape_json(o.shape or (), hints), "dtype": o.dtype}
 
 
 def encode_arg(a: Arg) -> dict[str, Any]:
@@ -256,13 +277,31 @@ class _Reader:
             raise self.fail(where, f"unknown dtype {v!r}; expected one of {', '.join(dtypes.DTYPES)}")
         return v
 
+    def sym_shape(self, d: dict[str, Any], where: str) -> Shape:
+        """``sym_shape`` when present (same rank as ``shape``), else the concrete ``shape``."""
+        shape = self.shape(d.get("shape"), f"{where}.shape")
+        if d.get("sym_shape") is None:
+            return shape
+        raw = d["sym_shape"]
+        if not isinstance(raw, list) or len(raw) != len(shape):
+            raise self.fail(f"{where}.sym_shape", f"expected a list of {len(shape)} dimensions")
+        try:
+            return tuple(dim_from_json(x, f"{where}.sym_shape[{k}]") for k, x in enumerate(raw))
+        except SchemaError as e:
+            raise self.fail(f"{where}.sym_shape", str(e)) from None
+
     def meta(self, v: Any, where: str) -> TensorMeta | ScalarMeta | None:
         if v is None:
             return None
         d = self.obj(v, where)
         if "scalar" in d:
-            return ScalarMeta(d["scalar"])
-        return TensorMeta(self.shape(d.get("shape"), f"{where}.shape"), self.dtype(d.get("dtype"), f"{where}.dtype"))
+            raw = d["scalar"]
+            if isinstance(raw, dict) and set(raw) == {"sym"} and isinstance(raw["sym"], str):
+                return ScalarMeta(dim_from_json(raw["sym"], f"{where}.scalar.sym"))
+            if isinstance(raw, dict) and len(raw) == 1 and next(iter(raw)) in ("int", "float", "bool"):
+                return ScalarMeta(self.arg(raw, f"{where}.scalar", set()))
+            return ScalarMeta(raw)
+        return TensorMeta(self.sym_shape(d, where), self.dtype(d.get("dtype"), f"{where}.dtype"))
 
     def arg(self, v: Any, where: str, defined: set[str]) -> Arg:
         d = self.obj(v, where)
@@ -321,6 +360,18 @@ def parse(doc: Any, source: str = "torch-ir.json") -> TorchIR:
     if version != VERSION:
         raise r.fail("version", f"this rlx reads version {VERSION}, found {version}; upgrade rlx")
 
+    symbols = []
+    for k, raw in enumerate(doc.get("symbols") or []):
+        at = f"symbols[{k}]"
+        d = r.obj(raw, at)
+        name = r.field(d, "name", at, str)
+        if not name.isidentifier():
+            raise r.fail(f"{at}.name", f"{name!r} is not an identifier")
+        hi = d.get("max")
+        if hi is not None and (not isinstance(hi, int) or isinstance(hi, bool)):
+            raise r.fail(f"{at}.max", f"expected an int or null, found {_kind(hi)}")
+        symbols.append(Symbol(name, r.field(d, "min", at, int), hi, r.field(d, "hint", at, int)))
+
     defined: set[str] = set()
 
     def define(name: str, where: str) -> None:
@@ -332,17 +383,16 @@ def parse(doc: Any, source: str = "torch-ir.json") -> TorchIR:
     for k, raw in enumerate(r.field(doc, "inputs", "", list)):
         at = f"inputs[{k}]"
         d = r.obj(raw, at)
-        shape = r.shape(d.get("shape"), f"{at}.shape")
+        shape = r.sym_shape(d, at)
         dyn = d.get("dynamic")
         if dyn is not None:
-            if (
-                not isinstance(dyn, list)
-                or len(dyn) != len(shape)
-                or not all(isinstance(s, int) and not isinstance(s, bool) for s in dyn)
+            if not isinstance(dyn, list) or len(dyn) != len(shape) or not all(
+                isinstance(s, int) and not isinstance(s, bool) and -1 <= s < len(symbols) for s in dyn
             ):
-                raise r.fail(f"{at}.dynamic", "expected one int per axis (symbol id, or -1 for static)")
-            dyn = tuple(dyn)
-        inp = Input(r.field(d, "id", at, str), shape, r.dtype(d.get("dtype"), f"{at}.dtype"), dyn)
+                raise r.fail(f"{at}.dynamic", f"expected one int per axis: a symbol id (0..{len(symbols) - 1}) or -1")
+            # A bare symbol id marks the axis; derived extents come from sym_shape.
+            shape = tuple(Sym(symbols[s].name) if s >= 0 else dim for s, dim in zip(dyn, shape))
+        inp = Input(r.field(d, "id", at, str), shape, r.dtype(d.get("dtype"), f"{at}.dtype"))
         define(inp.id, f"{at}.id")
         inputs.append(inp)
 
@@ -391,12 +441,12 @@ def parse(doc: Any, source: str = "torch-ir.json") -> TorchIR:
         ref = r.field(d, "ref", at, str)
         if ref not in defined:
             raise r.fail(f"{at}.ref", f"{ref!r} is not defined by any input, weight or node")
-        shape = r.shape(d["shape"], f"{at}.shape") if "shape" in d else None
+        shape = r.sym_shape(d, at) if "shape" in d else None
         dtype = r.dtype(d["dtype"], f"{at}.dtype") if "dtype" in d else None
         outputs.append(Output(ref, None, shape, dtype))
 
     known = {"format", "version", "model_name", "producer", "decomposition", "inputs", "weights", "nodes", "outputs",
-             "output_tree"}  # fmt: skip
+             "output_tree", "symbols"}  # fmt: skip
     return TorchIR(
         model_name=str(doc.get("model_name") or "model"),
         inputs=inputs,
@@ -406,9 +456,6 @@ def parse(doc: Any, source: str = "torch-ir.json") -> TorchIR:
         producer=str(doc.get("producer") or ""),
         decomposition=str(doc.get("decomposition") or ""),
         output_tree=doc.get("output_tree"),
+        symbols=symbols,
         extra={k: v for k, v in doc.items() if k not in known},
     )
-
-
-def is_finite_number(x: Any) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)

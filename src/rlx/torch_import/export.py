@@ -7,6 +7,7 @@ result's shape and dtype from torch's own fake-tensor metadata.
 
 from __future__ import annotations
 
+import inspect
 import operator
 import warnings
 from collections.abc import Mapping
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import sympy
 import torch
 from torch.export import ExportedProgram
 from torch.utils import _pytree as pytree
@@ -23,6 +25,7 @@ import rlx
 from rlx import safetensors_io
 from rlx.errors import ExportError, UsageError
 from rlx.ir.program import Ref
+from rlx.ir.symbolic import Dim, Sym, Symbol
 from rlx.ir.torch_ir import DtypeArg, Input, Node, Output, ScalarMeta, TensorMeta, TorchIR, Weight
 from rlx.torch_import.dtypes import tensor_to_numpy, torch_dtype_token
 from rlx.torch_import.levels import LEVELS, decompose
@@ -85,7 +88,8 @@ def capture(
     with torch.no_grad():
         eager = model(*example_inputs, **kwargs)
     flat_out, _ = pytree.tree_flatten(eager)
-    ir, weights = _graph_to_ir(ep, model_name or type(model).__name__, decomposition)
+    names = user_dim_names(model, example_inputs, kwargs, dynamic_shapes, ep)
+    ir, weights = _graph_to_ir(ep, model_name or type(model).__name__, decomposition, names)
     flat_in, _ = pytree.tree_flatten((example_inputs, kwargs))
     user_inputs = [s for s in ep.graph_signature.input_specs if s.kind.name == "USER_INPUT"]
     inputs = {}
@@ -109,7 +113,81 @@ def write(result: Exported, out_dir: str | Path) -> None:
 
 
 # ── graph → torch-ir ─────────────────────────────────────────────────────────
-def _graph_to_ir(ep: ExportedProgram, model_name: str, decomposition: str) -> tuple[TorchIR, dict[str, np.ndarray]]:
+class _Recorder:
+    """Turns FX nodes and their fake-tensor metadata into torch-ir objects.
+
+    Symbolic extents are recorded as the expressions torch.export derived, with its internal
+    symbol names (``s72``) replaced by the names the user gave their ``Dim``s (``batch``).
+    """
+
+    def __init__(self, ep: ExportedProgram, user_names: dict[str, str]) -> None:
+        self.rename = {}
+        for sym in ep.range_constraints:
+            if getattr(sym, "is_Symbol", False) and str(sym) in user_names:
+                self.rename[sym] = sympy.Symbol(user_names[str(sym)], integer=True)
+        self.symbols: list[Symbol] = []
+        self._hints: dict[str, int] = {}
+        for sym, vr in ep.range_constraints.items():
+            if not getattr(sym, "is_Symbol", False):
+                continue  # derived extents (2*seq) are ranges of expressions, not new symbols
+            upper = None if not vr.upper.is_finite else int(vr.upper)
+            self.symbols.append(Symbol(self.name(sym), int(vr.lower), upper, 0))
+
+    def name(self, expr: Any) -> str:
+        return str(expr.xreplace(self.rename)) if self.rename else str(expr)
+
+    def dim(self, d: Any) -> Dim:
+        if isinstance(d, torch.SymInt):
+            expr = d.node.expr
+            if getattr(expr, "is_number", False):
+                return int(expr)
+            if getattr(expr, "is_Symbol", False) and d.node.hint is not None:
+                self._hints[self.name(expr)] = int(d.node.hint)
+            return Sym(self.name(expr))
+        return int(d)
+
+    def finished_symbols(self) -> list[Symbol]:
+        return [Symbol(s.name, s.min, s.max, self._hints.get(s.name, s.min)) for s in self.symbols
+                if s.name in self._hints]  # fmt: skip
+
+    def meta(self, val: Any) -> TensorMeta | ScalarMeta | None:
+        if isinstance(val, torch.Tensor):
+            return TensorMeta(tuple(self.dim(d) for d in val.shape), torch_dtype_token(val.dtype))
+        if isinstance(val, (bool, int, float)):
+            return ScalarMeta(val)
+        if isinstance(val, torch.SymInt):
+            return ScalarMeta(self.dim(val))
+        if isinstance(val, (torch.SymFloat, torch.SymBool)):
+            return ScalarMeta(Sym(self.name(val.node.expr)))
+        return None
+
+    def arg(self, a: Any, where: str) -> Any:
+        if isinstance(a, torch.fx.Node):
+            return Ref(a.name)
+        if a is None or isinstance(a, (bool, int, float, str)):
+            return a
+        if isinstance(a, torch.dtype):
+            return DtypeArg(torch_dtype_token(a))
+        if isinstance(a, (list, tuple, torch.Size)):
+            return tuple(self.arg(x, where) for x in a)
+        if isinstance(a, (torch.device, torch.layout, torch.memory_format)):
+            return str(a)
+        raise ExportError(f"{where}: cannot record argument {a!r} of type {type(a).__name__}")
+
+    def node(self, n: torch.fx.Node) -> Node:
+        where = f"node {n.name}"
+        args = tuple(self.arg(a, where) for a in n.args)
+        kwargs = {k: self.arg(v, where) for k, v in n.kwargs.items()}
+        val = n.meta.get("val")
+        if isinstance(val, (tuple, list)):
+            return Node(n.name, _op_name(n.target), args, kwargs, tuple(self.meta(v) for v in val), True)
+        return Node(n.name, _op_name(n.target), args, kwargs, (self.meta(val),), False)
+
+
+def _graph_to_ir(
+    ep: ExportedProgram, model_name: str, decomposition: str, user_names: dict[str, str]
+) -> tuple[TorchIR, dict[str, np.ndarray]]:
+    rec = _Recorder(ep, user_names)
     inputs: list[Input] = []
     weights: list[Weight] = []
     tensors: dict[str, np.ndarray] = {}
@@ -120,7 +198,8 @@ def _graph_to_ir(ep: ExportedProgram, model_name: str, decomposition: str) -> tu
         val = placeholders[name].meta.get("val")
         if spec.kind.name == "USER_INPUT":
             if isinstance(val, torch.Tensor):
-                inputs.append(Input(name, tuple(int(d) for d in val.shape), torch_dtype_token(val.dtype)))
+                meta = rec.meta(val)
+                inputs.append(Input(name, meta.shape, meta.dtype))
             continue
         if spec.kind.name not in kinds:
             raise ExportError(f"input {name}: {spec.kind.name} inputs are not supported (inference graphs only)")
@@ -130,24 +209,22 @@ def _graph_to_ir(ep: ExportedProgram, model_name: str, decomposition: str) -> tu
         if not isinstance(tensor, torch.Tensor):
             raise ExportError(f"weight {spec.target!r} is not a tensor (found {type(tensor).__name__})")
         arr = tensor_to_numpy(tensor)
-        weights.append(
-            Weight(name, spec.target, tuple(arr.shape), torch_dtype_token(tensor.dtype), kinds[spec.kind.name])
-        )
+        weights.append(Weight(name, spec.target, tuple(arr.shape), torch_dtype_token(tensor.dtype), kinds[spec.kind.name]))
         tensors[spec.target] = arr
 
     nodes: list[Node] = []
     outputs: list[Output] = []
     for n in ep.graph.nodes:
         if n.op == "call_function":
-            nodes.append(_node(n))
+            nodes.append(rec.node(n))
         elif n.op == "output":
             for k, arg in enumerate(n.args[0]):
                 if isinstance(arg, torch.fx.Node):
-                    meta = _meta(arg.meta.get("val"))
+                    meta = rec.meta(arg.meta.get("val"))
                     shape, dtype = (meta.shape, meta.dtype) if isinstance(meta, TensorMeta) else (None, None)
                     outputs.append(Output(arg.name, None, shape, dtype))
                 else:
-                    outputs.append(Output(None, _arg(arg, f"output {k}")))
+                    outputs.append(Output(None, rec.arg(arg, f"output {k}")))
     ir = TorchIR(
         model_name=model_name,
         inputs=inputs,
@@ -157,6 +234,7 @@ def _graph_to_ir(ep: ExportedProgram, model_name: str, decomposition: str) -> tu
         producer=f"rlx {rlx.__version__} (torch {torch.__version__.split('+')[0]})",
         decomposition=decomposition,
         output_tree=tree_json(ep.call_spec.out_spec),
+        symbols=rec.finished_symbols(),
     )
     return ir, tensors
 
@@ -169,41 +247,55 @@ def _op_name(target: Any) -> str:
     return getattr(target, "__name__", str(target))
 
 
-def _node(n: torch.fx.Node) -> Node:
-    where = f"node {n.name}"
-    args = tuple(_arg(a, where) for a in n.args)
-    kwargs = {k: _arg(v, where) for k, v in n.kwargs.items()}
-    val = n.meta.get("val")
-    if isinstance(val, (tuple, list)):
-        out = tuple(_meta(v) for v in val)
-        multi = True
+def user_dim_names(
+    model: torch.nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any], dynamic_shapes: Any, ep: ExportedProgram
+) -> dict[str, str]:
+    """Map torch's internal symbol names (``s72``) to the names of the user's ``Dim`` objects."""
+    if dynamic_shapes is None:
+        return {}
+    try:
+        bound = inspect.signature(model.forward).bind(*args, **kwargs).arguments
+    except (TypeError, ValueError):
+        return {}
+    if isinstance(dynamic_shapes, Mapping):
+        specs = [(bound[k], v) for k, v in dynamic_shapes.items() if k in bound]
     else:
-        out, multi = (_meta(val),), False
-    return Node(n.name, _op_name(n.target), args, kwargs, out, multi)
+        specs = list(zip(bound.values(), dynamic_shapes))
+    leaves: list[tuple[torch.Tensor, Any]] = []
 
+    def walk(value: Any, spec: Any) -> None:
+        if isinstance(value, torch.Tensor):
+            leaves.append((value, spec))
+        elif isinstance(value, (list, tuple)) and isinstance(spec, (list, tuple)):
+            for v, sp in zip(value, spec):
+                walk(v, sp)
+        elif isinstance(value, Mapping) and isinstance(spec, Mapping):
+            for key, v in value.items():
+                walk(v, spec.get(key))
 
-def _meta(val: Any) -> TensorMeta | ScalarMeta | None:
-    if isinstance(val, torch.Tensor):
-        return TensorMeta(tuple(int(d) for d in val.shape), torch_dtype_token(val.dtype))
-    if isinstance(val, (bool, int, float)):
-        return ScalarMeta(val)
-    if isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool)):
-        return ScalarMeta(str(val))
-    return None
-
-
-def _arg(a: Any, where: str) -> Any:
-    if isinstance(a, torch.fx.Node):
-        return Ref(a.name)
-    if a is None or isinstance(a, (bool, int, float, str)):
-        return a
-    if isinstance(a, torch.dtype):
-        return DtypeArg(torch_dtype_token(a))
-    if isinstance(a, (list, tuple, torch.Size)):
-        return tuple(_arg(x, where) for x in a)
-    if isinstance(a, (torch.device, torch.layout, torch.memory_format)):
-        return str(a)
-    raise ExportError(f"{where}: cannot record argument {a!r} of type {type(a).__name__}")
+    for value, spec in specs:
+        walk(value, spec)
+    by_id = {id(t): spec for t, spec in leaves}
+    flat_in, _ = pytree.tree_flatten((args, dict(kwargs)))
+    user_inputs = [s for s in ep.graph_signature.input_specs if s.kind.name == "USER_INPUT"]
+    placeholders = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
+    names: dict[str, str] = {}
+    for spec, value in zip(user_inputs, flat_in):
+        axes = by_id.get(id(value))
+        val = placeholders[spec.arg.name].meta.get("val")
+        if axes is None or not isinstance(val, torch.Tensor):
+            continue
+        items = axes.items() if isinstance(axes, Mapping) else enumerate(axes)
+        for axis, dim in items:
+            root = getattr(dim, "root", dim)  # a derived dim (2*seq) names its root (seq)
+            user = getattr(root, "__name__", None)
+            size = val.shape[axis] if isinstance(axis, int) and axis < val.dim() else None
+            if not user or not isinstance(size, torch.SymInt):
+                continue
+            free = list(size.node.expr.free_symbols)
+            if len(free) == 1:
+                names[str(free[0])] = user
+    return names
 
 
 def tree_json(spec: pytree.TreeSpec) -> Any:

@@ -1,0 +1,218 @@
+"""Symbolic dimensions: shapes whose extents are expressions over the input symbols.
+
+A dimension is an ``int`` or a ``Sym`` holding an expression string exactly as torch.export's
+SymInts print it (``s0*s1``, ``2*seq``, ``(seq//2)``, ``Max(1, seq - 1)``). Expressions are
+recorded, never re-derived, and evaluated with a small safe evaluator (no ``eval``): names,
+integers, arithmetic, comparisons and a handful of sympy functions.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from rlx.errors import SchemaError
+
+
+@dataclass(frozen=True)
+class Sym:
+    """A symbolic integer expression over input symbols."""
+
+    expr: str
+
+    def __str__(self) -> str:
+        return self.expr
+
+
+Dim = int | Sym
+Shape = tuple[Dim, ...]
+
+
+@dataclass(frozen=True)
+class Symbol:
+    """An input symbol with its range (inclusive) and the extent it had in the example."""
+
+    name: str
+    min: int
+    max: int | None
+    hint: int
+
+
+_FUNCS = {
+    "Max": max,
+    "Min": min,
+    "Mod": lambda a, b: a % b,
+    "PythonMod": lambda a, b: a % b,
+    "FloorDiv": lambda a, b: a // b,
+    "CeilDiv": lambda a, b: -(-a // b),
+    "floor": math.floor,
+    "ceiling": math.ceil,
+    "FloorToInt": math.floor,
+    "CeilToInt": math.ceil,
+    "TruncToInt": math.trunc,
+    "IntTrueDiv": lambda a, b: a / b,
+    "ToFloat": float,
+    "Abs": abs,
+    "Eq": lambda a, b: a == b,
+    "Ne": lambda a, b: a != b,
+    "And": lambda *a: all(a),
+    "Or": lambda *a: any(a),
+    "Not": lambda a: not a,
+}
+_BINOPS = {
+    ast.Add: lambda a, b: a + b,
+    ast.Sub: lambda a, b: a - b,
+    ast.Mult: lambda a, b: a * b,
+    ast.FloorDiv: lambda a, b: a // b,
+    ast.Mod: lambda a, b: a % b,
+    ast.Div: lambda a, b: a / b,
+    ast.Pow: lambda a, b: a**b,
+    ast.BitAnd: lambda a, b: a and b,
+    ast.BitOr: lambda a, b: a or b,
+}
+_CMPOPS = {
+    ast.Lt: lambda a, b: a < b,
+    ast.LtE: lambda a, b: a <= b,
+    ast.Gt: lambda a, b: a > b,
+    ast.GtE: lambda a, b: a >= b,
+    ast.Eq: lambda a, b: a == b,
+    ast.NotEq: lambda a, b: a != b,
+}
+
+
+@lru_cache(maxsize=4096)
+def parse(expr: str) -> ast.Expression:
+    """Parse and check an expression: only the node types the evaluator knows are accepted."""
+    if len(expr) > 10_000:
+        raise SchemaError(f"symbolic expression too long ({len(expr)} characters)")
+    try:
+        tree = ast.parse(expr, mode="eval")
+    except SyntaxError:
+        raise SchemaError(f"invalid symbolic expression {expr!r}") from None
+    for node in ast.walk(tree):
+        ok = isinstance(node, (ast.Expression, ast.Name, ast.Load, ast.BinOp, ast.UnaryOp, ast.USub, ast.UAdd,
+                               ast.Not, ast.Compare, ast.BoolOp, ast.And, ast.Or, ast.Call)) or type(node) in _BINOPS or (
+            type(node) in _CMPOPS)  # fmt: skip
+        if isinstance(node, ast.Constant):
+            ok = isinstance(node.value, (int, float, bool))
+        if isinstance(node, ast.Call):
+            ok = isinstance(node.func, ast.Name) and node.func.id in _FUNCS and not node.keywords
+        if not ok:
+            raise SchemaError(f"symbolic expression {expr!r}: {type(node).__name__} is not allowed")
+    return tree
+
+
+def names(expr: str) -> set[str]:
+    """The symbols an expression reads."""
+    tree = parse(expr)
+    called = {n.func.id for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+    return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} - called
+
+
+def evaluate(expr: str, bindings: Mapping[str, int]) -> Any:
+    """Evaluate ``expr`` with the symbols bound (raises ``KeyError`` for an unbound symbol)."""
+
+    def ev(node: ast.AST) -> Any:
+        if isinstance(node, ast.Expression):
+            return ev(node.body)
+        if isinstance(node, ast.Constant):
+            return node.value
+        if isinstance(node, ast.Name):
+            return bindings[node.id]
+        if isinstance(node, ast.BinOp):
+            return _BINOPS[type(node.op)](ev(node.left), ev(node.right))
+        if isinstance(node, ast.UnaryOp):
+            v = ev(node.operand)
+            return -v if isinstance(node.op, ast.USub) else (not v if isinstance(node.op, ast.Not) else v)
+        if isinstance(node, ast.Compare):
+            left = ev(node.left)
+            for op, right_node in zip(node.ops, node.comparators):
+                right = ev(right_node)
+                if not _CMPOPS[type(op)](left, right):
+                    return False
+                left = right
+            return True
+        if isinstance(node, ast.BoolOp):
+            vals = [ev(v) for v in node.values]
+            return all(vals) if isinstance(node.op, ast.And) else any(vals)
+        if isinstance(node, ast.Call):
+            return _FUNCS[node.func.id](*[ev(a) for a in node.args])
+        raise SchemaError(f"cannot evaluate {ast.dump(node)}")
+
+    return ev(parse(expr))
+
+
+def eval_dim(d: Dim, bindings: Mapping[str, int]) -> int:
+    if isinstance(d, int):
+        return d
+    value = evaluate(d.expr, bindings)
+    if isinstance(value, float):
+        if not value.is_integer():
+            raise SchemaError(f"symbolic dimension {d.expr} evaluated to the non-integer {value}")
+        value = int(value)
+    return int(value)
+
+
+def eval_shape(shape: Sequence[Dim], bindings: Mapping[str, int]) -> tuple[int, ...]:
+    return tuple(eval_dim(d, bindings) for d in shape)
+
+
+def is_static(shape: Sequence[Dim]) -> bool:
+    return all(isinstance(d, int) for d in shape)
+
+
+def _wrap(d: Dim) -> str:
+    return str(d) if isinstance(d, int) or d.expr.isidentifier() else f"({d.expr})"
+
+
+def add(a: Dim, b: Dim) -> Dim:
+    if isinstance(a, int) and isinstance(b, int):
+        return a + b
+    if b == 0:
+        return a
+    if a == 0:
+        return b
+    return Sym(f"{_wrap(a)} + {_wrap(b)}")
+
+
+def mul(a: Dim, b: Dim) -> Dim:
+    if isinstance(a, int) and isinstance(b, int):
+        return a * b
+    if a == 1:
+        return b
+    if b == 1:
+        return a
+    return Sym(f"{_wrap(a)}*{_wrap(b)}")
+
+
+def mod(a: Dim, b: Dim) -> Dim:
+    if isinstance(a, int) and isinstance(b, int):
+        return a % b
+    return Sym(f"{_wrap(a)} % {_wrap(b)}")
+
+
+def numel(shape: Sequence[Dim]) -> Dim:
+    out: Dim = 1
+    for d in shape:
+        out = mul(out, d)
+    return out
+
+
+def dim_json(d: Dim) -> int | str:
+    """Shapes in JSON: ints stay ints, symbolic extents are their expression strings."""
+    return d if isinstance(d, int) else d.expr
+
+
+def dim_from_json(v: Any, where: str) -> Dim:
+    if isinstance(v, int) and not isinstance(v, bool):
+        if v < 0:
+            raise SchemaError(f"{where}: dimension must be non-negative, found {v}")
+        return v
+    if isinstance(v, str):
+        parse(v)
+        return Sym(v)
+    raise SchemaError(f"{where}: dimension must be an int or an expression string, found {v!r}")

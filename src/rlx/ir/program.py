@@ -34,7 +34,7 @@ class Ref:
 class Lit:
     """A scalar literal with an explicit dtype, so kernels never guess promotion."""
 
-    value: bool | int | float
+    value: bool | int | float | Sym  # Sym: a shape-derived integer known once inputs are bound
     dtype: str
 
 
@@ -221,7 +221,7 @@ def encode(v: Any) -> Any:
         return {"ref": v.name}
     if isinstance(v, Lit):
         val = encode_float(v.value) if isinstance(v.value, float) else v.value
-        return {"lit": val, "dtype": v.dtype}
+        return {"lit": encode(val) if isinstance(val, Sym) else val, "dtype": v.dtype}
     if isinstance(v, Sym):
         return {"sym": v.expr}
     if isinstance(v, tuple):
@@ -241,6 +241,8 @@ def _decode(v: Any, where: str) -> Any:
         if set(v) == {"lit", "dtype"}:
             tok = dtypes.check(v["dtype"], f"{where}.dtype")
             raw = v["lit"]
+            if isinstance(raw, dict) and set(raw) == {"sym"} and isinstance(raw["sym"], str):
+                return Lit(dim_from_json(raw["sym"], f"{where}.lit"), tok)
             if dtypes.is_float(tok) or dtypes.is_complex(tok):
                 return Lit(_or_schema(decode_float, raw, where), tok)
             if tok == "bool":
@@ -372,6 +374,9 @@ def _guard(raw: Any, where: str) -> str:
 def _subst_dims(v: Any, bindings: dict[str, int]) -> Any:
     if isinstance(v, Sym):
         return eval_dim(v, bindings)
+    if isinstance(v, Lit) and isinstance(v.value, Sym):
+        value = eval_dim(v.value, bindings)
+        return Lit(float(value) if dtypes.is_float(v.dtype) else value, v.dtype)
     if isinstance(v, tuple):
         return tuple(_subst_dims(x, bindings) for x in v)
     return v

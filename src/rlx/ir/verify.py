@@ -8,6 +8,7 @@ from rlx.errors import SchemaError
 from rlx.ir import calls as C
 from rlx.ir import dtypes
 from rlx.ir.program import Program, Ref
+from rlx.ir.symbolic import is_static
 
 
 def verify(program: Program, source: str = "program") -> None:
@@ -24,7 +25,7 @@ def verify(program: Program, source: str = "program") -> None:
         if ins.result in defined:
             raise SchemaError(f"{where}: {ins.result!r} is defined twice")
         dtypes.check(ins.dtype, f"{where}.dtype")
-        if any(d < 0 for d in ins.shape):
+        if any(isinstance(d, int) and d < 0 for d in ins.shape):
             raise SchemaError(f"{where}: negative dimension in {list(ins.shape)}")
         _check_call(ins.call, ins.shape, ins.dtype, known, where)
         defined.add(ins.result)
@@ -49,7 +50,8 @@ def _check_call(call: object, shape: tuple[int, ...], dtype: str, known: dict, w
         fail(f"unknown reduction {call.fn!r}")
     if isinstance(call, C.Reshape):
         src = known[call.x.name].shape
-        if math.prod(src) != math.prod(shape) or tuple(call.shape) != shape:
+        sizes_known = is_static(src) and is_static(shape)
+        if (sizes_known and math.prod(src) != math.prod(shape)) or tuple(call.shape) != shape:
             fail(f"reshapes {list(src)} to {list(call.shape)}, declared {list(shape)}")
     if isinstance(call, C.Permute):
         src = known[call.x.name].shape

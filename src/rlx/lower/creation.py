@@ -6,6 +6,7 @@ from rlx.errors import LoweringError
 from rlx.ir import dtypes
 from rlx.ir.calls import Arange, Full
 from rlx.ir.program import Operand
+from rlx.ir.symbolic import Sym
 from rlx.ir.torch_ir import Node
 from rlx.lower.registry import Builder, lowers
 
@@ -44,12 +45,13 @@ def scalar_tensor(node: Node, b: Builder) -> Operand:
 @lowers("aten.arange")
 def arange(node: Node, b: Builder) -> Operand:
     out = node.meta
+    # Bounds may be shape arithmetic (arange(seq)): b.scalar resolves them to ints or Sym.
     if node.overload == "default":
-        start, end, step = 0, node.arg(0, "end"), 1
+        start, end, step = 0, b.scalar(node, 0, "end"), 1
     elif node.overload == "start":
-        start, end, step = node.arg(0, "start"), node.arg(1, "end"), 1
+        start, end, step = b.scalar(node, 0, "start"), b.scalar(node, 1, "end"), 1
     else:
-        start, end, step = node.arg(0, "start", 0), node.arg(1, "end"), node.arg(2, "step", 1)
-    if not all(isinstance(v, (int, float)) for v in (start, end, step)) or step == 0:
+        start, end, step = b.scalar(node, 0, "start", 0), b.scalar(node, 1, "end"), b.scalar(node, 2, "step", 1)
+    if not all(isinstance(v, (int, float, Sym)) for v in (start, end, step)) or step == 0:
         raise LoweringError(f"node {node.id}: arange needs numeric start/end/step, found {(start, end, step)}")
     return b.emit_like(Arange(start, end, step, out.dtype), out)

@@ -16,10 +16,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from rlx.errors import LoweringError, RlxError, UnsupportedOpError
-from rlx.ir import dtypes
+from rlx.ir import dtypes, symbolic
 from rlx.ir.calls import Cast
 from rlx.ir.program import Call, Instr, Lit, Operand, Program, Ref, Value, Weight
-from rlx.ir.torch_ir import Node, TensorMeta, TorchIR
+from rlx.ir.symbolic import Dim, Shape, Sym, eval_shape
+from rlx.ir.torch_ir import Node, ScalarMeta, TensorMeta, TorchIR
 
 Result = Operand | Sequence[Operand | None] | None
 Handler = Callable[[Node, "Builder"], Result]
@@ -94,6 +95,7 @@ class Builder:
         self.env: dict[str, Any] = {}  # aten value id → Operand, or a tuple of them for multi-output nodes
         self.info: dict[str, Value] = {v.name: v for v in program.inputs}
         self.info.update({w.name: Value(w.name, w.shape, w.dtype) for w in program.weights})
+        self.hints = {s.name: s.hint for s in program.symbols}
         self._node: Node | None = None
         self._names: set[str] = set(self.info)
         self._emitted: list[Instr] = []
@@ -115,14 +117,25 @@ class Builder:
         literals of ``dtype`` (or of their own Python type when ``dtype`` is None)."""
         if isinstance(arg, Ref):
             try:
-                return self.env[arg.name]
+                value = self.env[arg.name]
             except KeyError:
                 raise LoweringError(f"value {arg.name!r} is used but was never produced") from None
+            return self.value_operand(value, dtype)
         if isinstance(arg, (bool, int, float)):
             return self.lit(arg, dtype or dtypes.scalar_dtype(arg))
         raise LoweringError(f"expected a tensor or a number, found {arg!r}")
 
-    def lit(self, value: bool | int | float, dtype: str) -> Lit:
+    def value_operand(self, value: Any, dtype: str | None) -> Operand:
+        """An environment value (shape arithmetic results are ints or ``Sym``) as an operand."""
+        if isinstance(value, Sym):
+            return Lit(value, dtype or "i64")
+        if isinstance(value, (bool, int, float)):
+            return self.lit(value, dtype or dtypes.scalar_dtype(value))
+        return value
+
+    def lit(self, value: bool | int | float | Sym, dtype: str) -> Lit:
+        if isinstance(value, Sym):
+            return Lit(value, dtype)
         if dtypes.is_float(dtype):
             return Lit(float(value), dtype)
         if dtype == "bool":
@@ -131,7 +144,19 @@ class Builder:
             raise LoweringError(f"scalar {value} cannot be represented as {dtype}")
         return Lit(int(value), dtype)
 
-    def shape(self, x: Operand) -> tuple[int, ...]:
+    def scalar(self, node: Node, index: int, name: str | None = None, default: Any = None) -> Any:
+        """A non-tensor argument; a reference to shape arithmetic resolves to its int or ``Sym``."""
+        arg = node.arg(index, name, default)
+        if isinstance(arg, Ref):
+            value = self.env.get(arg.name)
+            if isinstance(value, (int, float, Sym)):
+                return value
+            raise LoweringError(f"node {node.id} ({node.op}): argument {index} must be a number, found a tensor")
+        if isinstance(arg, tuple):
+            return tuple(self.env.get(a.name) if isinstance(a, Ref) else a for a in arg)
+        return arg
+
+    def shape(self, x: Operand) -> Shape:
         return () if isinstance(x, Lit) else self.info[x.name].shape
 
     def dtype(self, x: Operand) -> str:
@@ -150,7 +175,8 @@ class Builder:
         while name in self._names:
             name += "_"
         self._names.add(name)
-        ins = Instr(name, call, tuple(int(d) for d in shape), dtype, node.id if node else "", "")
+        ins = Instr(name, call, tuple(d if isinstance(d, Sym) else int(d) for d in shape), dtype,
+                    node.id if node else "", "")  # fmt: skip
         self._emitted.append(ins)
         self.info[name] = Value(name, ins.shape, dtype)
         return Ref(name)
@@ -162,6 +188,8 @@ class Builder:
         """``x`` in ``dtype``; literals are converted in place, tensors get a Cast when needed."""
         if self.dtype(x) == dtype:
             return x
+        if isinstance(x, Lit) and isinstance(x.value, Sym):
+            return Lit(x.value, dtype)
         if isinstance(x, Lit):
             return self.lit(x.value, dtype)
         return self.emit(Cast(x, dtype), self.shape(x), dtype)
@@ -211,11 +239,16 @@ class Builder:
         for r, m in pairs:
             if not isinstance(m, TensorMeta) or not isinstance(r, (Ref, Lit)):
                 continue
-            if self.shape(r) != m.shape or self.dtype(r) != m.dtype:
+            # Symbolic extents may be spelled differently (s0*s1 vs s1*s0): compare their values
+            # at the example binding.
+            if self._concrete(self.shape(r)) != self._concrete(m.shape) or self.dtype(r) != m.dtype:
                 raise LoweringError(
                     f"node {node.id} ({node.op}): lowered to {list(self.shape(r))} {self.dtype(r)}, "
                     f"but torch recorded {list(m.shape)} {m.dtype}"
                 )
+
+    def _concrete(self, shape: Sequence[Dim]) -> tuple[int, ...]:
+        return eval_shape(shape, self.hints)
 
     def _note(self, node: Node) -> str:
         ins = []
@@ -245,7 +278,7 @@ def check_coverage(ir: TorchIR) -> None:
     _load_families()
     missing: dict[str, list[str]] = {}
     for n in ir.nodes:
-        if n.op == "_getitem" or is_noop(n.op) or find(n.op):
+        if n.op == "_getitem" or is_noop(n.op) or find(n.op) or is_shape_arithmetic(n) or n.op in _GUARD_OPS:
             continue
         missing.setdefault(n.op, []).append(n.id)
     if missing:
@@ -271,14 +304,22 @@ def lower(ir: TorchIR) -> Program:
         outputs=[],
         output_tree=ir.output_tree,
         source_histogram=ir.op_histogram(),
+        symbols=list(ir.symbols),
     )
     b = Builder(program)
     for v in program.inputs:
         b.env[v.name] = Ref(v.name)
     for w in program.weights:
         b.env[w.name] = Ref(w.name)
+    known_symbols = {s.name for s in ir.symbols}
     for node in ir.nodes:
+        if node.op in _GUARD_OPS:
+            _guard(node, b, program)
+            continue
         if is_noop(node.op):
+            continue
+        if is_shape_arithmetic(node):
+            b.env[node.id] = _shape_value(node, known_symbols)
             continue
         if node.op == "_getitem":
             b.env[node.id] = _getitem(node, b)
@@ -300,6 +341,40 @@ def lower(ir: TorchIR) -> Program:
     if program.output_tree is None:
         program.output_tree = {"tuple": [{"out": k} for k in range(len(program.outputs))]}
     return program
+
+
+_GUARD_OPS = ("aten._assert_scalar.default",)
+
+
+def is_shape_arithmetic(node: Node) -> bool:
+    """Nodes computing one scalar (``sym_size``, ``s0 * s1`` …): torch recorded the resulting
+    expression, so they are resolved from it instead of being lowered."""
+    return len(node.out) == 1 and isinstance(node.out[0], ScalarMeta) and not node.multi
+
+
+def _shape_value(node: Node, known_symbols: set[str]) -> int | float | bool | Sym:
+    value = node.out[0].value
+    if isinstance(value, Sym):
+        unknown = symbolic.names(value.expr) - known_symbols
+        if unknown:
+            raise LoweringError(
+                f"node {node.id} ({node.op}) depends on data ({', '.join(sorted(unknown))}): "
+                "data-dependent shapes are not supported"
+            )
+        return value
+    if isinstance(value, (bool, int, float)):
+        return value
+    raise LoweringError(f"node {node.id} ({node.op}): cannot use its scalar result {value!r}")
+
+
+def _guard(node: Node, b: Builder, program: Program) -> None:
+    """``_assert_scalar(cond, msg)``: a check torch wants at run time, kept as a bind-time guard."""
+    cond = node.arg(0)
+    value = b.env.get(cond.name) if isinstance(cond, Ref) else cond
+    if isinstance(value, Sym):
+        program.guards.append(value.expr)
+    elif value is False:
+        raise LoweringError(f"node {node.id}: the exported graph asserts a condition that is false: {node.arg(1)}")
 
 
 def _getitem(node: Node, b: Builder) -> Operand:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections import OrderedDict
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,8 @@ import numpy as np
 from rlx import safetensors_io
 from rlx.errors import BundleError, InputError, RlxError
 from rlx.ir import dtypes
-from rlx.ir.program import Program, Value
+from rlx.ir.program import Program, Value, specialize
+from rlx.runtime.binding import bind_symbols
 from rlx.runtime.executor import Executor
 
 
@@ -25,7 +27,10 @@ class Model:
         self.name = program.name
         self.inputs: list[Value] = list(program.inputs)
         self.output_tree = program.output_tree
-        self._executor = Executor(program, weights)
+        self._weights = weights
+        # Static programs have one executor; dynamic ones get one per binding of the symbols.
+        self._static = None if program.is_dynamic else Executor(program, weights)
+        self._by_binding: OrderedDict[tuple[tuple[str, int], ...], Executor] = OrderedDict()
 
     @property
     def input_names(self) -> list[str]:
@@ -52,7 +57,26 @@ class Model:
         return [check_input(v, bound[v.name]) for v in self.inputs]
 
     def run_flat(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
-        return self._executor.run(inputs)
+        """Run on inputs in program order (as ``bind`` returns them)."""
+        return self.executor_for(inputs).run(inputs)
+
+    def executor_for(self, inputs: list[np.ndarray]) -> Executor:
+        if self._static is not None:
+            return self._static
+        bindings = bind_symbols(self.program, inputs)
+        key = tuple(sorted(bindings.items()))
+        executor = self._by_binding.get(key)
+        if executor is None:
+            executor = Executor(specialize(self.program, bindings), self._weights)
+            self._by_binding[key] = executor
+            if len(self._by_binding) > PLAN_CACHE_SIZE:
+                self._by_binding.popitem(last=False)
+        else:
+            self._by_binding.move_to_end(key)
+        return executor
+
+
+PLAN_CACHE_SIZE = 16  # evaluated plans kept per model, least recently used first out
 
 
 def check_input(spec: Value, value: Any) -> np.ndarray:
@@ -68,8 +92,11 @@ def check_input(spec: Value, value: Any) -> np.ndarray:
             arr = np.asarray(value, dtype=want)
         except (TypeError, ValueError) as e:
             raise InputError(f"input {spec.name!r}: cannot convert {type(value).__name__} to {want}: {e}") from None
-    if tuple(arr.shape) != spec.shape:
-        raise InputError(f"input {spec.name!r} has shape {list(arr.shape)}, expected {list(spec.shape)}")
+    if arr.ndim != len(spec.shape) or any(
+        isinstance(d, int) and d != n for d, n in zip(spec.shape, arr.shape)
+    ):
+        expected = "[" + ", ".join(str(d) for d in spec.shape) + "]"
+        raise InputError(f"input {spec.name!r} has shape {list(arr.shape)}, expected {expected}")
     return arr
 
 

@@ -48,10 +48,13 @@ def convert(
     *,
     kwargs: Mapping[str, Any] | None = None,
     decomposition: str = "high",
+    dynamic_shapes: Any = None,
 ) -> tuple[Model, Program, Any]:
     """Export, lower and bind: returns (runtime model, program, exported)."""
     module = as_module(fn).eval()
-    exported = capture(module, tuple(inputs), example_kwargs=kwargs, decomposition=decomposition)
+    exported = capture(
+        module, tuple(inputs), example_kwargs=kwargs, decomposition=decomposition, dynamic_shapes=dynamic_shapes
+    )
     program = build_program(exported.ir)
     model = Model(program, bind_weights(program, exported.weights, "weights"))
     return model, program, exported

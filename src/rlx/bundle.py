@@ -13,6 +13,7 @@ import numpy as np
 
 from rlx import __version__, safetensors_io
 from rlx.ir.program import Lit, Program, Ref, dumps_json
+from rlx.ir.symbolic import dim_json
 from rlx.util import atomic_write_text
 
 BUNDLE_FORMAT = "rlx-bundle"
@@ -25,16 +26,17 @@ def meta_json(program: Program, source: Mapping[str, Any] | None = None) -> dict
     for k, o in enumerate(program.outputs):
         if isinstance(o, Ref):
             v = values[o.name]
-            outputs.append({"name": f"out{k}", "shape": list(v.shape), "dtype": v.dtype})
+            outputs.append({"name": f"out{k}", "shape": [dim_json(d) for d in v.shape], "dtype": v.dtype})
         elif isinstance(o, Lit):
             outputs.append({"name": f"out{k}", "shape": [], "dtype": o.dtype})
     return {
         "format": BUNDLE_FORMAT,
         "version": BUNDLE_VERSION,
         "model_name": program.name,
-        "inputs": [{"name": v.name, "shape": list(v.shape), "dtype": v.dtype} for v in program.inputs],
+        "inputs": [{"name": v.name, "shape": [dim_json(d) for d in v.shape], "dtype": v.dtype} for v in program.inputs],
         "outputs": outputs,
         "output_tree": program.output_tree,
+        "symbols": [{"name": s.name, "min": s.min, "max": s.max, "hint": s.hint} for s in program.symbols],
         "rlx_version": __version__,
         "source": dict(source or {"format": "rlx-torch-ir", "version": 1}),
     }

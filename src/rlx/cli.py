@@ -20,6 +20,7 @@ import numpy as np
 
 from rlx import __version__
 from rlx.errors import InputError, RlxError, UsageError
+from rlx.ir.symbolic import format_shape, format_symbol
 
 EXIT_OK, EXIT_PARITY, EXIT_USAGE = 0, 1, 2
 
@@ -42,6 +43,13 @@ def _parser() -> argparse.ArgumentParser:
     imp.add_argument("--verify", action=argparse.BooleanOptionalAction, default=True, help="check parity (default on)")
     imp.add_argument("--decomposition", choices=("aten", "high", "core"), default="high")
     imp.add_argument("--force", action="store_true", help="overwrite an existing output directory")
+    imp.add_argument(
+        "--dynamic",
+        action="append",
+        default=[],
+        metavar="NAME:AXIS[=SYMBOL[:MIN:MAX]]",
+        help="make an input axis dynamic (repeatable; the same SYMBOL ties axes together)",
+    )
     imp.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
 
     run = sub.add_parser("run", help="run a bundle on .npy inputs with numpy only")
@@ -80,6 +88,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("rlx: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # output piped into `head` and closed early: not an error
+        sys.stderr.close()
+        return EXIT_OK
     except Exception as e:  # a bug in rlx: still one line, with the way to get details
         if debug:
             traceback.print_exc()
@@ -92,8 +103,31 @@ def _say(msg: str) -> None:
 
 
 # ── import ───────────────────────────────────────────────────────────────────
-def load_model_file(path: str) -> tuple[Any, tuple[Any, ...], dict[str, Any]]:
-    """Import MODEL.py and return (model, example_inputs, example_kwargs)."""
+DynamicAxis = tuple[str, int, str, int | None, int | None]
+
+
+def parse_dynamic(text: str) -> DynamicAxis:
+    """``NAME:AXIS[=SYMBOL[:MIN:MAX]]`` → (input name, axis, symbol, min, max)."""
+    head, _, sym_part = text.partition("=")
+    name, sep, axis = head.partition(":")
+    bad = UsageError(f"--dynamic {text!r}: expected NAME:AXIS[=SYMBOL[:MIN:MAX]], e.g. input_ids:1=seq:2:512")
+    if not sep or not name or not axis.lstrip("-").isdigit():
+        raise bad
+    symbol, lo, hi = f"{name}_{axis.lstrip('-')}", None, None
+    if sym_part:
+        parts = sym_part.split(":")
+        if len(parts) not in (1, 3) or not parts[0].isidentifier():
+            raise bad
+        symbol = parts[0]
+        if len(parts) == 3:
+            if not all(p.isdigit() for p in parts[1:]) or int(parts[1]) > int(parts[2]):
+                raise bad
+            lo, hi = int(parts[1]), int(parts[2])
+    return name, int(axis), symbol, lo, hi
+
+
+def load_model_file(path: str) -> tuple[Any, tuple[Any, ...], dict[str, Any], Any]:
+    """Import MODEL.py and return (model, example_inputs, example_kwargs, dynamic_shapes)."""
     file = Path(path)
     if not file.is_file():
         raise UsageError(f"{path}: no such file; pass a Python file that defines `model` and `example_inputs`")
@@ -120,7 +154,7 @@ def load_model_file(path: str) -> tuple[Any, tuple[Any, ...], dict[str, Any]]:
         raise UsageError(f"{path}: defines neither `model` + `example_inputs` nor `get_model()`")
     if not isinstance(inputs, tuple):
         inputs = tuple(inputs) if isinstance(inputs, list) else (inputs,)
-    return model, inputs, dict(kwargs or {})
+    return model, inputs, dict(kwargs or {}), getattr(module, "dynamic_shapes", None)
 
 
 def cmd_import(args: argparse.Namespace) -> int:
@@ -130,12 +164,17 @@ def cmd_import(args: argparse.Namespace) -> int:
     check_writable_target(args.out, args.force)
     emit = tuple(e.strip() for e in args.emit.split(",") if e.strip())
     _say(f"rlx {__version__}: importing {args.model_file} (decomposition {args.decomposition})")
-    model, inputs, kwargs = load_model_file(args.model_file)
+    dynamic = [parse_dynamic(d) for d in args.dynamic]
+    model, inputs, kwargs, dynamic_shapes = load_model_file(args.model_file)
+    if dynamic:
+        from rlx.torch_import import dynamic_shapes_from_cli
+
+        dynamic_shapes = dynamic_shapes_from_cli(dynamic)
     labels = {"export": "exported with torch.export", "lower": "lowered to the rlx program",
               "write": f"wrote {args.out}", "verify": "checked parity against PyTorch"}  # fmt: skip
     report = from_torch(
         model, inputs, args.out, example_kwargs=kwargs, verify=args.verify, emit=emit,
-        decomposition=args.decomposition, force=args.force,
+        decomposition=args.decomposition, force=args.force, dynamic_shapes=dynamic_shapes,
         on_step=lambda name, secs: _say(f"  {labels.get(name, name):<40} {secs:7.2f} s"),
     )  # fmt: skip
     _say("")
@@ -192,7 +231,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def _fmt_values(title: str, rows: list[tuple[str, Sequence[int], str]]) -> list[str]:
-    return [f"{title}:"] + [f"  {name:<24} {str(list(shape)):<20} {dtype}" for name, shape, dtype in rows]
+    return [f"{title}:"] + [f"  {name:<24} {format_shape(shape):<20} {dtype}" for name, shape, dtype in rows]
 
 
 def _fmt_hist(title: str, hist: dict[str, int]) -> list[str]:
@@ -212,6 +251,8 @@ def _inspect_bundle(path: Path) -> None:
     if source.get("producer") or source.get("decomposition"):
         lines.append(f"source: {source.get('producer', '?')}, decomposition {source.get('decomposition', '?')}")
     lines += _fmt_values("inputs", [(v.name, v.shape, v.dtype) for v in program.inputs])
+    if program.symbols:
+        lines += ["symbols:"] + [f"  {format_symbol(s)}" for s in program.symbols]
     values = program.values()
     outs = [(f"out{k}", values[o.name].shape, values[o.name].dtype) for k, o in enumerate(program.outputs)
             if hasattr(o, "name")]  # fmt: skip
@@ -231,6 +272,8 @@ def _inspect_torch_ir(path: Path) -> None:
     if ir.producer or ir.decomposition:
         lines.append(f"producer: {ir.producer or '?'}, decomposition {ir.decomposition or '?'}")
     lines += _fmt_values("inputs", [(i.id, i.shape, i.dtype) for i in ir.inputs])
+    if ir.symbols:
+        lines += ["symbols:"] + [f"  {format_symbol(s)}" for s in ir.symbols]
     lines += _fmt_values("outputs", [(o.ref or "const", o.shape or (), o.dtype or "-") for o in ir.outputs])
     lines.append(f"parameters: {n_params:,} in {len(ir.weights)} tensors")
     lines += _fmt_hist("aten ops", ir.op_histogram())

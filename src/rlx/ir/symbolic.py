@@ -216,3 +216,13 @@ def dim_from_json(v: Any, where: str) -> Dim:
         parse(v)
         return Sym(v)
     raise SchemaError(f"{where}: dimension must be an int or an expression string, found {v!r}")
+
+
+def format_shape(shape: Sequence[Dim]) -> str:
+    """``[batch, seq*2, 64]``."""
+    return "[" + ", ".join(str(d) for d in shape) + "]"
+
+
+def format_symbol(s: Symbol) -> str:
+    hi = "" if s.max is None else str(s.max)
+    return f"{s.name} in {s.min}..{hi} (example {s.hint})"

@@ -102,6 +102,18 @@ def capture(
     return Exported(ir, weights, inputs, outputs, ep)
 
 
+def dynamic_shapes_from_cli(axes: list[tuple[str, int, str, int | None, int | None]]) -> dict[str, dict[int, Any]]:
+    """``--dynamic`` entries → torch.export's ``dynamic_shapes`` (one ``Dim`` per symbol name)."""
+    dims: dict[str, Any] = {}
+    spec: dict[str, dict[int, Any]] = {}
+    for name, axis, symbol, lo, hi in axes:
+        if symbol not in dims:
+            kwargs = {k: v for k, v in (("min", lo), ("max", hi)) if v is not None}
+            dims[symbol] = torch.export.Dim(symbol, **kwargs)
+        spec.setdefault(name, {})[axis] = dims[symbol]
+    return spec
+
+
 def write(result: Exported, out_dir: str | Path) -> None:
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

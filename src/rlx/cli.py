@@ -108,10 +108,10 @@ DynamicAxis = tuple[str, int, str, int | None, int | None]
 
 def parse_dynamic(text: str) -> DynamicAxis:
     """``NAME:AXIS[=SYMBOL[:MIN:MAX]]`` → (input name, axis, symbol, min, max)."""
-    head, _, sym_part = text.partition("=")
+    head, eq, sym_part = text.partition("=")
     name, sep, axis = head.partition(":")
     bad = UsageError(f"--dynamic {text!r}: expected NAME:AXIS[=SYMBOL[:MIN:MAX]], e.g. input_ids:1=seq:2:512")
-    if not sep or not name or not axis.lstrip("-").isdigit():
+    if not sep or not name or not axis.lstrip("-").isdigit() or (eq and not sym_part):
         raise bad
     symbol, lo, hi = f"{name}_{axis.lstrip('-')}", None, None
     if sym_part:

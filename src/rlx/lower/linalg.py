@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rlx.ir.calls import Binary, Linear, MatMul
+from rlx.ir.calls import Binary, Linear, MatMul, Permute, Reshape
 from rlx.ir.program import Operand
 from rlx.ir.torch_ir import Node
 from rlx.lower.registry import Builder, lowers
@@ -16,13 +16,18 @@ def matmul(node: Node, b: Builder) -> Operand:
     return b.emit_like(MatMul(x, y), out)
 
 
-@lowers("aten.addmm", "aten.baddbmm", "aten.addmv")
+@lowers("aten.addmm", "aten.baddbmm", "aten.addmv", "aten.addbmm")
 def addmm(node: Node, b: Builder) -> Operand:
-    """``beta·input + alpha·(x @ y)``."""
+    """``beta·input + alpha·(x @ y)``; addbmm sums the batch of products."""
     out = node.meta
     bias = b.cast(b.input(node, 0), out.dtype)
     x, y = b.input(node, 1), b.input(node, 2)
     beta, alpha = node.kwargs.get("beta", 1), node.kwargs.get("alpha", 1)
+    if node.base == "addbmm":  # Σ_b x[b] @ y[b] is one product: [n, B·k] @ [B·k, p]
+        (nb, n, k), p = b.shape(x), b.shape(y)[2]
+        xt = b.emit(Permute(x, (1, 0, 2)), (n, nb, k), b.dtype(x))
+        x = b.emit(Reshape(xt, (n, nb * k)), (n, nb * k), b.dtype(x))
+        y = b.emit(Reshape(y, (nb * k, p)), (nb * k, p), b.dtype(y))
     prod = b.emit(MatMul(x, y), _matmul_shape(b.shape(x), b.shape(y)), out.dtype)
     if alpha != 1:
         prod = b.emit(Binary("mul", prod, b.lit(alpha, out.dtype)), b.shape(prod), out.dtype)

@@ -10,8 +10,22 @@ import ml_dtypes
 from rlx.errors import LoweringError
 from rlx.ir import dtypes
 from rlx.ir.calls import (
-    AdaptiveAvgPool, Attention, AvgPool, BatchNorm, Binary, Conv, GroupNorm, IndexSelect, LayerNorm, MaxPool, Pad,
-    Reduce, RmsNorm, Softmax, Unary,
+    AdaptiveAvgPool,
+    Attention,
+    AvgPool,
+    BatchNorm,
+    Binary,
+    Conv,
+    GroupNorm,
+    IndexSelect,
+    LayerNorm,
+    MaxPool,
+    Pad,
+    Reduce,
+    Reshape,
+    RmsNorm,
+    Softmax,
+    Unary,
 )  # fmt: skip
 from rlx.ir.program import Operand, Ref
 from rlx.ir.torch_ir import Node
@@ -60,7 +74,8 @@ def _moments(node: Node, b: Builder, x: Ref, ndim: int, eps: float) -> tuple[Ref
 
 
 def _finfo_eps(dtype: str) -> float:
-    return float(ml_dtypes.finfo(dtypes.to_numpy(dtype)).eps)
+    """rms_norm's default eps: machine epsilon of the type PyTorch computes in (float32 for halves)."""
+    return float(ml_dtypes.finfo(dtypes.to_numpy("f32" if dtype in ("f16", "bf16") else dtype)).eps)
 
 
 @lowers("aten.rms_norm", "aten._fused_rms_norm")
@@ -78,12 +93,20 @@ def rms_norm(node: Node, b: Builder) -> Operand | tuple[Operand, None]:
 def batch_norm(node: Node, b: Builder) -> Operand | tuple[Operand | None, ...]:
     x = b.input(node, 0)
     w, bias = b.optional_input(node, 1, "weight"), b.optional_input(node, 2, "bias")
-    mean, var = b.optional_input(node, 3, "running_mean"), b.optional_input(node, 4, "running_var")
-    if node.base == "_native_batch_norm_legit_no_training":
-        training, eps = False, node.arg(6, "eps")
+    if node.overload == "no_stats":  # _native_batch_norm_legit.no_stats(input, weight, bias, training, momentum, eps)
+        mean = var = None
+        training, eps = node.arg(3, "training"), node.arg(5, "eps")
     else:
-        training, eps = node.arg(5, "training"), node.arg(7, "eps")
-    if training or mean is None or var is None:
+        mean, var = b.optional_input(node, 3, "running_mean"), b.optional_input(node, 4, "running_var")
+        if node.base == "_native_batch_norm_legit_no_training":
+            training, eps = False, node.arg(6, "eps")
+        else:
+            training, eps = node.arg(5, "training"), node.arg(7, "eps")
+    if mean is None or var is None:
+        # No running statistics (track_running_stats=False): even in eval mode every forward
+        # normalises with the batch's own mean and biased variance.
+        mean, var = _batch_stats(b, x)
+    elif training:
         raise LoweringError(
             f"node {node.id}: batch norm in training mode uses batch statistics; call model.eval() before export"
         )
@@ -91,11 +114,26 @@ def batch_norm(node: Node, b: Builder) -> Operand | tuple[Operand | None, ...]:
     return (y,) + (None,) * (len(node.out) - 1) if node.multi else y
 
 
+def _batch_stats(b: Builder, x: Ref) -> tuple[Ref, Ref]:
+    """Per-channel mean and biased variance over every axis but 1, in float32 for half inputs."""
+    dtype = "f32" if b.dtype(x) in ("f16", "bf16") else b.dtype(x)
+    xs = b.cast(x, dtype)
+    axes = (0,) + tuple(range(2, b.rank(x)))
+    channels = (b.shape(x)[1],)
+    mean = b.emit(Reduce("mean", xs, axes, False), channels, dtype)
+    return mean, b.emit(Reduce("var", xs, axes, False, 0.0), channels, dtype)
+
+
 @lowers("aten.group_norm", "aten.native_group_norm")
 def group_norm(node: Node, b: Builder) -> Operand | tuple[Operand | None, ...]:
     x = b.input(node, 0)
     if node.base == "group_norm":  # (input, num_groups, weight, bias, eps, cudnn)
-        groups, w, bias, eps = node.arg(1), b.optional_input(node, 2), b.optional_input(node, 3), node.arg(4, "eps", 1e-5)
+        groups, w, bias, eps = (
+            node.arg(1),
+            b.optional_input(node, 2),
+            b.optional_input(node, 3),
+            node.arg(4, "eps", 1e-5),
+        )
     else:  # native_group_norm(input, weight, bias, N, C, HxW, group, eps)
         groups, w, bias, eps = node.arg(6), b.optional_input(node, 1), b.optional_input(node, 2), node.arg(7)
     y = b.emit_like(GroupNorm(x, w, bias, int(groups), float(eps)), node.meta)
@@ -115,13 +153,25 @@ def embedding(node: Node, b: Builder) -> Operand:
 def attention(node: Node, b: Builder) -> Operand | tuple[Operand | None, ...]:
     q, k, v = b.input(node, 0), b.input(node, 1), b.input(node, 2)
     if node.base in ("scaled_dot_product_attention", "_scaled_dot_product_attention_math"):
-        mask_arg, dropout, causal = node.arg(3, "attn_mask"), node.arg(4, "dropout_p", 0.0), node.arg(5, "is_causal", False)
+        mask_arg, dropout, causal = (
+            node.arg(3, "attn_mask"),
+            node.arg(4, "dropout_p", 0.0),
+            node.arg(5, "is_causal", False),
+        )
         scale, gqa = node.arg(6, "scale"), node.arg(7, "enable_gqa", False)
     elif node.base == "_scaled_dot_product_efficient_attention":  # (q, k, v, attn_bias, compute_lse, p, causal)
-        mask_arg, dropout, causal = node.arg(3, "attn_bias"), node.arg(5, "dropout_p", 0.0), node.arg(6, "is_causal", False)
+        mask_arg, dropout, causal = (
+            node.arg(3, "attn_bias"),
+            node.arg(5, "dropout_p", 0.0),
+            node.arg(6, "is_causal", False),
+        )
         scale, gqa = node.kwargs.get("scale"), False
     else:  # flash forms: (q, k, v, dropout_p, is_causal, …, attn_mask=, scale=)
-        mask_arg, dropout, causal = node.kwargs.get("attn_mask"), node.arg(3, "dropout_p", 0.0), node.arg(4, "is_causal", False)
+        mask_arg, dropout, causal = (
+            node.kwargs.get("attn_mask"),
+            node.arg(3, "dropout_p", 0.0),
+            node.arg(4, "is_causal", False),
+        )
         scale, gqa = node.kwargs.get("scale"), False
     if dropout:
         raise LoweringError(f"node {node.id}: attention dropout_p={dropout} is random; set it to 0 for inference")
@@ -143,12 +193,15 @@ def convolution(node: Node, b: Builder) -> Operand:
     nd = b.rank(w) - 2
     stride, padding, dilation = (ints(node.arg(i), nd) for i in (3, 4, 5))
     transposed, output_padding, groups = bool(node.arg(6)), ints(node.arg(7), nd), int(node.arg(8))
-    return _conv(node, b, x, w, b.optional_input(node, 2), stride, padding, dilation, groups, transposed, output_padding)
+    return _conv(
+        node, b, x, w, b.optional_input(node, 2), stride, padding, dilation, groups, transposed, output_padding
+    )
 
 
 @lowers("aten.conv1d", "aten.conv2d", "aten.conv3d")
 def conv_nd(node: Node, b: Builder) -> Operand:
     x, w = b.input(node, 0), b.input(node, 1)
+    x = _batched(b, x, w)
     nd = b.rank(w) - 2
     stride, dilation = ints(node.arg(3, "stride", 1), nd), ints(node.arg(5, "dilation", 1), nd)
     padding = node.arg(4, "padding", 0)
@@ -173,16 +226,31 @@ def conv_nd(node: Node, b: Builder) -> Operand:
 def conv_transpose(node: Node, b: Builder) -> Operand:
     # (input, weight, bias, stride, padding, output_padding, groups, dilation)
     x, w = b.input(node, 0), b.input(node, 1)
+    x = _batched(b, x, w)
     nd = b.rank(w) - 2
     stride, padding = ints(node.arg(3, "stride", 1), nd), ints(node.arg(4, "padding", 0), nd)
     output_padding, groups = ints(node.arg(5, "output_padding", 0), nd), int(node.arg(6, "groups", 1))
     dilation = ints(node.arg(7, "dilation", 1), nd)
-    return _conv(node, b, x, w, b.optional_input(node, 2, "bias"), stride, padding, dilation, groups, True, output_padding)
+    return _conv(
+        node, b, x, w, b.optional_input(node, 2, "bias"), stride, padding, dilation, groups, True, output_padding
+    )
 
 
 def _conv(node: Node, b: Builder, x: Ref, w: Ref, bias: Ref | None, stride: tuple[int, ...], padding: tuple[int, ...],
           dilation: tuple[int, ...], groups: int, transposed: bool, output_padding: tuple[int, ...]) -> Operand:  # fmt: skip
-    return b.emit_like(Conv(x, w, bias, stride, padding, dilation, groups, transposed, output_padding), node.meta)
+    conv = Conv(x, w, bias, stride, padding, dilation, groups, transposed, output_padding)
+    out = node.meta
+    if len(out.shape) == b.rank(x):
+        return b.emit_like(conv, out)
+    y = b.emit(conv, (1, *out.shape), out.dtype)  # an unbatched input was given a batch of one
+    return b.emit_like(Reshape(y, out.shape), out)
+
+
+def _batched(b: Builder, x: Ref, w: Ref) -> Ref:
+    """aten.convNd accepts an unbatched ``[C, *spatial]`` input; the Conv call always has a batch axis."""
+    if b.rank(x) != b.rank(w) - 1:
+        return x
+    return b.emit(Reshape(x, (1, *b.shape(x))), (1, *b.shape(x)), b.dtype(x))
 
 
 # ── pooling ──────────────────────────────────────────────────────────────────

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from rlx.errors import LoweringError
+from rlx.ir import symbolic
 from rlx.ir.calls import Concat, Expand, Gather, Index, IndexSelect, Pad, Permute, Reshape, Slice
 from rlx.ir.program import Operand, Ref
+from rlx.ir.symbolic import Dim
 from rlx.ir.torch_ir import Node
 from rlx.lower.registry import Builder, lowers
-from rlx.lower.shapes import chunk_sizes, norm_axis, slice_bounds, split_sizes
+from rlx.lower.shapes import chunk_sizes, norm_axis, slice_bounds, split_sizes, tensor_split_bounds
 
 
 def reshape_to(b: Builder, x: Ref, shape: tuple[int, ...]) -> Ref:
@@ -36,18 +38,35 @@ def permute(node: Node, b: Builder) -> Operand:
     return permute_value(b, x, tuple(norm_axis(d, rank) for d in node.arg(1, "dims")))
 
 
-@lowers("aten.transpose", "aten.swapaxes", "aten.t", "aten.numpy_T", "aten.transpose_copy")
+@lowers("aten.transpose", "aten.swapaxes", "aten.swapdims", "aten.t", "aten.numpy_T", "aten.transpose_copy",
+        "aten.mT", "aten.mH", "aten.adjoint")  # fmt: skip
 def transpose(node: Node, b: Builder) -> Operand:
     x = b.input(node, 0)
     rank = b.rank(x)
     if node.base in ("t", "numpy_T"):
         perm = tuple(reversed(range(rank)))
+    elif node.base in ("mT", "mH", "adjoint"):  # the last two axes
+        if node.base != "mT" and b.dtype(x) == "c64":
+            raise LoweringError(f"node {node.id}: {node.base} of a complex tensor conjugates; not supported")
+        perm = tuple(range(rank - 2)) + (rank - 1, rank - 2)
     else:
         d0, d1 = norm_axis(node.arg(1), rank), norm_axis(node.arg(2), rank)
         order = list(range(rank))
         order[d0], order[d1] = order[d1], order[d0]
         perm = tuple(order)
     return permute_value(b, x, perm)
+
+
+@lowers("aten.movedim", "aten.moveaxis")
+def movedim(node: Node, b: Builder) -> Operand:
+    x = b.input(node, 0)
+    rank = b.rank(x)
+    src, dst = node.arg(1, "source"), node.arg(2, "destination")
+    src = [norm_axis(a, rank) for a in ((src,) if isinstance(src, int) else src)]
+    dst = [norm_axis(a, rank) for a in ((dst,) if isinstance(dst, int) else dst)]
+    rest = iter(a for a in range(rank) if a not in src)
+    placed = dict(zip(dst, src))
+    return permute_value(b, x, tuple(placed[i] if i in placed else next(rest) for i in range(rank)))
 
 
 @lowers("aten.expand", "aten.expand_as", "aten.expand_copy", "aten.broadcast_to")
@@ -61,16 +80,27 @@ def expand(node: Node, b: Builder) -> Operand:
 def slice_(node: Node, b: Builder) -> Operand:
     x = b.input(node, 0)
     axis = norm_axis(node.arg(1, "dim", 0), b.rank(x))
-    start, stop, step = slice_bounds(b.shape(x)[axis], node.arg(2, "start"), node.arg(3, "end"), node.arg(4, "step", 1))
-    if (start, stop, step) == (0, b.shape(x)[axis], 1):
+    size = b.shape(x)[axis]
+    start, end, step = b.scalar(node, 2, "start"), b.scalar(node, 3, "end"), b.scalar(node, 4, "step", 1)
+    if not all(isinstance(v, (int, type(None))) for v in (size, start, end)):
+        # Symbolic bounds keep Python's slice semantics (negative wrap, clamping), which are
+        # PyTorch's; they are evaluated once the input symbols are bound.
+        start = 0 if start is None else start
+        end = SLICE_END if end is None else end
+        return b.emit_like(Slice(x, axis, start, end, step), node.meta)
+    start, stop, step = slice_bounds(size, start, end, step)
+    if (start, stop, step) == (0, size, 1):
         return x
     return b.emit_like(Slice(x, axis, start, stop, step), node.meta)
 
 
-def take_slice(b: Builder, x: Ref, axis: int, start: int, stop: int) -> Ref:
+SLICE_END = 2**63 - 1  # "to the end", as torch.export records an open slice
+
+
+def take_slice(b: Builder, x: Ref, axis: int, start: Dim, length: Dim) -> Ref:
     shape = list(b.shape(x))
-    shape[axis] = stop - start
-    return b.emit(Slice(x, axis, start, stop, 1), shape, b.dtype(x))
+    shape[axis] = length
+    return b.emit(Slice(x, axis, start, symbolic.add(start, length), 1), shape, b.dtype(x))
 
 
 @lowers("aten.select", "aten.select_copy")
@@ -78,28 +108,30 @@ def select(node: Node, b: Builder) -> Operand:
     x = b.input(node, 0)
     axis = norm_axis(node.arg(1, "dim"), b.rank(x))
     size = b.shape(x)[axis]
-    index = node.arg(2, "index")
-    if not -size <= index < size:
+    index = b.scalar(node, 2, "index")
+    if isinstance(size, int) and isinstance(index, int) and not -size <= index < size:
         raise LoweringError(f"node {node.id}: index {index} is out of range for axis {axis} of size {size}")
-    index %= size
-    return reshape_to(b, take_slice(b, x, axis, index, index + 1), node.meta.shape)
+    return reshape_to(b, take_slice(b, x, axis, symbolic.mod(index, size), 1), node.meta.shape)
 
 
-def _split(b: Builder, x: Ref, axis: int, sizes: list[int]) -> tuple[Ref, ...]:
+def _split(b: Builder, x: Ref, axis: int, sizes: list[Dim]) -> tuple[Ref, ...]:
     parts, start = [], 0
     for size in sizes:
-        parts.append(take_slice(b, x, axis, start, start + size))
-        start += size
+        parts.append(take_slice(b, x, axis, start, size))
+        start = symbolic.add(start, size)
     return tuple(parts)
 
 
-@lowers("aten.split", "aten.split_with_sizes", "aten.chunk", "aten.tensor_split", "aten.unsafe_split",
-        "aten.split_copy", "aten.split_with_sizes_copy")  # fmt: skip
+@lowers("aten.split", "aten.split_with_sizes", "aten.chunk", "aten.unsafe_split", "aten.split_copy",
+        "aten.split_with_sizes_copy", "aten.unsafe_split_with_sizes")  # fmt: skip
 def split(node: Node, b: Builder) -> tuple[Ref, ...]:
     x = b.input(node, 0)
     axis = norm_axis(node.arg(2, "dim", 0), b.rank(x))
     size = b.shape(x)[axis]
-    how = node.arg(1)
+    how = b.scalar(node, 1)
+    if not isinstance(size, int) or not all(isinstance(h, int) for h in (how if isinstance(how, tuple) else (how,))):
+        # On a symbolic axis the piece extents are the ones torch recorded for the results.
+        return _split(b, x, axis, [m.shape[axis] for m in node.out])
     if node.base == "chunk":
         sizes = chunk_sizes(size, how)
     elif isinstance(how, int):
@@ -111,12 +143,37 @@ def split(node: Node, b: Builder) -> tuple[Ref, ...]:
     return _split(b, x, axis, sizes)
 
 
+@lowers("aten.tensor_split")
+def tensor_split(node: Node, b: Builder) -> tuple[Ref, ...]:
+    """``tensor_split(x, sections | indices, dim)``: unlike ``split``, an int is a number of pieces."""
+    x = b.input(node, 0)
+    axis = norm_axis(node.arg(2, "dim", 0), b.rank(x))
+    how = node.arg(1)
+    if isinstance(how, Ref):
+        raise LoweringError(f"node {node.id}: tensor_split with a tensor of indices has a data-dependent shape")
+    bounds = tensor_split_bounds(b.shape(x)[axis], how)
+    return tuple(take_slice(b, x, axis, start, stop - start) for start, stop in bounds)
+
+
+@lowers("aten.narrow", "aten.narrow_copy")
+def narrow(node: Node, b: Builder) -> Operand:
+    x = b.input(node, 0)
+    axis = norm_axis(node.arg(1, "dim"), b.rank(x))
+    size, start, length = b.shape(x)[axis], b.scalar(node, 2, "start"), b.scalar(node, 3, "length")
+    if not all(isinstance(v, int) for v in (size, start, length)):
+        return take_slice(b, x, axis, symbolic.mod(start, size) if start != 0 else 0, length)
+    start = start + size if start < 0 else start
+    if not (0 <= start and 0 <= length and start + length <= size):
+        raise LoweringError(f"node {node.id}: narrow({start}, {length}) is out of range for axis {axis} of size {size}")
+    return x if length == size else take_slice(b, x, axis, start, length)
+
+
 @lowers("aten.unbind")
 def unbind(node: Node, b: Builder) -> tuple[Ref, ...]:
     x = b.input(node, 0)
     axis = norm_axis(node.arg(1, "dim", 0), b.rank(x))
     shape = b.shape(x)[:axis] + b.shape(x)[axis + 1 :]
-    return tuple(reshape_to(b, part, shape) for part in _split(b, x, axis, [1] * b.shape(x)[axis]))
+    return tuple(reshape_to(b, part, shape) for part in _split(b, x, axis, [1] * len(node.out)))
 
 
 @lowers("aten.cat", "aten.concat", "aten.concatenate")
@@ -150,7 +207,7 @@ def constant_pad(node: Node, b: Builder) -> Operand:
     x = b.input(node, 0)
     if node.base == "pad" and node.arg(2, "mode", "constant") != "constant":
         raise LoweringError(f"node {node.id}: pad mode {node.arg(2, 'mode')!r} is not supported yet")
-    pad = list(node.arg(1, "pad"))
+    pad = list(b.scalar(node, 1, "pad"))
     value = node.arg(2 if node.base == "constant_pad_nd" else 3, "value", 0) or 0
     rank = b.rank(x)
     pads = [(0, 0)] * rank
@@ -168,7 +225,10 @@ def constant_pad(node: Node, b: Builder) -> Operand:
 def index_select(node: Node, b: Builder) -> Operand:
     x = b.input(node, 0)
     axis = norm_axis(node.arg(1, "dim"), b.rank(x))
-    return b.emit_like(IndexSelect(x, axis, b.input(node, 2, "index")), node.meta)
+    index = b.input(node, 2, "index")
+    if b.rank(index) == 0:  # a 0-d index selects one element but keeps the axis
+        index = reshape_to(b, index, (1,))
+    return b.emit_like(IndexSelect(x, axis, index), node.meta)
 
 
 @lowers("aten.gather")

@@ -54,6 +54,20 @@ def chunk_sizes(size: int, chunks: int) -> list[int]:
     return split_sizes(size, step) if step else [0]
 
 
+def tensor_split_bounds(size: int, how: int | Sequence[int]) -> list[tuple[int, int]]:
+    """``torch.tensor_split`` pieces as (start, stop): ``how`` sections (the first ``size % how``
+    one longer), or cut indices read as Python slices ``x[i_{k-1}:i_k]`` (clamped, maybe empty)."""
+    if isinstance(how, int):
+        if how < 1:
+            raise LoweringError(f"tensor_split needs at least one section, found {how}")
+        base, extra = divmod(size, how)
+        sizes = [base + 1] * extra + [base] * (how - extra)
+        starts = [sum(sizes[:k]) for k in range(how)]
+        return [(s, s + n) for s, n in zip(starts, sizes)]
+    cuts = [None, *how, None]
+    return [slice_bounds(size, lo, hi, 1)[:2] for lo, hi in zip(cuts, cuts[1:])]
+
+
 def expand_shape(x_shape: Sequence[int], target: Sequence[int]) -> tuple[int, ...]:
     """``expand`` target with its -1 entries filled from the input."""
     lead = len(target) - len(x_shape)

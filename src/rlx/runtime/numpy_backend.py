@@ -225,7 +225,8 @@ def index(c: C.Index, x: np.ndarray, indices: list[np.ndarray | None]) -> np.nda
 # ── linear algebra ───────────────────────────────────────────────────────────
 @kernel(C.MatMul)
 def matmul(c: C.MatMul, x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    return np.matmul(widen(x), widen(y)).astype(x.dtype, copy=False)
+    # 1-d · 1-d gives a numpy scalar: keep it a 0-d array.
+    return np.asarray(np.matmul(widen(x), widen(y))).astype(x.dtype, copy=False)
 
 
 @kernel(C.Linear)
@@ -270,7 +271,8 @@ def softmax_array(x: np.ndarray, axis: int, log: bool = False) -> np.ndarray:
 
 @kernel(C.Softmax)
 def softmax(c: C.Softmax, x: np.ndarray) -> np.ndarray:
-    return softmax_array(widen(x), c.axis, c.log).astype(x.dtype, copy=False)
+    # asarray: numpy reduces a 0-d input to a scalar.
+    return np.asarray(softmax_array(widen(x), c.axis, c.log)).astype(x.dtype, copy=False)
 
 
 def _affine(y: np.ndarray, w: np.ndarray | None, b: np.ndarray | None, shape: tuple[int, ...]) -> np.ndarray:
@@ -333,9 +335,11 @@ def _windows(x: np.ndarray, kernel_: tuple[int, ...], stride: tuple[int, ...], d
     extent = tuple(d * (k - 1) + 1 for k, d in zip(kernel_, dilation))
     win = sliding_window_view(x, extent, axis=tuple(range(x.ndim - nd, x.ndim)))
     lead = (slice(None),) * (x.ndim - nd)
-    win = win[lead + tuple(slice(0, (o - 1) * s + 1, s) for o, s in zip(out, stride)) + tuple(
-        slice(None, None, d) for d in dilation
-    )]
+    win = win[
+        lead
+        + tuple(slice(0, (o - 1) * s + 1, s) for o, s in zip(out, stride))
+        + tuple(slice(None, None, d) for d in dilation)
+    ]
     return win
 
 
@@ -355,7 +359,9 @@ def conv(c: C.Conv, x: np.ndarray, w: np.ndarray, b: np.ndarray | None) -> np.nd
     xw, ww = widen(x), widen(w)
     nd = w.ndim - 2
     n, g = x.shape[0], c.groups
-    out_sp = tuple(conv_out_size(x.shape[2 + i], w.shape[2 + i], c.stride[i], c.padding[i], c.dilation[i]) for i in range(nd))
+    out_sp = tuple(
+        conv_out_size(x.shape[2 + i], w.shape[2 + i], c.stride[i], c.padding[i], c.dilation[i]) for i in range(nd)
+    )
     xp = _pad_spatial(xw, [(p, p) for p in c.padding], 0)
     win = _windows(xp, w.shape[2:], c.stride, c.dilation, out_sp)  # [N, C, *out, *k]
     cg, og = x.shape[1] // g, w.shape[0] // g
@@ -380,7 +386,10 @@ def _conv_transpose(c: C.Conv, x: np.ndarray, w: np.ndarray, b: np.ndarray | Non
     cg, og = w.shape[0] // g, w.shape[1]
     ksp, in_sp = w.shape[2:], x.shape[2:]
     k = int(np.prod(ksp))
-    full = tuple((i - 1) * s + d * (kk - 1) + 1 + op for i, s, d, kk, op in zip(in_sp, c.stride, c.dilation, ksp, c.output_padding))
+    full = tuple(
+        (i - 1) * s + d * (kk - 1) + 1 + op
+        for i, s, d, kk, op in zip(in_sp, c.stride, c.dilation, ksp, c.output_padding)
+    )
     # contributions[n, g, og, k, *in] = Σ_c x[n, g, c, *in] · w[g, c, og, k]
     xs = xw.reshape((n, g, cg, -1))
     wk = ww.reshape(g, cg, og * k)
@@ -403,7 +412,10 @@ def _pool_geometry(x: np.ndarray, kernel_: tuple[int, ...], stride: tuple[int, .
     out = tuple(conv_out_size(sizes[i], kernel_[i], stride[i], padding[i], dilation[i], ceil_mode) for i in range(nd))
     # Right padding grows so ceil_mode's last partial window fits.
     pads = [
-        (padding[i], max(padding[i], (out[i] - 1) * stride[i] + dilation[i] * (kernel_[i] - 1) + 1 - sizes[i] - padding[i]))
+        (
+            padding[i],
+            max(padding[i], (out[i] - 1) * stride[i] + dilation[i] * (kernel_[i] - 1) + 1 - sizes[i] - padding[i]),
+        )
         for i in range(nd)
     ]
     return out, pads
@@ -427,8 +439,14 @@ def max_pool(c: C.MaxPool, x: np.ndarray) -> np.ndarray:
     positions = np.arange(int(np.prod(sizes)), dtype=np.int64).reshape(sizes)
     pos_win = _windows(_pad_spatial(positions, pads, -1), c.kernel, c.stride, c.dilation, out)
     pos_flat = np.broadcast_to(pos_win.reshape(out + (-1,)), flat.shape)
-    arg = np.argmax(flat, axis=-1)[..., None]
-    return np.take_along_axis(pos_flat, arg, axis=-1)[..., 0]
+    # PyTorch's scan: the first in-bounds maximum wins ties (a window of only -inf picks its first
+    # in-bounds element, never the padding), and a NaN wins over everything — the last NaN seen.
+    best = (flat == flat.max(axis=-1, keepdims=True)) & (pos_flat >= 0)
+    arg = np.argmax(best, axis=-1)
+    if flat.dtype.kind == "f":
+        nan = np.isnan(flat)
+        arg = np.where(nan.any(axis=-1), flat.shape[-1] - 1 - np.argmax(nan[..., ::-1], axis=-1), arg)
+    return np.take_along_axis(pos_flat, arg[..., None], axis=-1)[..., 0]
 
 
 @kernel(C.AvgPool)
@@ -484,5 +502,7 @@ def attention(c: C.Attention, q: np.ndarray, k: np.ndarray, v: np.ndarray, mask:
         scores = np.where(np.tril(np.ones((big_l, big_s), dtype=bool)), scores, -np.inf)
     if mask is not None:
         scores = np.where(mask, scores, -np.inf) if mask.dtype == np.bool_ else scores + widen(mask)
-    probs = softmax_array(scores, -1)
+    # A query that may attend nowhere (its scores all -inf) gets zeros, like PyTorch's safe softmax.
+    dead = np.all(scores == -np.inf, axis=-1, keepdims=True)
+    probs = np.where(dead, np.zeros((), scores.dtype), softmax_array(scores, -1))
     return np.matmul(probs, vw).astype(q.dtype, copy=False)

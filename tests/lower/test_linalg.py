@@ -1,0 +1,113 @@
+"""Matrix products against eager PyTorch: mm, bmm, matmul broadcasting, addmm/baddbmm with
+beta/alpha, linear — in float32, float16, bfloat16 and float64.
+
+Each case is one export that runs its variants over every swept dtype (an export costs far more
+than the ops); "output k" in a failure counts variants within dtypes.
+"""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from helpers import LEVELS, assert_converts_and_matches, rand, with_specials
+
+F32, F16, BF16, F64, I64 = torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int64
+FLOATS = (F32, F16, BF16, F64)
+
+
+def case(name, variants, *inputs, dtypes=FLOATS, levels=LEVELS, marks=()):
+    """``variants``: one callable or a list, all taking ``inputs``; an input is a shape (random
+    data of each swept dtype) or a callable ``dtype -> tensor``."""
+    variants = variants if isinstance(variants, list) else [variants]
+    made = [rand(a, d, seed=i) if isinstance(a, tuple) else a(d) for d in dtypes for i, a in enumerate(inputs)]
+    n = len(inputs)
+
+    def run(*args):
+        return tuple(v(*args[k * n : (k + 1) * n]) for k in range(len(dtypes)) for v in variants)
+
+    return pytest.param(run, tuple(made), levels, id=name, marks=marks)
+
+
+class PerDtype(nn.Module):
+    """One copy of a module per swept dtype; copy k runs on input group k."""
+
+    def __init__(self, make, dtypes, n_inputs):
+        super().__init__()
+        self.copies = nn.ModuleList()
+        for d in dtypes:
+            torch.manual_seed(0)
+            self.copies.append(make().to(d))
+        self.n = n_inputs
+
+    def forward(self, *args):
+        return tuple(m(*args[k * self.n : (k + 1) * self.n]) for k, m in enumerate(self.copies))
+
+
+def module_case(name, make, *shapes, dtypes=FLOATS, levels=LEVELS, marks=()):
+    inputs = tuple(rand(s, d, seed=i) for d in dtypes for i, s in enumerate(shapes))
+    return pytest.param(PerDtype(make, dtypes, len(shapes)), inputs, levels, id=name, marks=marks)
+
+
+def specials(shape):
+    return lambda d: with_specials(rand(shape, d, seed=7))
+
+
+# matmul inputs: a, b 1-d; m [3,4]; n [4,5]; bt [2,3,4]; bn [2,4,5]; b4 [2,1,3,4]; bn3 [3,4,5].
+MATMUL_SHAPES = ((4,), (4,), (3, 4), (4, 5), (2, 3, 4), (2, 4, 5), (2, 1, 3, 4), (3, 4, 5))
+
+CASES = [
+    case("mm", lambda x, y: torch.mm(x, y), (3, 4), (4, 5)),
+    case("bmm", lambda x, y: torch.bmm(x, y), (2, 3, 4), (2, 4, 5)),
+    case("matmul", [
+        lambda a, b, m, n, bt, bn, b4, bn3: a @ b,  # 1-d · 1-d → scalar
+        lambda a, b, m, n, bt, bn, b4, bn3: a @ n,  # 1-d · 2-d
+        lambda a, b, m, n, bt, bn, b4, bn3: m @ a,  # 2-d · 1-d
+        lambda a, b, m, n, bt, bn, b4, bn3: torch.matmul(m, n),
+        lambda a, b, m, n, bt, bn, b4, bn3: bt @ bn,  # batched
+        lambda a, b, m, n, bt, bn, b4, bn3: bt @ n,  # batched · 2-d
+        lambda a, b, m, n, bt, bn, b4, bn3: m @ bn,  # 2-d · batched
+        lambda a, b, m, n, bt, bn, b4, bn3: a @ bn,  # 1-d · batched
+        lambda a, b, m, n, bt, bn, b4, bn3: bt @ a,  # batched · 1-d
+        lambda a, b, m, n, bt, bn, b4, bn3: b4 @ bn3,  # batch dims broadcast: [2,1] with [3]
+        lambda a, b, m, n, bt, bn, b4, bn3: bn3.mT @ b4.mT,
+    ], *MATMUL_SHAPES),
+    case("mv_dot", [lambda m, a, b: torch.mv(m, a), lambda m, a, b: torch.dot(a, b), lambda m, a, b: torch.vdot(a, b)],
+         (3, 4), (4,), (4,)),
+    # Composite ops with no aten-level lowering: torch decomposes them at high/core.
+    case("inner_outer", [lambda m, a, b: torch.inner(a, b), lambda m, a, b: torch.inner(m, m),
+                         lambda m, a, b: torch.outer(a, b)], (3, 4), (4,), (4,), levels=("high", "core")),
+    case("addmm", [lambda c, c1, x, y: torch.addmm(c, x, y), lambda c, c1, x, y: torch.addmm(c1, x, y),
+                   lambda c, c1, x, y: torch.addmm(c, x, y, beta=0.5, alpha=2.0),
+                   lambda c, c1, x, y: torch.addmm(c1, x, y, beta=-1, alpha=3),
+                   lambda c, c1, x, y: torch.addmm(c[:1], x, y, alpha=0.25)], (3, 5), (5,), (3, 4), (4, 5)),
+    # beta=0 ignores the input entirely, NaN and inf included; otherwise they propagate.
+    case("addmm_specials", [lambda c, x, y: torch.addmm(c, x, y, beta=0), lambda c, x, y: torch.addmm(c, x, y, beta=0, alpha=2),
+                            lambda c, x, y: torch.addmm(c, x, y, beta=0.5), lambda c, x, y: torch.addmm(c, x, y)],
+         specials((3, 5)), (3, 4), (4, 5)),
+    case("baddbmm", [lambda c, x, y: torch.baddbmm(c, x, y), lambda c, x, y: torch.baddbmm(c, x, y, beta=0.5, alpha=-2),
+                     lambda c, x, y: torch.baddbmm(c[:1, :, :1], x, y, alpha=1.5),
+                     lambda c, x, y: torch.baddbmm(c, x, y, beta=0), lambda c, x, y: torch.baddbmm(c, x, y, beta=2)],
+         specials((2, 3, 5)), (2, 3, 4), (2, 4, 5)),
+    case("addmv", [lambda c, m, v: torch.addmv(c, m, v), lambda c, m, v: torch.addmv(c, m, v, beta=2, alpha=0.5)],
+         (3,), (3, 4), (4,)),
+    case("addbmm", [lambda c, x, y: torch.addbmm(c, x, y), lambda c, x, y: torch.addbmm(c, x, y, beta=0.5, alpha=2)],
+         (3, 5), (2, 3, 4), (2, 4, 5)),
+    case("int64", [lambda x, y, bx, by: torch.mm(x, y), lambda x, y, bx, by: torch.bmm(bx, by),
+                   lambda x, y, bx, by: x @ y[:, 0], lambda x, y, bx, by: bx @ y],
+         (3, 4), (4, 5), (2, 3, 4), (2, 4, 5), dtypes=(I64,)),
+    case("F.linear", [lambda x, w, b: F.linear(x, w, b), lambda x, w, b: F.linear(x, w),
+                      lambda x, w, b: F.linear(x[0, 0], w, b), lambda x, w, b: F.linear(x[0], w)],
+         (2, 3, 4), (5, 4), (5,)),
+    module_case("nn.Linear", lambda: nn.Linear(4, 5), (2, 3, 4)),
+    module_case("nn.Linear_2d", lambda: nn.Linear(4, 5), (3, 4), levels=("high",)),
+    module_case("nn.Linear_no_bias", lambda: nn.Linear(4, 5, bias=False), (3, 4)),
+    module_case("nn.Linear_1d", lambda: nn.Linear(4, 5), (4,), levels=("high",)),
+    module_case("nn.Linear_chain", lambda: nn.Sequential(nn.Linear(4, 8), nn.Linear(8, 3, bias=False)), (2, 5, 4),
+                levels=("high",)),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("fn,inputs,levels", CASES)
+def test_matches_torch(fn, inputs, levels):
+    assert_converts_and_matches(fn, inputs, levels=levels)

@@ -166,3 +166,19 @@ def test_parse_dynamic_rejects(text):
 def test_same_symbol_ties_axes():
     spec = dynamic_shapes_from_cli([("x", 0, "batch", 1, 8), ("mask", 0, "batch", 1, 8)])
     assert spec["x"][0] is spec["mask"][0]
+
+
+class NeedsEven(torch.nn.Module):
+    def forward(self, x):
+        return x.reshape(-1, 2, x.shape[1]).sum(1)
+
+
+def test_export_constraint_violation_is_one_line_with_torchs_fix(tmp_path):
+    from rlx.errors import ExportError
+
+    with pytest.raises(ExportError) as info:
+        rlx.from_torch(NeedsEven(), (torch.randn(4, 3),), tmp_path / "o", dynamic_shapes={"x": {0: Dim("n", max=64)}})
+    msg = str(info.value)
+    assert "\n" not in msg
+    assert "Constraints violated (n)" in msg and "torch suggests:" in msg and "n = 2*_n" in msg
+    assert not (tmp_path / "o").exists()

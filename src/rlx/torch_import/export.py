@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import inspect
 import operator
+import re
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -82,9 +83,8 @@ def capture(
             warnings.simplefilter("ignore", FutureWarning)
             ep = torch.export.export(model, example_inputs, kwargs=kwargs, dynamic_shapes=dynamic_shapes)
             ep = decompose(ep, decomposition)
-    except Exception as e:  # torch raises many types; the user needs the first line of its message
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise ExportError(f"torch.export failed for {type(model).__name__}: {type(e).__name__}: {first}") from e
+    except Exception as e:  # torch raises many types; the user needs the gist of its message
+        raise ExportError(f"torch.export failed for {type(model).__name__}: {_export_error_gist(e)}") from e
     with torch.no_grad():
         eager = model(*example_inputs, **kwargs)
     flat_out, _ = pytree.tree_flatten(eager)
@@ -100,6 +100,27 @@ def capture(
     if len(outputs) != len(ir.outputs):
         raise ExportError(f"eager run returned {len(outputs)} outputs but the exported graph has {len(ir.outputs)}")
     return Exported(ir, weights, inputs, outputs, ep)
+
+
+def _export_error_gist(e: Exception) -> str:
+    """One line from torch's multi-line export errors: the first line, the first reason listed
+    under it, and torch's suggested fix when it gives one."""
+    lines = [ln.strip() for ln in str(e).strip().splitlines() if ln.strip()]
+    if not lines:
+        return type(e).__name__
+    gist = f"{type(e).__name__}: {lines[0]}"
+    reasons = [ln[2:] for ln in lines[1:] if ln.startswith("- ")]
+    if reasons:
+        gist += f" ({reasons[0]})"
+    if "Suggested fixes:" in lines:
+        fixes = []
+        for ln in lines[lines.index("Suggested fixes:") + 1 :]:
+            if not re.match(r"^[A-Za-z_][\w]* = ", ln):
+                break
+            fixes.append(ln)
+        if fixes:
+            gist += f"; torch suggests: {'; '.join(fixes)}"
+    return gist
 
 
 def dynamic_shapes_from_cli(axes: list[tuple[str, int, str, int | None, int | None]]) -> dict[str, dict[int, Any]]:

@@ -306,3 +306,84 @@ class Attention(Call):
     causal: bool
     scale: float
     gqa: bool
+
+
+# ── resampling ───────────────────────────────────────────────────────────────
+@dataclass(frozen=True)
+class Upsample(Call):
+    """Resize the trailing ``len(size)`` spatial axes to ``size``.
+
+    ``mode`` is nearest / nearest_exact / linear (1-d: linear, 2-d: bilinear, 3-d: trilinear) /
+    bicubic. ``scales`` are the user's scale factors when PyTorch uses them to map output to input
+    coordinates (``None`` per axis = use in/out extents). ``antialias`` widens the filter when
+    downsampling, as ``_upsample_bilinear2d_aa`` / ``_upsample_bicubic2d_aa`` do.
+    """
+
+    x: Ref
+    mode: str
+    size: tuple[int, ...]
+    scales: tuple[float | None, ...]
+    align_corners: bool
+    antialias: bool
+
+
+@dataclass(frozen=True)
+class GridSample(Call):
+    """``F.grid_sample`` on NCHW input with an ``[N, H_out, W_out, 2]`` grid of (x, y) in [-1, 1].
+
+    ``mode``: bilinear / nearest / bicubic; ``padding``: zeros / border / reflection.
+    """
+
+    x: Ref
+    grid: Ref
+    mode: str
+    padding: str
+    align_corners: bool
+
+
+# ── ordering and scans ───────────────────────────────────────────────────────
+@dataclass(frozen=True)
+class ArgTopK(Call):
+    """Indices (int64) of the ``k`` largest (or smallest) entries along ``axis``; values are a Gather."""
+
+    x: Ref
+    k: int
+    axis: int
+    largest: bool
+    sorted: bool
+
+
+@dataclass(frozen=True)
+class ArgSort(Call):
+    """Indices (int64) that sort ``x`` along ``axis``; ``stable`` keeps the order of equal entries."""
+
+    x: Ref
+    axis: int
+    descending: bool
+    stable: bool
+
+
+@dataclass(frozen=True)
+class CumReduce(Call):
+    """Inclusive scan along ``axis``: ``fn`` is sum / prod / max / min / logsumexp;
+    ``indices`` returns the int64 position of the running max/min instead of its value."""
+
+    fn: str
+    x: Ref
+    axis: int
+    indices: bool = False
+
+
+@dataclass(frozen=True)
+class Flip(Call):
+    x: Ref
+    axes: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Roll(Call):
+    """``torch.roll`` with one shift per axis (already normalised; empty axes = flattened roll)."""
+
+    x: Ref
+    shifts: tuple[int, ...]
+    axes: tuple[int, ...]

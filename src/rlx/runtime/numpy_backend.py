@@ -506,3 +506,7 @@ def attention(c: C.Attention, q: np.ndarray, k: np.ndarray, v: np.ndarray, mask:
     dead = np.all(scores == -np.inf, axis=-1, keepdims=True)
     probs = np.where(dead, np.zeros((), scores.dtype), softmax_array(scores, -1))
     return np.matmul(probs, vw).astype(q.dtype, copy=False)
+
+
+# Kernel families kept in modules of their own register themselves when imported.
+from rlx.runtime import ordering_kernels, resample_kernels  # noqa: E402, F401

@@ -1,0 +1,1 @@
+"""Ordering and scan lowerings: topk, sort, argsort, cumulative reductions, flip, roll, tril/triu, repeat."""

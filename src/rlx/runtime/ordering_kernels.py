@@ -1,0 +1,1 @@
+"""numpy kernels for ordering and scan Calls (ArgTopK, ArgSort, CumReduce, Flip, Roll)."""

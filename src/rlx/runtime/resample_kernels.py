@@ -1,0 +1,1 @@
+"""numpy kernels for resampling Calls (Upsample, GridSample)."""

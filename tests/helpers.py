@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import importlib.util
+import sys
+import textwrap
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -129,3 +134,31 @@ def with_specials(t: torch.Tensor) -> torch.Tensor:
     for i, v in enumerate(specials[: flat.numel()]):
         flat[i] = v
     return t
+
+
+EXAMPLES = Path(__file__).parent.parent / "examples"
+
+
+def load_example(name: str) -> ModuleType:
+    """Import ``examples/<name>.py`` as a module."""
+    spec = importlib.util.spec_from_file_location(f"example_{name}", EXAMPLES / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+# Prepended to a subprocess script: any `import torch` there fails, proving a path is torch-free.
+BLOCK_TORCH = textwrap.dedent(
+    """
+    import sys
+
+    class _NoTorch:
+        def find_spec(self, name, path=None, target=None):
+            if name == "torch" or name.startswith("torch."):
+                raise ImportError("torch is blocked in this test")
+            return None
+
+    sys.meta_path.insert(0, _NoTorch())
+    """
+)

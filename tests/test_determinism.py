@@ -6,7 +6,7 @@ import pytest
 
 import rlx
 
-from test_examples import load_example
+from helpers import load_example
 
 
 @pytest.mark.parametrize("name", ["transformer", "cnn"])

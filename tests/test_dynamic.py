@@ -14,8 +14,7 @@ from rlx.cli import main, parse_dynamic
 from rlx.errors import InputError, UsageError
 from rlx.torch_import import dynamic_shapes_from_cli
 
-from helpers import assert_arrays_match, convert
-from test_examples import load_example
+from helpers import assert_arrays_match, convert, load_example
 
 Dim = torch.export.Dim
 

@@ -5,26 +5,15 @@ The same model classes written with other widths, depths, head counts and batch 
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
 
 import rlx
 
-EXAMPLES = Path(__file__).parent.parent / "examples"
+from helpers import load_example
+
 NAMES = ("mlp", "transformer", "cnn", "decoder_lm")
-
-
-def load_example(name: str):
-    spec = importlib.util.spec_from_file_location(f"example_{name}", EXAMPLES / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.mark.parametrize("level", ["aten", "high", "core"])

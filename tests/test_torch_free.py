@@ -11,21 +11,7 @@ import torch
 
 import rlx
 
-from test_examples import load_example
-
-BLOCK_TORCH = textwrap.dedent(
-    """
-    import sys
-
-    class _NoTorch:
-        def find_spec(self, name, path=None, target=None):
-            if name == "torch" or name.startswith("torch."):
-                raise ImportError("torch is blocked in this test")
-            return None
-
-    sys.meta_path.insert(0, _NoTorch())
-    """
-)
+from helpers import BLOCK_TORCH, load_example
 
 
 def test_bundle_runs_without_torch(tmp_path):

@@ -22,6 +22,13 @@ def from_torch(*args: Any, **kwargs: Any) -> Any:
     return _from_torch(*args, **kwargs)
 
 
+def build(*args: Any, **kwargs: Any) -> Any:
+    """See ``rlx.convert.build`` (no torch needed)."""
+    from rlx.convert import build as _build
+
+    return _build(*args, **kwargs)
+
+
 def export(*args: Any, **kwargs: Any) -> Any:
     """See ``rlx.torch_import.export``."""
     from rlx.torch_import import export as _export
@@ -29,4 +36,4 @@ def export(*args: Any, **kwargs: Any) -> Any:
     return _export(*args, **kwargs)
 
 
-__all__ = ["Model", "RlxError", "__version__", "export", "from_torch", "load", "verify_bundle"]
+__all__ = ["Model", "RlxError", "__version__", "build", "export", "from_torch", "load", "verify_bundle"]

@@ -52,6 +52,14 @@ def _parser() -> argparse.ArgumentParser:
     )
     imp.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
 
+    bld = sub.add_parser("build", help="lower an exported directory (torch-ir.json + weights) without torch")
+    bld.add_argument("dir", help="directory holding torch-ir.json and weights.safetensors")
+    bld.add_argument("-o", "--out", help="output directory (default: DIR itself)")
+    bld.add_argument("--emit", default="bundle", help="comma-separated artifacts to write (bundle)")
+    bld.add_argument("--verify", action="store_true", help="check parity against DIR/reference.safetensors")
+    bld.add_argument("--force", action="store_true", help="overwrite an existing bundle / output directory")
+    bld.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
+
     run = sub.add_parser("run", help="run a bundle on .npy inputs with numpy only")
     run.add_argument("bundle", help="bundle directory (or an OUT directory from `rlx import`)")
     run.add_argument("--input", "-i", action="append", default=[], metavar="NAME=FILE.npy", help="an input array")
@@ -77,7 +85,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     debug = "--debug" in argv
     try:
         args = _parser().parse_args(argv)
-        return {"import": cmd_import, "run": cmd_run, "inspect": cmd_inspect, "verify": cmd_verify, "ops": cmd_ops}[
+        return {"import": cmd_import, "run": cmd_run, "inspect": cmd_inspect, "verify": cmd_verify, "build": cmd_build, "ops": cmd_ops}[
             args.command
         ](args)
     except RlxError as e:
@@ -175,6 +183,22 @@ def cmd_import(args: argparse.Namespace) -> int:
     report = from_torch(
         model, inputs, args.out, example_kwargs=kwargs, verify=args.verify, emit=emit,
         decomposition=args.decomposition, force=args.force, dynamic_shapes=dynamic_shapes,
+        on_step=lambda name, secs: _say(f"  {labels.get(name, name):<40} {secs:7.2f} s"),
+    )  # fmt: skip
+    _say("")
+    _say(report.summary())
+    return EXIT_OK if report.passed else EXIT_PARITY
+
+
+def cmd_build(args: argparse.Namespace) -> int:
+    from rlx.convert import build
+
+    emit = tuple(e.strip() for e in args.emit.split(",") if e.strip())
+    _say(f"rlx {__version__}: building {args.dir}")
+    labels = {"read": "read torch-ir.json", "lower": "lowered to the rlx program", "write": "wrote the bundle",
+              "verify": "checked parity against reference.safetensors"}  # fmt: skip
+    report = build(
+        args.dir, args.out, emit=emit, verify=args.verify, force=args.force,
         on_step=lambda name, secs: _say(f"  {labels.get(name, name):<40} {secs:7.2f} s"),
     )  # fmt: skip
     _say("")

@@ -9,6 +9,9 @@ OUT/
 from __future__ import annotations
 
 import math
+import os
+import shutil
+import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -17,15 +20,17 @@ from typing import Any
 
 import numpy as np
 
+from rlx import safetensors_io
 from rlx.bundle import write_bundle
-from rlx.errors import UsageError
+from rlx.errors import UsageError, WeightsError
+from rlx.ir import dtypes, torch_ir
 from rlx.ir.program import Program, dumps_json
-from rlx.ir.torch_ir import TorchIR
+from rlx.ir.torch_ir import TorchIR, Weight
 from rlx.ir.verify import verify as verify_program
 from rlx.lower import lower
 from rlx.passes import DEFAULT_PASSES
 from rlx.runtime.model import Model, bind_weights
-from rlx.util import StagedDir, atomic_write_text
+from rlx.util import StagedDir, atomic_write_text, check_writable_target, replace_dir
 from rlx.verify import ParityReport, check_parity
 
 EMITS = ("bundle",)
@@ -46,6 +51,7 @@ class ConvertReport:
     call_histogram: dict[str, int]
     parity: ParityReport | None
     timings: dict[str, float] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)  # things the user should know (dtype fixes …)
 
     @property
     def passed(self) -> bool:
@@ -63,6 +69,7 @@ class ConvertReport:
             "call_histogram": self.call_histogram,
             "parity": self.parity.to_json() if self.parity else None,
             "timings_s": {k: round(v, 4) for k, v in self.timings.items()},
+            "notes": self.notes,
         }
 
     def summary(self) -> str:
@@ -72,6 +79,7 @@ class ConvertReport:
             f"{self.n_instructions} instructions",
             f"output: {self.out_dir}",
         ]
+        lines += [f"note: {n}" for n in self.notes]
         if self.parity is not None:
             lines += ["", self.parity.table(), "", "parity: " + ("PASS" if self.parity.passed else "FAIL")]
         return "\n".join(lines)
@@ -84,6 +92,92 @@ def build_program(ir: TorchIR) -> Program:
         program = run_pass(program)
     verify_program(program)
     return program
+
+
+def reconcile_weight_dtypes(ir: TorchIR, tensors: Mapping[str, np.ndarray]) -> list[str]:
+    """Check every declared weight against the file. A stored dtype that differs from the declared
+    one (the reference front-end stores f64 as f32) wins, and is reported once."""
+    missing = [w.key for w in ir.weights if w.key not in tensors]
+    if missing:
+        more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
+        raise WeightsError(f"weights.safetensors: missing tensor(s) {', '.join(map(repr, missing[:3]))}{more}")
+    changed = []
+    for k, w in enumerate(ir.weights):
+        arr = tensors[w.key]
+        if tuple(arr.shape) != w.shape:
+            raise WeightsError(
+                f"weights.safetensors: tensor {w.key!r} has shape {list(arr.shape)}, torch-ir.json declares {list(w.shape)}"
+            )
+        stored = dtypes.from_numpy(arr.dtype)
+        if stored != w.dtype:
+            changed.append(f"{w.key} ({w.dtype}→{stored})")
+            ir.weights[k] = Weight(w.id, w.key, w.shape, stored, w.kind)
+    if not changed:
+        return []
+    more = f" and {len(changed) - 3} more" if len(changed) > 3 else ""
+    return [f"using the stored dtype of {len(changed)} weight(s) that torch-ir.json declares differently: "
+            f"{', '.join(changed[:3])}{more}"]  # fmt: skip
+
+
+class _Steps:
+    """Runs named pipeline steps, timing each and reporting it to the caller's callback."""
+
+    def __init__(self, on_step: StepCallback | None) -> None:
+        self.timings: dict[str, float] = {}
+        self.on_step = on_step
+
+    def __call__(self, name: str, fn: Callable[[], Any]) -> Any:
+        t0 = time.perf_counter()
+        result = fn()
+        self.timings[name] = time.perf_counter() - t0
+        if self.on_step:
+            self.on_step(name, self.timings[name])
+        return result
+
+
+def _check_emit(emit: Sequence[str]) -> None:
+    unknown = set(emit) - set(EMITS)
+    if unknown:
+        raise UsageError(f"unknown --emit value(s) {', '.join(sorted(unknown))}; choose from {', '.join(EMITS)}")
+
+
+def _lower_write_verify(
+    ir: TorchIR,
+    weights: Mapping[str, np.ndarray],
+    reference: Mapping[str, np.ndarray] | None,
+    dest: Path,
+    final_dir: Path,
+    emit: Sequence[str],
+    steps: _Steps,
+    weights_file: Path | None,
+    notes: list[str],
+) -> ConvertReport:
+    """The shared tail of ``from_torch`` and ``build``: lower, write the bundle into ``dest``
+    (a staging directory that becomes ``final_dir``), check parity, write report.json."""
+    program = steps("lower", lambda: build_program(ir))
+    if "bundle" in emit:
+        source = {"format": "rlx-torch-ir", "version": 1, "producer": ir.producer, "decomposition": ir.decomposition}
+        steps("write", lambda: write_bundle(program, weights, dest / "bundle", source=source, weights_file=weights_file))
+    parity = None
+    if reference is not None:
+        parity = steps("verify", lambda: check_parity(Model(program, bind_weights(program, weights, "weights")), reference))
+    report = ConvertReport(
+        model_name=program.name,
+        out_dir=final_dir,
+        bundle_dir=final_dir / "bundle" if "bundle" in emit else None,
+        decomposition=ir.decomposition,
+        n_inputs=len(program.inputs),
+        n_params=sum(math.prod(w.shape) for w in ir.weights),
+        param_bytes=sum(int(np.asarray(a).nbytes) for a in weights.values()),
+        n_instructions=len(program.instrs),
+        op_histogram=ir.op_histogram(),
+        call_histogram=program.call_histogram(),
+        parity=parity,
+        timings=steps.timings,
+        notes=notes,
+    )
+    atomic_write_text(dest / "report.json", dumps_json(report.to_json()))
+    return report
 
 
 def from_torch(
@@ -103,60 +197,72 @@ def from_torch(
     """Convert a PyTorch module into ``out_dir`` and (by default) check parity against PyTorch."""
     from rlx.torch_import import capture, write  # torch is needed only here
 
-    unknown = set(emit) - set(EMITS)
-    if unknown:
-        raise UsageError(f"unknown --emit value(s) {', '.join(sorted(unknown))}; choose from {', '.join(EMITS)}")
+    _check_emit(emit)
     staged = StagedDir(out_dir, force=force)
-    timings: dict[str, float] = {}
-
-    def step(name: str, fn: Callable[[], Any]) -> Any:
-        t0 = time.perf_counter()
-        result = fn()
-        timings[name] = time.perf_counter() - t0
-        if on_step:
-            on_step(name, timings[name])
-        return result
-
+    steps = _Steps(on_step)
     try:
-        exported = step("export", lambda: capture(model, tuple(example_inputs), example_kwargs=example_kwargs,
-                                                  decomposition=decomposition, dynamic_shapes=dynamic_shapes,
-                                                  model_name=model_name))  # fmt: skip
-        program = step("lower", lambda: build_program(exported.ir))
-
-        def write_all() -> None:
-            write(exported, staged.path)
-            if "bundle" in emit:
-                source = {"format": "rlx-torch-ir", "version": 1, "producer": exported.ir.producer,
-                          "decomposition": decomposition}  # fmt: skip
-                write_bundle(program, exported.weights, staged.path / "bundle", source=source,
-                             weights_file=staged.path / "weights.safetensors")  # fmt: skip
-
-        step("write", write_all)
-        parity = None
+        exported = steps("export", lambda: capture(model, tuple(example_inputs), example_kwargs=example_kwargs,
+                                                   decomposition=decomposition, dynamic_shapes=dynamic_shapes,
+                                                   model_name=model_name))  # fmt: skip
+        write(exported, staged.path)
+        reference = None
         if verify:
+            reference = {f"in::{k}": v for k, v in exported.inputs.items()}
+            reference.update({f"out::{i}": v for i, v in enumerate(exported.outputs) if v is not None})
+        report = _lower_write_verify(exported.ir, exported.weights, reference, staged.path, Path(out_dir), emit, steps,
+                                     staged.path / "weights.safetensors", [])  # fmt: skip
+    except BaseException:
+        staged.abort()
+        raise
+    staged.commit()
+    return report
 
-            def run_parity() -> ParityReport:
-                runtime = Model(program, bind_weights(program, exported.weights, "weights"))
-                reference = {f"in::{k}": v for k, v in exported.inputs.items()}
-                reference.update({f"out::{i}": v for i, v in enumerate(exported.outputs) if v is not None})
-                return check_parity(runtime, reference)
 
-            parity = step("verify", run_parity)
-        report = ConvertReport(
-            model_name=program.name,
-            out_dir=Path(out_dir),
-            bundle_dir=Path(out_dir) / "bundle" if "bundle" in emit else None,
-            decomposition=decomposition,
-            n_inputs=len(program.inputs),
-            n_params=sum(math.prod(w.shape) for w in exported.ir.weights),
-            param_bytes=sum(int(np.asarray(a).nbytes) for a in exported.weights.values()),
-            n_instructions=len(program.instrs),
-            op_histogram=exported.ir.op_histogram(),
-            call_histogram=program.call_histogram(),
-            parity=parity,
-            timings=timings,
-        )
-        atomic_write_text(staged.path / "report.json", dumps_json(report.to_json()))
+def build(
+    src_dir: str | Path,
+    out_dir: str | Path | None = None,
+    *,
+    emit: Sequence[str] = ("bundle",),
+    verify: bool = False,
+    force: bool = False,
+    on_step: StepCallback | None = None,
+) -> ConvertReport:
+    """Lower an exported directory (``torch-ir.json`` + ``weights.safetensors``) without torch.
+
+    Writes ``bundle/`` and ``report.json`` into ``out_dir`` (default: ``src_dir``); with a separate
+    ``out_dir`` the three source files are copied there too, so it is self-contained.
+    """
+    _check_emit(emit)
+    src = Path(src_dir)
+    if not (src / "torch-ir.json").is_file():
+        raise UsageError(f"{src}: no torch-ir.json here; pass the directory `rlx import` or the reference front-end wrote")
+    steps = _Steps(on_step)
+    ir = steps("read", lambda: torch_ir.load(src / "torch-ir.json"))
+    tensors, _ = safetensors_io.read(src / "weights.safetensors")
+    notes = reconcile_weight_dtypes(ir, tensors)
+    weights = {w.key: tensors[w.key] for w in ir.weights if w.key in tensors}
+    reference = None
+    if verify:
+        if not (src / "reference.safetensors").is_file():
+            raise UsageError(f"{src}: --verify needs reference.safetensors next to torch-ir.json")
+        reference, _ = safetensors_io.read(src / "reference.safetensors")
+    in_place = out_dir is None or Path(out_dir).resolve() == src.resolve()
+    if in_place:
+        check_writable_target(src / "bundle", force)
+        with tempfile.TemporaryDirectory(prefix=".rlx-build.", dir=src) as tmp:
+            report = _lower_write_verify(ir, weights, reference, Path(tmp), src, emit, steps,
+                                         src / "weights.safetensors", notes)  # fmt: skip
+            if "bundle" in emit:
+                replace_dir(Path(tmp) / "bundle", src / "bundle")
+            os.replace(Path(tmp) / "report.json", src / "report.json")
+        return report
+    staged = StagedDir(out_dir, force=force)
+    try:
+        for name in ("torch-ir.json", "weights.safetensors", "reference.safetensors"):
+            if (src / name).is_file():
+                shutil.copyfile(src / name, staged.path / name)
+        report = _lower_write_verify(ir, weights, reference, staged.path, Path(out_dir), emit, steps,
+                                     staged.path / "weights.safetensors", notes)  # fmt: skip
     except BaseException:
         staged.abort()
         raise

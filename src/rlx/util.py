@@ -43,6 +43,18 @@ def check_writable_target(target: str | Path, force: bool) -> None:
         raise UsageError(f"{target} exists and is not a directory")
 
 
+def replace_dir(new: Path, target: Path) -> None:
+    """Move the finished directory ``new`` to ``target``; an existing ``target`` is swapped out
+    only now, so at every moment one complete version is in place."""
+    if target.exists():
+        old = Path(tempfile.mkdtemp(prefix=f".{target.name}.old.", dir=target.parent))
+        os.replace(target, old / "x")
+        os.replace(new, target)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(new, target)
+
+
 class StagedDir:
     """Build a directory in a sibling temp dir and move it into place only on success.
 
@@ -57,13 +69,7 @@ class StagedDir:
         os.chmod(self.path, 0o777 & ~_umask())
 
     def commit(self) -> Path:
-        if self.target.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{self.target.name}.old.", dir=self.target.parent))
-            os.replace(self.target, old / "x")
-            os.replace(self.path, self.target)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(self.path, self.target)
+        replace_dir(self.path, self.target)
         return self.target
 
     def abort(self) -> None:

@@ -18,6 +18,7 @@ from rlx.ir.symbolic import Shape, Sym, Symbol, dim_from_json, dim_json, eval_sh
 
 FORMAT = "rlx-torch-ir"
 VERSION = 1
+MAX_SYMBOLS = 1024
 
 
 @dataclass(frozen=True)
@@ -387,9 +388,16 @@ def parse(doc: Any, source: str = "torch-ir.json") -> TorchIR:
         dyn = d.get("dynamic")
         if dyn is not None:
             if not isinstance(dyn, list) or len(dyn) != len(shape) or not all(
-                isinstance(s, int) and not isinstance(s, bool) and -1 <= s < len(symbols) for s in dyn
+                isinstance(s, int) and not isinstance(s, bool) and -1 <= s < MAX_SYMBOLS for s in dyn
             ):
-                raise r.fail(f"{at}.dynamic", f"expected one int per axis: a symbol id (0..{len(symbols) - 1}) or -1")
+                raise r.fail(f"{at}.dynamic", "expected one int per axis: a symbol id or -1")
+            for s, dim in zip(dyn, shape):
+                # Producers without a `symbols` table (the reference's) get symbols s<id>, with
+                # the example extent as hint and no upper bound.
+                while s >= len(symbols):
+                    symbols.append(Symbol(f"s{len(symbols)}", 0, None, -1))
+                if s >= 0 and symbols[s].hint < 0 and isinstance(dim, int):
+                    symbols[s] = Symbol(symbols[s].name, symbols[s].min, symbols[s].max, dim)
             # A bare symbol id marks the axis; derived extents come from sym_shape.
             shape = tuple(Sym(symbols[s].name) if s >= 0 else dim for s, dim in zip(dyn, shape))
         inp = Input(r.field(d, "id", at, str), shape, r.dtype(d.get("dtype"), f"{at}.dtype"))
@@ -456,6 +464,6 @@ def parse(doc: Any, source: str = "torch-ir.json") -> TorchIR:
         producer=str(doc.get("producer") or ""),
         decomposition=str(doc.get("decomposition") or ""),
         output_tree=doc.get("output_tree"),
-        symbols=symbols,
+        symbols=[sym for sym in symbols if sym.hint >= 0],
         extra={k: v for k, v in doc.items() if k not in known},
     )

@@ -338,8 +338,9 @@ def lower(ir: TorchIR) -> Program:
         if not isinstance(val, (Ref, Lit)):
             raise LoweringError(f"outputs[{k}]: {out.ref!r} is not a single tensor")
         program.outputs.append(val)
-    if program.output_tree is None:
-        program.output_tree = {"tuple": [{"out": k} for k in range(len(program.outputs))]}
+    if program.output_tree is None:  # producers that do not record it: one output bare, several as a tuple
+        n = len(program.outputs)
+        program.output_tree = {"out": 0} if n == 1 else {"tuple": [{"out": k} for k in range(n)]}
     return program
 
 

@@ -264,10 +264,10 @@ def _fmt_hist(title: str, hist: dict[str, int]) -> list[str]:
 
 def _inspect_bundle(path: Path) -> None:
     from rlx.ir.program import Program
-    from rlx.runtime.model import _read_json
+    from rlx.runtime.model import read_json
 
-    program = Program.from_json(_read_json(path / "program.json"), str(path / "program.json"))
-    meta = _read_json(path / "meta.json")
+    program = Program.from_json(read_json(path / "program.json"), str(path / "program.json"))
+    meta = read_json(path / "meta.json")
     n_params = sum(math.prod(w.shape) for w in program.weights)
     n_bytes = (path / "weights.safetensors").stat().st_size if (path / "weights.safetensors").exists() else 0
     source = meta.get("source", {}) if isinstance(meta, dict) else {}

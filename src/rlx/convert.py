@@ -22,7 +22,7 @@ import numpy as np
 
 from rlx import safetensors_io
 from rlx.bundle import write_bundle
-from rlx.errors import UsageError, WeightsError
+from rlx.errors import OutputError, UsageError, WeightsError
 from rlx.ir import dtypes, torch_ir
 from rlx.ir.program import Program, dumps_json
 from rlx.ir.torch_ir import TorchIR, Weight
@@ -198,9 +198,8 @@ def from_torch(
     from rlx.torch_import import capture, write  # torch is needed only here
 
     _check_emit(emit)
-    staged = StagedDir(out_dir, force=force)
     steps = _Steps(on_step)
-    try:
+    with StagedDir(out_dir, force=force) as staged:
         exported = steps("export", lambda: capture(model, tuple(example_inputs), example_kwargs=example_kwargs,
                                                    decomposition=decomposition, dynamic_shapes=dynamic_shapes,
                                                    model_name=model_name))  # fmt: skip
@@ -211,10 +210,6 @@ def from_torch(
             reference.update({f"out::{i}": v for i, v in enumerate(exported.outputs) if v is not None})
         report = _lower_write_verify(exported.ir, exported.weights, reference, staged.path, Path(out_dir), emit, steps,
                                      staged.path / "weights.safetensors", [])  # fmt: skip
-    except BaseException:
-        staged.abort()
-        raise
-    staged.commit()
     return report
 
 
@@ -249,22 +244,20 @@ def build(
     in_place = out_dir is None or Path(out_dir).resolve() == src.resolve()
     if in_place:
         check_writable_target(src / "bundle", force)
-        with tempfile.TemporaryDirectory(prefix=".rlx-build.", dir=src) as tmp:
-            report = _lower_write_verify(ir, weights, reference, Path(tmp), src, emit, steps,
-                                         src / "weights.safetensors", notes)  # fmt: skip
-            if "bundle" in emit:
-                replace_dir(Path(tmp) / "bundle", src / "bundle")
-            os.replace(Path(tmp) / "report.json", src / "report.json")
+        try:
+            with tempfile.TemporaryDirectory(prefix=".rlx-build.", dir=src) as tmp:
+                report = _lower_write_verify(ir, weights, reference, Path(tmp), src, emit, steps,
+                                             src / "weights.safetensors", notes)  # fmt: skip
+                if "bundle" in emit:
+                    replace_dir(Path(tmp) / "bundle", src / "bundle")
+                os.replace(Path(tmp) / "report.json", src / "report.json")
+        except OSError as e:
+            raise OutputError(f"{src}: writing the build output failed: {e.strerror or e}") from e
         return report
-    staged = StagedDir(out_dir, force=force)
-    try:
+    with StagedDir(out_dir, force=force) as staged:
         for name in ("torch-ir.json", "weights.safetensors", "reference.safetensors"):
             if (src / name).is_file():
                 shutil.copyfile(src / name, staged.path / name)
         report = _lower_write_verify(ir, weights, reference, staged.path, Path(out_dir), emit, steps,
                                      staged.path / "weights.safetensors", notes)  # fmt: skip
-    except BaseException:
-        staged.abort()
-        raise
-    staged.commit()
     return report

@@ -45,6 +45,10 @@ class UsageError(RlxError):
     """Bad command-line usage or a model file that does not expose what rlx needs."""
 
 
+class OutputError(RlxError):
+    """An artifact could not be written (disk full, permissions); earlier output is left intact."""
+
+
 class ParityError(RlxError):
     """Outputs differ from PyTorch beyond tolerance."""
 

@@ -7,7 +7,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from rlx.errors import UsageError
+from rlx.errors import OutputError, UsageError
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
@@ -64,13 +64,33 @@ class StagedDir:
     def __init__(self, target: str | Path, force: bool = False) -> None:
         self.target = Path(target)
         check_writable_target(self.target, force)
-        self.target.parent.mkdir(parents=True, exist_ok=True)
-        self.path = Path(tempfile.mkdtemp(prefix=f".{self.target.name}.", dir=self.target.parent))
-        os.chmod(self.path, 0o777 & ~_umask())
+        try:
+            self.target.parent.mkdir(parents=True, exist_ok=True)
+            self.path = Path(tempfile.mkdtemp(prefix=f".{self.target.name}.", dir=self.target.parent))
+            os.chmod(self.path, 0o777 & ~_umask())
+        except OSError as e:
+            raise OutputError(f"{self.target}: cannot create the output directory: {e.strerror or e}") from e
 
     def commit(self) -> Path:
-        replace_dir(self.path, self.target)
+        try:
+            replace_dir(self.path, self.target)
+        except OSError as e:
+            self.abort()
+            raise OutputError(f"{self.target}: cannot move the finished output into place: {e.strerror or e}") from e
         return self.target
+
+    def __enter__(self) -> StagedDir:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: object) -> None:
+        """Commit on success; on any failure (Ctrl-C included) drop the staging directory, leaving
+        an existing target exactly as it was. Write failures become one-line ``OutputError``s."""
+        if kind is None:
+            self.commit()
+            return
+        self.abort()
+        if isinstance(error, OSError):
+            raise OutputError(f"{self.target}: writing failed: {error.strerror or error}") from error
 
     def abort(self) -> None:
         shutil.rmtree(self.path, ignore_errors=True)

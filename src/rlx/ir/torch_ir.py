@@ -19,6 +19,7 @@ from rlx.ir.symbolic import Shape, Sym, Symbol, dim_from_json, dim_json, eval_sh
 FORMAT = "rlx-torch-ir"
 VERSION = 1
 MAX_SYMBOLS = 1024
+MAX_JSON_BYTES = 256 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -229,6 +230,9 @@ def encode_arg(a: Arg) -> dict[str, Any]:
 def load(path: str | Path) -> TorchIR:
     path = Path(path)
     try:
+        size = path.stat().st_size
+        if size > MAX_JSON_BYTES:
+            raise SchemaError(f"{path}: {size} bytes is more than the {MAX_JSON_BYTES}-byte limit for torch-ir.json")
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise SchemaError(f"{path}: file not found") from None

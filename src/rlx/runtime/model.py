@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 from collections import OrderedDict
 from collections.abc import Mapping
 from pathlib import Path
@@ -11,9 +12,12 @@ from typing import Any
 import numpy as np
 
 from rlx import safetensors_io
+from rlx.bundle import BUNDLE_FORMAT, BUNDLE_VERSION
 from rlx.errors import BundleError, InputError, RlxError
 from rlx.ir import dtypes
 from rlx.ir.program import Program, Value, specialize
+from rlx.ir.symbolic import dim_json
+from rlx.ir.verify import verify as verify_program
 from rlx.runtime.binding import bind_symbols
 from rlx.runtime.executor import Executor
 
@@ -31,6 +35,7 @@ class Model:
         # Static programs have one executor; dynamic ones get one per binding of the symbols.
         self._static = None if program.is_dynamic else Executor(program, weights)
         self._by_binding: OrderedDict[tuple[tuple[str, int], ...], Executor] = OrderedDict()
+        self._lock = threading.Lock()  # guards the plan cache; running a plan needs no lock
 
     @property
     def input_names(self) -> list[str]:
@@ -65,14 +70,16 @@ class Model:
             return self._static
         bindings = bind_symbols(self.program, inputs)
         key = tuple(sorted(bindings.items()))
-        executor = self._by_binding.get(key)
-        if executor is None:
-            executor = Executor(specialize(self.program, bindings), self._weights)
+        with self._lock:
+            executor = self._by_binding.get(key)
+            if executor is not None:
+                self._by_binding.move_to_end(key)
+                return executor
+        executor = Executor(specialize(self.program, bindings), self._weights)
+        with self._lock:
             self._by_binding[key] = executor
             if len(self._by_binding) > PLAN_CACHE_SIZE:
                 self._by_binding.popitem(last=False)
-        else:
-            self._by_binding.move_to_end(key)
         return executor
 
 
@@ -83,6 +90,8 @@ def check_input(spec: Value, value: Any) -> np.ndarray:
     want = dtypes.to_numpy(spec.dtype)
     if isinstance(value, np.ndarray):
         arr = value
+        if arr.dtype != want and arr.dtype.newbyteorder("=") == want.newbyteorder("="):
+            arr = arr.astype(want)  # the same values in the other byte order: convert, as torch would need
         if arr.dtype != want:
             raise InputError(
                 f"input {spec.name!r} has dtype {arr.dtype}, expected {want} ({spec.dtype}); convert with .astype()"
@@ -97,7 +106,8 @@ def check_input(spec: Value, value: Any) -> np.ndarray:
     ):
         expected = "[" + ", ".join(str(d) for d in spec.shape) + "]"
         raise InputError(f"input {spec.name!r} has shape {list(arr.shape)}, expected {expected}")
-    return arr
+    # One memory layout for every caller, so equal values always give bit-identical outputs.
+    return np.ascontiguousarray(arr)
 
 
 def unflatten(tree: Any, flat: list[Any]) -> Any:
@@ -117,18 +127,57 @@ def unflatten(tree: Any, flat: list[Any]) -> Any:
     raise BundleError(f"output structure has an unknown node {sorted(tree)}")
 
 
+BUNDLE_FILES = ("program.json", "meta.json", "weights.safetensors")
+MAX_JSON_BYTES = 256 * 1024 * 1024
+
+
 def load(bundle_dir: str | Path) -> Model:
-    """Load a bundle directory (``program.json`` + ``weights.safetensors`` + ``meta.json``)."""
+    """Load a bundle directory (``program.json`` + ``weights.safetensors`` + ``meta.json``).
+
+    Nothing in a bundle is executed, nothing outside the directory is read (a file that is a
+    symlink leading out of it is refused), and every size, shape and dtype is checked before use.
+    """
     bundle_dir = Path(bundle_dir)
     if (bundle_dir / "bundle" / "program.json").is_file():  # an OUT directory from `rlx import`
         bundle_dir = bundle_dir / "bundle"
     if not bundle_dir.is_dir():
         raise BundleError(f"{bundle_dir}: not a directory; pass the bundle directory written by `rlx import`")
-    program = Program.from_json(_read_json(bundle_dir / "program.json"), "program.json")
-    meta = _read_json(bundle_dir / "meta.json")
-    tensors, _ = safetensors_io.read(bundle_dir / "weights.safetensors")
-    weights = bind_weights(program, tensors, bundle_dir / "weights.safetensors")
+    paths = {name: inside(bundle_dir, name) for name in BUNDLE_FILES}
+    program = Program.from_json(read_json(paths["program.json"]), "program.json")
+    verify_program(program, "program.json")
+    meta = read_json(paths["meta.json"])
+    check_meta(meta, program, paths["meta.json"])
+    tensors, _ = safetensors_io.read(paths["weights.safetensors"])
+    extra = sorted(set(tensors) - {w.key for w in program.weights})
+    if extra:
+        more = f" and {len(extra) - 3} more" if len(extra) > 3 else ""
+        raise BundleError(
+            f"{paths['weights.safetensors']}: tensor(s) {', '.join(map(repr, extra[:3]))}{more} are not used by the "
+            "program; the bundle's files do not belong together"
+        )
+    weights = bind_weights(program, tensors, paths["weights.safetensors"])
     return Model(program, weights, meta)
+
+
+def inside(directory: Path, name: str) -> Path:
+    """``directory/name``, refusing a path that resolves outside ``directory`` (symlinks included)."""
+    path = directory / name
+    root = directory.resolve()
+    if not path.resolve().is_relative_to(root):
+        raise BundleError(f"{path}: resolves outside the bundle directory ({path.resolve()}); refusing to read it")
+    return path
+
+
+def check_meta(meta: Any, program: Program, source: Path) -> None:
+    """meta.json must describe the same inputs as program.json (a mismatch means mixed-up files)."""
+    if not isinstance(meta, dict) or meta.get("format") != BUNDLE_FORMAT:
+        raise BundleError(f"{source}: not an rlx bundle meta.json (format must be {BUNDLE_FORMAT!r})")
+    if meta.get("version") != BUNDLE_VERSION:
+        raise BundleError(f"{source}: this rlx reads bundle version {BUNDLE_VERSION}, found {meta.get('version')!r}")
+    inputs = meta.get("inputs")
+    declared = [{"name": v.name, "shape": [dim_json(d) for d in v.shape], "dtype": v.dtype} for v in program.inputs]
+    if inputs != declared:
+        raise BundleError(f"{source}: inputs {inputs!r} do not match program.json's {declared!r}")
 
 
 def bind_weights(program: Program, tensors: Mapping[str, np.ndarray], source: Path | str) -> dict[str, np.ndarray]:
@@ -147,8 +196,11 @@ def bind_weights(program: Program, tensors: Mapping[str, np.ndarray], source: Pa
     return out
 
 
-def _read_json(path: Path) -> Any:
+def read_json(path: Path) -> Any:
     try:
+        size = path.stat().st_size
+        if size > MAX_JSON_BYTES:
+            raise BundleError(f"{path}: {size} bytes is more than the {MAX_JSON_BYTES}-byte limit for a JSON file")
         return json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise BundleError(f"{path}: missing; is {path.parent} a bundle written by `rlx import`?") from None

@@ -80,8 +80,8 @@ def _check_entry(path: Path, name: str, info: object, data_len: int) -> tuple[st
     if not isinstance(info, dict):
         raise WeightsError(f"{where}: header entry must be an object")
     st = info.get("dtype")
-    if st not in ST_TO_TOKEN:
-        raise WeightsError(f"{where}: unsupported dtype {st!r}")
+    if not isinstance(st, str) or st not in ST_TO_TOKEN:
+        raise WeightsError(f"{where}: unsupported dtype {st!r}"[:300])
     shape = info.get("shape")
     if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
         raise WeightsError(f"{where}: shape must be a list of non-negative ints, found {shape!r}")

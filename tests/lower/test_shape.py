@@ -176,17 +176,17 @@ INDEXING = [
     case("adv_index_const", lambda x: x[torch.tensor([2, -1, 0])], (4, 3), levels=("high", "core")),
 ]  # fmt: skip
 
+# An index tensor built inside forward (lifted constant, aten.detach_ at the aten level).
+CONST_INDEX = [case("adv_index_const_aten", lambda x: x[torch.tensor([2, -1, 0])], (4, 3), levels=("aten",))]
+
 # Known gaps: strict, so a fix shows up as an XPASS to move into the tables above.
 XFAILS = [
-    case("adv_index_const_aten", lambda x: x[torch.tensor([2, -1, 0])], (4, 3), levels=("aten",),
-         marks=pytest.mark.xfail(reason="aten level: the lifted index constant goes through aten.detach_, "
-                                 "which has no lowering (high/core fold it away)", strict=True)),
     case("index_0d_tensor", lambda x, i: x[i], (4, 3), torch.tensor(-2), levels=("high",),
          marks=pytest.mark.xfail(reason="a 0-d integer tensor index becomes aten._local_scalar_dense + select "
                                  "at a data-dependent position, which a static Program cannot express", strict=True)),
 ]  # fmt: skip
 
-ALL = VIEWS + PERMUTES + EXPANDS + SLICES + SPLITS + CATS + MIXED_CATS + PADS + INDEXING + XFAILS
+ALL = VIEWS + PERMUTES + EXPANDS + SLICES + SPLITS + CATS + MIXED_CATS + PADS + INDEXING + CONST_INDEX + XFAILS
 
 
 @pytest.mark.parametrize("fn,inputs,levels", ALL)

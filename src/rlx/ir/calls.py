@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rlx.ir.program import Call, Operand, Ref
+from rlx.ir.symbolic import Dim
 
 # Elementwise function names understood by Unary / Binary. Backends implement each one.
 UNARY_FNS = (
@@ -75,15 +76,15 @@ class Cast(Call):
 @dataclass(frozen=True)
 class Full(Call):
     value: bool | int | float
-    shape: tuple[int, ...]
+    shape: tuple[Dim, ...]
     dtype: str
 
 
 @dataclass(frozen=True)
 class Arange(Call):
-    start: int | float
-    end: int | float
-    step: int | float
+    start: Dim | float
+    end: Dim | float
+    step: Dim | float
     dtype: str
 
 
@@ -91,7 +92,7 @@ class Arange(Call):
 @dataclass(frozen=True)
 class Reshape(Call):
     x: Ref
-    shape: tuple[int, ...]
+    shape: tuple[Dim, ...]
 
 
 @dataclass(frozen=True)
@@ -103,7 +104,7 @@ class Permute(Call):
 @dataclass(frozen=True)
 class Expand(Call):
     x: Operand
-    shape: tuple[int, ...]
+    shape: tuple[Dim, ...]
 
 
 @dataclass(frozen=True)
@@ -112,8 +113,8 @@ class Slice(Call):
 
     x: Ref
     axis: int
-    start: int
-    stop: int
+    start: Dim
+    stop: Dim
     step: int
 
 
@@ -128,7 +129,7 @@ class Pad(Call):
     """Constant padding; ``pads[i] = (before, after)`` for axis ``i`` (negative crops)."""
 
     x: Ref
-    pads: tuple[tuple[int, int], ...]
+    pads: tuple[tuple[Dim, Dim], ...]
     value: bool | int | float
 
 
@@ -288,7 +289,7 @@ class AvgPool(Call):
 @dataclass(frozen=True)
 class AdaptiveAvgPool(Call):
     x: Ref
-    output_size: tuple[int, ...]
+    output_size: tuple[Dim, ...]
 
 
 @dataclass(frozen=True)
@@ -321,7 +322,7 @@ class Upsample(Call):
 
     x: Ref
     mode: str
-    size: tuple[int, ...]
+    size: tuple[Dim, ...]
     scales: tuple[float | None, ...]
     align_corners: bool
     antialias: bool
@@ -329,9 +330,10 @@ class Upsample(Call):
 
 @dataclass(frozen=True)
 class GridSample(Call):
-    """``F.grid_sample`` on NCHW input with an ``[N, H_out, W_out, 2]`` grid of (x, y) in [-1, 1].
+    """``F.grid_sample`` on ``[N, C, *spatial]`` input (2 or 3 spatial axes) with an
+    ``[N, *out, nd]`` grid of (x, y[, z]) in [-1, 1] (x indexes the last axis).
 
-    ``mode``: bilinear / nearest / bicubic; ``padding``: zeros / border / reflection.
+    ``mode``: bilinear / nearest / bicubic (2-d only); ``padding``: zeros / border / reflection.
     """
 
     x: Ref
@@ -347,7 +349,7 @@ class ArgTopK(Call):
     """Indices (int64) of the ``k`` largest (or smallest) entries along ``axis``; values are a Gather."""
 
     x: Ref
-    k: int
+    k: Dim
     axis: int
     largest: bool
     sorted: bool

@@ -30,9 +30,9 @@ _INT_BITS = {"u8": 8, "i8": 8, "i16": 16, "i32": 32, "i64": 64}
 _FLOAT_RANK = {"f16": 1, "bf16": 1, "f32": 2, "f64": 3}
 
 
-def check(tok: str, where: str = "dtype") -> str:
-    if tok not in NUMPY_DTYPES:
-        raise SchemaError(f"{where}: unknown dtype {tok!r}; expected one of {', '.join(DTYPES)}")
+def check(tok: object, where: str = "dtype") -> str:
+    if not isinstance(tok, str) or tok not in NUMPY_DTYPES:
+        raise SchemaError(f"{where}: unknown dtype {tok!r}; expected one of {', '.join(DTYPES)}"[:300])
     return tok
 
 

@@ -260,6 +260,86 @@ def _decode(v: Any, where: str) -> Any:
     return v
 
 
+def _split_top(annotation: str, sep: str) -> list[str]:
+    """Split ``annotation`` on ``sep`` outside brackets."""
+    parts, depth, cur = [], 0, ""
+    i = 0
+    while i < len(annotation):
+        ch = annotation[i]
+        depth += ch == "["
+        depth -= ch == "]"
+        if depth == 0 and annotation.startswith(sep, i):
+            parts.append(cur.strip())
+            cur, i = "", i + len(sep)
+            continue
+        cur += ch
+        i += 1
+    parts.append(cur.strip())
+    return parts
+
+
+def conform(value: Any, annotation: str, where: str) -> Any:
+    """Check a decoded call field against its annotation (``tuple[Dim, ...]``, ``Ref | None`` …),
+    so a hand-edited or hostile program.json fails here with its JSON path, not in a kernel."""
+    errors = []
+    for option in _split_top(annotation, "|"):
+        try:
+            return _conform_one(value, option, where)
+        except SchemaError as e:
+            errors.append(e)
+    if len(errors) == 1:
+        raise errors[0]
+    raise SchemaError(f"{where}: expected {annotation}, found {value!r}"[:300])
+
+
+def _conform_one(value: Any, t: str, where: str) -> Any:
+    def bad() -> SchemaError:
+        return SchemaError(f"{where}: expected {t}, found {value!r}"[:300])
+
+    if t == "None":
+        if value is not None:
+            raise bad()
+        return None
+    if t == "Ref":
+        if not isinstance(value, Ref):
+            raise bad()
+        return value
+    if t == "Operand":
+        if not isinstance(value, (Ref, Lit)):
+            raise bad()
+        return value
+    if t == "Dim":
+        if isinstance(value, Sym) or (isinstance(value, int) and not isinstance(value, bool)):
+            return value
+        raise bad()
+    if t == "int":
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        raise bad()
+    if t == "float":
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        raise bad()
+    if t == "bool":
+        if isinstance(value, bool):
+            return value
+        raise bad()
+    if t == "str":
+        if isinstance(value, str):
+            return value
+        raise bad()
+    if t.startswith("tuple[") and t.endswith("]"):
+        inner = _split_top(t[6:-1], ",")
+        if not isinstance(value, tuple):
+            raise bad()
+        if len(inner) == 2 and inner[1] == "...":
+            return tuple(conform(v, inner[0], f"{where}[{k}]") for k, v in enumerate(value))
+        if len(value) != len(inner):
+            raise bad()
+        return tuple(conform(v, ti, f"{where}[{k}]") for k, (v, ti) in enumerate(zip(value, inner)))
+    raise SchemaError(f"{where}: cannot check annotation {t!r}")
+
+
 def _or_schema(fn: Any, raw: Any, where: str) -> Any:
     try:
         return fn(raw)
@@ -329,10 +409,8 @@ def _program_from_json(doc: Any, where: str) -> Program:
         names = {f.name for f in dataclasses.fields(cls)}
         if set(args) != names:
             raise SchemaError(f"{at}.args: {op} takes {sorted(names)}, found {sorted(args)}")
-        try:
-            call = cls(**{n: _decode(args[n], f"{at}.args.{n}") for n in names})
-        except TypeError as e:
-            raise SchemaError(f"{at}: {e}") from None
+        hints = {f.name: str(f.type) for f in dataclasses.fields(cls)}
+        call = cls(**{n: conform(_decode(args[n], f"{at}.args.{n}"), hints[n], f"{at}.args.{n}") for n in names})
         instrs.append(
             Instr(
                 result=_get(raw, "result", at, str),

@@ -10,6 +10,8 @@ from rlx.ir import dtypes
 from rlx.ir.program import Program, Ref
 from rlx.ir.symbolic import is_static
 
+MAX_ELEMENTS = 2**36  # per value; far beyond any real model, small enough to refuse absurd headers
+
 
 def verify(program: Program, source: str = "program") -> None:
     """Raise ``SchemaError`` naming the first instruction that breaks an invariant."""
@@ -27,6 +29,8 @@ def verify(program: Program, source: str = "program") -> None:
         dtypes.check(ins.dtype, f"{where}.dtype")
         if any(isinstance(d, int) and d < 0 for d in ins.shape):
             raise SchemaError(f"{where}: negative dimension in {list(ins.shape)}")
+        if is_static(ins.shape) and math.prod(ins.shape) > MAX_ELEMENTS:
+            raise SchemaError(f"{where}: declares {math.prod(ins.shape):,} elements, more than rlx allows ({MAX_ELEMENTS:,})")
         _check_call(ins.call, ins.shape, ins.dtype, known, where)
         defined.add(ins.result)
     for k, o in enumerate(program.outputs):
@@ -59,3 +63,17 @@ def _check_call(call: object, shape: tuple[int, ...], dtype: str, known: dict, w
             fail(f"permutation {list(call.perm)} of {list(src)} does not give {list(shape)}")
     if isinstance(call, (C.Full, C.Expand)) and tuple(call.shape) != shape:
         fail(f"produces {list(call.shape)}, declared {list(shape)}")
+    if isinstance(call, C.Arange) and all(isinstance(v, (int, float)) for v in (call.start, call.end, call.step)):
+        if call.step == 0 or not all(math.isfinite(v) for v in (call.start, call.end, call.step)):
+            fail(f"arange({call.start}, {call.end}, {call.step}) is not a finite range")
+        n = max(0, math.ceil((call.end - call.start) / call.step))
+        if (n,) != shape:
+            fail(f"arange gives {n} elements, declared {list(shape)}")
+    if isinstance(call, C.Pad):
+        src = known[call.x.name].shape
+        if len(call.pads) != len(src) or len(shape) != len(src):
+            fail(f"pads {list(call.pads)} do not match rank {len(src)}")
+        if is_static(src) and all(isinstance(p, int) for pair in call.pads for p in pair):
+            want = tuple(d + lo + hi for d, (lo, hi) in zip(src, call.pads))
+            if want != shape:
+                fail(f"padding {list(src)} by {list(call.pads)} gives {list(want)}, declared {list(shape)}")

@@ -202,8 +202,8 @@ class Builder:
             result = handler(node, self)
         except RlxError:
             raise
-        except (ValueError, TypeError, IndexError, KeyError, AttributeError) as e:
-            raise LoweringError(f"node {node.id} ({node.op}): cannot lower: {e}") from e
+        except Exception as e:  # whatever a handler trips over, the user needs the node it happened at
+            raise LoweringError(f"node {node.id} ({node.op}): cannot lower: {type(e).__name__}: {e}") from e
         emitted = self._emitted
         if isinstance(result, (Ref, Lit)):
             result = self._rename_final(node, result, emitted)
@@ -379,8 +379,8 @@ def _guard(node: Node, b: Builder, program: Program) -> None:
 
 
 def _getitem(node: Node, b: Builder) -> Operand:
-    src, index = node.args[0], node.args[1]
-    if not isinstance(src, Ref) or not isinstance(index, int):
+    src, index = node.arg(0), node.arg(1)
+    if not isinstance(src, Ref) or not isinstance(index, int) or isinstance(index, bool):
         raise LoweringError(f"node {node.id} (_getitem): expected (tuple ref, int), found {node.args!r}")
     parts = b.env.get(src.name)
     if not isinstance(parts, tuple) or not -len(parts) <= index < len(parts):

@@ -31,6 +31,7 @@ class Model:
         self.name = program.name
         self.inputs: list[Value] = list(program.inputs)
         self.output_tree = program.output_tree
+        check_tree(self.output_tree, len(program.outputs), "output_tree")
         self._weights = weights
         # Static programs have one executor; dynamic ones get one per binding of the symbols.
         self._static = None if program.is_dynamic else Executor(program, weights)
@@ -107,7 +108,37 @@ def check_input(spec: Value, value: Any) -> np.ndarray:
         expected = "[" + ", ".join(str(d) for d in spec.shape) + "]"
         raise InputError(f"input {spec.name!r} has shape {list(arr.shape)}, expected {expected}")
     # One memory layout for every caller, so equal values always give bit-identical outputs.
-    return np.ascontiguousarray(arr)
+    return arr if arr.flags.c_contiguous else np.ascontiguousarray(arr)
+
+
+def check_tree(tree: Any, n_outputs: int, where: str) -> None:
+    """Validate an output structure before it is trusted: every leaf names an existing output."""
+
+    def walk(t: Any, path: str, depth: int) -> None:
+        if depth > 100:
+            raise BundleError(f"{where}: output structure nested more than 100 levels")
+        if t is None:
+            return
+        if not isinstance(t, dict) or len(t) != 1:
+            raise BundleError(f"{where}{path}: expected one of out/const/tuple/list/dict, found {t!r}"[:300])
+        ((kind, v),) = t.items()
+        if kind == "out":
+            if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v < n_outputs:
+                raise BundleError(f"{where}{path}.out: {v!r} is not an output index below {n_outputs}")
+        elif kind in ("tuple", "list"):
+            if not isinstance(v, list):
+                raise BundleError(f"{where}{path}.{kind}: expected a list")
+            for k, item in enumerate(v):
+                walk(item, f"{path}.{kind}[{k}]", depth + 1)
+        elif kind == "dict":
+            if not isinstance(v, list) or not all(isinstance(p, list) and len(p) == 2 and isinstance(p[0], (str, int)) for p in v):
+                raise BundleError(f"{where}{path}.dict: expected a list of [key, value] pairs")
+            for k, (_key, item) in enumerate(v):
+                walk(item, f"{path}.dict[{k}]", depth + 1)
+        elif kind != "const":
+            raise BundleError(f"{where}{path}: unknown output-structure node {kind!r}")
+
+    walk(tree, "", 0)
 
 
 def unflatten(tree: Any, flat: list[Any]) -> Any:

@@ -21,10 +21,11 @@ import sympy
 import torch
 from torch.export import ExportedProgram
 from torch.utils import _pytree as pytree
+from torch.utils._sympy.numbers import int_oo
 
 import rlx
 from rlx import safetensors_io
-from rlx.errors import ExportError, UsageError
+from rlx.errors import ExportError, RlxError, UsageError
 from rlx.ir.program import Ref
 from rlx.ir.symbolic import Dim, Sym, Symbol
 from rlx.ir.torch_ir import DtypeArg, Input, Node, Output, ScalarMeta, TensorMeta, TorchIR, Weight
@@ -88,8 +89,13 @@ def capture(
     with torch.no_grad():
         eager = model(*example_inputs, **kwargs)
     flat_out, _ = pytree.tree_flatten(eager)
-    names = user_dim_names(model, example_inputs, kwargs, dynamic_shapes, ep)
-    ir, weights = _graph_to_ir(ep, model_name or type(model).__name__, decomposition, names)
+    try:
+        names = user_dim_names(model, example_inputs, kwargs, dynamic_shapes, ep)
+        ir, weights = _graph_to_ir(ep, model_name or type(model).__name__, decomposition, names)
+    except RlxError:
+        raise
+    except Exception as e:  # a graph this recorder does not understand yet: say where, in one line
+        raise ExportError(f"recording the exported graph of {type(model).__name__} failed: {type(e).__name__}: {e}") from e
     flat_in, _ = pytree.tree_flatten((example_inputs, kwargs))
     user_inputs = [s for s in ep.graph_signature.input_specs if s.kind.name == "USER_INPUT"]
     inputs = {}
@@ -163,7 +169,7 @@ class _Recorder:
         for sym, vr in ep.range_constraints.items():
             if not getattr(sym, "is_Symbol", False):
                 continue  # derived extents (2*seq) are ranges of expressions, not new symbols
-            upper = None if not vr.upper.is_finite else int(vr.upper)
+            upper = None if vr.upper == int_oo or not vr.upper.is_finite else int(vr.upper)
             self.symbols.append(Symbol(self.name(sym), int(vr.lower), upper, 0))
 
     def name(self, expr: Any) -> str:

@@ -70,6 +70,15 @@ def _parser() -> argparse.ArgumentParser:
     ins.add_argument("path")
     ins.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
 
+    dbg = sub.add_parser("debug", help="find the first aten node whose result diverges from PyTorch (needs torch)")
+    dbg.add_argument("out", help="an output directory of `rlx import`")
+    dbg.add_argument("--top", type=int, default=15, help="rows in the table (worst first)")
+    dbg.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
+
+    rep = sub.add_parser("report", help="rebuild OUT/report.html")
+    rep.add_argument("out", help="an output directory of `rlx import` or `rlx build`")
+    rep.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
+
     ops = sub.add_parser("ops", help="list the aten ops the registry lowers (markdown table)")
     ops.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
 
@@ -85,7 +94,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     debug = "--debug" in argv
     try:
         args = _parser().parse_args(argv)
-        return {"import": cmd_import, "run": cmd_run, "inspect": cmd_inspect, "verify": cmd_verify, "build": cmd_build, "ops": cmd_ops}[
+        return {"import": cmd_import, "run": cmd_run, "inspect": cmd_inspect, "verify": cmd_verify, "build": cmd_build,
+                "debug": cmd_debug, "report": cmd_report, "ops": cmd_ops}[
             args.command
         ](args)
     except RlxError as e:
@@ -302,6 +312,26 @@ def _inspect_torch_ir(path: Path) -> None:
     lines.append(f"parameters: {n_params:,} in {len(ir.weights)} tensors")
     lines += _fmt_hist("aten ops", ir.op_histogram())
     _say("\n".join(lines))
+
+
+def cmd_debug(args: argparse.Namespace) -> int:
+    from rlx.debug import debug_dir
+    from rlx.report import write_report
+
+    report = debug_dir(args.out)
+    write_report(args.out)
+    _say(report.table(args.top))
+    if report.first_divergent is not None:
+        _say(f"reproducer: {Path(args.out) / 'repro'} (re-run: rlx build {Path(args.out) / 'repro'} --verify --force)")
+    _say(f"wrote {Path(args.out) / 'debug.json'} and {Path(args.out) / 'report.html'}")
+    return EXIT_OK if report.first_divergent is None else EXIT_PARITY
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from rlx.report import write_report
+
+    _say(f"wrote {write_report(args.out)}")
+    return EXIT_OK
 
 
 def cmd_ops(args: argparse.Namespace) -> int:

@@ -29,6 +29,7 @@ from rlx.ir.torch_ir import TorchIR, Weight
 from rlx.ir.verify import verify as verify_program
 from rlx.lower import lower
 from rlx.passes import DEFAULT_PASSES
+from rlx.report import write_report
 from rlx.runtime.model import Model, bind_weights
 from rlx.util import StagedDir, atomic_write_text, check_writable_target, replace_dir
 from rlx.verify import ParityReport, check_parity
@@ -151,7 +152,7 @@ def _lower_write_verify(
     steps: _Steps,
     weights_file: Path | None,
     notes: list[str],
-) -> ConvertReport:
+) -> tuple[ConvertReport, Program]:
     """The shared tail of ``from_torch`` and ``build``: lower, write the bundle into ``dest``
     (a staging directory that becomes ``final_dir``), check parity, write report.json."""
     program = steps("lower", lambda: build_program(ir))
@@ -177,7 +178,7 @@ def _lower_write_verify(
         notes=notes,
     )
     atomic_write_text(dest / "report.json", dumps_json(report.to_json()))
-    return report
+    return report, program
 
 
 def from_torch(
@@ -196,6 +197,7 @@ def from_torch(
 ) -> ConvertReport:
     """Convert a PyTorch module into ``out_dir`` and (by default) check parity against PyTorch."""
     from rlx.torch_import import capture, write  # torch is needed only here
+    from rlx.torch_import.interpret import EXPORTED_FILE, save_exported
 
     _check_emit(emit)
     steps = _Steps(on_step)
@@ -208,9 +210,23 @@ def from_torch(
         if verify:
             reference = {f"in::{k}": v for k, v in exported.inputs.items()}
             reference.update({f"out::{i}": v for i, v in enumerate(exported.outputs) if v is not None})
-        report = _lower_write_verify(exported.ir, exported.weights, reference, staged.path, Path(out_dir), emit, steps,
-                                     staged.path / "weights.safetensors", [])  # fmt: skip
+        report, program = _lower_write_verify(exported.ir, exported.weights, reference, staged.path, Path(out_dir),
+                                              emit, steps, staged.path / "weights.safetensors", [])  # fmt: skip
+        # What `rlx debug` needs later, and the per-node comparison for report.html now.
+        save_exported(exported.exported_program, staged.path / EXPORTED_FILE)
+        if verify:
+            steps("debug", lambda: _debug_nodes(exported, program, staged.path))
+        write_report(staged.path)
     return report
+
+
+def _debug_nodes(exported: Any, program: Program, out: Path) -> None:
+    from rlx.debug import compare_nodes, write_debug
+    from rlx.torch_import.interpret import node_values
+
+    values = node_values(exported.exported_program, exported.inputs)
+    weights = bind_weights(program, exported.weights, "weights")
+    write_debug(compare_nodes(exported.ir, program, weights, exported.inputs, values), exported.ir, values, out)
 
 
 def build(
@@ -246,11 +262,12 @@ def build(
         check_writable_target(src / "bundle", force)
         try:
             with tempfile.TemporaryDirectory(prefix=".rlx-build.", dir=src) as tmp:
-                report = _lower_write_verify(ir, weights, reference, Path(tmp), src, emit, steps,
-                                             src / "weights.safetensors", notes)  # fmt: skip
+                report, _ = _lower_write_verify(ir, weights, reference, Path(tmp), src, emit, steps,
+                                                src / "weights.safetensors", notes)  # fmt: skip
                 if "bundle" in emit:
                     replace_dir(Path(tmp) / "bundle", src / "bundle")
                 os.replace(Path(tmp) / "report.json", src / "report.json")
+                write_report(src)
         except OSError as e:
             raise OutputError(f"{src}: writing the build output failed: {e.strerror or e}") from e
         return report
@@ -258,6 +275,7 @@ def build(
         for name in ("torch-ir.json", "weights.safetensors", "reference.safetensors"):
             if (src / name).is_file():
                 shutil.copyfile(src / name, staged.path / name)
-        report = _lower_write_verify(ir, weights, reference, staged.path, Path(out_dir), emit, steps,
-                                     staged.path / "weights.safetensors", notes)  # fmt: skip
+        report, _ = _lower_write_verify(ir, weights, reference, staged.path, Path(out_dir), emit, steps,
+                                        staged.path / "weights.safetensors", notes)  # fmt: skip
+        write_report(staged.path)
     return report

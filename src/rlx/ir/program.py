@@ -132,6 +132,9 @@ class Program:
     source_histogram: dict[str, int] = field(default_factory=dict)
     source_format: str = "rlx-torch-ir/1"
     symbols: list[Symbol] = field(default_factory=list)  # input symbols of dynamic shapes
+    # aten value id → the program value holding it, for every aten value that is one tensor
+    # (the parity debugger compares them; the code generator names values after them).
+    value_map: dict[str, str] = field(default_factory=dict)
     guards: list[str] = field(default_factory=list)  # boolean expressions torch asserted over them
 
     @property
@@ -174,6 +177,7 @@ class Program:
             ],
             "outputs": [encode(o) for o in self.outputs],
             "output_tree": self.output_tree,
+            "value_map": self.value_map,
             "source_histogram": self.source_histogram,
             "symbols": [{"name": s.name, "min": s.min, "max": s.max, "hint": s.hint} for s in self.symbols],
             "guards": list(self.guards),
@@ -435,11 +439,18 @@ def _program_from_json(doc: Any, where: str) -> Program:
         instrs=instrs,
         outputs=outputs,
         output_tree=doc.get("output_tree"),
+        value_map=_value_map(doc.get("value_map", {}), where),
         source_histogram=hist if isinstance(hist, dict) else {},
         source_format=doc.get("source_format", "") if isinstance(doc.get("source_format", ""), str) else "",
         symbols=_symbols(doc.get("symbols", []), where),
         guards=[_guard(g, f"{where}.guards[{k}]") for k, g in enumerate(doc.get("guards", []) or [])],
     )
+
+
+def _value_map(raw: Any, where: str) -> dict[str, str]:
+    if not isinstance(raw, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in raw.items()):
+        raise SchemaError(f"{where}.value_map: expected an object of strings")
+    return raw
 
 
 def _guard(raw: Any, where: str) -> str:

@@ -327,6 +327,7 @@ def lower(ir: TorchIR) -> Program:
         reg = find(node.op)
         assert reg is not None  # check_coverage guarantees it
         b.lower_node(node, reg.handler)
+    program.value_map = {key: v.name for key, v in b.env.items() if isinstance(v, Ref)}
     for k, out in enumerate(ir.outputs):
         if out.ref is None:
             const = out.const

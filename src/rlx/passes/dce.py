@@ -20,4 +20,6 @@ def dead_code_elimination(program: Program) -> Program:
             live.update(r.name for r in ins.call.refs())
     kept.reverse()
     weights = [w for w in program.weights if w.name in live]
-    return dataclasses.replace(program, instrs=kept, weights=weights)
+    defined = {v.name for v in program.inputs} | {w.name for w in weights} | {i.result for i in kept}
+    value_map = {k: v for k, v in program.value_map.items() if v in defined}
+    return dataclasses.replace(program, instrs=kept, weights=weights, value_map=value_map)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -10,7 +10,7 @@ import numpy as np
 
 from rlx.errors import BundleError, RlxError
 from rlx.ir import dtypes
-from rlx.ir.program import Lit, Program, Ref
+from rlx.ir.program import Instr, Lit, Program, Ref
 from rlx.runtime.numpy_backend import KERNELS, Kernel
 
 
@@ -133,3 +133,34 @@ class Executor:
 @dataclass(frozen=True)
 class _Const:
     array: np.ndarray
+
+
+def _resolve(v: Any, env: dict[str, np.ndarray]) -> Any:
+    if isinstance(v, Ref):
+        return env[v.name]
+    if isinstance(v, Lit):
+        return np.asarray(v.value, dtype=dtypes.to_numpy(v.dtype))
+    if isinstance(v, tuple):
+        return [_resolve(x, env) for x in v]
+    return None
+
+
+def run_instructions(instrs: Iterable[Instr], env: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Run instructions one by one on a value environment, keeping every result.
+
+    The slow, transparent path used by the parity debugger (a plain dict, nothing freed); the
+    ``Executor`` is the fast one. Both call the same kernels.
+    """
+    with np.errstate(all="ignore"):
+        for ins in instrs:
+            kern = KERNELS.get(type(ins.call))
+            if kern is None:
+                raise BundleError(f"program.json: the numpy backend has no kernel for {ins.call.op}")
+            try:
+                out = kern(ins.call, *[_resolve(getattr(ins.call, f), env) for f in ins.call.operand_fields()])
+            except KeyError as e:
+                raise RlxError(f"{ins.result} = {ins.call.op}: operand {e} has no value") from None
+            except Exception as e:
+                raise RlxError(f"runtime error in {ins.result} = {ins.call.op} [{ins.note}]: {type(e).__name__}: {e}") from e
+            env[ins.result] = np.asarray(out).astype(dtypes.to_numpy(ins.dtype), copy=False)
+    return env

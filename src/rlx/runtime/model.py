@@ -39,6 +39,11 @@ class Model:
         self._lock = threading.Lock()  # guards the plan cache; running a plan needs no lock
 
     @property
+    def weights(self) -> Mapping[str, np.ndarray]:
+        """The weights by program value name (memory-mapped when loaded from a bundle)."""
+        return self._weights
+
+    @property
     def input_names(self) -> list[str]:
         return [v.name for v in self.inputs]
 

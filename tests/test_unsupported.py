@@ -29,3 +29,20 @@ def test_two_missing_ops_are_named_in_one_error(monkeypatch, tmp_path):
     assert len(info.value.ops["aten.sin.default"]) == 2
     assert "\n" not in msg
     assert not (tmp_path / "out").exists(), "a failed conversion must not leave output behind"
+
+
+class UsesHardswish(torch.nn.Module):
+    def forward(self, x):
+        return torch.nn.functional.hardswish(x) * 2
+
+
+def test_auto_decompose_fills_a_gap_torch_can_decompose(monkeypatch, tmp_path):
+    registry._load_families()
+    monkeypatch.delitem(registry.REGISTRY, "aten.hardswish")
+    x = torch.linspace(-5, 5, 24).reshape(4, 6)
+    report = rlx.from_torch(UsesHardswish(), (x,), tmp_path / "auto", decomposition="aten")
+    assert report.parity.passed
+    assert any("auto-decomposed" in n and "aten.hardswish.default" in n for n in report.notes)
+    assert "aten.hardswish.default" not in report.op_histogram
+    with pytest.raises(UnsupportedOpError, match="aten.hardswish.default"):
+        rlx.from_torch(UsesHardswish(), (x,), tmp_path / "off", decomposition="aten", auto_decompose=False)

@@ -44,6 +44,12 @@ def _parser() -> argparse.ArgumentParser:
     imp.add_argument("--decomposition", choices=("aten", "high", "core"), default="high")
     imp.add_argument("--force", action="store_true", help="overwrite an existing output directory")
     imp.add_argument(
+        "--auto-decompose",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="decompose ops rlx lacks with torch's decompositions (default on)",
+    )
+    imp.add_argument(
         "--dynamic",
         action="append",
         default=[],
@@ -193,6 +199,7 @@ def cmd_import(args: argparse.Namespace) -> int:
     report = from_torch(
         model, inputs, args.out, example_kwargs=kwargs, verify=args.verify, emit=emit,
         decomposition=args.decomposition, force=args.force, dynamic_shapes=dynamic_shapes,
+        auto_decompose=args.auto_decompose,
         on_step=lambda name, secs: _say(f"  {labels.get(name, name):<40} {secs:7.2f} s"),
     )  # fmt: skip
     _say("")

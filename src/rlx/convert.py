@@ -193,9 +193,14 @@ def from_torch(
     force: bool = False,
     dynamic_shapes: Any = None,
     model_name: str | None = None,
+    auto_decompose: bool = True,
     on_step: StepCallback | None = None,
 ) -> ConvertReport:
-    """Convert a PyTorch module into ``out_dir`` and (by default) check parity against PyTorch."""
+    """Convert a PyTorch module into ``out_dir`` and (by default) check parity against PyTorch.
+
+    Ops the registry lacks but torch can decompose are decomposed automatically (``auto_decompose``);
+    the report's notes list them.
+    """
     from rlx.torch_import import capture, write  # torch is needed only here
     from rlx.torch_import.interpret import EXPORTED_FILE, save_exported
 
@@ -204,14 +209,17 @@ def from_torch(
     with StagedDir(out_dir, force=force) as staged:
         exported = steps("export", lambda: capture(model, tuple(example_inputs), example_kwargs=example_kwargs,
                                                    decomposition=decomposition, dynamic_shapes=dynamic_shapes,
-                                                   model_name=model_name))  # fmt: skip
+                                                   model_name=model_name, auto_decompose=auto_decompose))  # fmt: skip
+        notes = []
+        if exported.auto_decomposed:
+            notes.append(f"auto-decomposed with torch's decompositions: {', '.join(exported.auto_decomposed)}")
         write(exported, staged.path)
         reference = None
         if verify:
             reference = {f"in::{k}": v for k, v in exported.inputs.items()}
             reference.update({f"out::{i}": v for i, v in enumerate(exported.outputs) if v is not None})
         report, program = _lower_write_verify(exported.ir, exported.weights, reference, staged.path, Path(out_dir),
-                                              emit, steps, staged.path / "weights.safetensors", [])  # fmt: skip
+                                              emit, steps, staged.path / "weights.safetensors", notes)  # fmt: skip
         # What `rlx debug` needs later, and the per-node comparison for report.html now.
         save_exported(exported.exported_program, staged.path / EXPORTED_FILE)
         if verify:

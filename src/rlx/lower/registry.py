@@ -273,14 +273,20 @@ def _fmt_shape(shape: Sequence[int] | None) -> str:
     return "[" + ",".join(str(d) for d in shape or ()) + "]"
 
 
-def check_coverage(ir: TorchIR) -> None:
-    """Raise one ``UnsupportedOpError`` listing every op the registry lacks, before lowering."""
+def unsupported_ops(ir: TorchIR) -> dict[str, list[str]]:
+    """Every op of the graph the registry cannot lower, with the ids of the nodes using it."""
     _load_families()
     missing: dict[str, list[str]] = {}
     for n in ir.nodes:
         if n.op == "_getitem" or is_noop(n.op) or find(n.op) or is_shape_arithmetic(n) or n.op in _GUARD_OPS:
             continue
         missing.setdefault(n.op, []).append(n.id)
+    return missing
+
+
+def check_coverage(ir: TorchIR) -> None:
+    """Raise one ``UnsupportedOpError`` listing every op the registry lacks, before lowering."""
+    missing = unsupported_ops(ir)
     if missing:
         parts = []
         for op, ids in sorted(missing.items()):

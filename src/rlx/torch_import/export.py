@@ -12,7 +12,7 @@ import operator
 import re
 import warnings
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +43,7 @@ class Exported:
     inputs: dict[str, np.ndarray]  # by input id
     outputs: list[np.ndarray | None]  # eager outputs, flat; None for non-tensor leaves
     exported_program: ExportedProgram
+    auto_decomposed: list[str] = field(default_factory=list)  # ops torch decomposed for us
 
 
 def export(
@@ -70,8 +71,13 @@ def capture(
     decomposition: str = "high",
     dynamic_shapes: Any = None,
     model_name: str | None = None,
+    auto_decompose: bool = True,
 ) -> Exported:
-    """Export in memory: the torch-ir graph, weights, example inputs and eager reference outputs."""
+    """Export in memory: the torch-ir graph, weights, example inputs and eager reference outputs.
+
+    With ``auto_decompose``, ops the registry lacks but torch can decompose are decomposed and
+    the graph re-recorded, a few rounds at most; ``Exported.auto_decomposed`` lists them.
+    """
     if decomposition not in LEVELS:
         raise UsageError(f"unknown decomposition level {decomposition!r}; use one of {', '.join(LEVELS)}")
     if not isinstance(model, torch.nn.Module):
@@ -89,13 +95,21 @@ def capture(
     with torch.no_grad():
         eager = model(*example_inputs, **kwargs)
     flat_out, _ = pytree.tree_flatten(eager)
-    try:
-        names = user_dim_names(model, example_inputs, kwargs, dynamic_shapes, ep)
-        ir, weights = _graph_to_ir(ep, model_name or type(model).__name__, decomposition, names)
-    except RlxError:
-        raise
-    except Exception as e:  # a graph this recorder does not understand yet: say where, in one line
-        raise ExportError(f"recording the exported graph of {type(model).__name__} failed: {type(e).__name__}: {e}") from e
+    name = model_name or type(model).__name__
+
+    def record(ep: ExportedProgram) -> tuple[TorchIR, dict[str, np.ndarray]]:
+        try:
+            names = user_dim_names(model, example_inputs, kwargs, dynamic_shapes, ep)
+            return _graph_to_ir(ep, name, decomposition, names)
+        except RlxError:
+            raise
+        except Exception as e:  # a graph this recorder does not understand yet: say where, in one line
+            raise ExportError(f"recording the exported graph of {name} failed: {type(e).__name__}: {e}") from e
+
+    ir, weights = record(ep)
+    decomposed: list[str] = []
+    if auto_decompose:
+        ep, ir, weights, decomposed = _auto_decompose(ep, ir, weights, record)
     flat_in, _ = pytree.tree_flatten((example_inputs, kwargs))
     user_inputs = [s for s in ep.graph_signature.input_specs if s.kind.name == "USER_INPUT"]
     inputs = {}
@@ -105,7 +119,63 @@ def capture(
     outputs = [tensor_to_numpy(v) if isinstance(v, torch.Tensor) else None for v in flat_out]
     if len(outputs) != len(ir.outputs):
         raise ExportError(f"eager run returned {len(outputs)} outputs but the exported graph has {len(ir.outputs)}")
-    return Exported(ir, weights, inputs, outputs, ep)
+    return Exported(ir, weights, inputs, outputs, ep, decomposed)
+
+
+MAX_DECOMPOSE_ROUNDS = 4
+
+
+def _auto_decompose(ep: ExportedProgram, ir: TorchIR, weights: dict[str, np.ndarray],
+                    record: Any) -> tuple[ExportedProgram, TorchIR, dict[str, np.ndarray], list[str]]:  # fmt: skip
+    """Decompose the ops the registry lacks with torch's own decomposition table, then re-record.
+
+    A decomposition is kept only if it applies to this graph and leaves no op rlx lacks that was
+    not there before (torch decomposes some ops into ``prims.*``, which would only move the gap);
+    the ops it cannot remove stay for the coverage check to report as genuine gaps.
+    """
+    from torch._decomp import decomposition_table
+
+    from rlx.lower.registry import unsupported_ops
+
+    done: list[str] = []
+    tried: set[str] = set()
+    for _ in range(MAX_DECOMPOSE_ROUNDS):
+        missing = set(unsupported_ops(ir))
+        candidates = {op: overload_of(op) for op in sorted(missing - tried)}
+        tried.update(candidates)
+        good = {}
+        for op, overload in candidates.items():
+            if overload is None or overload not in decomposition_table:
+                continue
+            trial = _run_decompositions(ep, [overload], decomposition_table)
+            if trial is not None and set(unsupported_ops(record(trial)[0])) <= missing - {op}:
+                good[op] = overload
+        if not good:
+            break
+        applied = _run_decompositions(ep, list(good.values()), decomposition_table)
+        if applied is None:
+            break
+        ep, (ir, weights) = applied, record(applied)
+        done.extend(sorted(good))
+    return ep, ir, weights, done
+
+
+def _run_decompositions(ep: ExportedProgram, ops: list[Any], table: Mapping[Any, Any]) -> ExportedProgram | None:
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return ep.run_decompositions({o: table[o] for o in ops})
+    except Exception:  # a decomposition torch cannot apply to this graph
+        return None
+
+
+def overload_of(op: str) -> Any:
+    """``aten.cumsum.default`` → ``torch.ops.aten.cumsum.default`` (None if torch has no such op)."""
+    parts = op.split(".")
+    if len(parts) != 3 or parts[0] != "aten":
+        return None
+    packet = getattr(torch.ops.aten, parts[1], None)
+    return getattr(packet, parts[2], None) if packet is not None else None
 
 
 def _export_error_gist(e: Exception) -> str:

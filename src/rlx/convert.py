@@ -22,6 +22,7 @@ import numpy as np
 
 from rlx import safetensors_io
 from rlx.bundle import write_bundle
+from rlx.emit.package import write_package
 from rlx.errors import OutputError, UsageError, WeightsError
 from rlx.ir import dtypes, torch_ir
 from rlx.ir.program import Program, dumps_json
@@ -34,7 +35,7 @@ from rlx.runtime.model import Model, bind_weights
 from rlx.util import StagedDir, atomic_write_text, check_writable_target, replace_dir
 from rlx.verify import ParityReport, check_parity
 
-EMITS = ("bundle",)
+EMITS = ("bundle", "package")
 StepCallback = Callable[[str, float], None]
 
 
@@ -159,6 +160,8 @@ def _lower_write_verify(
     if "bundle" in emit:
         source = {"format": "rlx-torch-ir", "version": 1, "producer": ir.producer, "decomposition": ir.decomposition}
         steps("write", lambda: write_bundle(program, weights, dest / "bundle", source=source, weights_file=weights_file))
+    if "package" in emit:
+        steps("package", lambda: write_package(program, weights, dest, decomposition=ir.decomposition))
     parity = None
     if reference is not None:
         parity = steps("verify", lambda: check_parity(Model(program, bind_weights(program, weights, "weights")), reference))

@@ -1,0 +1,265 @@
+"""Program → readable Python: one ``forward(params, *inputs)`` of straight-line numpy code.
+
+Generated from the same Calls the runtime executes. Simple Calls become numpy expressions
+(``a + b``, ``x.reshape(2, 8, 64)``, ``x[:, 1:5]``); the rest call the runtime's own kernels,
+vendored into the package as ``_ops``. Every statement carries its source aten op as a comment.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import keyword
+import math
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from rlx import __version__
+from rlx.ir import calls as C
+from rlx.ir.program import Call, Instr, Lit, Program, Ref
+from rlx.ir.symbolic import Sym, format_shape
+
+_FLOAT_NP = {"f32": "np.float32", "f64": "np.float64", "f16": "np.float16", "bf16": "_ops.bfloat16"}
+_NP_TYPE = {**_FLOAT_NP, "i64": "np.int64", "i32": "np.int32", "i16": "np.int16", "i8": "np.int8", "u8": "np.uint8",
+            "bool": "np.bool_", "c64": "np.complex64"}  # fmt: skip
+# Binary functions with an exact numpy spelling (identical to the kernel outside half precision).
+_BINARY_OPS = {"add": "+", "sub": "-", "mul": "*", "div": "/", "pow": "**", "floor_divide": "//", "remainder": "%",
+               "eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">=", "bitwise_and": "&",
+               "bitwise_or": "|", "bitwise_xor": "^"}  # fmt: skip
+_BINARY_FUNCS = {"maximum": "np.maximum", "minimum": "np.minimum", "fmax": "np.fmax", "fmin": "np.fmin",
+                 "atan2": "np.arctan2", "fmod": "np.fmod", "logical_and": "np.logical_and",
+                 "logical_or": "np.logical_or", "logical_xor": "np.logical_xor"}  # fmt: skip
+_UNARY_FUNCS = {"abs": "np.abs", "exp": "np.exp", "expm1": "np.expm1", "log": "np.log", "log1p": "np.log1p",
+                "log2": "np.log2", "log10": "np.log10", "sqrt": "np.sqrt", "sin": "np.sin", "cos": "np.cos",
+                "tan": "np.tan", "tanh": "np.tanh", "floor": "np.floor", "ceil": "np.ceil", "trunc": "np.trunc",
+                "logical_not": "np.logical_not", "isnan": "np.isnan", "isinf": "np.isinf", "isfinite": "np.isfinite"}  # fmt: skip
+# Spelled exactly as the kernel computes them.
+_UNARY_EXPRS = {"rsqrt": "1 / np.sqrt({x})", "reciprocal": "1 / {x}", "square": "{x} * {x}",
+                "sigmoid": "1 / (1 + np.exp(-{x}))"}  # fmt: skip
+SYMBOLIC_FUNCS = ("Max", "Min", "Mod", "PythonMod", "FloorDiv", "CeilDiv", "floor", "ceiling", "FloorToInt",
+                  "CeilToInt", "TruncToInt", "IntTrueDiv", "ToFloat", "Abs")  # fmt: skip
+
+
+def snake(name: str) -> str:
+    """``DecoderLM`` → ``decoder_lm``, ``MaxPool`` → ``max_pool``."""
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", name).lower()
+
+
+def identifier(name: str) -> str:
+    """A value name as a Python identifier that shadows nothing the generated code uses."""
+    ident = re.sub(r"\W", "_", name)
+    if not ident or ident[0].isdigit():
+        ident = f"v_{ident}"
+    if keyword.iskeyword(ident) or ident in ("np", "params", "_ops"):
+        ident += "_"
+    return ident
+
+
+class NumpyWriter:
+    def __init__(self, program: Program) -> None:
+        self.program = program
+        self.weights = {w.name: w.key for w in program.weights}
+        self.values = program.values()
+        self.symbolic_funcs: set[str] = set()
+
+    # ── operands and attributes ──────────────────────────────────────────────
+    def ref(self, r: Ref) -> str:
+        if r.name in self.weights:
+            return f"params[{self.weights[r.name]!r}]"
+        return identifier(r.name)
+
+    def dim(self, d: Any) -> str:
+        if isinstance(d, Sym):
+            self.symbolic_funcs.update(f for f in SYMBOLIC_FUNCS if re.search(rf"\b{f}\(", d.expr))
+            return d.expr if d.expr.isidentifier() else f"({d.expr})"
+        return repr(d)
+
+    def literal(self, v: Any) -> str:
+        if isinstance(v, float):
+            return repr(v) if math.isfinite(v) else f"float({str(v)!r})"
+        if isinstance(v, Sym):
+            return self.dim(v)
+        if isinstance(v, tuple):
+            inner = ", ".join(self.literal(x) for x in v)
+            return f"({inner},)" if len(v) == 1 else f"({inner})"
+        return repr(v)
+
+    def operand(self, v: Any) -> str:
+        if isinstance(v, Ref):
+            return self.ref(v)
+        if isinstance(v, Lit):
+            return f"{_NP_TYPE[v.dtype]}({self.literal(v.value)})"
+        if v is None:
+            return "None"
+        if isinstance(v, tuple):
+            return "[" + ", ".join(self.operand(x) for x in v) + "]"
+        return self.literal(v)
+
+    def dtype_of(self, v: Any) -> str:
+        return v.dtype if isinstance(v, Lit) else self.values[v.name].dtype
+
+    # ── one Call → one expression ────────────────────────────────────────────
+    def expression(self, ins: Instr) -> str:
+        c = ins.call
+        half = ins.dtype in ("f16", "bf16") or any(
+            isinstance(r, (Ref, Lit)) and self.dtype_of(r) in ("f16", "bf16") for r in _operands(c)
+        )
+        if isinstance(c, C.Binary) and not half:
+            x, y = self.operand(c.x), self.operand(c.y)
+            if c.fn in _BINARY_OPS:
+                return f"{x} {_BINARY_OPS[c.fn]} {y}"
+            if c.fn in _BINARY_FUNCS:
+                return f"{_BINARY_FUNCS[c.fn]}({x}, {y})"
+        if isinstance(c, C.Unary) and not half:
+            x = self.operand(c.x)
+            if c.fn == "neg":
+                return f"-{x}"
+            if c.fn == "identity":
+                return x
+            if c.fn in _UNARY_FUNCS:
+                return f"{_UNARY_FUNCS[c.fn]}({x})"
+            if c.fn in _UNARY_EXPRS:
+                return _UNARY_EXPRS[c.fn].format(x=x)
+        if isinstance(c, C.Cast):
+            return f"{self.operand(c.x)}.astype({_NP_TYPE[c.dtype]})"
+        if isinstance(c, C.Reshape):
+            return f"{self.operand(c.x)}.reshape({', '.join(self.dim(d) for d in c.shape) or '()'})"
+        if isinstance(c, C.Permute):
+            return f"{self.operand(c.x)}.transpose({', '.join(map(str, c.perm))})"
+        if isinstance(c, C.Expand):
+            return f"np.broadcast_to({self.operand(c.x)}, {self.literal(tuple(c.shape))})"
+        if isinstance(c, C.Slice):
+            stop = "" if c.stop == 2**63 - 1 else self.dim(c.stop)
+            start = "" if c.start == 0 else self.dim(c.start)
+            step = "" if c.step == 1 else f":{c.step}"
+            return f"{self.operand(c.x)}[{':, ' * c.axis}{start}:{stop}{step}]"
+        if isinstance(c, C.Concat):
+            return f"np.concatenate({self.operand(c.xs)}, axis={c.axis})"
+        if isinstance(c, C.Where):
+            return f"np.where({self.operand(c.cond)}, {self.operand(c.x)}, {self.operand(c.y)})"
+        if isinstance(c, C.Full):
+            return f"np.full({self.literal(tuple(c.shape))}, {self.literal(c.value)}, {_NP_TYPE[c.dtype]})"
+        if isinstance(c, C.MatMul) and not half:
+            return f"np.matmul({self.operand(c.x)}, {self.operand(c.y)})"
+        if isinstance(c, C.Linear) and not half:
+            out = f"np.matmul({self.operand(c.x)}, {self.operand(c.weight)}.T)"
+            return out if c.bias is None else f"{out} + {self.operand(c.bias)}"
+        return self.kernel_call(c)
+
+    def kernel_call(self, c: Call) -> str:
+        """``_ops.<call>(operands…, attr=…)``: the runtime's own kernel for this Call."""
+        operand_fields = c.operand_fields()
+        args = [self.operand(getattr(c, f)) for f in operand_fields]
+        attrs = [f"{f}={self.literal(getattr(c, f))}" for f in _fields(c) if f not in operand_fields]
+        return f"_ops.{snake(c.op)}({', '.join(args + attrs)})"
+
+    # ── the module ───────────────────────────────────────────────────────────
+    def module(self, decomposition: str) -> str:
+        p = self.program
+        signature = ", ".join(["params"] + [identifier(v.name) for v in p.inputs])
+        body = [f"def forward({signature}):"]
+        doc_inputs = ", ".join(f"{v.name} {format_shape(v.shape)} {v.dtype}" for v in p.inputs)
+        body.append(f'    """Inputs: {doc_inputs}. ``params`` maps state_dict names to arrays."""')
+        body += self.bind_symbols()
+        last_node = None
+        for ins in p.instrs:
+            if ins.node != last_node and ins.note:
+                body.append(f"    # {ins.note}")
+                last_node = ins.node
+            body.append(f"    {identifier(ins.result)} = {self.expression(ins)}")
+        body.append(f"    return {self.output(p.output_tree)}")
+        hist = "\n".join(f"#   {n:>5}  {op}" for op, n in p.source_histogram.items())
+        imports = ["import numpy as np", "", "from . import _ops"]
+        if self.symbolic_funcs:
+            imports.append(f"from ._ops import {', '.join(sorted(self.symbolic_funcs))}")
+        header = [
+            f'"""{p.name}: generated by rlx {__version__} from a PyTorch model. Do not edit by hand: re-run rlx."""',
+            "",
+            f"# Source model: {p.name} ({p.source_format})",
+            f"# Decomposition level: {decomposition or 'unknown'}",
+            f"# Source aten ops ({sum(p.source_histogram.values())} nodes):",
+            hist,
+            "",
+        ]
+        return "\n".join(header + imports + ["", ""] + body) + "\n"
+
+    def bind_symbols(self) -> list[str]:
+        lines, bound = [], set()
+        for v in self.program.inputs:
+            for axis, d in enumerate(v.shape):
+                if isinstance(d, Sym) and d.expr.isidentifier() and d.expr not in bound:
+                    lines.append(f"    {d.expr} = {identifier(v.name)}.shape[{axis}]")
+                    bound.add(d.expr)
+        return lines
+
+    def output(self, tree: Any) -> str:
+        if tree is None:
+            return "None"
+        if "out" in tree:
+            return self.operand(self.program.outputs[tree["out"]])
+        if "const" in tree:
+            return repr(tree["const"])
+        if "tuple" in tree:
+            items = [self.output(t) for t in tree["tuple"]]
+            return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
+        if "list" in tree:
+            return "[" + ", ".join(self.output(t) for t in tree["list"]) + "]"
+        return "{" + ", ".join(f"{k!r}: {self.output(t)}" for k, t in tree["dict"]) + "}"
+
+
+def _fields(c: Call) -> Sequence[str]:
+    return [f.name for f in dataclasses.fields(c)]
+
+
+def _operands(c: Call) -> list[Any]:
+    out = []
+    for f in c.operand_fields():
+        v = getattr(c, f)
+        out.extend(v if isinstance(v, tuple) else [v])
+    return out
+
+
+def numpy_module(program: Program, decomposition: str = "") -> str:
+    return NumpyWriter(program).module(decomposition)
+
+
+def ops_init(kernel_names: Sequence[str]) -> str:
+    """``_ops/__init__.py``: one plain function per kernel, plus what generated code refers to."""
+    lines = [
+        '"""Helpers for the generated forward: the rlx runtime\'s kernels, callable with plain arguments."""',
+        "",
+        "import math",
+        "from types import SimpleNamespace",
+        "",
+        "import ml_dtypes",
+        "",
+        "from .numpy_backend import KERNELS",
+        "from .safetensors_io import read as read_safetensors  # noqa: F401  (used by the package's load())",
+        "",
+        "bfloat16 = ml_dtypes.bfloat16",
+        "",
+        "# Functions that symbolic shape expressions use (torch.export's sympy spelling).",
+        "Max, Min, Abs = max, min, abs",
+        "Mod = PythonMod = lambda a, b: a % b",
+        "FloorDiv = lambda a, b: a // b",
+        "CeilDiv = lambda a, b: -(-a // b)",
+        "floor = FloorToInt = math.floor",
+        "ceiling = CeilToInt = math.ceil",
+        "TruncToInt = math.trunc",
+        "IntTrueDiv = lambda a, b: a / b",
+        "ToFloat = float",
+        "",
+        "",
+        "def _kernel(call_name):",
+        "    kernel = KERNELS[call_name]",
+        "",
+        "    def run(*operands, **attributes):",
+        "        return kernel(SimpleNamespace(**attributes), *operands)",
+        "",
+        "    run.__name__ = call_name",
+        "    return run",
+        "",
+        "",
+    ]
+    lines += [f"{snake(name)} = _kernel({name!r})" for name in kernel_names]
+    return "\n".join(lines) + "\n"

@@ -224,7 +224,10 @@ def from_torch(
         report, program = _lower_write_verify(exported.ir, exported.weights, reference, staged.path, Path(out_dir),
                                               emit, steps, staged.path / "weights.safetensors", notes)  # fmt: skip
         # What `rlx debug` needs later, and the per-node comparison for report.html now.
-        save_exported(exported.exported_program, staged.path / EXPORTED_FILE)
+        unsaved = save_exported(exported.exported_program, staged.path / EXPORTED_FILE)
+        if unsaved:
+            report.notes.append(f"exported.pt2 not written, so `rlx debug` cannot re-run PyTorch later: {unsaved}")
+            atomic_write_text(staged.path / "report.json", dumps_json(report.to_json()))
         if verify:
             steps("debug", lambda: _debug_nodes(exported, program, staged.path))
         write_report(staged.path)

@@ -17,15 +17,25 @@ from rlx.torch_import.dtypes import numpy_to_tensor, tensor_to_numpy
 EXPORTED_FILE = "exported.pt2"
 
 
-def save_exported(ep: ExportedProgram, path: Path) -> None:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.export.save(ep, str(path))
+def save_exported(ep: ExportedProgram, path: Path) -> str | None:
+    """Save ``ep`` for ``rlx debug``; returns why not when torch cannot serialise this program
+    (e.g. an output of a type its serialiser does not know), which only costs ``rlx debug``."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.export.save(ep, str(path))
+    except Exception as e:  # torch's serialiser raises many types
+        path.unlink(missing_ok=True)
+        return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:200]
+    return None
 
 
 def load_exported(path: Path) -> ExportedProgram:
     if not path.is_file():
-        raise BundleError(f"{path}: missing; re-run `rlx import` (it saves the exported program for `rlx debug`)")
+        raise BundleError(
+            f"{path}: missing; `rlx import` saves it for `rlx debug` unless torch could not serialise the "
+            "program (see report.json notes)"
+        )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return torch.export.load(str(path))

@@ -1,0 +1,241 @@
+"""Latency, cold start and memory of rlx against PyTorch eager and onnxruntime, in one run.
+
+    python benchmarks/bench.py            # examples + transformers models (if installed), batch 1 and 8
+    python benchmarks/bench.py --quick    # a one-minute smoke run
+
+Everything runs in this one process, interleaved (each round times every engine once, so load
+drift hits all of them alike), after warm-up, with 2 threads everywhere. Cold start is measured
+in fresh processes. Needs the `bench` extra: pip install -e ".[bench]" -c constraints.txt
+"""
+
+from __future__ import annotations
+
+import os
+
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "2")
+
+import argparse  # noqa: E402
+import importlib.util  # noqa: E402
+import math  # noqa: E402
+import statistics  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+import textwrap  # noqa: E402
+import time  # noqa: E402
+import warnings  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+import rlx  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+THREADS = 2
+
+
+def example(name: str, batch: int):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "examples" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    model, inputs = module.get_model()
+    # Same example, other batch size: repeat the batch axis.
+    inputs = tuple(t[:1].repeat((batch,) + (1,) * (t.dim() - 1)) for t in inputs)
+    return model.eval(), inputs
+
+
+def hf_models(batch: int):
+    """Small transformers models built from configs with random weights (skipped if not installed)."""
+    try:
+        import transformers as tf
+    except ImportError:
+        return []
+    torch.manual_seed(0)
+    ids = torch.randint(0, 1000, (batch, 32))
+    small = dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=4, intermediate_size=256)
+    models = [
+        ("bert", tf.BertModel(tf.BertConfig(vocab_size=1000, **small)), (ids,)),
+        ("gpt2", tf.GPT2Model(tf.GPT2Config(vocab_size=1000, n_embd=128, n_layer=2, n_head=4)), (ids,)),
+        ("llama-gqa", tf.LlamaModel(tf.LlamaConfig(vocab_size=1000, num_key_value_heads=2, **small)), (ids,)),
+        ("vit", tf.ViTModel(tf.ViTConfig(image_size=64, patch_size=16, **small)), (torch.randn(batch, 3, 64, 64),)),
+        ("resnet", tf.ResNetModel(tf.ResNetConfig(embedding_size=32, hidden_sizes=[32, 64], depths=[1, 1])),
+         (torch.randn(batch, 3, 64, 64),)),
+    ]  # fmt: skip
+    out = []
+    for name, model, inputs in models:
+        model.eval()
+        model.config.return_dict = False
+        out.append((name, model, inputs))
+    return out
+
+
+def first_tensor(x):
+    if isinstance(x, torch.Tensor):
+        return x
+    if isinstance(x, np.ndarray):
+        return x
+    if isinstance(x, dict):
+        return first_tensor(next(iter(x.values())))
+    return first_tensor(x[0])
+
+
+class Engines:
+    """One model behind each engine, each a zero-argument callable returning the first output."""
+
+    def __init__(self, name, model, inputs, workdir: Path):
+        self.name, self.model, self.inputs = name, model, inputs
+        self.np_inputs = [t.numpy() for t in inputs]
+        self.out = workdir / name
+        rlx.from_torch(model, inputs, self.out, force=True, verify=False)
+        self.rlx_model = rlx.load(self.out / "bundle")
+        self.ort = self._onnxruntime(workdir)
+
+    def _onnxruntime(self, workdir: Path):
+        try:
+            import onnxruntime as ort
+        except ImportError:
+            return None
+        path = workdir / f"{self.name}.onnx"
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                torch.onnx.export(self.model, self.inputs, str(path), dynamo=True, verbose=False)
+            opts = ort.SessionOptions()
+            opts.intra_op_num_threads = THREADS
+            opts.inter_op_num_threads = 1
+            session = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+        except Exception as e:  # a model ORT's exporter cannot take: report it, keep benchmarking
+            print(f"  onnxruntime: {self.name}: {type(e).__name__}: {str(e).splitlines()[0][:100]}")
+            return None
+        feeds = {i.name: a for i, a in zip(session.get_inputs(), self.np_inputs)}
+        return lambda: session.run(None, feeds)[0]
+
+    def callables(self):
+        def eager():
+            with torch.inference_mode():
+                return first_tensor(self.model(*self.inputs)).numpy()
+
+        engines = {"eager": eager, "rlx": lambda: first_tensor(self.rlx_model(*self.np_inputs))}
+        if self.ort is not None:
+            engines["ort"] = self.ort
+        return engines
+
+
+def measure(engines: dict, rounds: int, warmup: int) -> dict[str, float]:
+    for fn in engines.values():
+        for _ in range(warmup):
+            fn()
+    times = {k: [] for k in engines}
+    for _ in range(rounds):
+        for k, fn in engines.items():
+            t0 = time.perf_counter()
+            fn()
+            times[k].append(time.perf_counter() - t0)
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
+def parity(engines: dict) -> dict[str, float]:
+    want = np.asarray(engines["eager"](), dtype=np.float64)
+    scale = max(1.0, float(np.abs(want).max()))
+    return {k: float(np.abs(np.asarray(fn(), dtype=np.float64) - want).max()) / scale for k, fn in engines.items()}
+
+
+COLD = {
+    "rlx": """
+        import time; t0 = time.perf_counter()
+        import numpy as np, rlx
+        m = rlx.load({bundle!r}); x = [np.load(p) for p in {inputs!r}]
+        m(*x); print(time.perf_counter() - t0)
+        print(next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM")))
+    """,
+    "eager": """
+        import time; t0 = time.perf_counter()
+        import importlib.util, numpy as np, torch
+        torch.set_num_threads(2)
+        spec = importlib.util.spec_from_file_location("m", {example!r}); mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod); model, _ = mod.get_model()
+        x = [torch.from_numpy(np.load(p)) for p in {inputs!r}]
+        with torch.inference_mode(): model(*x)
+        print(time.perf_counter() - t0)
+        print(next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM")))
+    """,
+}
+# Peak RSS is read from VmHWM: ru_maxrss would include the parent's memory inherited through fork.
+
+
+def cold_start(engines: Engines, example_file: Path) -> dict[str, tuple[float, float]]:
+    files = []
+    for k, a in enumerate(engines.np_inputs):
+        f = engines.out / f"in{k}.npy"
+        np.save(f, a)
+        files.append(str(f))
+    out = {}
+    for name, code in COLD.items():
+        script = textwrap.dedent(code).format(bundle=str(engines.out / "bundle"), inputs=files, example=str(example_file))
+        env = dict(os.environ, OMP_NUM_THREADS="2", OPENBLAS_NUM_THREADS="2")
+        proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
+        if proc.returncode != 0:
+            out[name] = (math.nan, math.nan)
+            continue
+        seconds, rss_kb = proc.stdout.split()[-2:]
+        out[name] = (float(seconds), float(rss_kb) / 1024)
+    return out
+
+
+def geomean(values):
+    values = [v for v in values if v and math.isfinite(v)]
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else math.nan
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="examples only, batch 1, few rounds")
+    args = parser.parse_args()
+    torch.set_num_threads(THREADS)
+    rounds, warmup = (10, 2) if args.quick else (50, 5)
+    batches = (1,) if args.quick else (1, 8)
+    rows, cold_rows = [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        cases = []
+        for batch in batches:
+            for name in ("mlp", "transformer", "cnn", "decoder_lm"):
+                cases.append((f"{name}/b{batch}", *example(name, batch), ROOT / "examples" / f"{name}.py"))
+            if not args.quick:
+                cases += [(f"{n}/b{batch}", m, i, None) for n, m, i in hf_models(batch)]
+        for label, model, inputs, example_file in cases:
+            print(f"benchmarking {label} ...", flush=True)
+            engines = Engines(label.replace("/", "_"), model, inputs, work)
+            fns = engines.callables()
+            med = measure(fns, rounds, warmup)
+            err = parity(fns)
+            rows.append((label, med, err))
+            if example_file is not None and label.endswith("/b1"):
+                cold_rows.append((label, cold_start(engines, example_file)))
+    print()
+    print("Latency (median ms, 2 threads) and parity (max abs err / max(1, |eager|)) against PyTorch eager")
+    head = f"{'model':<22}{'eager':>9}{'ORT':>9}{'rlx':>9}{'rlx/eager':>11}{'rlx/ORT':>9}{'err rlx':>10}{'err ORT':>10}"
+    print(head)
+    print("-" * len(head))
+    for label, med, err in rows:
+        ort = med.get("ort", math.nan)
+        print(f"{label:<22}{med['eager'] * 1e3:>9.3f}{ort * 1e3:>9.3f}{med['rlx'] * 1e3:>9.3f}"
+              f"{med['rlx'] / med['eager']:>11.2f}{med['rlx'] / ort if ort == ort else math.nan:>9.2f}"
+              f"{err['rlx']:>10.1e}{err.get('ort', math.nan):>10.1e}")  # fmt: skip
+    print("-" * len(head))
+    print(f"{'geomean ratio':<22}{'':>27}{geomean([m['rlx'] / m['eager'] for _, m, _ in rows]):>11.2f}"
+          f"{geomean([m['rlx'] / m['ort'] for _, m, _ in rows if 'ort' in m]):>9.2f}")  # fmt: skip
+    print()
+    print("Cold start: new process, import + load + first output (s) and peak RSS (MB)")
+    print(f"{'model':<22}{'rlx s':>9}{'eager s':>9}{'ratio':>8}{'rlx MB':>9}{'eager MB':>10}")
+    for label, cold in cold_rows:
+        (rs, rm), (es, em) = cold["rlx"], cold["eager"]
+        print(f"{label:<22}{rs:>9.2f}{es:>9.2f}{rs / es:>8.2f}{rm:>9.0f}{em:>10.0f}")
+    print(f"{'geomean ratio':<22}{'':>18}{geomean([c['rlx'][0] / c['eager'][0] for _, c in cold_rows]):>8.2f}")
+    print("\nrlx jax: not implemented yet (numpy backend only).")
+
+
+if __name__ == "__main__":
+    main()

@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 
 from rlx.errors import SchemaError
 from rlx.ir import dtypes
-from rlx.ir.symbolic import Shape, Sym, Symbol, dim_from_json, dim_json, eval_dim, eval_shape
+from rlx.ir.symbolic import Shape, Sym, Symbol, dim_from_json, dim_json, eval_dim, eval_shape, evaluate
 
 PROGRAM_FORMAT = "rlx-program"
 PROGRAM_VERSION = 1
@@ -464,8 +464,9 @@ def _subst_dims(v: Any, bindings: dict[str, int]) -> Any:
     if isinstance(v, Sym):
         return eval_dim(v, bindings)
     if isinstance(v, Lit) and isinstance(v.value, Sym):
-        value = eval_dim(v.value, bindings)
-        return Lit(float(value) if dtypes.is_float(v.dtype) else value, v.dtype)
+        if dtypes.is_float(v.dtype):  # a symbolic float (e.g. a scale in/out): no integrality check
+            return Lit(float(evaluate(v.value.expr, bindings)), v.dtype)
+        return Lit(eval_dim(v.value, bindings), v.dtype)
     if isinstance(v, tuple):
         return tuple(_subst_dims(x, bindings) for x in v)
     return v

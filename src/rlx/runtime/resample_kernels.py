@@ -1,1 +1,420 @@
-"""numpy kernels for resampling Calls (Upsample, GridSample)."""
+"""numpy kernels for resampling Calls (Upsample, GridSample).
+
+They follow PyTorch's CPU kernels step by step, because a coordinate that lands a rounding error
+away from a pixel boundary picks a different pixel (nearest) or moves a weight by far more than
+the output's own rounding (linear, cubic):
+
+- upsampling computes coordinates and weights in PyTorch's "opmath" type (float32 for float32 and
+  the half types, float64 for float64), with C's float32 ``floorf`` even on doubles; the generic
+  kernel interpolates the last axis first, keeps partial sums in opmath and stores weights in the
+  tensor dtype (rounding them for half types); small 2-d outputs take PyTorch's channels-last
+  kernels instead, whose nearest index rule differs (see ``_nearest_index``);
+- grid_sample computes in the tensor dtype itself, as PyTorch does, half types included;
+- where PyTorch's x86-64 build fuses a multiply and an add into one rounding (an FMA), the
+  kernels do too in float32 (``_fma``). With all this, float32 and half-precision results match
+  PyTorch 2.13's x86-64 (AVX-512) CPU kernels bit for bit in the tests; float64 ones, which are
+  not fused here, agree to a few ulps. Elsewhere only the last bit or two may differ.
+
+Everything is vectorised over pixels; the only Python loops run over spatial axes and filter taps.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+from rlx.ir import calls as C
+from rlx.runtime.numpy_backend import kernel
+
+_F32, _F64 = np.dtype(np.float32), np.dtype(np.float64)
+
+
+def _opmath(dtype: np.dtype) -> np.dtype:
+    return _F64 if dtype == _F64 else _F32
+
+
+def _fma(a: np.ndarray, b: np.ndarray | np.generic, c: np.ndarray | np.generic) -> np.ndarray:
+    """``a·b + c`` rounded once for float32 (through float64, which holds the product exactly), as
+    the compiled kernels compute it; other dtypes round the product and the sum."""
+    a = np.asarray(a)
+    if a.dtype == _F32:
+        return (a.astype(_F64) * np.asarray(b, _F64) + np.asarray(c, _F64)).astype(_F32)
+    return a * b + c
+
+
+# ── Upsample ─────────────────────────────────────────────────────────────────
+def _area_scale(size_in: int, size_out: int, align_corners: bool, scale: float | None, dt: np.dtype) -> np.generic:
+    """``area_pixel_compute_scale``: output → input coordinate ratio, in ``dt``."""
+    t = dt.type
+    if align_corners:
+        return t(size_in - 1) / t(size_out - 1) if size_out > 1 else t(0)
+    if scale is not None and scale > 0:
+        return t(1.0 / scale)
+    return t(size_in) / t(size_out)
+
+
+def _source_index(scale: np.generic, size_out: int, align_corners: bool, cubic: bool) -> np.ndarray:
+    """``area_pixel_compute_source_index`` for every output index, in the dtype of ``scale``."""
+    t = type(scale)
+    i = np.arange(size_out).astype(t)
+    if align_corners:
+        return scale * i
+    src = _fma(i + t(0.5), scale, t(-0.5))
+    return src if cubic else np.where(src < 0, t(0), src)
+
+
+def _floorf(x: np.ndarray) -> np.ndarray:
+    """C's ``floorf``: the argument is rounded to float32 first (PyTorch calls it on doubles too)."""
+    return np.floor(x.astype(_F32)).astype(np.int64)
+
+
+def _nearest_index(size_in: int, size_out: int, scale: float | None, exact: bool, legacy: bool,
+                   dt: np.dtype) -> np.ndarray:  # fmt: skip
+    """Source index of every output index along one axis.
+
+    ``legacy`` is the channels-last kernel's ``nearest_idx`` (PyTorch uses it for small 2-d outputs):
+    it copies when the extent is unchanged and halves indices when it exactly doubles, whatever
+    the scale factor; the generic kernel always applies the scale.
+    """
+    i = np.arange(size_out)
+    if legacy:
+        s = _area_scale(size_in, size_out, False, scale, _F32)
+        if exact:
+            idx = _floorf((i + 0.5) * np.float64(s))
+        elif size_out == size_in:
+            idx = i
+        elif size_out == 2 * size_in:
+            idx = i >> 1
+        else:
+            idx = _floorf(i.astype(_F32) * s)
+    else:
+        s = _area_scale(size_in, size_out, False, scale, dt)
+        if exact:
+            idx = _floorf(_source_index(s, size_out, False, False).astype(_F64) + 0.5)
+        else:
+            idx = _floorf(_source_index(s, size_out, True, False))
+    return np.minimum(idx, size_in - 1)
+
+
+def _linear_taps(size_in: int, size_out: int, scale: float | None, align_corners: bool, dt: np.dtype,
+                 store: np.dtype) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """(indices, weights), each ``[size_out, 2]`` (``compute_source_index_and_lambda``); the
+    weights are rounded to ``store``, the second one before the first is derived from it."""
+    if size_in == size_out:  # PyTorch copies whatever the scale factor or align_corners
+        i = np.arange(size_out)
+        return np.stack([i, i], 1), np.stack([np.ones(size_out, dt), np.zeros(size_out, dt)], 1)
+    real = _source_index(_area_scale(size_in, size_out, align_corners, scale, dt), size_out, align_corners, False)
+    i0 = np.minimum(_floorf(real), size_in - 1)
+    lam1 = np.clip(real - i0.astype(dt), 0, 1).astype(store).astype(dt)
+    lam0 = (dt.type(1) - lam1).astype(store).astype(dt)
+    i1 = i0 + (i0 < size_in - 1)
+    return np.stack([i0, i1], 1), np.stack([lam0, lam1], 1)
+
+
+def _keys_near(x: np.ndarray, a: float, fused: tuple[bool, bool] = (False, False)) -> np.ndarray:
+    """Keys' cubic convolution kernel for |x| <= 1: ``u·x·x + 1`` with ``u = (a + 2)·x - (a + 3)``.
+    ``fused`` says which of the two multiply-adds PyTorch's compiled kernel rounds once."""
+    t = x.dtype.type
+    u = _fma(x, t(a) + t(2), -(t(a) + t(3))) if fused[0] else (t(a) + t(2)) * x - (t(a) + t(3))
+    return _fma(u * x, x, t(1)) if fused[1] else u * x * x + t(1)
+
+
+def _keys_far(x: np.ndarray, a: float, fused: tuple[bool, bool, bool] = (False, False, False)) -> np.ndarray:
+    """… and for 1 < |x| < 2: ``((a·x - 5a)·x + 8a)·x - 4a`` (``fused``: per multiply-add)."""
+    t = x.dtype.type
+    a = t(a)
+    u = _fma(x, a, -(t(5) * a)) if fused[0] else a * x - t(5) * a
+    u = _fma(u, x, t(8) * a) if fused[1] else u * x + t(8) * a
+    return _fma(u, x, -(t(4) * a)) if fused[2] else u * x - t(4) * a
+
+
+def _cubic_coefficients(f: np.ndarray, grid: bool = False) -> list[np.ndarray]:
+    """Weights (A = -0.75) of the taps at offsets -1, 0, 1, 2 from ``floor(x)``, ``f = x - floor(x)``.
+    The two kernels spell them differently: grid_sample takes ``2 - f`` for the last distance where
+    upsampling takes ``(1 - f) + 1``, and their compiled forms fuse different multiply-adds."""
+    t = f.dtype.type
+    g = t(1) - f
+    if grid:
+        near, far, last = (False, True), (False, False, False), t(2) - f
+    else:
+        near, far, last = (True, False), (True, True, False), g + t(1)
+    return [_keys_far(f + t(1), -0.75, far), _keys_near(f, -0.75, near), _keys_near(g, -0.75, near),
+            _keys_far(last, -0.75, far)]  # fmt: skip
+
+
+def _cubic_taps(size_in: int, size_out: int, scale: float | None, align_corners: bool, dt: np.dtype,
+                store: np.dtype) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """(indices, weights), each ``[size_out, 4]``; taps beyond the border repeat the edge pixel."""
+    real = _source_index(_area_scale(size_in, size_out, align_corners, scale, dt), size_out, align_corners, True)
+    i0 = np.minimum(_floorf(real), size_in - 1)
+    f = np.clip(real - i0.astype(dt), 0, 1).astype(dt)
+    idx = np.clip(i0[:, None] + np.arange(-1, 3), 0, size_in - 1)
+    return idx, np.stack(_cubic_coefficients(f), 1).astype(store).astype(dt)
+
+
+def _aa_taps(size_in: int, size_out: int, scale: float | None, align_corners: bool, cubic: bool,
+             dt: np.dtype) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
+    """Antialiased (PIL-style) filter: (indices, weights) ``[size_out, taps]`` and the number of
+    taps each output uses. The filter widens by the downscaling factor and sums to one."""
+    t = dt.type
+    s = _area_scale(size_in, size_out, align_corners, scale, dt)
+    half = 2.0 if cubic else 1.0
+    support = t(half * float(s)) if s >= 1 else t(half)
+    taps = int(np.ceil(support)) * 2 + 1
+    center = (np.float64(s) * (np.arange(size_out) + 0.5)).astype(dt)
+    invscale = t(1.0 / float(s)) if s >= 1 else t(1.0)
+    lo = np.maximum(np.trunc((center - support).astype(_F64) + 0.5).astype(np.int64), 0)
+    hi = np.minimum(np.trunc((center + support).astype(_F64) + 0.5).astype(np.int64), size_in)
+    count = np.clip(hi - lo, 0, taps)
+    j = np.arange(taps)
+    pos = (lo[:, None] + j).astype(dt)
+    x = np.abs(((pos - center[:, None]).astype(_F64) + 0.5) * np.float64(invscale)).astype(dt)
+    if cubic:  # Keys with a = -0.5 (PIL's bicubic), not the -0.75 of the plain kernel
+        near, far = _keys_near(x, -0.5, (True, True)), _keys_far(x, -0.5, (True, True, True))
+        w = np.where(x < 1, near, np.where(x < 2, far, t(0)))
+    else:
+        w = np.where(x < 1, t(1) - x, t(0))
+    w = np.where(j < count[:, None], w, t(0)).astype(dt)
+    total = np.zeros(size_out, dt)
+    for k in range(taps):  # sequential sum, as PyTorch accumulates it
+        total = total + w[:, k]
+    w = np.where(total[:, None] != 0, w / np.where(total == 0, t(1), total)[:, None], w)
+    return np.minimum(lo[:, None] + j, size_in - 1), w, count
+
+
+def _fused_sum(ts: list[np.ndarray], ws: list[np.ndarray]) -> np.ndarray:
+    """``Σ t_k·w_k`` as ``fma(t0, w0, t1·w1)``, then ``fma(t_k, w_k, acc)``."""
+    acc = _fma(ts[0], ws[0], ts[1] * ws[1])
+    for t, w in zip(ts[2:], ws[2:]):
+        acc = _fma(t, w, acc)
+    return acc
+
+
+def _plain_sum(ts: list[np.ndarray], ws: list[np.ndarray]) -> np.ndarray:
+    """``Σ t_k·w_k`` in order, every product and sum rounded."""
+    acc = ts[0] * ws[0]
+    for t, w in zip(ts[1:], ws[1:]):
+        acc = acc + t * w
+    return acc
+
+
+def _first_fused_sum(ts: list[np.ndarray], ws: list[np.ndarray]) -> np.ndarray:
+    """``Σ t_k·w_k`` as ``fma(t0, w0, t1·w1)``, then rounded products and sums."""
+    acc = _fma(ts[0], ws[0], ts[1] * ws[1])
+    for t, w in zip(ts[2:], ws[2:]):
+        acc = acc + t * w
+    return acc
+
+
+def _chain_sum(ts: list[np.ndarray], ws: list[np.ndarray]) -> np.ndarray:
+    """``Σ t_k·w_k`` as ``t0·w0``, then ``fma(t_k, w_k, acc)``."""
+    acc = ts[0] * ws[0]
+    for t, w in zip(ts[1:], ws[1:]):
+        acc = _fma(t, w, acc)
+    return acc
+
+
+def _apply_taps(
+    x: np.ndarray, axis: int, idx: np.ndarray, w: np.ndarray, count: np.ndarray | None = None
+) -> np.ndarray:
+    """``out[..., o, ...] = Σ_k x[..., idx[o, k], ...] · w[o, k]`` along ``axis``, in tap order.
+
+    The fixed-size filters sum like ``_fused_sum``. The antialiasing filters use the first
+    ``count[o]`` taps in a loop ``acc += t·w`` that the compiler unrolls by four: the unrolled
+    body rounds each product and sum, the remainder fuses them."""
+    bshape = (-1,) + (1,) * (x.ndim - 1 - axis)
+    ts = [np.take(x, idx[:, k], axis=axis) for k in range(idx.shape[1])]
+    ws = [w[:, k].reshape(bshape) for k in range(idx.shape[1])]
+    if count is None:
+        return _fused_sum(ts, ws)
+    unrolled = (count - 1) // 4 * 4
+    acc = ts[0] * ws[0]
+    for k in range(1, len(ts)):
+        step = np.where((k <= unrolled).reshape(bshape), acc + ts[k] * ws[k], _fma(ts[k], ws[k], acc))
+        acc = np.where((k < count).reshape(bshape), step, acc)
+    return acc
+
+
+@kernel(C.Upsample)
+def upsample(c: C.Upsample, x: np.ndarray) -> np.ndarray:
+    nd = len(c.size)
+    lead = x.ndim - nd
+    sizes_in = x.shape[lead:]
+    dt = _opmath(x.dtype)
+    if c.mode in ("nearest", "nearest_exact"):
+        # PyTorch's 2-d kernel switches to its channels-last implementation for small outputs.
+        legacy = nd == 2 and sum(c.size) <= 128
+        index = tuple(
+            _nearest_index(n_in, n_out, s, c.mode == "nearest_exact", legacy, dt).reshape((-1,) + (1,) * (nd - 1 - a))
+            for a, (n_in, n_out, s) in enumerate(zip(sizes_in, c.size, c.scales))
+        )
+        return x[(Ellipsis,) + index]
+    if c.antialias:
+        return _upsample_aa(c, x, nd, lead, dt)
+    if c.mode == "linear" and nd == 2 and sum(c.size) <= 128:
+        return _bilinear_small(c, x, dt)
+    # The generic kernel: separable passes, the last axis first, partial sums kept in opmath and
+    # weights stored in the tensor dtype (so rounded for half types).
+    taps = _linear_taps if c.mode == "linear" else _cubic_taps
+    out = x.astype(dt)
+    for a in reversed(range(nd)):
+        idx, w = taps(sizes_in[a], c.size[a], c.scales[a], c.align_corners, dt, x.dtype)
+        out = _apply_taps(out, lead + a, idx, w)
+    return out.astype(x.dtype, copy=False)
+
+
+def _bilinear_small(c: C.Upsample, x: np.ndarray, dt: np.dtype) -> np.ndarray:
+    """PyTorch's 2-d kernel for small outputs: four corner weights ``w_h·w_w`` kept in opmath and
+    summed in corner order (its float16 build fuses the multiply-adds differently)."""
+    (hi, hw), (wi, ww) = (
+        _linear_taps(n_in, n_out, s, c.align_corners, dt, dt) for n_in, n_out, s in zip(x.shape[-2:], c.size, c.scales)
+    )
+    xw = x.astype(dt)
+    corners = list(itertools.product((0, 1), repeat=2))
+    values = [xw[..., hi[:, a][:, None], wi[:, b][None, :]] for a, b in corners]
+    weights = [hw[:, a][:, None] * ww[:, b][None, :] for a, b in corners]
+    total = _chain_sum if x.dtype == np.float16 else _fused_sum
+    return total(values, weights).astype(x.dtype, copy=False)
+
+
+def _upsample_aa(c: C.Upsample, x: np.ndarray, nd: int, lead: int, dt: np.dtype) -> np.ndarray:
+    # Separable passes, the last axis first; an axis whose extent does not change is left alone.
+    out = x.astype(dt)
+    for a in reversed(range(nd)):
+        n_in, n_out = x.shape[lead + a], c.size[a]
+        if n_in == n_out:
+            continue
+        idx, w, count = _aa_taps(n_in, n_out, c.scales[a], c.align_corners, c.mode == "bicubic", dt)
+        out = _apply_taps(out, lead + a, idx, w, count)
+    return out.astype(x.dtype, copy=False)
+
+
+# ── GridSample ───────────────────────────────────────────────────────────────
+# PyTorch samples 2-d grids with a vectorised kernel and 3-d grids with a scalar one; the two
+# spell unnormalisation, reflection and the corner weights differently, and both are followed.
+
+
+def _unnormalize(g: np.ndarray, size: int, align_corners: bool, nd: int) -> np.ndarray:
+    t = g.dtype.type
+    if nd == 2:
+        if align_corners:
+            return (g + t(1)) * (t(size - 1) / t(2))
+        return _fma(g + t(1), t(size) / t(2), t(-0.5))
+    if align_corners:
+        return ((g + t(1)) / t(2)) * t(size - 1)
+    return ((g + t(1)) * t(size) - t(1)) / t(2)
+
+
+def _clip(x: np.ndarray, size: int) -> np.ndarray:
+    t = x.dtype.type
+    # np.clip would promote bfloat16 to float32; NaN goes to 0 as in PyTorch.
+    return np.where(np.isnan(x), t(0), np.minimum(np.maximum(x, t(0)), t(size - 1)))
+
+
+def _reflect(x: np.ndarray, size: int, align_corners: bool, nd: int) -> np.ndarray:
+    t = x.dtype.type
+    if nd == 2:
+        if align_corners and size <= 1:
+            return np.zeros_like(x)
+        low = t(0) if align_corners else t(-0.5)
+        span2 = t(size - 1) * t(2) if align_corners else t(size) * t(2)
+        ax = np.abs(x - low)
+        extra = ax - np.trunc(ax / span2) * span2
+        return np.minimum(extra, span2 - extra) + low
+    lo2, hi2 = (0, 2 * (size - 1)) if align_corners else (-1, 2 * size - 1)
+    if lo2 == hi2:
+        return np.zeros_like(x)
+    low, span = t(lo2) / t(2), t(hi2 - lo2) / t(2)
+    ax = np.abs(x - low)
+    extra = np.fmod(ax, span)
+    odd = np.floor(ax / span) % 2 == 1
+    return np.where(odd, span - extra + low, extra + low)
+
+
+def _pad_coords(x: np.ndarray, size: int, padding: str, align_corners: bool, nd: int) -> np.ndarray:
+    if padding == "border":
+        return _clip(x, size)
+    if padding == "reflection":
+        return _clip(_reflect(x, size, align_corners, nd), size)
+    return x
+
+
+class _Gather:
+    """Reads ``x[n, :, i_0, …, i_k]`` for integer coordinates of shape ``[N, P]`` → ``[N, P, C]``,
+    with 0 wherever a coordinate falls outside the input."""
+
+    def __init__(self, x: np.ndarray) -> None:
+        self.sizes = x.shape[2:]
+        # [N, C, *S] → [N, S_flat, C]
+        self.flat = np.moveaxis(x.reshape(x.shape[0], x.shape[1], int(np.prod(self.sizes))), 1, 2)
+
+    def __call__(self, coords: list[np.ndarray]) -> np.ndarray:
+        valid = np.ones(coords[0].shape, bool)
+        lin = np.zeros(coords[0].shape, np.int64)
+        for c, n in zip(coords, self.sizes):
+            ok = np.isfinite(c) & (c > -1) & (c < n)
+            valid &= ok
+            lin = lin * n + np.where(ok, c, 0).astype(np.int64)
+        vals = np.take_along_axis(self.flat, lin[..., None], axis=1)
+        return np.where(valid[..., None], vals, self.flat.dtype.type(0))
+
+
+@kernel(C.GridSample)
+def grid_sample(c: C.GridSample, x: np.ndarray, grid: np.ndarray) -> np.ndarray:
+    # PyTorch's grid_sample kernels compute in the tensor dtype itself, half types included (every
+    # operation rounds to float16/bfloat16); the coordinates even pick pixels in that precision.
+    dt = x.dtype
+    n, channels = x.shape[:2]
+    nd = x.ndim - 2
+    sizes = x.shape[2:]
+    out_sp = grid.shape[1:-1]
+    g = grid.astype(dt).reshape(n, int(np.prod(out_sp)), nd)
+    # grid[..., 0] is x (the last axis), grid[..., 1] is y, …
+    raw = [_unnormalize(g[..., nd - 1 - a], sizes[a], c.align_corners, nd) for a in range(nd)]
+    gather = _Gather(x.astype(dt))
+    t = dt.type
+    if c.mode == "bicubic":
+        out = _bicubic(raw, sizes, c, gather)
+    else:
+        pos = [_pad_coords(r, s, c.padding, c.align_corners, nd) for r, s in zip(raw, sizes)]
+        if c.mode == "nearest":
+            out = gather([np.rint(p) for p in pos])
+        else:
+            base = [np.floor(p) for p in pos]
+            if nd == 2:  # weights (1 - f, f) with f = x - floor(x), corner weight w_y · w_x
+                ws = [(t(1) - (p - b), p - b) for p, b in zip(pos, base)]
+                order = [0, 1]
+            else:  # weights ((x0 + 1) - x, x - x0), corner weight w_x · w_y · w_z
+                ws = [((b + t(1)) - p, p - b) for p, b in zip(pos, base)]
+                order = list(reversed(range(nd)))
+            values, weights = [], []
+            for corner in itertools.product((0, 1), repeat=nd):
+                w = ws[order[0]][corner[order[0]]]
+                for a in order[1:]:
+                    w = w * ws[a][corner[a]]
+                values.append(gather([b + t(k) for b, k in zip(base, corner)]))
+                weights.append(w[..., None])
+            out = _chain_sum(values, weights) if nd == 2 else _plain_sum(values, weights)
+    # [N, P, C] → [N, C, *out]
+    return np.moveaxis(out, 2, 1).reshape((n, channels) + tuple(out_sp)).astype(x.dtype, copy=False)
+
+
+def _bicubic(raw: list[np.ndarray], sizes: tuple[int, ...], c: C.GridSample, gather: _Gather) -> np.ndarray:
+    if len(sizes) != 2:
+        raise ValueError("bicubic grid sampling needs a 4-d input")
+    t = raw[0].dtype.type
+    (y, x), (h, w) = raw, sizes
+    iy, ix = np.floor(y), np.floor(x)
+    cy, cx = _cubic_coefficients(y - iy, grid=True), _cubic_coefficients(x - ix, grid=True)
+
+    def tap(dy: int, dx: int) -> np.ndarray:
+        # Every tap goes through the padding mode on its own (reflection may fold it back in).
+        yy = _pad_coords(iy + t(dy), h, c.padding, c.align_corners, 2)
+        xx = _pad_coords(ix + t(dx), w, c.padding, c.align_corners, 2)
+        return gather([np.rint(yy), np.rint(xx)])
+
+    wx, wy = [k[..., None] for k in cx], [k[..., None] for k in cy]
+    # The compiled kernel fuses only the first multiply-add of each row, and every one of the column.
+    rows = [_first_fused_sum([tap(dy, dx) for dx in range(-1, 3)], wx) for dy in range(-1, 3)]
+    return _chain_sum(rows, wy)

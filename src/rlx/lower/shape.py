@@ -228,6 +228,9 @@ def index_select(node: Node, b: Builder) -> Operand:
     index = b.input(node, 2, "index")
     if b.rank(index) == 0:  # a 0-d index selects one element but keeps the axis
         index = reshape_to(b, index, (1,))
+    if b.rank(x) == 0:  # a 0-d input behaves as a 1-element vector, and the result stays 0-d
+        picked = b.emit(IndexSelect(reshape_to(b, x, (1,)), 0, index), b.shape(index), b.dtype(x))
+        return reshape_to(b, picked, node.meta.shape)
     return b.emit_like(IndexSelect(x, axis, index), node.meta)
 
 

@@ -389,3 +389,42 @@ class Roll(Call):
     x: Ref
     shifts: tuple[int, ...]
     axes: tuple[int, ...]
+
+
+# ── scatter and diagonals ────────────────────────────────────────────────────
+@dataclass(frozen=True)
+class IndexPut(Call):
+    """``out = x.copy(); out[indices] = values``: one entry per leading axis (``None`` = the whole
+    axis; integer indices broadcast, bool masks select their ``True`` positions). ``values``
+    broadcasts to ``x[indices]``; ``accumulate`` adds instead, summing repeated positions."""
+
+    x: Ref
+    indices: tuple[Ref | None, ...]
+    values: Operand
+    accumulate: bool
+
+
+@dataclass(frozen=True)
+class Scatter(Call):
+    """``torch.scatter_reduce`` along ``axis``: for every position ``p`` of ``index``, the output
+    entry at ``p`` with ``p[axis] = index[p]`` combines ``src[p]`` (a 0-d ``src`` broadcasts).
+    ``reduce``: none (overwrite) / sum / prod / amax / amin / mean (floor division for integers);
+    without ``include_self`` the entries written to start from the first value scattered there."""
+
+    x: Ref
+    axis: int
+    index: Ref
+    src: Operand
+    reduce: str
+    include_self: bool = True
+
+
+@dataclass(frozen=True)
+class Diagonal(Call):
+    """``torch.diagonal``: the entries ``(i, i + offset)`` of axes ``axis1``/``axis2``, which are
+    removed, laid along a new last axis."""
+
+    x: Ref
+    offset: int
+    axis1: int
+    axis2: int

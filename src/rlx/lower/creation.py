@@ -8,17 +8,15 @@ from rlx.ir.calls import Arange, Full
 from rlx.ir.program import Operand
 from rlx.ir.symbolic import Sym
 from rlx.ir.torch_ir import Node
+from rlx.lower.elementwise import scalar_as
 from rlx.lower.registry import Builder, lowers
 
 _FILL_ARG = {"full": 1, "full_like": 1, "new_full": 2}
 
 
 def fill_value(value: bool | int | float, dtype: str) -> bool | int | float:
-    if dtype == "bool":
-        return bool(value)
-    if dtypes.is_float(dtype):
-        return float(value)
-    return int(value)
+    # As PyTorch converts it: full((3,), -1, dtype=uint8) is 255, full((3,), 2.7, dtype=int64) is 2.
+    return scalar_as(value, dtype)
 
 
 @lowers("aten.full", "aten.full_like", "aten.new_full", "aten.zeros", "aten.zeros_like", "aten.new_zeros",
@@ -54,4 +52,12 @@ def arange(node: Node, b: Builder) -> Operand:
         start, end, step = b.scalar(node, 0, "start", 0), b.scalar(node, 1, "end"), b.scalar(node, 2, "step", 1)
     if not all(isinstance(v, (int, float, Sym)) for v in (start, end, step)) or step == 0:
         raise LoweringError(f"node {node.id}: arange needs numeric start/end/step, found {(start, end, step)}")
+    if dtypes.is_int(out.dtype) and any(isinstance(v, float) for v in (start, end, step)):
+        # PyTorch truncates start and step to the integer type, while the length comes from the
+        # float bounds (arange(-2.5, 3.5, 1.5, dtype=int64) is [-2, -1, 0, 1, 2]): keep torch's
+        # length and give the kernel integer bounds that reproduce it.
+        if any(isinstance(v, Sym) for v in (start, end, step)):
+            raise LoweringError(f"node {node.id}: integer arange with float and symbolic bounds is not supported")
+        start, step = int(start), int(step)
+        end = start + step * int(out.shape[0])
     return b.emit_like(Arange(start, end, step, out.dtype), out)

@@ -2,10 +2,15 @@
 
 All of them go through ``binary`` / ``unary``: operands are promoted once, with PyTorch's
 ``result_type`` rules, to the dtype the computation happens in; the recorded output dtype decides
-the final cast. Broadcasting is left to the backends, which broadcast like PyTorch.
+the final cast. Broadcasting is left to the backends, which broadcast like PyTorch. Python-number
+arguments are converted the way PyTorch converts them (``scalar_as``).
 """
 
 from __future__ import annotations
+
+import math
+
+import numpy as np
 
 from rlx.errors import LoweringError
 from rlx.ir import dtypes
@@ -13,6 +18,39 @@ from rlx.ir.calls import Binary, Clamp, LeakyRelu, Unary, Where
 from rlx.ir.program import Operand, Ref
 from rlx.ir.torch_ir import Node
 from rlx.lower.registry import Builder, lowers
+
+_HALF = ("f16", "bf16")
+
+
+def scalar_as(value: bool | int | float, dtype: str) -> bool | int | float:
+    """A Python number converted to ``dtype`` as PyTorch converts scalar arguments (C++
+    ``static_cast``): toward zero for a float into an integer type, wrapping for an integer that
+    does not fit (``uint8_tensor >= -1`` compares with 255)."""
+    if dtype == "bool":
+        return bool(value)
+    if dtypes.is_float(dtype):
+        return float(value)
+    value = math.trunc(value)
+    np_dtype = dtypes.to_numpy(dtype)
+    bits = 8 * np_dtype.itemsize
+    lo = 0 if np_dtype.kind == "u" else -(1 << (bits - 1))
+    return (value - lo) % (1 << bits) + lo
+
+
+def operand_as(b: Builder, arg: object, dtype: str) -> Operand:
+    """Argument ``arg`` (a tensor or a Python number) as an operand of ``dtype``."""
+    if isinstance(arg, (bool, int, float)):
+        return b.lit(scalar_as(arg, dtype), dtype)
+    return b.cast(b.operand(arg, None), dtype)
+
+
+def _is_number(a: object) -> bool:
+    return isinstance(a, (int, float)) and not isinstance(a, bool)
+
+
+def _rounds_exactly(value: float, dtype: str) -> bool:
+    with np.errstate(over="ignore"):
+        return float(dtypes.to_numpy(dtype).type(value)) == value
 
 
 def promoted_dtype(b: Builder, *args: object) -> str:
@@ -33,8 +71,16 @@ def binary(b: Builder, node: Node, fn: str, x_arg: object, y_arg: object, comput
     """Emit ``fn(x, y)`` computed in ``compute`` (default: the promoted dtype), cast to the node's dtype."""
     out = node.meta
     compute = compute or promoted_dtype(b, x_arg, y_arg)
-    x = b.cast(b.operand(x_arg, compute), compute)
-    y = b.cast(b.operand(y_arg, compute), compute)
+    if (
+        fn in ("mul", "div")
+        and compute in _HALF
+        and any(_is_number(a) and not _rounds_exactly(a, compute) for a in (x_arg, y_arg))
+    ):
+        # PyTorch multiplies/divides a half tensor by a Python number in float32, never rounding
+        # the number to half first (x * 1e5 in f16 is inf, not NaN, where x == 0).
+        compute = "f32"
+    x = operand_as(b, x_arg, compute)
+    y = operand_as(b, y_arg, compute)
     result_dtype = "bool" if fn in _PREDICATES else compute
     r = b.emit(Binary(fn, x, y), out.shape, result_dtype)
     return b.cast(r, out.dtype)
@@ -45,7 +91,7 @@ _PREDICATES = {"eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", 
 # aten base name → Binary fn. Each takes (self, other) in args 0 and 1.
 _BINARY = {
     "mul": "mul", "maximum": "maximum", "minimum": "minimum", "fmax": "fmax", "fmin": "fmin",
-    "remainder": "remainder", "fmod": "fmod", "floor_divide": "floor_divide", "atan2": "atan2",
+    "remainder": "remainder", "fmod": "fmod", "floor_divide": "floor_divide",
     "eq": "eq", "ne": "ne", "lt": "lt", "le": "le", "gt": "gt", "ge": "ge",
     "bitwise_and": "bitwise_and", "bitwise_or": "bitwise_or", "bitwise_xor": "bitwise_xor",
     "__and__": "bitwise_and", "__or__": "bitwise_or", "__xor__": "bitwise_xor",
@@ -63,6 +109,12 @@ for _base, _fn in _BINARY.items():
     lowers(f"aten.{_base}")(_simple_binary(_fn))
 
 
+@lowers("aten.atan2")
+def atan2(node: Node, b: Builder) -> Operand:
+    # Integer and bool inputs give a float result: the math happens in the output dtype.
+    return binary(b, node, "atan2", node.arg(0), node.arg(1), compute=node.meta.dtype)
+
+
 @lowers("aten.logical_and", "aten.logical_or", "aten.logical_xor")
 def logical(node: Node, b: Builder) -> Operand:
     # logical ops look only at truthiness: compute on bools, whatever the input dtypes.
@@ -76,10 +128,10 @@ def add_sub(node: Node, b: Builder) -> Operand:
         x_arg, y_arg = y_arg, x_arg
     alpha = node.arg(2, "alpha", 1)
     compute = promoted_dtype(b, x_arg, y_arg)
-    x = b.cast(b.operand(x_arg, compute), compute)
-    y = b.cast(b.operand(y_arg, compute), compute)
+    x = operand_as(b, x_arg, compute)
+    y = operand_as(b, y_arg, compute)
     if alpha != 1:
-        y = b.emit(Binary("mul", y, b.lit(alpha, compute)), b.shape(y), compute)
+        y = b.emit(Binary("mul", y, b.lit(scalar_as(alpha, compute), compute)), b.shape(y), compute)
     fn = "add" if node.base == "add" else "sub"
     return b.cast(b.emit(Binary(fn, x, y), node.meta.shape, compute), node.meta.dtype)
 
@@ -101,15 +153,22 @@ def true_divide(node: Node, b: Builder) -> Operand:
     return binary(b, node, "div", node.arg(0), node.arg(1), compute=node.meta.dtype)
 
 
+# PyTorch's CPU pow with a Python-number exponent takes these shortcuts for every floating dtype
+# but float16 (which calls std::pow): they differ from pow on -0 and -inf.
+_POW_SHORTCUTS = {0.5: "sqrt", -0.5: "rsqrt"}
+
+
 @lowers("aten.pow")
 def pow_(node: Node, b: Builder) -> Operand:
-    base, exponent = node.arg(0), node.arg(1)
-    if node.overload == "Scalar":  # pow(Scalar self, Tensor exponent)
-        base, exponent = node.arg(0, "self"), node.arg(1, "exponent")
-    if isinstance(exponent, (int, float)) and not isinstance(exponent, bool) and exponent == 2:
-        x = b.cast(b.operand(base, node.meta.dtype), node.meta.dtype)
-        return b.emit(Unary("square", x), node.meta.shape, node.meta.dtype)
-    return binary(b, node, "pow", base, exponent, compute=node.meta.dtype)
+    out = node.meta
+    base, exponent = node.arg(0), node.arg(1)  # pow.Scalar(self: Scalar, exponent: Tensor) too
+    if _is_number(exponent) and exponent == 2:
+        x = operand_as(b, base, out.dtype)
+        return b.emit(Unary("square", x), out.shape, out.dtype)
+    if _is_number(exponent) and exponent in _POW_SHORTCUTS and out.dtype in ("f32", "f64", "bf16"):
+        x = operand_as(b, base, out.dtype)
+        return b.emit(Unary(_POW_SHORTCUTS[exponent], x), out.shape, out.dtype)
+    return binary(b, node, "pow", base, exponent, compute=out.dtype)
 
 
 # ── unary ────────────────────────────────────────────────────────────────────
@@ -152,11 +211,42 @@ def bitwise_not(node: Node, b: Builder) -> Operand:
     return unary(b, node, "logical_not" if node.meta.dtype == "bool" else "bitwise_not", node.arg(0))
 
 
+class _Float:
+    """Builds a small float computation on one tensor: half precision works in float32 and is
+    rounded once at the end, as PyTorch's CPU kernels do."""
+
+    def __init__(self, b: Builder, node: Node) -> None:
+        self.b, self.out = b, node.meta
+        self.dtype = "f32" if self.out.dtype in _HALF else self.out.dtype
+        self.shape = self.out.shape
+
+    def input(self, arg: object) -> Operand:
+        return operand_as(self.b, arg, self.dtype)
+
+    def unary(self, fn: str, x: Operand) -> Ref:
+        return self.b.emit(Unary(fn, x), self.shape, self.dtype)
+
+    def binary(self, fn: str, x: Operand, y: float) -> Ref:
+        """``fn(x, y)`` with a number ``y``; predicates give bools."""
+        dtype = "bool" if fn in _PREDICATES else self.dtype
+        return self.b.emit(Binary(fn, x, self.b.lit(y, self.dtype)), self.shape, dtype)
+
+    def where(self, cond: Operand, x: Operand, y: Operand) -> Ref:
+        return self.b.emit(Where(cond, x, y), self.shape, self.dtype)
+
+    def result(self, r: Operand) -> Operand:
+        return self.b.cast(r, self.out.dtype)
+
+
 @lowers("aten.round")
 def round_(node: Node, b: Builder) -> Operand:
-    if node.arg(1, "decimals", 0) != 0:
-        raise LoweringError(f"node {node.id}: round with decimals is not supported yet")
-    return unary(b, node, "round", node.arg(0))
+    decimals = node.arg(1, "decimals", 0)
+    if decimals == 0 or not dtypes.is_float(node.meta.dtype):
+        return unary(b, node, "round", node.arg(0))
+    # PyTorch: nearbyint(x * 10^d) / 10^d, or nearbyint(x / 10^-d) * 10^-d for negative d.
+    f = _Float(b, node)
+    scale, (there, back) = float(10 ** abs(decimals)), (("mul", "div") if decimals > 0 else ("div", "mul"))
+    return f.result(f.binary(back, f.unary("round", f.binary(there, f.input(node.arg(0)), scale)), scale))
 
 
 @lowers("aten.gelu")
@@ -171,19 +261,38 @@ def leaky_relu(node: Node, b: Builder) -> Operand:
     return b.emit_like(LeakyRelu(x, float(node.arg(1, "negative_slope", 0.01))), node.meta)
 
 
-@lowers("aten.elu")
+_SELU = (1.6732632423543772848170429916717, 1.0507009873554804934193349852946, 1)
+
+
+@lowers("aten.elu", "aten.celu")
 def elu(node: Node, b: Builder) -> Operand:
-    alpha, scale, input_scale = node.arg(1, "alpha", 1), node.arg(2, "scale", 1), node.arg(3, "input_scale", 1)
-    if (alpha, scale, input_scale) != (1, 1, 1):
-        raise LoweringError(f"node {node.id}: elu with alpha/scale other than 1 is not supported yet")
-    return unary(b, node, "elu", node.arg(0))
+    if node.base == "celu":  # celu(x, α) = elu(x, α, scale=1, input_scale=1/α)
+        alpha = node.arg(1, "alpha", 1.0)
+        scale, input_scale = 1, 1 / alpha
+    else:
+        alpha, scale, input_scale = node.arg(1, "alpha", 1), node.arg(2, "scale", 1), node.arg(3, "input_scale", 1)
+    if (alpha, scale, input_scale) == (1, 1, 1):
+        return unary(b, node, "elu", node.arg(0))
+    if (alpha, scale, input_scale) == _SELU:  # what selu decomposes to
+        return unary(b, node, "selu", node.arg(0))
+    # PyTorch: x > 0 ? scale·x : scale·α·(exp(input_scale·x) − 1)
+    f = _Float(b, node)
+    x = f.input(node.arg(0))
+    negative = f.binary("mul", f.unary("expm1", f.binary("mul", x, float(input_scale))), float(alpha * scale))
+    return f.result(f.where(f.binary("gt", x, 0.0), f.binary("mul", x, float(scale)), negative))
 
 
 @lowers("aten.softplus")
 def softplus(node: Node, b: Builder) -> Operand:
-    if (node.arg(1, "beta", 1), node.arg(2, "threshold", 20)) != (1, 20):
-        raise LoweringError(f"node {node.id}: softplus with beta/threshold other than 1/20 is not supported yet")
-    return unary(b, node, "softplus", node.arg(0))
+    beta, threshold = node.arg(1, "beta", 1), node.arg(2, "threshold", 20)
+    if (beta, threshold) == (1, 20):
+        return unary(b, node, "softplus", node.arg(0))
+    # PyTorch: β·x > threshold ? x : log1p(exp(β·x)) / β
+    f = _Float(b, node)
+    x = f.input(node.arg(0))
+    bx = f.binary("mul", x, float(beta))
+    soft = f.binary("div", f.unary("log1p", f.unary("exp", bx)), float(beta))
+    return f.result(f.where(f.binary("gt", bx, float(threshold)), x, soft))
 
 
 @lowers("aten.clamp", "aten.clip", "aten.clamp_min", "aten.clamp_max", "aten.hardtanh")
@@ -198,9 +307,9 @@ def clamp(node: Node, b: Builder) -> Operand:
     else:
         lo_arg, hi_arg = node.arg(1, "min"), node.arg(2, "max")
     compute = out.dtype
-    x = b.cast(b.operand(node.arg(0), compute), compute)
-    lo = None if lo_arg is None else b.cast(b.operand(lo_arg, compute), compute)
-    hi = None if hi_arg is None else b.cast(b.operand(hi_arg, compute), compute)
+    x = operand_as(b, node.arg(0), compute)
+    lo = None if lo_arg is None else operand_as(b, lo_arg, compute)
+    hi = None if hi_arg is None else operand_as(b, hi_arg, compute)
     return b.emit_like(Clamp(x, lo, hi), out)
 
 
@@ -210,8 +319,8 @@ def where(node: Node, b: Builder) -> Operand:
     if node.overload not in ("self", "ScalarSelf", "ScalarOther", "Scalar", ""):
         raise LoweringError(f"node {node.id}: where with only a condition has a data-dependent shape")
     cond = b.cast(b.input(node, 0), "bool")
-    x = b.cast(b.operand(node.arg(1), out.dtype), out.dtype)
-    y = b.cast(b.operand(node.arg(2), out.dtype), out.dtype)
+    x = operand_as(b, node.arg(1), out.dtype)
+    y = operand_as(b, node.arg(2), out.dtype)
     return b.emit_like(Where(cond, x, y), out)
 
 
@@ -221,7 +330,7 @@ def masked_fill(node: Node, b: Builder) -> Operand:
     out = node.meta
     x = b.input(node, 0)
     mask = b.cast(b.input(node, 1), "bool")
-    value = b.cast(b.operand(node.arg(2), out.dtype), out.dtype)
+    value = operand_as(b, node.arg(2), out.dtype)
     return b.emit_like(Where(mask, value, x), out)
 
 
@@ -231,8 +340,10 @@ def to_dtype(node: Node, b: Builder) -> Operand:
     return b.cast(b.input(node, 0), node.meta.dtype)
 
 
-@lowers("aten.clone", "aten.contiguous", "aten.detach", "aten.alias", "aten.lift_fresh_copy", "aten.lift_fresh")
+@lowers("aten.clone", "aten.contiguous", "aten.detach", "aten.detach_", "aten.alias", "aten.lift_fresh_copy",
+        "aten.lift_fresh")  # fmt: skip
 def identity(node: Node, b: Builder) -> Operand:
+    # detach_ shows up at the aten level after lift_fresh_copy, for tensors built in forward().
     return b.input(node, 0)
 
 

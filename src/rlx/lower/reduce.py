@@ -22,9 +22,9 @@ def reduce_value(b: Builder, fn: str, x: Ref, axes: tuple[int, ...], keepdim: bo
 
 
 def _axes_and_keepdim(node: Node, b: Builder, x: Ref) -> tuple[tuple[int, ...], bool]:
+    # Every reduction overload with dims has them at 1 and keepdim at 2 (sum.dim_IntList,
+    # amax.default, any.dims, prod.dim_int …); the ones without (sum.default) have neither.
     dims = node.arg(1, "dim")
-    if node.overload in ("default", "") or dims is None:
-        return norm_axes(None, b.rank(x)), bool(node.kwargs.get("keepdim", False))
     return norm_axes(dims, b.rank(x)) or norm_axes(None, b.rank(x)), bool(node.arg(2, "keepdim", False))
 
 
@@ -35,32 +35,35 @@ def reduce(node: Node, b: Builder) -> Operand:
     fn = node.base
     if fn == "nansum":
         raise LoweringError(f"node {node.id}: nansum is not supported yet")
-    if fn in ("any", "all"):
-        axes, keepdim = _axes_and_keepdim(node, b, x)
-        return reduce_value(b, fn, b.cast(x, "bool"), axes, keepdim, "bool")
     axes, keepdim = _axes_and_keepdim(node, b, x)
-    if fn == "prod" and node.overload == "dim_int":
-        axes = norm_axes(node.arg(1, "dim"), b.rank(x))
+    if fn in ("any", "all"):  # bool, except uint8 in → uint8 out
+        return b.cast(reduce_value(b, fn, b.cast(x, "bool"), axes, keepdim, "bool"), out.dtype)
     return reduce_value(b, fn, x, axes, keepdim, out.dtype)
 
 
-@lowers("aten.var", "aten.std")
-def var_std(node: Node, b: Builder) -> Operand:
+@lowers("aten.var", "aten.std", "aten.var_mean", "aten.std_mean")
+def var_std(node: Node, b: Builder) -> Operand | tuple[Operand, Operand]:
     out = node.meta
     x = b.input(node, 0)
-    dims = node.arg(1, "dim")
-    axes = norm_axes(dims, b.rank(x)) or norm_axes(None, b.rank(x))
-    if node.overload == "correction" or node.overload == "correction_names":
+    if node.overload in ("correction", "correction_names"):  # (self, dim=None, *, correction=None, keepdim=False)
+        dims = node.arg(1, "dim")
         correction = node.kwargs.get("correction", 1)
         correction = 1 if correction is None else correction
         keepdim = bool(node.kwargs.get("keepdim", False))
-    else:  # var.dim(self, dim, unbiased=True, keepdim=False) / var.default(self, unbiased)
-        unbiased = node.arg(2, "unbiased", True) if node.overload == "dim" else node.arg(1, "unbiased", True)
-        if node.overload != "dim":
-            axes = norm_axes(None, b.rank(x))
-        correction = 1 if unbiased else 0
-        keepdim = bool(node.arg(3, "keepdim", False)) if node.overload == "dim" else False
-    return reduce_value(b, node.base, x, axes, keepdim, out.dtype, float(correction))
+    elif node.overload == "dim":  # (self, dim, unbiased=True, keepdim=False)
+        dims = node.arg(1, "dim")
+        correction = 1 if node.arg(2, "unbiased", True) else 0
+        keepdim = bool(node.arg(3, "keepdim", False))
+    else:  # default: (self, unbiased=True), over every axis
+        dims = None
+        correction = 1 if node.arg(1, "unbiased", True) else 0
+        keepdim = False
+    axes = norm_axes(dims, b.rank(x)) or norm_axes(None, b.rank(x))
+    fn = node.base.removesuffix("_mean")
+    spread = reduce_value(b, fn, x, axes, keepdim, out.dtype, float(correction))
+    if fn == node.base:
+        return spread
+    return spread, reduce_value(b, "mean", x, axes, keepdim, out.dtype)
 
 
 @lowers("aten.max", "aten.min")

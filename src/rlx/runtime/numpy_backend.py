@@ -110,10 +110,29 @@ def _trunc_divide(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     return np.where((q < 0) & (q * y != x), q + 1, q).astype(q.dtype)
 
 
+def _pow(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    if x.dtype.kind in "iu":
+        # PyTorch's integer pow: a negative exponent gives 0, except for bases 1 and -1.
+        negative = y < 0
+        out = np.power(x, np.where(negative, 0, y).astype(y.dtype, copy=False))
+        if np.any(negative):
+            one = np.ones((), out.dtype)
+            signed = np.where(y % 2 == 0, one, -one) if out.dtype.kind == "i" else one
+            out = np.where(negative, np.where(x == 1, one, np.where(x == -1, signed, 0)), out).astype(out.dtype)
+        return out
+    out = np.power(x, y)
+    if x.dtype.kind == "f":
+        # numpy computes x ** 0.5 as sqrt; C's pow (PyTorch's) has pow(-inf, 0.5) = +inf, pow(-0, 0.5) = +0.
+        half = y == 0.5
+        if np.any(half):
+            out = np.where(half, np.where(np.isneginf(x), np.inf, out + 0), out).astype(out.dtype, copy=False)
+    return out
+
+
 BINARY: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
     "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.true_divide,
     "floor_divide": np.floor_divide, "trunc_divide": _trunc_divide, "remainder": np.remainder,
-    "fmod": np.fmod, "pow": np.power, "maximum": np.maximum, "minimum": np.minimum,
+    "fmod": np.fmod, "pow": _pow, "maximum": np.maximum, "minimum": np.minimum,
     "fmax": np.fmax, "fmin": np.fmin, "atan2": np.arctan2,
     "eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal, "gt": np.greater,
     "ge": np.greater_equal, "logical_and": np.logical_and, "logical_or": np.logical_or,
@@ -140,7 +159,7 @@ def where(c: C.Where, cond: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndar
 def clamp(c: C.Clamp, x: np.ndarray, lo: np.ndarray | None, hi: np.ndarray | None) -> np.ndarray:
     # maximum/minimum propagate NaN from either side, as torch.clamp does; lo > hi gives hi.
     out = x if lo is None else np.maximum(x, lo)
-    return out if hi is None else np.minimum(out, hi)
+    return np.asarray(out if hi is None else np.minimum(out, hi))  # 0-d in, 0-d array out
 
 
 @kernel(C.LeakyRelu)
@@ -240,13 +259,21 @@ def linear(c: C.Linear, x: np.ndarray, w: np.ndarray, b: np.ndarray | None) -> n
 # ── reductions ───────────────────────────────────────────────────────────────
 @kernel(C.Reduce)
 def reduce(c: C.Reduce, x: np.ndarray) -> np.ndarray:
-    axes = c.axes if c.axes else None
+    axes = c.axes if c.axes and x.ndim else None  # a 0-d tensor reduces over its dim 0 / -1 to itself
     xw = widen(x)
-    if c.fn in ("var", "std"):
-        out = getattr(np, c.fn)(xw, axis=axes, keepdims=c.keepdim, ddof=c.correction)
+    if c.fn in ("mean", "var", "std"):
+        # By hand rather than np.mean/np.var, which warn: an empty slice is NaN and a correction
+        # ≥ n divides by zero, as in PyTorch (the executor silences floating-point errors).
+        n = xw.size if axes is None else math.prod(xw.shape[a] for a in axes)
+        mean = np.sum(xw, axis=axes, keepdims=True) / n
+        if c.fn == "mean":
+            out = mean if c.keepdim else np.squeeze(mean, axis=axes)
+        else:
+            centered = xw - mean
+            out = np.sum(centered * centered, axis=axes, keepdims=c.keepdim) / max(n - c.correction, 0)
+            out = np.sqrt(out) if c.fn == "std" else out
     else:
-        fn = {"sum": np.sum, "mean": np.mean, "prod": np.prod, "amax": np.max, "amin": np.min,
-              "any": np.any, "all": np.all}[c.fn]  # fmt: skip
+        fn = {"sum": np.sum, "prod": np.prod, "amax": np.max, "amin": np.min, "any": np.any, "all": np.all}[c.fn]
         out = fn(xw, axis=axes, keepdims=c.keepdim)
     return np.asarray(out).astype(x.dtype, copy=False)
 
@@ -254,7 +281,7 @@ def reduce(c: C.Reduce, x: np.ndarray) -> np.ndarray:
 @kernel(C.ArgReduce)
 def arg_reduce(c: C.ArgReduce, x: np.ndarray) -> np.ndarray:
     fn = np.argmax if c.fn == "argmax" else np.argmin
-    if c.axis is None:
+    if c.axis is None or x.ndim == 0:
         out = fn(x)
         return np.asarray(out, dtype=np.int64).reshape((1,) * x.ndim if c.keepdim else ())
     return np.asarray(fn(x, axis=c.axis, keepdims=c.keepdim), dtype=np.int64)
@@ -509,4 +536,4 @@ def attention(c: C.Attention, q: np.ndarray, k: np.ndarray, v: np.ndarray, mask:
 
 
 # Kernel families kept in modules of their own register themselves when imported.
-from rlx.runtime import ordering_kernels, resample_kernels  # noqa: E402, F401
+from rlx.runtime import ordering_kernels, resample_kernels, scatter_kernels  # noqa: E402, F401

@@ -105,7 +105,23 @@ def f64_stored_as_f32_fixture():
     return ir, {"scale": w}, {"x": x}, [x * w]
 
 
+def upsample_fixture():
+    # upsample_nearest2d.vec with a float scale list, as the reference front-end writes it.
+    x = f32(1, 2, 3, 4)
+    ir = {
+        "format": "rlx-torch-ir", "version": 1, "model_name": "up",
+        "inputs": [{"id": "x", "shape": [1, 2, 3, 4], "dtype": "f32"}],
+        "weights": [],
+        "nodes": [{"id": "up", "op": "aten.upsample_nearest2d.vec",
+                   "args": [ref("x"), {"none": True}, {"list": [{"float": 2.0}, {"float": 2.0}]}],
+                   "out": out([1, 2, 6, 8])}],
+        "outputs": [{"ref": "up", "shape": [1, 2, 6, 8], "dtype": "f32"}],
+    }  # fmt: skip
+    return ir, {}, {"x": x}, [x.repeat(2, axis=2).repeat(2, axis=3)]
+
+
 FIXTURES = {
+    "upsample_nearest": upsample_fixture,
     "linear": linear_fixture,
     "group_norm": group_norm_fixture,
     "pad_and_constant": pad_and_constant_fixture,

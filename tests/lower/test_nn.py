@@ -283,3 +283,28 @@ ALL = SOFTMAX + NORMS + EMBEDDING + ATTENTION + CONV + POOL + ACTIVATIONS + XFAI
 def test_matches_torch(fn, inputs, levels, tol):
     rtol, atol = tol or (None, None)
     assert_converts_and_matches(fn, inputs, levels=levels, rtol=rtol, atol=atol)
+
+
+def test_masked_fill_minus_inf_then_softmax_is_exact():
+    """The most common attention mask: the NaN/inf pattern must match PyTorch exactly, including
+    fully masked rows (NaN in PyTorch's softmax) and large scores."""
+    import numpy as np
+
+    from helpers import convert
+
+    scores = torch.randn(2, 4, 5, 5) * 30
+    scores[0, 0, 1] = float("inf")
+    mask = torch.rand(2, 1, 5, 5) > 0.5
+    mask[1, 0, 2] = True  # a fully masked row
+
+    def f(s, m):
+        return torch.softmax(s.masked_fill(m, float("-inf")), dim=-1)
+
+    for level in ("aten", "high", "core"):
+        model, _, _ = convert(f, (scores, mask), decomposition=level)
+        got = model(scores.numpy(), mask.numpy())
+        want = f(scores, mask).numpy()
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+        np.testing.assert_array_equal(np.isinf(got), np.isinf(want))
+        np.testing.assert_allclose(got[~np.isnan(want)], want[~np.isnan(want)], rtol=1e-6, atol=1e-7)
+        assert np.isnan(want).any(), "the case must exercise a fully masked row"

@@ -308,3 +308,15 @@ def test_masked_fill_minus_inf_then_softmax_is_exact():
         np.testing.assert_array_equal(np.isinf(got), np.isinf(want))
         np.testing.assert_allclose(got[~np.isnan(want)], want[~np.isnan(want)], rtol=1e-6, atol=1e-7)
         assert np.isnan(want).any(), "the case must exercise a fully masked row"
+
+
+def test_native_group_norm_statistics_outputs():
+    """native_group_norm's mean and rstd results ([N, G]) are lowered, not only the output."""
+    from helpers import assert_converts_and_matches
+
+    def f(x, w, b):
+        return torch.ops.aten.native_group_norm(x, w, b, 2, 4, 9, 2, 1e-5)
+
+    g = torch.Generator().manual_seed(3)
+    x, w, b = torch.randn(2, 4, 3, 3, generator=g) * 3 + 1, torch.randn(4, generator=g), torch.randn(4, generator=g)
+    assert_converts_and_matches(f, (x, w, b))

@@ -8,7 +8,7 @@ import re
 import ml_dtypes
 
 from rlx.errors import LoweringError
-from rlx.ir import dtypes
+from rlx.ir import dtypes, symbolic
 from rlx.ir.calls import (
     AdaptiveAvgPool,
     Attention,
@@ -30,6 +30,7 @@ from rlx.ir.calls import (
 from rlx.ir.program import Operand, Ref
 from rlx.ir.torch_ir import Node
 from rlx.lower.registry import Builder, lowers
+from rlx.lower.shape import reshape_to
 from rlx.lower.shapes import ints, norm_axis
 
 
@@ -137,7 +138,15 @@ def group_norm(node: Node, b: Builder) -> Operand | tuple[Operand | None, ...]:
     else:  # native_group_norm(input, weight, bias, N, C, HxW, group, eps)
         groups, w, bias, eps = node.arg(6), b.optional_input(node, 1), b.optional_input(node, 2), node.arg(7)
     y = b.emit_like(GroupNorm(x, w, bias, int(groups), float(eps)), node.meta)
-    return (y,) + (None,) * (len(node.out) - 1) if node.multi else y
+    if not node.multi:
+        return y
+    # native_group_norm also returns mean and 1/sqrt(var + eps) per (sample, group): [N, G].
+    shape = b.shape(x)
+    per_group = symbolic.mul(shape[1] // int(groups), symbolic.numel(shape[2:]))
+    grouped = b.emit(Reshape(x, (shape[0], int(groups), per_group)), (shape[0], int(groups), per_group), b.dtype(x))
+    mean, rstd = _moments(node, b, grouped, 1, float(eps))
+    stats = (shape[0], int(groups))
+    return y, reshape_to(b, mean, stats), reshape_to(b, rstd, stats)
 
 
 # ── embedding and attention ──────────────────────────────────────────────────

@@ -70,6 +70,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("bundle", help="bundle directory (or an OUT directory from `rlx import`)")
     run.add_argument("--input", "-i", action="append", default=[], metavar="NAME=FILE.npy", help="an input array")
     run.add_argument("-o", "--out", help="directory to write outputs as out<k>.npy")
+    run.add_argument("--no-opt", action="store_true", help="run the program as written (no constant folding)")
     run.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
 
     ins = sub.add_parser("inspect", help="show inputs, outputs, parameters and ops of a bundle or torch-ir.json")
@@ -236,7 +237,7 @@ def _read_npy(name: str, file: str) -> np.ndarray:
 def cmd_run(args: argparse.Namespace) -> int:
     from rlx.runtime import load
 
-    model = load(args.bundle)
+    model = load(args.bundle, optimize=not args.no_opt)
     named = {}
     for item in args.input:
         name, sep, file = item.partition("=")

@@ -47,3 +47,17 @@ def test_lists_are_converted_and_names_work(model):
     out = model([[1, 2, 3], [4, 5, 6]], mask=np.full((2, 3), 2, np.int64))
     np.testing.assert_array_equal(out, np.array([[2, 4, 6], [8, 10, 12]]))
     assert out.dtype == np.int64
+
+
+def test_constant_folding_preserves_outputs_and_removes_steps(tmp_path):
+    import rlx
+
+    from helpers import load_example
+
+    model, inputs = load_example("transformer").get_model()
+    rlx.from_torch(model, inputs, tmp_path / "t", decomposition="core")
+    folded, plain = rlx.load(tmp_path / "t"), rlx.load(tmp_path / "t", optimize=False)
+    args = [t.numpy() for t in inputs]
+    np.testing.assert_array_equal(folded(*args), plain(*args))
+    # Weight transposes (addmm/mm at core) and constant masks are computed once, at load.
+    assert folded._static.n_steps < plain._static.n_steps

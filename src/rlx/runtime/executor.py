@@ -32,7 +32,7 @@ _NONE = object()
 class Executor:
     """A Program bound to its weights, ready to run many times."""
 
-    def __init__(self, program: Program, weights: Mapping[str, np.ndarray]) -> None:
+    def __init__(self, program: Program, weights: Mapping[str, np.ndarray], *, fold_constants: bool = True) -> None:
         self.program = program
         slots: dict[str, int] = {}
         for v in program.inputs:
@@ -91,6 +91,31 @@ class Executor:
             slots[o.name] if isinstance(o, Ref) else _Const(np.asarray(o.value, dtypes.to_numpy(o.dtype)))
             for o in program.outputs
         ]
+        if fold_constants:
+            self._fold_constants()
+
+    @property
+    def n_steps(self) -> int:
+        return len(self._steps)
+
+    def _fold_constants(self) -> None:
+        """Run once, now, every step that reads only weights and constants (weight transposes and
+        casts, masks built from arange, …); their results join the weights."""
+        known = dict(self._weights)
+        kept = []
+        with np.errstate(all="ignore"):
+            for step in self._steps:
+                if not _slots(step.args) <= known.keys():
+                    kept.append(step)
+                    continue
+                try:
+                    out = step.kernel(step.call, *[_get_const(a, known) for a in step.args])
+                except Exception:  # let it fail at run time, with the usual error
+                    kept.append(step)
+                    continue
+                known[step.out] = np.asarray(out).astype(step.dtype, copy=False)
+        self._weights = list(known.items())
+        self._steps = kept
 
     def run(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
         """Run on arrays already checked against the program's inputs (in order)."""
@@ -133,6 +158,24 @@ class Executor:
 @dataclass(frozen=True)
 class _Const:
     array: np.ndarray
+
+
+def _slots(args: Any) -> set[int]:
+    if type(args) is int:
+        return {args}
+    if isinstance(args, tuple):
+        return set().union(*(_slots(a) for a in args)) if args else set()
+    return set()
+
+
+def _get_const(a: Any, known: dict[int, np.ndarray]) -> Any:
+    if type(a) is int:
+        return known[a]
+    if a is None:
+        return None
+    if isinstance(a, _Const):
+        return a.array
+    return [_get_const(x, known) for x in a]
 
 
 def _resolve(v: Any, env: dict[str, np.ndarray]) -> Any:

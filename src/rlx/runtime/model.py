@@ -25,7 +25,14 @@ from rlx.runtime.executor import Executor
 class Model:
     """A loaded model. ``model(*arrays, **named)`` returns outputs in the model's structure."""
 
-    def __init__(self, program: Program, weights: Mapping[str, np.ndarray], meta: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        program: Program,
+        weights: Mapping[str, np.ndarray],
+        meta: dict[str, Any] | None = None,
+        *,
+        optimize: bool = True,
+    ) -> None:
         self.program = program
         self.meta = meta or {}
         self.name = program.name
@@ -34,7 +41,8 @@ class Model:
         check_tree(self.output_tree, len(program.outputs), "output_tree")
         self._weights = weights
         # Static programs have one executor; dynamic ones get one per binding of the symbols.
-        self._static = None if program.is_dynamic else Executor(program, weights)
+        self._optimize = optimize  # constant folding at load; off for debugging (`rlx run --no-opt`)
+        self._static = None if program.is_dynamic else Executor(program, weights, fold_constants=optimize)
         self._by_binding: OrderedDict[tuple[tuple[str, int], ...], Executor] = OrderedDict()
         self._lock = threading.Lock()  # guards the plan cache; running a plan needs no lock
 
@@ -81,7 +89,7 @@ class Model:
             if executor is not None:
                 self._by_binding.move_to_end(key)
                 return executor
-        executor = Executor(specialize(self.program, bindings), self._weights)
+        executor = Executor(specialize(self.program, bindings), self._weights, fold_constants=self._optimize)
         with self._lock:
             self._by_binding[key] = executor
             if len(self._by_binding) > PLAN_CACHE_SIZE:
@@ -167,7 +175,7 @@ BUNDLE_FILES = ("program.json", "meta.json", "weights.safetensors")
 MAX_JSON_BYTES = 256 * 1024 * 1024
 
 
-def load(bundle_dir: str | Path) -> Model:
+def load(bundle_dir: str | Path, *, optimize: bool = True) -> Model:
     """Load a bundle directory (``program.json`` + ``weights.safetensors`` + ``meta.json``).
 
     Nothing in a bundle is executed, nothing outside the directory is read (a file that is a
@@ -192,7 +200,7 @@ def load(bundle_dir: str | Path) -> Model:
             "program; the bundle's files do not belong together"
         )
     weights = bind_weights(program, tensors, paths["weights.safetensors"])
-    return Model(program, weights, meta)
+    return Model(program, weights, meta, optimize=optimize)
 
 
 def inside(directory: Path, name: str) -> Path:

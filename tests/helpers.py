@@ -162,3 +162,23 @@ BLOCK_TORCH = textwrap.dedent(
     sys.meta_path.insert(0, _NoTorch())
     """
 )
+
+
+def sweep(variants: Callable[..., Any] | list[Callable[..., Any]], inputs: Sequence[Any],
+          dtypes: Sequence[torch.dtype]) -> tuple[Callable[..., tuple], tuple[torch.Tensor, ...]]:  # fmt: skip
+    """One function running every variant over every dtype, and its inputs, so a whole dtype sweep
+    costs one export. An input is a shape (random data of each dtype) or a callable
+    ``dtype -> tensor``; tuple results are flattened into the outputs."""
+    variants = variants if isinstance(variants, list) else [variants]
+    data = tuple(a(d) if callable(a) else rand(a, d, seed=i) for d in dtypes for i, a in enumerate(inputs))
+    n = len(inputs)
+
+    def run(*args: torch.Tensor) -> tuple:
+        out: list[Any] = []
+        for k in range(len(dtypes)):
+            for v in variants:
+                y = v(*args[k * n : (k + 1) * n])
+                out.extend(y if isinstance(y, tuple) else (y,))
+        return tuple(out)
+
+    return run, data

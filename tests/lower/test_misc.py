@@ -13,7 +13,7 @@ import torch
 
 from rlx.errors import LoweringError
 
-from helpers import LEVELS, assert_converts_and_matches, convert, rand, with_specials
+from helpers import LEVELS, assert_converts_and_matches, convert, rand, sweep, with_specials
 
 F16, BF16, F32, F64 = torch.float16, torch.bfloat16, torch.float32, torch.float64
 I32, I64, BOOL = torch.int32, torch.int64, torch.bool
@@ -23,19 +23,8 @@ ATEN = ("aten",)
 def case(name, variants, *inputs, dtypes=(F32,), levels=LEVELS, marks=()):
     """``variants``: callables taking ``inputs``; an input is a shape (random data of each swept
     dtype) or a callable ``dtype -> tensor``."""
-    variants = variants if isinstance(variants, list) else [variants]
-    data = [a(d) if callable(a) else rand(a, d, seed=i) for d in dtypes for i, a in enumerate(inputs)]
-    n = len(inputs)
-
-    def run(*args):
-        out = []
-        for k in range(len(dtypes)):
-            for v in variants:
-                y = v(*args[k * n : (k + 1) * n])
-                out.extend(y if isinstance(y, tuple) else (y,))
-        return tuple(out)
-
-    return pytest.param(run, tuple(data), levels, id=name, marks=marks)
+    run, data = sweep(variants, inputs, dtypes)
+    return pytest.param(run, data, levels, id=name, marks=marks)
 
 
 def specials(shape):

@@ -20,7 +20,16 @@ from torch.utils import _pytree as pytree
 from rlx.errors import RlxError
 from rlx.torch_import.dtypes import tensor_to_numpy
 
-from helpers import LEVELS, as_module, assert_arrays_match, assert_converts_and_matches, convert, rand, with_specials
+from helpers import (
+    LEVELS,
+    as_module,
+    assert_arrays_match,
+    assert_converts_and_matches,
+    convert,
+    rand,
+    sweep,
+    with_specials,
+)
 
 F16, BF16, F32, F64 = torch.float16, torch.bfloat16, torch.float32, torch.float64
 I32, I64, BOOL = torch.int32, torch.int64, torch.bool
@@ -96,17 +105,8 @@ def fixed(t):
 def case(name, variants, *makers, dtypes=(F32,), levels=HIGH, marks=()):
     """``variants``: one callable or a list, all taking one tensor per maker; each maker turns a
     swept dtype into an input. Outputs of all variants over all dtypes are compared at once."""
-    variants = variants if isinstance(variants, list) else [variants]
-    data = [m(d) for d in dtypes for m in makers]
-    n = len(makers)
-
-    def run(*args):
-        out = []
-        for k in range(len(dtypes)):
-            out.extend(v(*args[k * n : (k + 1) * n]) for v in variants)
-        return tuple(out)
-
-    return pytest.param(run, tuple(data), levels, id=name, marks=marks)
+    run, data = sweep(variants, makers, dtypes)
+    return pytest.param(run, data, levels, id=name, marks=marks)
 
 
 def on_0d(variants):

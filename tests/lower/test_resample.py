@@ -19,7 +19,7 @@ from torch import nn
 
 from rlx.errors import LoweringError
 
-from helpers import LEVELS, assert_arrays_match, assert_converts_and_matches, convert, rand, with_specials
+from helpers import LEVELS, assert_arrays_match, assert_converts_and_matches, convert, rand, sweep, with_specials
 
 F32, F16, BF16, F64, I64, U8 = torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int64, torch.uint8
 ALL_FLOATS = (F32, F16, BF16, F64)
@@ -33,19 +33,8 @@ def case(name, variants, *inputs, dtypes=(F32,), levels=("high",), tol=None, mar
     """``variants``: callables taking ``inputs``, each returning a tensor or a tuple. An input is a
     shape (random data in [-3, 3] of each swept dtype) or a callable ``dtype -> tensor``.
     ``tol``: (rtol, atol) replacing the helper's per-dtype defaults, for one dtype per case."""
-    variants = variants if isinstance(variants, list) else [variants]
-    data = [a(d) if callable(a) else rand(a, d, seed=i) for d in dtypes for i, a in enumerate(inputs)]
-    n = len(inputs)
-
-    def run(*args):
-        out = []
-        for k in range(len(dtypes)):
-            for v in variants:
-                y = v(*args[k * n : (k + 1) * n])
-                out.extend(y if isinstance(y, tuple) else (y,))
-        return tuple(out)
-
-    return pytest.param(run, tuple(data), levels, tol, id=name, marks=marks)
+    run, data = sweep(variants, inputs, dtypes)
+    return pytest.param(run, data, levels, tol, id=name, marks=marks)
 
 
 def interp(**kw):

@@ -129,25 +129,29 @@ def test_inputs_torch_would_accept_are_converted(mlp_out):
         model(x.T.astype(np.float64))
 
 
-def test_many_threads_give_serial_results(mlp_out):
-    model = rlx.load(mlp_out)
-    rng = np.random.default_rng(1)
-    inputs = [rng.standard_normal((4, 32)).astype(np.float32) for _ in range(8)]
+def assert_threads_match_serial(model, inputs, calls_per_thread):
+    """One thread per input, each calling ``model`` repeatedly; every result must equal the serial one."""
     serial = [model(x) for x in inputs]
-    errors = []
+    mismatches = []
 
     def worker(k):
-        for _ in range(200):
+        for _ in range(calls_per_thread):
             if not np.array_equal(model(inputs[k]), serial[k]):
-                errors.append(k)
+                mismatches.append(k)
                 return
 
-    threads = [threading.Thread(target=worker, args=(k,)) for k in range(8)]
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(len(inputs))]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    assert not errors
+    assert not mismatches
+
+
+def test_many_threads_give_serial_results(mlp_out):
+    rng = np.random.default_rng(1)
+    inputs = [rng.standard_normal((4, 32)).astype(np.float32) for _ in range(8)]
+    assert_threads_match_serial(rlx.load(mlp_out), inputs, 200)
 
 
 def test_dynamic_model_threads_share_the_plan_cache():
@@ -157,21 +161,7 @@ def test_dynamic_model_threads_share_the_plan_cache():
     dim = torch.export.Dim
     runtime, _, _ = convert(model, example, dynamic_shapes={"input_ids": {0: dim("b", max=8), 1: dim("s", max=32)}})
     rng = np.random.default_rng(2)
-    inputs = [rng.integers(0, 100, (1 + k % 3, 2 + k)) for k in range(8)]
-    serial = [runtime(x) for x in inputs]
-    errors = []
-
-    def worker(k):
-        for _ in range(20):
-            if not np.array_equal(runtime(inputs[k]), serial[k]):
-                errors.append(k)
-
-    threads = [threading.Thread(target=worker, args=(k,)) for k in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors
+    assert_threads_match_serial(runtime, [rng.integers(0, 100, (1 + k % 3, 2 + k)) for k in range(8)], 20)
 
 
 def test_memory_does_not_grow_over_many_calls(mlp_out):

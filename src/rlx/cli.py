@@ -39,7 +39,9 @@ def _parser() -> argparse.ArgumentParser:
     imp = sub.add_parser("import", help="export a model file, lower it, write a bundle and check parity")
     imp.add_argument("model_file", help="a .py file exposing `model` and `example_inputs`, or `get_model()`")
     imp.add_argument("-o", "--out", required=True, help="output directory")
-    imp.add_argument("--emit", default="bundle", help="comma-separated artifacts to write (bundle)")
+    imp.add_argument("--emit", default="bundle", help="comma-separated artifacts to write: bundle, package")
+    imp.add_argument("--emit-style", choices=("numpy", "jax"), default="numpy",
+                     help="array library of the generated package (default numpy; jax needs rlx[jax])")  # fmt: skip
     imp.add_argument("--verify", action=argparse.BooleanOptionalAction, default=True, help="check parity (default on)")
     imp.add_argument("--decomposition", choices=("aten", "high", "core"), default="high")
     imp.add_argument("--force", action="store_true", help="overwrite an existing output directory")
@@ -61,16 +63,20 @@ def _parser() -> argparse.ArgumentParser:
     bld = sub.add_parser("build", help="lower an exported directory (torch-ir.json + weights) without torch")
     bld.add_argument("dir", help="directory holding torch-ir.json and weights.safetensors")
     bld.add_argument("-o", "--out", help="output directory (default: DIR itself)")
-    bld.add_argument("--emit", default="bundle", help="comma-separated artifacts to write (bundle)")
+    bld.add_argument("--emit", default="bundle", help="comma-separated artifacts to write: bundle, package")
+    bld.add_argument("--emit-style", choices=("numpy", "jax"), default="numpy",
+                     help="array library of the generated package (default numpy; jax needs rlx[jax])")  # fmt: skip
     bld.add_argument("--verify", action="store_true", help="check parity against DIR/reference.safetensors")
     bld.add_argument("--force", action="store_true", help="overwrite an existing bundle / output directory")
     bld.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
 
-    run = sub.add_parser("run", help="run a bundle on .npy inputs with numpy only")
+    run = sub.add_parser("run", help="run a bundle on .npy inputs (numpy, or JAX with --backend jax)")
     run.add_argument("bundle", help="bundle directory (or an OUT directory from `rlx import`)")
     run.add_argument("--input", "-i", action="append", default=[], metavar="NAME=FILE.npy", help="an input array")
     run.add_argument("-o", "--out", help="directory to write outputs as out<k>.npy")
     run.add_argument("--no-opt", action="store_true", help="run the program as written (no constant folding)")
+    run.add_argument("--backend", choices=("numpy", "jax"), default="numpy",
+                     help="numpy (default) or jax: the whole program as one XLA computation (needs rlx[jax])")  # fmt: skip
     run.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
 
     ins = sub.add_parser("inspect", help="show inputs, outputs, parameters and ops of a bundle or torch-ir.json")
@@ -200,7 +206,7 @@ def cmd_import(args: argparse.Namespace) -> int:
     report = from_torch(
         model, inputs, args.out, example_kwargs=kwargs, verify=args.verify, emit=emit,
         decomposition=args.decomposition, force=args.force, dynamic_shapes=dynamic_shapes,
-        auto_decompose=args.auto_decompose,
+        auto_decompose=args.auto_decompose, emit_style=args.emit_style,
         on_step=lambda name, secs: _say(f"  {labels.get(name, name):<40} {secs:7.2f} s"),
     )  # fmt: skip
     _say("")
@@ -216,7 +222,7 @@ def cmd_build(args: argparse.Namespace) -> int:
     labels = {"read": "read torch-ir.json", "lower": "lowered to the rlx program", "write": "wrote the bundle",
               "verify": "checked parity against reference.safetensors"}  # fmt: skip
     report = build(
-        args.dir, args.out, emit=emit, verify=args.verify, force=args.force,
+        args.dir, args.out, emit=emit, verify=args.verify, force=args.force, emit_style=args.emit_style,
         on_step=lambda name, secs: _say(f"  {labels.get(name, name):<40} {secs:7.2f} s"),
     )  # fmt: skip
     _say("")
@@ -237,7 +243,7 @@ def _read_npy(name: str, file: str) -> np.ndarray:
 def cmd_run(args: argparse.Namespace) -> int:
     from rlx.runtime import load
 
-    model = load(args.bundle, optimize=not args.no_opt)
+    model = load(args.bundle, optimize=not args.no_opt, backend=args.backend)
     named = {}
     for item in args.input:
         name, sep, file = item.partition("=")

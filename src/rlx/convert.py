@@ -22,7 +22,7 @@ import numpy as np
 
 from rlx import safetensors_io
 from rlx.bundle import write_bundle
-from rlx.emit.package import write_package
+from rlx.emit.package import check_style, package_name, write_package
 from rlx.errors import OutputError, UsageError, WeightsError
 from rlx.ir import dtypes, torch_ir
 from rlx.ir.program import Program, dumps_json
@@ -137,10 +137,26 @@ class _Steps:
         return result
 
 
-def _check_emit(emit: Sequence[str]) -> None:
+def _check_emit(emit: Sequence[str], emit_style: str = "numpy", backend: str = "numpy") -> None:
+    """Refuse bad options before any work is done (a missing jax included)."""
     unknown = set(emit) - set(EMITS)
     if unknown:
         raise UsageError(f"unknown --emit value(s) {', '.join(sorted(unknown))}; choose from {', '.join(EMITS)}")
+    if emit_style != "numpy" or "package" in emit:
+        check_style(emit_style)
+    if backend != "numpy":
+        _backend_check(backend)
+
+
+def _backend_check(backend: str) -> None:
+    from rlx.runtime.model import BACKENDS
+
+    if backend not in BACKENDS:
+        raise UsageError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+    if backend == "jax":
+        from rlx.runtime.jax_backend import load_kernels
+
+        load_kernels()  # UsageError saying how to install jax when it is missing
 
 
 def _lower_write_verify(
@@ -153,6 +169,8 @@ def _lower_write_verify(
     steps: _Steps,
     weights_file: Path | None,
     notes: list[str],
+    emit_style: str = "numpy",
+    backend: str = "numpy",
 ) -> tuple[ConvertReport, Program]:
     """The shared tail of ``from_torch`` and ``build``: lower, write the bundle into ``dest``
     (a staging directory that becomes ``final_dir``), check parity, write report.json."""
@@ -161,10 +179,11 @@ def _lower_write_verify(
         source = {"format": "rlx-torch-ir", "version": 1, "producer": ir.producer, "decomposition": ir.decomposition}
         steps("write", lambda: write_bundle(program, weights, dest / "bundle", source=source, weights_file=weights_file))
     if "package" in emit:
-        steps("package", lambda: write_package(program, weights, dest, decomposition=ir.decomposition))
+        steps("package", lambda: write_package(program, weights, dest, decomposition=ir.decomposition, style=emit_style))
     parity = None
     if reference is not None:
-        parity = steps("verify", lambda: check_parity(Model(program, bind_weights(program, weights, "weights")), reference))
+        bound = bind_weights(program, weights, "weights")
+        parity = steps("verify", lambda: check_parity(Model(program, bound, backend=backend), reference))
     report = ConvertReport(
         model_name=program.name,
         out_dir=final_dir,
@@ -198,16 +217,19 @@ def from_torch(
     model_name: str | None = None,
     auto_decompose: bool = True,
     on_step: StepCallback | None = None,
+    emit_style: str = "numpy",
+    backend: str = "numpy",
 ) -> ConvertReport:
     """Convert a PyTorch module into ``out_dir`` and (by default) check parity against PyTorch.
 
     Ops the registry lacks but torch can decompose are decomposed automatically (``auto_decompose``);
-    the report's notes list them.
+    the report's notes list them. ``emit_style`` picks the generated package's array library
+    (``"numpy"`` or ``"jax"``); ``backend`` the runtime the parity check runs on.
     """
     from rlx.torch_import import capture, write  # torch is needed only here
     from rlx.torch_import.interpret import EXPORTED_FILE, save_exported
 
-    _check_emit(emit)
+    _check_emit(emit, emit_style, backend)
     steps = _Steps(on_step)
     with StagedDir(out_dir, force=force) as staged:
         exported = steps("export", lambda: capture(model, tuple(example_inputs), example_kwargs=example_kwargs,
@@ -222,7 +244,8 @@ def from_torch(
             reference = {f"in::{k}": v for k, v in exported.inputs.items()}
             reference.update({f"out::{i}": v for i, v in enumerate(exported.outputs) if v is not None})
         report, program = _lower_write_verify(exported.ir, exported.weights, reference, staged.path, Path(out_dir),
-                                              emit, steps, staged.path / "weights.safetensors", notes)  # fmt: skip
+                                              emit, steps, staged.path / "weights.safetensors", notes,
+                                              emit_style, backend)  # fmt: skip
         # What `rlx debug` needs later, and the per-node comparison for report.html now.
         unsaved = save_exported(exported.exported_program, staged.path / EXPORTED_FILE)
         if unsaved:
@@ -251,13 +274,15 @@ def build(
     verify: bool = False,
     force: bool = False,
     on_step: StepCallback | None = None,
+    emit_style: str = "numpy",
+    backend: str = "numpy",
 ) -> ConvertReport:
     """Lower an exported directory (``torch-ir.json`` + ``weights.safetensors``) without torch.
 
     Writes ``bundle/`` and ``report.json`` into ``out_dir`` (default: ``src_dir``); with a separate
     ``out_dir`` the three source files are copied there too, so it is self-contained.
     """
-    _check_emit(emit)
+    _check_emit(emit, emit_style, backend)
     src = Path(src_dir)
     if not (src / "torch-ir.json").is_file():
         raise UsageError(f"{src}: no torch-ir.json here; pass the directory `rlx import` or the reference front-end wrote")
@@ -277,9 +302,12 @@ def build(
         try:
             with tempfile.TemporaryDirectory(prefix=".rlx-build.", dir=src) as tmp:
                 report, _ = _lower_write_verify(ir, weights, reference, Path(tmp), src, emit, steps,
-                                                src / "weights.safetensors", notes)  # fmt: skip
+                                                src / "weights.safetensors", notes, emit_style, backend)  # fmt: skip
                 if "bundle" in emit:
                     replace_dir(Path(tmp) / "bundle", src / "bundle")
+                if "package" in emit:  # written into the temp dir like the bundle: move it too
+                    name = package_name(report.model_name)
+                    replace_dir(Path(tmp) / name, src / name)
                 os.replace(Path(tmp) / "report.json", src / "report.json")
                 write_report(src)
         except OSError as e:
@@ -290,6 +318,6 @@ def build(
             if (src / name).is_file():
                 shutil.copyfile(src / name, staged.path / name)
         report, _ = _lower_write_verify(ir, weights, reference, staged.path, Path(out_dir), emit, steps,
-                                        staged.path / "weights.safetensors", notes)  # fmt: skip
+                                        staged.path / "weights.safetensors", notes, emit_style, backend)  # fmt: skip
         write_report(staged.path)
     return report

@@ -1,8 +1,10 @@
-"""Program → readable Python: one ``forward(params, *inputs)`` of straight-line numpy code.
+"""Program → readable Python: one ``forward(params, *inputs)`` of straight-line array code.
 
-Generated from the same Calls the runtime executes. Simple Calls become numpy expressions
-(``a + b``, ``x.reshape(2, 8, 64)``, ``x[:, 1:5]``); the rest call the runtime's own kernels,
-vendored into the package as ``_ops``. Every statement carries its source aten op as a comment.
+Generated from the same Calls the runtime executes. Simple Calls become numpy (or ``jax.numpy``)
+expressions (``a + b``, ``x.reshape(2, 8, 64)``, ``x[:, 1:5]``); the rest call the runtime's own
+kernels, vendored into the package as ``_ops``. Every statement carries its source aten op as a
+comment. Two styles: ``NumpyWriter`` (numpy + the numpy kernels) and ``JaxWriter`` (``jax.numpy``
++ the JAX backend's kernels; jit-compatible, since every kernel traces).
 """
 
 from __future__ import annotations
@@ -50,12 +52,21 @@ def identifier(name: str) -> str:
     ident = re.sub(r"\W", "_", name)
     if not ident or ident[0].isdigit():
         ident = f"v_{ident}"
-    if keyword.iskeyword(ident) or ident in ("np", "params", "_ops"):
+    if keyword.iskeyword(ident) or ident in ("np", "jnp", "jax", "params", "_ops"):
         ident += "_"
     return ident
 
 
 class NumpyWriter:
+    """The numpy style; ``JaxWriter`` overrides the spelling tables and the imports."""
+
+    TYPES = _NP_TYPE
+    BINARY_OPS = _BINARY_OPS
+    BINARY_FUNCS = _BINARY_FUNCS
+    UNARY_FUNCS = _UNARY_FUNCS
+    UNARY_EXPRS = _UNARY_EXPRS
+    IMPORTS = {"np": "import numpy as np"}  # name used in the code → its import
+
     def __init__(self, program: Program) -> None:
         self.program = program
         self.weights = {w.name: w.key for w in program.weights}
@@ -88,7 +99,7 @@ class NumpyWriter:
         if isinstance(v, Ref):
             return self.ref(v)
         if isinstance(v, Lit):
-            return f"{_NP_TYPE[v.dtype]}({self.literal(v.value)})"
+            return f"{self.TYPES[v.dtype]}({self.literal(v.value)})"
         if v is None:
             return "None"
         if isinstance(v, tuple):
@@ -106,45 +117,51 @@ class NumpyWriter:
         )
         if isinstance(c, C.Binary) and not half:
             x, y = self.operand(c.x), self.operand(c.y)
-            if c.fn in _BINARY_OPS:
-                return f"{x} {_BINARY_OPS[c.fn]} {y}"
-            if c.fn in _BINARY_FUNCS:
-                return f"{_BINARY_FUNCS[c.fn]}({x}, {y})"
+            if c.fn in self.BINARY_OPS:
+                return f"{x} {self.BINARY_OPS[c.fn]} {y}"
+            if c.fn in self.BINARY_FUNCS:
+                return f"{self.BINARY_FUNCS[c.fn]}({x}, {y})"
         if isinstance(c, C.Unary) and not half:
             x = self.operand(c.x)
             if c.fn == "neg":
                 return f"-{x}"
             if c.fn == "identity":
                 return x
-            if c.fn in _UNARY_FUNCS:
-                return f"{_UNARY_FUNCS[c.fn]}({x})"
-            if c.fn in _UNARY_EXPRS:
-                return _UNARY_EXPRS[c.fn].format(x=x)
+            if c.fn in self.UNARY_FUNCS:
+                return f"{self.UNARY_FUNCS[c.fn]}({x})"
+            if c.fn in self.UNARY_EXPRS:
+                return self.UNARY_EXPRS[c.fn].format(x=x)
         if isinstance(c, C.Cast):
-            return f"{self.operand(c.x)}.astype({_NP_TYPE[c.dtype]})"
+            return f"{self.operand(c.x)}.astype({self.TYPES[c.dtype]})"
         if isinstance(c, C.Reshape):
             return f"{self.operand(c.x)}.reshape({', '.join(self.dim(d) for d in c.shape) or '()'})"
         if isinstance(c, C.Permute):
             return f"{self.operand(c.x)}.transpose({', '.join(map(str, c.perm))})"
         if isinstance(c, C.Expand):
-            return f"np.broadcast_to({self.operand(c.x)}, {self.literal(tuple(c.shape))})"
+            return f"{self.array_module}.broadcast_to({self.operand(c.x)}, {self.literal(tuple(c.shape))})"
         if isinstance(c, C.Slice):
             stop = "" if c.stop == 2**63 - 1 else self.dim(c.stop)
             start = "" if c.start == 0 else self.dim(c.start)
             step = "" if c.step == 1 else f":{c.step}"
             return f"{self.operand(c.x)}[{':, ' * c.axis}{start}:{stop}{step}]"
+        xp = self.array_module
         if isinstance(c, C.Concat):
-            return f"np.concatenate({self.operand(c.xs)}, axis={c.axis})"
+            return f"{xp}.concatenate({self.operand(c.xs)}, axis={c.axis})"
         if isinstance(c, C.Where):
-            return f"np.where({self.operand(c.cond)}, {self.operand(c.x)}, {self.operand(c.y)})"
+            return f"{xp}.where({self.operand(c.cond)}, {self.operand(c.x)}, {self.operand(c.y)})"
         if isinstance(c, C.Full):
-            return f"np.full({self.literal(tuple(c.shape))}, {self.literal(c.value)}, {_NP_TYPE[c.dtype]})"
+            return f"{xp}.full({self.literal(tuple(c.shape))}, {self.literal(c.value)}, {self.TYPES[c.dtype]})"
         if isinstance(c, C.MatMul) and not half:
-            return f"np.matmul({self.operand(c.x)}, {self.operand(c.y)})"
+            return self.matmul(self.operand(c.x), self.operand(c.y))
         if isinstance(c, C.Linear) and not half:
-            out = f"np.matmul({self.operand(c.x)}, {self.operand(c.weight)}.T)"
+            out = self.matmul(self.operand(c.x), f"{self.operand(c.weight)}.T")
             return out if c.bias is None else f"{out} + {self.operand(c.bias)}"
         return self.kernel_call(c)
+
+    array_module = "np"
+
+    def matmul(self, x: str, y: str) -> str:
+        return f"np.matmul({x}, {y})"
 
     def kernel_call(self, c: Call) -> str:
         """``_ops.<call>(operands…, attr=…)``: the runtime's own kernel for this Call."""
@@ -169,9 +186,13 @@ class NumpyWriter:
             body.append(f"    {identifier(ins.result)} = {self.expression(ins)}")
         body.append(f"    return {self.output(p.output_tree)}")
         hist = "\n".join(f"#   {n:>5}  {op}" for op, n in p.source_histogram.items())
-        imports = ["import numpy as np", "", "from . import _ops"]
+        code = "\n".join(body)
+        # Import only what the code uses, so the module stays ruff-clean (F401) for any program.
+        imports = [line for name, line in self.IMPORTS.items() if re.search(rf"\b{name}\.", code)]
+        local = ["from . import _ops"] if re.search(r"\b_ops\.", code) else []
         if self.symbolic_funcs:
-            imports.append(f"from ._ops import {', '.join(sorted(self.symbolic_funcs))}")
+            local.append(f"from ._ops import {', '.join(sorted(self.symbolic_funcs))}")
+        imports += [""] + local if imports and local else local
         header = [
             f'"""{p.name}: generated by rlx {__version__} from a PyTorch model. Do not edit by hand: re-run rlx."""',
             "",
@@ -223,31 +244,77 @@ def numpy_module(program: Program, decomposition: str = "") -> str:
     return NumpyWriter(program).module(decomposition)
 
 
-def ops_init(kernel_names: Sequence[str]) -> str:
-    """``_ops/__init__.py``: one plain function per kernel, plus what generated code refers to."""
-    lines = [
-        '"""Helpers for the generated forward: the rlx runtime\'s kernels, callable with plain arguments."""',
-        "",
-        "import math",
-        "from types import SimpleNamespace",
-        "",
-        "import ml_dtypes",
-        "",
-        "from .numpy_backend import KERNELS",
-        "from .safetensors_io import read as read_safetensors  # noqa: F401  (used by the package's load())",
-        "",
-        "bfloat16 = ml_dtypes.bfloat16",
-        "",
-        "# Functions that symbolic shape expressions use (torch.export's sympy spelling).",
-        "Max, Min, Abs = max, min, abs",
-        "Mod = PythonMod = lambda a, b: a % b",
-        "FloorDiv = lambda a, b: a // b",
-        "CeilDiv = lambda a, b: -(-a // b)",
-        "floor = FloorToInt = math.floor",
-        "ceiling = CeilToInt = math.ceil",
-        "TruncToInt = math.trunc",
-        "IntTrueDiv = lambda a, b: a / b",
-        "ToFloat = float",
+class JaxWriter(NumpyWriter):
+    """The JAX style: ``jax.numpy`` expressions and the JAX backend's kernels. Matmuls ask for
+    ``precision="highest"`` as the kernels do (float32 stays float32 on GPUs and TPUs too)."""
+
+    TYPES = {tok: t.replace("np.", "jnp.").replace("_ops.", "jnp.") for tok, t in _NP_TYPE.items()}
+    # `**` is left to the kernel: PyTorch's integer pow and pow(-inf, 0.5) differ from jnp.power.
+    BINARY_OPS = {fn: op for fn, op in _BINARY_OPS.items() if fn != "pow"}
+    BINARY_FUNCS = {fn: f.replace("np.", "jnp.") for fn, f in _BINARY_FUNCS.items()}
+    UNARY_FUNCS = {fn: f.replace("np.", "jnp.") for fn, f in _UNARY_FUNCS.items()}
+    UNARY_EXPRS = {"rsqrt": "1 / jnp.sqrt({x})", "reciprocal": "1 / {x}", "square": "{x} * {x}",
+                   "sigmoid": "jax.nn.sigmoid({x})", "relu": "jnp.maximum({x}, 0)"}  # fmt: skip
+    IMPORTS = {"jax": "import jax", "jnp": "import jax.numpy as jnp"}
+    array_module = "jnp"
+
+    def matmul(self, x: str, y: str) -> str:
+        return f'jnp.matmul({x}, {y}, precision="highest")'
+
+
+def jax_module(program: Program, decomposition: str = "") -> str:
+    return JaxWriter(program).module(decomposition)
+
+
+_SYMBOLIC_HELPERS = [
+    "# Functions that symbolic shape expressions use (torch.export's sympy spelling).",
+    "Max, Min, Abs = max, min, abs",
+    "Mod = PythonMod = lambda a, b: a % b",
+    "FloorDiv = lambda a, b: a // b",
+    "CeilDiv = lambda a, b: -(-a // b)",
+    "floor = FloorToInt = math.floor",
+    "ceiling = CeilToInt = math.ceil",
+    "TruncToInt = math.trunc",
+    "IntTrueDiv = lambda a, b: a / b",
+    "ToFloat = float",
+]
+
+
+def ops_init(kernel_names: Sequence[str], style: str = "numpy", modules: Sequence[str] = ()) -> str:
+    """``_ops/__init__.py``: one plain function per kernel, plus what generated code refers to.
+
+    ``modules`` are the vendored module names; for the JAX style, importing its kernel modules
+    (``jax_*``) is what registers their kernels.
+    """
+    if style == "jax":
+        kernel_mods = [m for m in modules if m.startswith("jax_") and m != "jax_registry"]
+        head = [
+            '"""Helpers for the generated forward: the rlx JAX backend\'s kernels, callable with plain arguments."""',
+            "",
+            "import math",
+            "from types import SimpleNamespace",
+            "",
+            f"from . import {', '.join(kernel_mods)}  # noqa: F401  (importing a module registers its kernels)",
+            "from .jax_kernels import x64  # noqa: F401  (the 64-bit scope load() runs the model in)",
+            "from .jax_registry import JAX_KERNELS as KERNELS",
+            "from .safetensors_io import read as read_safetensors  # noqa: F401  (used by the package's load())",
+        ]
+    else:
+        head = [
+            '"""Helpers for the generated forward: the rlx runtime\'s kernels, callable with plain arguments."""',
+            "",
+            "import math",
+            "from types import SimpleNamespace",
+            "",
+            "import ml_dtypes",
+            "",
+            "from .numpy_backend import KERNELS",
+            "from .safetensors_io import read as read_safetensors  # noqa: F401  (used by the package's load())",
+            "",
+            "bfloat16 = ml_dtypes.bfloat16",
+        ]
+    lines = [*head, "", *_SYMBOLIC_HELPERS]
+    lines += [
         "",
         "",
         "def _kernel(call_name):",

@@ -5,8 +5,11 @@
     rlx_<name>/rlx_<name>/__init__.py    load() -> callable model
     rlx_<name>/rlx_<name>/__main__.py    python -m rlx_<name> --input x=FILE.npy
     rlx_<name>/rlx_<name>/model.py       the generated forward
-    rlx_<name>/rlx_<name>/_ops/          the runtime kernels it calls (vendored, numpy + ml_dtypes only)
+    rlx_<name>/rlx_<name>/_ops/          the runtime kernels it calls (vendored)
     rlx_<name>/rlx_<name>/weights.safetensors
+
+Style ``numpy`` needs numpy + ml_dtypes; style ``jax`` runs the forward with ``jax.numpy`` under
+``jax.jit`` and needs jax (+ numpy, ml_dtypes, which jax depends on).
 """
 
 from __future__ import annotations
@@ -20,8 +23,9 @@ from pathlib import Path
 import numpy as np
 
 from rlx import __version__, safetensors_io
-from rlx.emit.codegen import numpy_module, ops_init, snake
-from rlx.emit.vendor import vendor_ops
+from rlx.emit.codegen import jax_module, numpy_module, ops_init, snake
+from rlx.emit.vendor import STYLES, vendor_ops
+from rlx.errors import UsageError
 from rlx.ir.program import Program
 
 INIT = '''"""{name}: a PyTorch model converted by rlx {version}; runs with numpy only."""
@@ -47,6 +51,44 @@ class Model:
 
 def load(weights_path=WEIGHTS):
     """Read the weights (memory-mapped) and return the callable model."""
+    return Model(weights_path)
+'''
+
+JAX_INIT = '''"""{name}: a PyTorch model converted by rlx {version}; runs on JAX (one jit-compiled XLA computation)."""
+
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+
+from . import model
+from ._ops import read_safetensors, x64
+
+WEIGHTS = Path(__file__).parent / "weights.safetensors"
+
+
+class Model:
+    """The converted model: ``Model()(*inputs)`` returns outputs (jax arrays) in the original structure.
+
+    Calls run ``jax.jit(model.forward)`` with 64-bit types enabled, so int64 and float64 stay 64-bit
+    as in PyTorch (``x64()`` is a thread-local scope; your own JAX code keeps its setting). To jit,
+    vmap or differentiate ``model.forward(params, *inputs)`` yourself, do it inside ``with x64():``
+    when the model uses int64 or float64.
+    """
+
+    def __init__(self, weights_path=WEIGHTS):
+        tensors, _ = read_safetensors(weights_path)
+        with x64():
+            self.params = {{key: jnp.asarray(value) for key, value in tensors.items()}}
+        self.forward = jax.jit(model.forward)
+
+    def __call__(self, *inputs):
+        with x64():
+            return self.forward(self.params, *inputs)
+
+
+def load(weights_path=WEIGHTS):
+    """Read the weights onto the JAX device and return the callable model."""
     return Model(weights_path)
 '''
 
@@ -93,30 +135,64 @@ def package_name(model_name: str) -> str:
     return "rlx_" + re.sub(r"\W+", "_", snake(model_name)).strip("_")
 
 
+def check_style(style: str) -> None:
+    """A known style, whose runtime can generate code here (the JAX style needs jax to list its kernels)."""
+    if style not in STYLES:
+        raise UsageError(f"unknown package style {style!r}; choose one of {', '.join(STYLES)}")
+    if style == "jax":
+        from rlx.runtime.jax_backend import load_kernels
+
+        load_kernels()  # UsageError saying how to install jax when it is missing
+
+
+def kernel_names(program: Program, style: str) -> list[str]:
+    """The Calls the style's runtime has kernels for; refuses a program using one it lacks."""
+    if style == "jax":
+        from rlx.runtime.jax_backend import check_coverage, load_kernels
+
+        check_coverage(program)
+        return sorted(t.__name__ for t in load_kernels())
+    from rlx.runtime.numpy_backend import KERNELS
+
+    return sorted(t.__name__ for t in KERNELS)
+
+
 def write_package(
-    program: Program, weights: Mapping[str, np.ndarray], out_dir: Path, *, decomposition: str = ""
+    program: Program,
+    weights: Mapping[str, np.ndarray],
+    out_dir: Path,
+    *,
+    decomposition: str = "",
+    style: str = "numpy",
 ) -> Path:
     """Write the package for ``program`` into ``out_dir/rlx_<name>/`` and return that directory."""
+    check_style(style)
+    kernels = kernel_names(program, style)
     name = package_name(program.name)
     root = out_dir / name
     pkg = root / name
     if root.exists():
         shutil.rmtree(root)
     pkg.mkdir(parents=True)
-    kernels = vendor_ops(pkg / "_ops")
-    (pkg / "_ops" / "__init__.py").write_text(ops_init(kernels), encoding="utf-8")
-    (pkg / "model.py").write_text(numpy_module(program, decomposition), encoding="utf-8")
-    (pkg / "__init__.py").write_text(INIT.format(name=program.name, version=__version__), encoding="utf-8")
+    modules = vendor_ops(pkg / "_ops", style)
+    (pkg / "_ops" / "__init__.py").write_text(ops_init(kernels, style, modules), encoding="utf-8")
+    code = jax_module(program, decomposition) if style == "jax" else numpy_module(program, decomposition)
+    (pkg / "model.py").write_text(code, encoding="utf-8")
+    init = JAX_INIT if style == "jax" else INIT
+    (pkg / "__init__.py").write_text(init.format(name=program.name, version=__version__), encoding="utf-8")
     (pkg / "__main__.py").write_text(MAIN.format(package=name, inputs=[v.name for v in program.inputs]), encoding="utf-8")
     needed = {w.key: weights[w.key] for w in program.weights}
     safetensors_io.write(pkg / "weights.safetensors", needed)
-    (root / "pyproject.toml").write_text(_pyproject(name, program.name), encoding="utf-8")
-    (root / "README.md").write_text(_readme(name, program, decomposition), encoding="utf-8")
+    (root / "pyproject.toml").write_text(_pyproject(name, program.name, style), encoding="utf-8")
+    (root / "README.md").write_text(_readme(name, program, decomposition, style), encoding="utf-8")
     os.chmod(root, 0o755)
     return root
 
 
-def _pyproject(name: str, model: str) -> str:
+def _pyproject(name: str, model: str, style: str) -> str:
+    # Weights are read by the vendored safetensors reader (_ops/safetensors_io.py): no safetensors
+    # package needed. ml_dtypes: the vendored dtype table imports it (bfloat16).
+    deps = ["numpy>=1.24", "ml_dtypes>=0.3"] if style == "numpy" else ["jax>=0.4.30", "numpy>=1.24", "ml_dtypes>=0.3"]
     return f"""[build-system]
 requires = ["setuptools>=68"]
 build-backend = "setuptools.build_meta"
@@ -126,7 +202,7 @@ name = "{name.replace("_", "-")}"
 version = "0.1.0"
 description = "{model}, converted from PyTorch by rlx {__version__}"
 requires-python = ">=3.10"
-dependencies = ["numpy>=1.24", "ml_dtypes>=0.3"]
+dependencies = [{", ".join(f'"{d}"' for d in deps)}]
 
 [tool.setuptools.packages.find]
 where = ["."]
@@ -143,13 +219,20 @@ ignore = ["E501", "E731", "B905"]
 """
 
 
-def _readme(name: str, program: Program, decomposition: str) -> str:
+def _readme(name: str, program: Program, decomposition: str, style: str) -> str:
     inputs = "\n".join(f"- `{v.name}`: shape {[str(d) for d in v.shape]}, {v.dtype}" for v in program.inputs)
     ops = "\n".join(f"| `{op}` | {n} |" for op, n in program.source_histogram.items())
+    runs_with = (
+        "It runs with numpy and ml_dtypes only: no torch, no rlx."
+        if style == "numpy"
+        else "It runs on JAX (`jax.numpy`, one `jax.jit` computation): no torch, no rlx. `load()` runs it with\n"
+        "64-bit types on (`_ops.x64()`, a thread-local scope), so int64/float64 stay 64-bit as in PyTorch; wrap\n"
+        "your own `jax.jit(model.forward)` calls in `with _ops.x64():` when the model uses them."
+    )
     return f"""# {name}
 
 `{program.name}`, converted from PyTorch by rlx {__version__} (decomposition level: {decomposition or "?"}).
-It runs with numpy and ml_dtypes only: no torch, no rlx.
+{runs_with}
 
     pip install ./{name}          # or put this directory on PYTHONPATH
     python -c "import {name}, numpy as np; m = {name}.load(); print(m(...))"

@@ -13,7 +13,7 @@ import numpy as np
 
 from rlx import safetensors_io
 from rlx.bundle import BUNDLE_FORMAT, BUNDLE_VERSION
-from rlx.errors import BundleError, InputError, RlxError
+from rlx.errors import BundleError, InputError, RlxError, UsageError
 from rlx.ir import dtypes
 from rlx.ir.program import Program, Value, specialize
 from rlx.ir.symbolic import dim_json
@@ -32,6 +32,7 @@ class Model:
         meta: dict[str, Any] | None = None,
         *,
         optimize: bool = True,
+        backend: str = "numpy",
     ) -> None:
         self.program = program
         self.meta = meta or {}
@@ -42,7 +43,9 @@ class Model:
         self._weights = weights
         # Static programs have one executor; dynamic ones get one per binding of the symbols.
         self._optimize = optimize  # constant folding at load; off for debugging (`rlx run --no-opt`)
-        self._static = None if program.is_dynamic else Executor(program, weights, fold_constants=optimize)
+        self.backend = backend
+        self._jax = _jax_backend(backend, program, weights)  # None for numpy: jax is imported only when asked for
+        self._static = None if program.is_dynamic else self._new_executor(program)
         self._by_binding: OrderedDict[tuple[tuple[str, int], ...], Executor] = OrderedDict()
         self._lock = threading.Lock()  # guards the plan cache; running a plan needs no lock
 
@@ -89,15 +92,31 @@ class Model:
             if executor is not None:
                 self._by_binding.move_to_end(key)
                 return executor
-        executor = Executor(specialize(self.program, bindings), self._weights, fold_constants=self._optimize)
+        executor = self._new_executor(specialize(self.program, bindings))
         with self._lock:
             self._by_binding[key] = executor
             if len(self._by_binding) > PLAN_CACHE_SIZE:
                 self._by_binding.popitem(last=False)
         return executor
 
+    def _new_executor(self, program: Program) -> Executor:
+        if self._jax is not None:  # one XLA compilation of the whole (specialised) program; same run()
+            return self._jax(program)
+        return Executor(program, self._weights, fold_constants=self._optimize)
+
 
 PLAN_CACHE_SIZE = 16  # evaluated plans kept per model, least recently used first out
+BACKENDS = ("numpy", "jax")
+
+
+def _jax_backend(backend: str, program: Program, weights: Mapping[str, np.ndarray]) -> Any:
+    if backend not in BACKENDS:
+        raise UsageError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+    if backend == "numpy":
+        return None
+    from rlx.runtime import jax_backend  # raises UsageError, saying how to install jax, without it
+
+    return jax_backend.backend(program, weights)
 
 
 def check_input(spec: Value, value: Any) -> np.ndarray:
@@ -175,11 +194,12 @@ BUNDLE_FILES = ("program.json", "meta.json", "weights.safetensors")
 MAX_JSON_BYTES = 256 * 1024 * 1024
 
 
-def load(bundle_dir: str | Path, *, optimize: bool = True) -> Model:
+def load(bundle_dir: str | Path, *, optimize: bool = True, backend: str = "numpy") -> Model:
     """Load a bundle directory (``program.json`` + ``weights.safetensors`` + ``meta.json``).
 
     Nothing in a bundle is executed, nothing outside the directory is read (a file that is a
     symlink leading out of it is refused), and every size, shape and dtype is checked before use.
+    ``backend="jax"`` runs the program as one XLA computation per input-shape binding (needs jax).
     """
     bundle_dir = Path(bundle_dir)
     if (bundle_dir / "bundle" / "program.json").is_file():  # an OUT directory from `rlx import`
@@ -200,7 +220,7 @@ def load(bundle_dir: str | Path, *, optimize: bool = True) -> Model:
             "program; the bundle's files do not belong together"
         )
     weights = bind_weights(program, tensors, paths["weights.safetensors"])
-    return Model(program, weights, meta, optimize=optimize)
+    return Model(program, weights, meta, optimize=optimize, backend=backend)
 
 
 def inside(directory: Path, name: str) -> Path:

@@ -72,6 +72,10 @@ def assert_arrays_match(got: np.ndarray, want: np.ndarray, what: str = "output",
     assert got.shape == want.shape, f"{what}: shape {got.shape} != torch {want.shape}"
     assert got.dtype == want.dtype, f"{what}: dtype {got.dtype} != torch {want.dtype}"
     tok = dtypes.from_numpy(want.dtype)
+    if dtypes.is_complex(tok):  # real and imaginary parts, each like a float32 output
+        for part, g, w in (("real", got.real, want.real), ("imag", got.imag, want.imag)):
+            assert_arrays_match(np.ascontiguousarray(g), np.ascontiguousarray(w), f"{what} ({part})", rtol, atol)
+        return
     if not dtypes.is_float(tok):
         np.testing.assert_array_equal(got, want, err_msg=what)
         return

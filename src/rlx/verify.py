@@ -3,7 +3,8 @@
 Pass rule per output: shape and dtype equal; NaN and ±inf in exactly the same places; then, on
 the finite elements, integer and bool outputs exactly equal, float outputs with
 cosine ≥ 0.99999 and max |err| ≤ 1e-4 · max(1, max |ref|) (looser for f16/bf16, whose own
-rounding is larger: the tolerance grows to 8 ulps and cosine to 0.999).
+rounding is larger: the tolerance grows to 8 ulps and cosine to 0.999). Complex outputs are
+compared as their real and imaginary parts, like float32 outputs.
 """
 
 from __future__ import annotations
@@ -69,6 +70,11 @@ def _tolerances(tok: str) -> tuple[float, float]:
     return COSINE_MIN, ATOL_FACTOR
 
 
+def _real_view(x: np.ndarray) -> np.ndarray:
+    """A complex array as floats with a trailing (real, imag) axis."""
+    return np.stack([x.real, x.imag], axis=-1)
+
+
 def compare(index: int, got: np.ndarray, ref: np.ndarray) -> OutputParity:
     got_tok, ref_tok = dtypes.from_numpy(got.dtype), dtypes.from_numpy(ref.dtype)
     base = dict(index=index, shape=list(got.shape), dtype=got_tok, ref_shape=list(ref.shape), ref_dtype=ref_tok)
@@ -82,6 +88,9 @@ def compare(index: int, got: np.ndarray, ref: np.ndarray) -> OutputParity:
         ok = bool(np.array_equal(got, ref))
         return OutputParity(**base, cosine=None, max_abs_err=max_abs, max_rel_err=None, nonfinite_match=True,
                             passed=ok, reason="" if ok else "values differ")  # fmt: skip
+    if dtypes.is_complex(ref_tok):  # real and imaginary parts side by side, compared as float32 values
+        got, ref = _real_view(got), _real_view(ref)
+        ref_tok = "f32"
     g, r = got.astype(np.float64), ref.astype(np.float64)
     nonfinite_match = bool(np.array_equal(np.isnan(g), np.isnan(r)) and np.array_equal(np.where(np.isinf(r), r, 0),
                                                                                       np.where(np.isinf(g), g, 0)))  # fmt: skip

@@ -428,3 +428,33 @@ class Diagonal(Call):
     offset: int
     axis1: int
     axis2: int
+
+# ── spectral ─────────────────────────────────────────────────────────────────
+@dataclass(frozen=True)
+class Fft(Call):
+    """Discrete Fourier transform over ``axes`` (``torch.fft``'s ``_fft_r2c`` / ``_fft_c2r`` / ``_fft_c2c``).
+
+    ``kind``: r2c (real in, complex out; ``onesided`` keeps only the ``n // 2 + 1`` non-negative
+    frequencies of the last axis), c2r (a onesided spectrum in, real out with ``last_size``
+    entries on the last axis; the spectrum is taken as Hermitian, so the imaginary parts it cannot
+    have are ignored), c2c. ``forward`` is the direction (``e^{-2πi·}`` forward, ``e^{+2πi·}``
+    inverse): rfft is a forward r2c and ihfft an inverse one, irfft an inverse c2r and hfft a
+    forward one. ``norm`` scales the sum, whatever the direction: none (1), ortho (1/√n) or by_n
+    (1/n), with ``n`` the product of the signal sizes along ``axes`` — PyTorch's ``fft_norm_mode``.
+    """
+
+    x: Ref
+    kind: str
+    axes: tuple[int, ...]
+    norm: str
+    forward: bool
+    onesided: bool = True
+    last_size: int | None = None
+
+
+@dataclass(frozen=True)
+class Conj(Call):
+    """The complex conjugate (``torch.conj_physical``); a real tensor is returned unchanged."""
+
+    x: Ref
+

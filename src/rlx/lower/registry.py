@@ -84,7 +84,7 @@ def op_table_markdown() -> str:
 
 def _load_families() -> None:
     # Importing the family modules runs their @lowers decorators.
-    from rlx.lower import creation, elementwise, linalg, misc, nn, ordering, reduce, resample, scatter, shape  # noqa: F401
+    from rlx.lower import creation, elementwise, linalg, misc, nn, ordering, reduce, resample, scatter, shape, spectral  # noqa: F401
 
 
 class Builder:

@@ -536,4 +536,4 @@ def attention(c: C.Attention, q: np.ndarray, k: np.ndarray, v: np.ndarray, mask:
 
 
 # Kernel families kept in modules of their own register themselves when imported.
-from rlx.runtime import ordering_kernels, resample_kernels, scatter_kernels  # noqa: E402, F401
+from rlx.runtime import ordering_kernels, resample_kernels, scatter_kernels, spectral_kernels  # noqa: E402, F401

@@ -28,7 +28,8 @@ def token_to_torch(tok: str) -> torch.dtype:
 
 
 def tensor_to_numpy(t: torch.Tensor) -> np.ndarray:
-    t = t.detach().cpu().contiguous()
+    # resolve_conj/neg: torch.fft's ihfft and .conj() return lazily conjugated complex views.
+    t = t.detach().cpu().resolve_conj().resolve_neg().contiguous()
     if t.dtype == torch.bfloat16:  # numpy has no bf16: reinterpret the bits as ml_dtypes.bfloat16
         return t.view(torch.int16).numpy().view(dtypes.to_numpy("bf16")).copy()
     torch_dtype_token(t.dtype)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import sys
 import textwrap
@@ -54,14 +55,15 @@ def convert(
     kwargs: Mapping[str, Any] | None = None,
     decomposition: str = "high",
     dynamic_shapes: Any = None,
+    backend: str = "numpy",
 ) -> tuple[Model, Program, Any]:
-    """Export, lower and bind: returns (runtime model, program, exported)."""
+    """Export, lower and bind: returns (runtime model on ``backend``, program, exported)."""
     module = as_module(fn).eval()
     exported = capture(
         module, tuple(inputs), example_kwargs=kwargs, decomposition=decomposition, dynamic_shapes=dynamic_shapes
     )
     program = build_program(exported.ir)
-    model = Model(program, bind_weights(program, exported.weights, "weights"))
+    model = Model(program, bind_weights(program, exported.weights, "weights"), backend=backend)
     return model, program, exported
 
 
@@ -96,15 +98,17 @@ def assert_converts_and_matches(
     levels: Sequence[str] = LEVELS,
     rtol: float | None = None,
     atol: float | None = None,
+    backend: str = "numpy",
 ) -> Program:
-    """Convert at each decomposition level, run with numpy, compare every output with eager torch."""
+    """Convert at each decomposition level, run on ``backend`` (numpy unless told), compare every
+    output with eager torch."""
     module = as_module(fn).eval()
     with torch.no_grad():
         expected = module(*inputs, **(kwargs or {}))
     want_flat, want_spec = pytree.tree_flatten(expected)
     program = None
     for level in levels:
-        model, program, _ = convert(module, inputs, kwargs=kwargs, decomposition=level)
+        model, program, _ = convert(module, inputs, kwargs=kwargs, decomposition=level, backend=backend)
         np_inputs = [tensor_to_numpy(t) if isinstance(t, torch.Tensor) else t for t in inputs]
         np_kwargs = {k: tensor_to_numpy(v) for k, v in (kwargs or {}).items()}
         got = model(*[a for a in np_inputs if isinstance(a, np.ndarray)], **np_kwargs)
@@ -150,6 +154,18 @@ def load_example(name: str) -> ModuleType:
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module
+
+
+@functools.cache
+def exported_example(name: str, level: str) -> tuple[Any, Program]:
+    """``examples/<name>.py`` exported in memory at ``level`` and lowered: (exported, program).
+
+    Cached per process, so test files that each need every example at every level (backends,
+    generated packages) pay for one export each. Treat the result as read-only.
+    """
+    model, inputs = load_example(name).get_model()
+    exported = capture(model.eval(), tuple(inputs), decomposition=level)
+    return exported, build_program(exported.ir)
 
 
 # Prepended to a subprocess script: any `import torch` there fails, proving a path is torch-free.

@@ -261,6 +261,12 @@ class JaxWriter(NumpyWriter):
     def matmul(self, x: str, y: str) -> str:
         return f'jnp.matmul({x}, {y}, precision="highest")'
 
+    def expression(self, ins: Instr) -> str:
+        c = ins.call
+        if isinstance(c, C.Cast) and self.dtype_of(c.x) in ("f16", "bf16", "f32", "f64") and c.dtype[0] in "iu":
+            return self.kernel_call(c)  # PyTorch's float → int out of range is not XLA's saturation
+        return super().expression(ins)
+
 
 def jax_module(program: Program, decomposition: str = "") -> str:
     return JaxWriter(program).module(decomposition)

@@ -184,7 +184,22 @@ def leaky_relu(c: C.LeakyRelu, x: Array) -> Array:
 
 @kernel(C.Cast)
 def cast(c: C.Cast, x: Array) -> Array:
-    return jnp.asarray(x).astype(dtypes.to_numpy(c.dtype))
+    x, dt = jnp.asarray(x), dtypes.to_numpy(c.dtype)
+    if _is_float(x) and dt.kind in "iu":
+        return _float_to_int(x, dt)
+    return x.astype(dt)
+
+
+def _float_to_int(x: Array, dt: np.dtype) -> Array:
+    """Float → integer as PyTorch's CPU cast (C's, numpy's) behaves on x86: truncate toward zero;
+    NaN, ±inf and values out of range give the "integer indefinite" INT_MIN of a 32- or 64-bit
+    conversion; narrower types go through int32 and keep its low bits. XLA would saturate instead."""
+    wide = np.dtype(np.int64) if dt.itemsize == 8 else np.dtype(np.int32)
+    low = np.iinfo(wide).min
+    xw = widen(x)
+    inside = (xw >= low) & (xw < -float(low))  # False for NaN
+    out = jnp.where(inside, jnp.where(inside, xw, 0).astype(wide), low)
+    return out.astype(dt)
 
 
 # ── producers ────────────────────────────────────────────────────────────────

@@ -358,6 +358,10 @@ CASTS += [
     case("identities", lambda a: (a.clone(), a.detach(), a.t().contiguous(), torch.positive(a) if a.dtype != BOOL else a,
                                   F.dropout(a.float(), 0.5, training=False), torch.nn.Dropout(0.3).eval()(a.float())),
          singles(ALL, shapes=[(3, 4)])),
+    # native_dropout outside training or with p=0: the input itself and an all-True keep-mask
+    case("native_dropout_inference", lambda a: (torch.ops.aten.native_dropout(a, 0.5, False),
+                                                torch.ops.aten.native_dropout(a, 0.0, True)),
+         singles(FLOATS, shapes=[(3, 4)]), levels=LEVELS),  # (eager gives an empty input a float mask)
     case("constant_in_forward", lambda a: a + torch.tensor([1.0, 2.0, 3.0, 4.0], dtype=a.dtype),
          singles(FLOATS, shapes=[(3, 4)])),
 ]
@@ -379,3 +383,10 @@ CASES = BINARY + SCALARS + UNARY + SELECT + CASTS + KNOWN_FAILURES
 @pytest.mark.parametrize("c", CASES)
 def test_matches_torch(c: Case) -> None:
     check(c)
+
+
+def test_native_dropout_in_training_is_refused() -> None:
+    from rlx.errors import LoweringError
+
+    with pytest.raises(LoweringError, match="random numbers"):
+        convert(lambda a: torch.ops.aten.native_dropout(a, 0.5, True), [rand((3, 4))], decomposition="core")

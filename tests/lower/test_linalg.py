@@ -1,5 +1,7 @@
 """Matrix products against eager PyTorch: mm, bmm, matmul broadcasting, addmm/baddbmm with
-beta/alpha, linear — in float32, float16, bfloat16 and float64.
+beta/alpha, linear — in float32, float16, bfloat16 and float64. Pairwise distances (cdist, pdist)
+in float32 and float64 (PyTorch has no half-precision CPU kernels for them): every p (0, 1, 2,
+inf and others), the matrix-product path of p=2, broadcast batches, NaN/inf, empty inputs.
 
 Each case is one export that runs its variants over every swept dtype (an export costs far more
 than the ops); "output k" in a failure counts variants within dtypes.
@@ -56,6 +58,20 @@ def specials(shape):
 # matmul inputs: a, b 1-d; m [3,4]; n [4,5]; bt [2,3,4]; bn [2,4,5]; b4 [2,1,3,4]; bn3 [3,4,5].
 MATMUL_SHAPES = ((4,), (4,), (3, 4), (4, 5), (2, 3, 4), (2, 4, 5), (2, 1, 3, 4), (3, 4, 5))
 
+INF = float("inf")
+DIST = (F32, F64)
+P_VALUES = (0.0, 1.0, 2.0, INF, 0.5, 3.0)
+
+
+def _dist_specials(d):
+    """Rows with a NaN, an inf, both infs, and a finite row, so NaN meets inf and inf meets inf."""
+    x = rand((6, 3), d, seed=11)
+    x[0, 0], x[1, 1], x[2, 0], x[3, 2], x[3, 0] = float("nan"), INF, -INF, INF, INF
+    return x
+
+
+DIST_SPECIALS = _dist_specials
+
 CASES = [
     case("mm", lambda x, y: torch.mm(x, y), (3, 4), (4, 5)),
     case("bmm", lambda x, y: torch.bmm(x, y), (2, 3, 4), (2, 4, 5)),
@@ -99,6 +115,28 @@ CASES = [
     case("F.linear", [lambda x, w, b: F.linear(x, w, b), lambda x, w, b: F.linear(x, w),
                       lambda x, w, b: F.linear(x[0, 0], w, b), lambda x, w, b: F.linear(x[0], w)],
          (2, 3, 4), (5, 4), (5,)),
+    # distances: rows 5 and 7 (odd), 3 columns; p=2 below 26 rows is the direct sum of squares
+    case("cdist", [lambda x, y, b1, b2: tuple(torch.cdist(x, y, p) for p in P_VALUES),
+                   lambda x, y, b1, b2: tuple(torch.cdist(b1, b2, p) for p in (2.0, 1.0, INF)),  # batch [2,1]x[3]
+                   lambda x, y, b1, b2: torch.cdist(x, x, 0.0)],
+         (5, 3), (7, 3), (2, 1, 4, 3), (3, 5, 3), dtypes=DIST),
+    # more than 25 rows (or compute_mode=use_mm…): p=2 through torch's matrix-product formula
+    case("cdist_mm", [lambda x, y: torch.cdist(x, y), lambda x, y: torch.cdist(y, x[:4]),
+                      lambda x, y: torch.cdist(x[:6], y[:5], compute_mode="use_mm_for_euclid_dist"),
+                      lambda x, y: torch.cdist(x, y, compute_mode="donot_use_mm_for_euclid_dist"),
+                      lambda x, y: torch.cdist(x, y, 3.0)], (30, 4), (27, 4), dtypes=DIST),
+    # near-identical points: the matrix-product formula cancels badly (errors ~1e-3 against the direct
+    # sum), so only taking the same path as PyTorch matches it
+    case("cdist_mm_near", lambda x, n: torch.cdist(x, x + 1e-3 * n), (30, 4), (30, 4), dtypes=(F32,)),
+    # NaN/inf: cdist's inf-norm skips NaN (a scalar std::max loop), every other p propagates it
+    case("cdist_specials", lambda x, y: tuple(torch.cdist(x, y, p) for p in P_VALUES), DIST_SPECIALS, (3, 3),
+         dtypes=DIST),
+    case("cdist_empty", [lambda x, y: torch.cdist(x[:0], y), lambda x, y: torch.cdist(x[:, :0], y[:, :0], 1.0),
+                         lambda x, y: torch.cdist(x, y[:0], INF)], (4, 3), (5, 3), dtypes=(F32,)),
+    case("pdist", [lambda x: tuple(F.pdist(x, p) for p in P_VALUES), lambda x: F.pdist(x[:1]),
+                   lambda x: F.pdist(x[:2], 0.5), lambda x: F.pdist(x[:, :0], 2.0)], (7, 3), dtypes=DIST),
+    case("pdist_specials", lambda x: tuple(F.pdist(x, p) for p in P_VALUES), DIST_SPECIALS, dtypes=DIST),
+    case("pdist_many_rows", lambda x: F.pdist(x), (61, 2), dtypes=(F32,), levels=("core",)),
     module_case("nn.Linear", lambda: nn.Linear(4, 5), (2, 3, 4)),
     module_case("nn.Linear_2d", lambda: nn.Linear(4, 5), (3, 4), levels=("high",)),
     module_case("nn.Linear_no_bias", lambda: nn.Linear(4, 5, bias=False), (3, 4)),

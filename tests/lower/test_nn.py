@@ -320,3 +320,67 @@ def test_native_group_norm_statistics_outputs():
     g = torch.Generator().manual_seed(3)
     x, w, b = torch.randn(2, 4, 3, 3, generator=g) * 3 + 1, torch.randn(4, generator=g), torch.randn(4, generator=g)
     assert_converts_and_matches(f, (x, w, b))
+
+
+# ── batch-norm statistics results, pooling backward ──────────────────────────
+def _bn_inputs(dtype):
+    g = torch.Generator().manual_seed(5)
+    x = (torch.randn(4, 3, 5, generator=g) * 2 + 1).to(dtype)
+    w, b = torch.randn(3, generator=g).to(dtype), torch.randn(3, generator=g).to(dtype)
+    mean, var = torch.randn(3, generator=g).to(dtype), (torch.rand(3, generator=g) + 0.5).to(dtype)
+    return x, w, b, mean, var
+
+
+@pytest.mark.parametrize("dtype", HALF, ids=str)
+def test_native_batch_norm_statistics_results(dtype):
+    """Results 1 and 2 (save_mean, save_invstd): empty ``[0]`` tensors with running statistics in
+    eval mode; the batch mean and 1/sqrt(var + eps) when the batch's own statistics are used."""
+    aten = torch.ops.aten
+
+    def f(x, w, b, mean, var):
+        return (aten.native_batch_norm(x, w, b, mean, var, False, 0.1, 1e-5),
+                aten._native_batch_norm_legit_no_training(x, w, b, mean, var, 0.1, 1e-3),
+                aten._native_batch_norm_legit.no_stats(x, w, b, True, 0.1, 1e-5),
+                aten.native_batch_norm(x, w, b, None, None, True, 0.1, 1e-2))  # fmt: skip
+
+    assert_converts_and_matches(f, _bn_inputs(dtype))
+
+
+def test_batch_norm_training_with_running_stats_is_refused():
+    from rlx.errors import LoweringError
+
+    from helpers import convert
+
+    def f(x, w, b, mean, var):
+        return torch.ops.aten._native_batch_norm_legit_no_training(x, w, b, mean, var, 0.1, 1e-5)[0] + \
+            torch.ops.aten.native_batch_norm(x, w, b, mean.clone(), var.clone(), True, 0.1, 1e-5)[0]  # fmt: skip
+
+    with pytest.raises(LoweringError, match="training mode"):
+        convert(f, _bn_inputs(F32), decomposition="aten")
+
+
+def _pool_backward(nd):
+    """max_pool{nd}d_with_indices_backward of overlapping windows (stride < kernel: a position that
+    is the max of several windows gets their gradients summed), with padding and ceil mode."""
+    pool = F.max_pool2d if nd == 2 else F.max_pool3d
+    backward = getattr(torch.ops.aten, f"max_pool{nd}d_with_indices_backward")
+
+    def f(x, g):
+        out = []
+        for k, s, p, d, ceil in [(3, 1, 1, 1, False), (2, 2, 0, 1, True), (3, 2, 1, 2, True)]:
+            y, idx = pool(x, k, s, p, d, ceil_mode=ceil, return_indices=True)
+            out.append(backward(g[..., : y.shape[-2], : y.shape[-1]].expand_as(y).contiguous() * y.sign(), x,
+                                [k] * nd, [s] * nd, [p] * nd, [d] * nd, ceil, idx))  # fmt: skip
+        return tuple(out)
+
+    return f
+
+
+@pytest.mark.parametrize("dtype", HALF, ids=str)
+@pytest.mark.parametrize("nd", [2, 3])
+def test_max_pool_with_indices_backward(nd, dtype):
+    shape = (2, 3, 7, 6) if nd == 2 else (1, 2, 5, 4, 6)
+    x = rand(shape, dtype, seed=1)
+    x.view(-1)[::7] = x.view(-1)[0]  # ties: equal maxima in a window
+    g = rand(shape[-2:], dtype, seed=2)
+    assert_converts_and_matches(_pool_backward(nd), (x, g))

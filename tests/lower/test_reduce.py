@@ -93,6 +93,32 @@ CASES = [
     case("zero_size_float", lambda x: (x.mean(1), x.mean(), x.var(1), x.std(0), torch.var_mean(x, 2), x.argmax(2)),
          singles((F32, F16), shapes=[(2, 0, 3)])),
 
+# ── composites the aten level keeps whole (and core decomposes) ──────────────
+    # NaNs count as 0 / are left out; ints and bools sum to int64
+    case("nansum", lambda x: (torch.nansum(x), torch.nansum(x, 1), torch.nansum(x, (0, 2), keepdim=True),
+                              torch.nansum(x, -1, dtype=F64 if x.is_floating_point() else I64)), inputs(ALL)),
+    case("nanmean", lambda x: (torch.nanmean(x), torch.nanmean(x, 1), torch.nanmean(x, (0, 2), keepdim=True)),
+         inputs(FLOATS)),
+    case("nanmean_all_nan", lambda x: (torch.nanmean(x, 1), torch.nanmean(x)),  # an all-NaN row is NaN
+         [(torch.tensor([[NAN, NAN], [1.0, NAN]]),)]),
+    case("logsumexp", lambda x: (torch.logsumexp(x, 1), torch.logsumexp(x, (0, 2), keepdim=True), torch.logsumexp(x, -1)),
+         inputs(ALL)),  # ints and bools give float32
+    case("logsumexp_infinite_rows", lambda x: (torch.logsumexp(x, 1), torch.logsumexp(x, 0, keepdim=True)),
+         [(torch.tensor([[-INF, -INF, -INF], [INF, 1.0, 2.0], [INF, -INF, 0.0], [1e30, 1e30, -1e30]]),)]),
+    case("count_nonzero", lambda x: (torch.count_nonzero(x), torch.count_nonzero(x, 1), torch.count_nonzero(x, (0, 2))),
+         inputs(ALL)),
+    case("aminmax", lambda x: (torch.aminmax(x), torch.aminmax(x, dim=1), torch.aminmax(x, dim=-1, keepdim=True)),
+         inputs(ALL)),
+    case("aminmax_zero_dim", lambda x: (torch.aminmax(x), torch.aminmax(x, dim=0, keepdim=True)), singles(ALL, shapes=[()])),
+    case("vector_norm", lambda x: tuple(torch.linalg.vector_norm(x, o, d, k) for o, d, k in
+                                        [(2, None, False), (1, 1, False), (0, -1, True), (INF, (0, 2), False),
+                                         (-INF, 1, False), (3, 1, True), (0.5, -1, False), (-1, 0, False)]),
+         inputs(FLOATS)),
+    case("vector_norm_dtype_and_size_one", lambda x: (torch.linalg.vector_norm(x, dtype=F64), torch.linalg.vector_norm(x[:, :1], 3, 1),
+                                                      torch.linalg.vector_norm(x[:1, :1, :1], 2.5),
+                                                      torch.linalg.vector_norm(x[0, 0, 0], 4)),
+         inputs((F32, F16), specials=False)),
+
 # ── known failures, each with its reason ─────────────────────────────────────
     case("var_mean_inf", lambda x: torch.var_mean(x, 1), [(torch.tensor([[INF, 1.0, 2.0], [1.0, -INF, 2.0]]),)],
          levels=("aten",), xfail="torch's var_mean computes the mean with Welford's update, so ±inf anywhere but last "

@@ -1,11 +1,31 @@
-"""Matrix products: mm, bmm, matmul, addmm, baddbmm, linear."""
+"""Matrix products (mm, bmm, matmul, addmm, baddbmm, linear) and pairwise distances (cdist, pdist)."""
 
 from __future__ import annotations
 
-from rlx.ir.calls import Binary, Linear, MatMul, Permute, Reshape
-from rlx.ir.program import Operand
+import math
+
+from rlx.errors import LoweringError
+from rlx.ir.calls import (
+    Arange,
+    Binary,
+    Cast,
+    Clamp,
+    Concat,
+    Full,
+    IndexSelect,
+    Linear,
+    MatMul,
+    Permute,
+    Reshape,
+    Unary,
+    Where,
+)
+from rlx.ir.program import Lit, Operand, Ref
+from rlx.ir.symbolic import Dim
 from rlx.ir.torch_ir import Node
+from rlx.lower.reduce import reduce_value
 from rlx.lower.registry import Builder, lowers
+from rlx.lower.shape import reshape_to
 
 
 @lowers("aten.mm", "aten.bmm", "aten.matmul", "aten.mv", "aten.dot", "aten.vdot")
@@ -53,3 +73,134 @@ def _matmul_shape(xs: tuple[int, ...], ys: tuple[int, ...]) -> tuple[int, ...]:
 def linear(node: Node, b: Builder) -> Operand:
     x, w = b.input(node, 0), b.input(node, 1)
     return b.emit_like(Linear(x, w, b.optional_input(node, 2, "bias")), node.meta)
+
+
+# ── pairwise distances ───────────────────────────────────────────────────────
+def _broadcast(*shapes: tuple[Dim, ...]) -> tuple[Dim, ...]:
+    rank = max(len(s) for s in shapes)
+    padded = [(1,) * (rank - len(s)) + tuple(s) for s in shapes]
+    return tuple(next((d for d in dims if d != 1), 1) for dims in zip(*padded))
+
+
+def _p_distance(b: Builder, diff: Ref, p: float, nan_max: bool) -> Ref:
+    """The ``p``-distance along the last axis of ``diff`` (``x_i - y_j``), as PyTorch's distance
+    kernels compute it on ``|diff|``: p=0 sums ``min(ceil(|d|), 1)`` (so NaN propagates), p=1 sums,
+    p=2 is ``sqrt(Σd²)``, p=inf the max, other p ``(Σ|d|^p)^(1/p)``. ``nan_max``: the inf-norm
+    skips NaNs (cdist's scalar ``std::max`` loop) instead of propagating them (pdist's vector max)."""
+    shape, dt = b.shape(diff), b.dtype(diff)
+    axis = len(shape) - 1
+    absolute = b.emit(Unary("abs", diff), shape, dt)
+    if p == 0:
+        step = b.emit(Binary("minimum", b.emit(Unary("ceil", absolute), shape, dt), b.lit(1, dt)), shape, dt)
+        return reduce_value(b, "sum", step, (axis,), False, dt)
+    if math.isinf(p):
+        if nan_max:
+            nan = b.emit(Unary("isnan", absolute), shape, "bool")
+            absolute = b.emit(Where(nan, b.lit(0, dt), absolute), shape, dt)
+        return reduce_value(b, "amax", absolute, (axis,), False, dt)
+    if p == 1:
+        return reduce_value(b, "sum", absolute, (axis,), False, dt)
+    if p == 2:
+        total = reduce_value(b, "sum", b.emit(Unary("square", absolute), shape, dt), (axis,), False, dt)
+        return b.emit(Unary("sqrt", total), b.shape(total), dt)
+    powered = b.emit(Binary("pow", absolute, b.lit(p, dt)), shape, dt)
+    total = reduce_value(b, "sum", powered, (axis,), False, dt)
+    return b.emit(Binary("pow", total, b.lit(1.0 / p, dt)), b.shape(total), dt)
+
+
+def _distance_p(node: Node, index: int) -> float:
+    p = node.arg(index, "p", 2.0)
+    if not isinstance(p, (int, float)) or isinstance(p, bool) or p < 0 or math.isnan(p):
+        raise LoweringError(f"node {node.id}: {node.base} needs a non-negative p, found {p!r}")
+    return float(p)
+
+
+@lowers("aten.cdist", "aten._cdist_forward")
+def cdist(node: Node, b: Builder) -> Operand:
+    """``cdist(x1 [*, P, M], x2 [*, R, M], p, compute_mode)`` → ``[*, P, R]``, as ``cdist_impl``
+    does it: p=2 goes through a matrix product (``_euclidean_dist``) when ``compute_mode`` is 1, or
+    is None/0 and P or R exceeds 25; everything else is the direct distance of every pair."""
+    out = node.meta
+    x1, x2 = b.cast(b.input(node, 0), out.dtype), b.cast(b.input(node, 1), out.dtype)
+    p = _distance_p(node, 2)
+    mode = node.arg(3, "compute_mode") or 0
+    (r1, c1), r2 = b.shape(x1)[-2:], b.shape(x2)[-2]
+    if 0 in (r1, r2, c1):  # no pairs, or distances between empty vectors (0)
+        return b.emit_like(Full(0.0, out.shape, out.dtype), out)
+    if p == 2 and (mode == 1 or (mode == 0 and (r1 > 25 or r2 > 25))):
+        return _euclidean_dist(b, x1, x2, out.shape, out.dtype)
+    s1, s2 = b.shape(x1), b.shape(x2)
+    a = reshape_to(b, x1, (*s1[:-1], 1, c1))  # [*, P, 1, M]
+    c = reshape_to(b, x2, (*s2[:-2], 1, r2, c1))  # [*, 1, R, M]
+    diff = b.emit(Binary("sub", a, c), _broadcast(b.shape(a), b.shape(c)), out.dtype)
+    return reshape_to(b, _p_distance(b, diff, p, nan_max=True), out.shape)
+
+
+def _euclidean_dist(b: Builder, x1: Ref, x2: Ref, shape: tuple[Dim, ...], dtype: str) -> Ref:
+    """PyTorch's ``_euclidean_dist``: ``sqrt(clamp_min([-2·x1, |x1|², 1] @ [x2, 1, |x2|²]ᵀ, 0))``."""
+
+    def augmented(x: Ref, scale: float, norm_first: bool) -> Ref:
+        s = b.shape(x)
+        kept = (*s[:-1], 1)
+        norm = reduce_value(b, "sum", b.emit(Unary("square", x), s, dtype), (len(s) - 1,), True, dtype)
+        ones = b.emit(Full(1.0, kept, dtype), kept, dtype)
+        head = b.emit(Binary("mul", x, b.lit(scale, dtype)), s, dtype) if scale != 1 else x
+        parts = (head, norm, ones) if norm_first else (head, ones, norm)
+        wide = (*s[:-1], s[-1] + 2)
+        return b.emit(Concat(parts, len(s) - 1), wide, dtype)
+
+    a = augmented(x1, -2.0, True)
+    c = augmented(x2, 1.0, False)
+    rank = b.rank(c)
+    ct = b.emit(Permute(c, (*range(rank - 2), rank - 1, rank - 2)), (*b.shape(c)[:-2], *b.shape(c)[-2:][::-1]), dtype)
+    prod = b.emit(MatMul(a, ct), shape, dtype)
+    clamped = b.emit(Clamp(prod, Lit(0.0, dtype), None), shape, dtype)
+    return b.emit(Unary("sqrt", clamped), shape, dtype)
+
+
+@lowers("aten.pdist", "aten._pdist_forward")
+def pdist(node: Node, b: Builder) -> Operand:
+    """``pdist(x [N, M], p)`` → the distances of the pairs ``i < j`` in row-major order
+    (``N(N-1)/2`` of them). The pair of output ``k`` is computed, not stored: row
+    ``i = ⌊(2N-1-√((2N-1)² - 8k)) / 2⌋`` (nudged by one where float rounding lands it off the
+    row's first pair ``i(2N-1-i)/2``), column ``j = k - start(i) + i + 1``."""
+    out = node.meta
+    x = b.cast(b.input(node, 0), out.dtype)
+    p = _distance_p(node, 1)
+    n, m = b.shape(x)
+    if not isinstance(n, int):
+        raise LoweringError(f"node {node.id}: pdist over a symbolic number of rows is not supported")
+    pairs = n * (n - 1) // 2
+    if pairs == 0 or m == 0:
+        return b.emit_like(Full(0.0, out.shape, out.dtype), out)
+    i, j = _pair_rows(b, n, pairs)
+    xi = b.emit(IndexSelect(x, 0, i), (pairs, m), out.dtype)
+    xj = b.emit(IndexSelect(x, 0, j), (pairs, m), out.dtype)
+    diff = b.emit(Binary("sub", xi, xj), (pairs, m), out.dtype)
+    return _p_distance(b, diff, p, nan_max=False)
+
+
+def _pair_rows(b: Builder, n: int, pairs: int) -> tuple[Ref, Ref]:
+    """int64 (i, j) of the ``pairs`` pairs ``i < j < n`` in row-major order."""
+    v = (pairs,)
+
+    def op(fn: str, x: Operand, y: Operand, dtype: str = "i64") -> Ref:
+        return b.emit(Binary(fn, x, y), v, dtype)
+
+    def start(i: Ref) -> Ref:  # index of row i's first pair: i(2n-1-i)/2, always an integer
+        return op("floor_divide", op("mul", i, op("sub", Lit(2 * n - 1, "i64"), i)), Lit(2, "i64"))
+
+    k = b.emit(Arange(0, pairs, 1, "i64"), v, "i64")
+    a = float(2 * n - 1)
+    disc = op("sub", Lit(a * a, "f64"), op("mul", b.emit(Cast(k, "f64"), v, "f64"), Lit(8.0, "f64"), "f64"), "f64")
+    root = b.emit(Unary("sqrt", b.emit(Clamp(disc, Lit(0.0, "f64"), None), v, "f64")), v, "f64")
+    guess = b.emit(Unary("floor", op("div", op("sub", Lit(a, "f64"), root, "f64"), Lit(2.0, "f64"), "f64")), v, "f64")
+    i = b.emit(Cast(b.emit(Clamp(guess, Lit(0.0, "f64"), Lit(float(n - 2), "f64")), v, "f64"), "i64"), v, "i64")
+    # One step either way repairs a guess that float rounding put on a neighbouring row.
+    up = op("le", start(op("add", i, Lit(1, "i64"))), k, "bool")
+    i = op("add", i, b.emit(Cast(b.emit(Binary("logical_and", up, op("lt", i, Lit(n - 2, "i64"), "bool")), v, "bool"),
+                                 "i64"), v, "i64"))  # fmt: skip
+    down = op("gt", start(i), k, "bool")
+    i = op("sub", i, b.emit(Cast(down, "i64"), v, "i64"))
+    j = op("add", op("sub", k, start(i)), op("add", i, Lit(1, "i64")))
+    return i, j

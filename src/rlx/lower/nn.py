@@ -16,6 +16,7 @@ from rlx.ir.calls import (
     BatchNorm,
     Binary,
     Conv,
+    Full,
     GroupNorm,
     IndexSelect,
     LayerNorm,
@@ -24,11 +25,12 @@ from rlx.ir.calls import (
     Reduce,
     Reshape,
     RmsNorm,
+    Scatter,
     Softmax,
     Unary,
 )  # fmt: skip
 from rlx.ir.program import Operand, Ref
-from rlx.ir.torch_ir import Node
+from rlx.ir.torch_ir import Node, TensorMeta
 from rlx.lower.registry import Builder, lowers
 from rlx.lower.shape import reshape_to
 from rlx.lower.shapes import ints, norm_axis
@@ -103,7 +105,8 @@ def batch_norm(node: Node, b: Builder) -> Operand | tuple[Operand | None, ...]:
             training, eps = False, node.arg(6, "eps")
         else:
             training, eps = node.arg(5, "training"), node.arg(7, "eps")
-    if mean is None or var is None:
+    batch_stats = mean is None or var is None
+    if batch_stats:
         # No running statistics (track_running_stats=False): even in eval mode every forward
         # normalises with the batch's own mean and biased variance.
         mean, var = _batch_stats(b, x)
@@ -112,7 +115,30 @@ def batch_norm(node: Node, b: Builder) -> Operand | tuple[Operand | None, ...]:
             f"node {node.id}: batch norm in training mode uses batch statistics; call model.eval() before export"
         )
     y = b.emit_like(BatchNorm(x, mean, var, w, bias, float(eps)), node.meta)
-    return (y,) + (None,) * (len(node.out) - 1) if node.multi else y
+    if not node.multi:
+        return y
+    return (y, *_saved_stats(node, b, mean, var, float(eps), batch_stats))
+
+
+def _saved_stats(node: Node, b: Builder, mean: Ref, var: Ref, eps: float, batch_stats: bool) -> list[Ref | None]:
+    """Results 1 and 2 of the native batch norms: ``save_mean`` and ``save_invstd``. With running
+    statistics PyTorch returns them empty (``[0]``); normalising with the batch's own statistics,
+    they are its mean and ``1/sqrt(var + eps)``. The functional form's running-stat updates
+    (results 3 and 4) exist only in training mode, which is refused above."""
+    saved: list[Ref | None] = []
+    for k, meta in enumerate(node.out[1:3], start=1):
+        if not isinstance(meta, TensorMeta):
+            saved.append(None)
+        elif tuple(meta.shape) == (0,):
+            saved.append(b.emit(Full(0, (0,), meta.dtype), (0,), meta.dtype))
+        elif batch_stats:
+            stat = mean if k == 1 else b.emit(
+                Unary("rsqrt", b.emit(Binary("add", var, b.lit(eps, b.dtype(var))), b.shape(var), b.dtype(var))),
+                b.shape(var), b.dtype(var))  # fmt: skip
+            saved.append(b.cast(stat, meta.dtype))
+        else:
+            saved.append(None)
+    return saved + [None] * (len(node.out) - 3)
 
 
 def _batch_stats(b: Builder, x: Ref) -> tuple[Ref, Ref]:
@@ -309,3 +335,21 @@ def adaptive_avg_pool(node: Node, b: Builder) -> Operand:
     nd = _spatial_rank(node)
     out_size = tuple(node.meta.shape[-nd:])  # None entries in output_size are resolved by torch's record
     return b.emit_like(AdaptiveAvgPool(x, out_size), node.meta)
+
+
+@lowers("aten.max_pool2d_with_indices_backward", "aten.max_pool3d_with_indices_backward")
+def max_pool_backward(node: Node, b: Builder) -> Operand:
+    """``(grad_output, self, kernel_size, stride, padding, dilation, ceil_mode, indices)``: each
+    output gradient is added at the input position its window's max came from (``indices`` are
+    flat over the spatial axes); positions no window picked get 0, repeats accumulate."""
+    grad, x, idx = b.input(node, 0), b.input(node, 1), b.input(node, 7, "indices")
+    out = node.meta
+    nd = _spatial_rank(node)
+    lead = b.shape(x)[:-nd]
+    flat_in = symbolic.numel(b.shape(x)[-nd:])
+    flat_out = symbolic.numel(b.shape(grad)[-nd:])
+    grad = reshape_to(b, b.cast(grad, out.dtype), (*lead, flat_out))
+    idx = reshape_to(b, idx, (*lead, flat_out))
+    zeros = b.emit(Full(0.0, (*lead, flat_in), out.dtype), (*lead, flat_in), out.dtype)
+    summed = b.emit(Scatter(zeros, len(lead), idx, grad, "sum"), (*lead, flat_in), out.dtype)
+    return reshape_to(b, summed, out.shape)

@@ -1,13 +1,19 @@
-"""Reductions: sum, mean, prod, amax/amin, max/min (with indices), any/all, var/std, argmax/argmin."""
+"""Reductions: sum, mean, prod, amax/amin, max/min (with indices), any/all, var/std, argmax/argmin,
+and the composite ones the ``aten`` level keeps whole (nansum, nanmean, logsumexp, count_nonzero,
+aminmax, linalg_vector_norm), lowered the way PyTorch's own decompositions write them."""
 
 from __future__ import annotations
 
+import math
+
 from rlx.errors import LoweringError
-from rlx.ir.calls import ArgReduce, Reduce
+from rlx.ir import dtypes
+from rlx.ir.calls import ArgReduce, Binary, Reduce, Unary, Where
 from rlx.ir.program import Operand, Ref
 from rlx.ir.torch_ir import Node, TensorMeta
 from rlx.lower.elementwise import binary
 from rlx.lower.registry import Builder, lowers
+from rlx.lower.shape import reshape_to
 from rlx.lower.shapes import norm_axes, norm_axis
 
 
@@ -28,13 +34,11 @@ def _axes_and_keepdim(node: Node, b: Builder, x: Ref) -> tuple[tuple[int, ...], 
     return norm_axes(dims, b.rank(x)) or norm_axes(None, b.rank(x)), bool(node.arg(2, "keepdim", False))
 
 
-@lowers("aten.sum", "aten.mean", "aten.prod", "aten.amax", "aten.amin", "aten.any", "aten.all", "aten.nansum")
+@lowers("aten.sum", "aten.mean", "aten.prod", "aten.amax", "aten.amin", "aten.any", "aten.all")
 def reduce(node: Node, b: Builder) -> Operand:
     out = node.meta
     x = b.input(node, 0)
     fn = node.base
-    if fn == "nansum":
-        raise LoweringError(f"node {node.id}: nansum is not supported yet")
     axes, keepdim = _axes_and_keepdim(node, b, x)
     if fn in ("any", "all"):  # bool, except uint8 in → uint8 out
         return b.cast(reduce_value(b, fn, b.cast(x, "bool"), axes, keepdim, "bool"), out.dtype)
@@ -89,3 +93,113 @@ def argmax(node: Node, b: Builder) -> Operand:
     dim = node.arg(1, "dim")
     axis = None if dim is None else norm_axis(dim, b.rank(x))
     return b.emit_like(ArgReduce(node.base, x, axis, bool(node.arg(2, "keepdim", False))), node.meta)
+
+
+# ── composite reductions ─────────────────────────────────────────────────────
+def _nan_to_zero(b: Builder, x: Ref) -> Ref:
+    """``where(isnan(x), 0, x)``; integer and bool tensors hold no NaN and pass through."""
+    if not dtypes.is_float(b.dtype(x)):
+        return x
+    nan = b.emit(Unary("isnan", x), b.shape(x), "bool")
+    return b.emit(Where(nan, b.lit(0, b.dtype(x)), x), b.shape(x), b.dtype(x))
+
+
+@lowers("aten.nansum", "aten.nanmean")
+def nansum(node: Node, b: Builder) -> Operand:
+    """``nansum`` = sum with NaNs as 0; ``nanmean`` = that sum / the count of non-NaN entries
+    (0/0 = NaN for an all-NaN slice), each rounded to the output dtype as PyTorch rounds them."""
+    out = node.meta
+    x = b.input(node, 0)
+    axes, keepdim = _axes_and_keepdim(node, b, x)
+    total = reduce_value(b, "sum", _nan_to_zero(b, x), axes, keepdim, out.dtype)
+    if node.base == "nansum":
+        return total
+    kept = b.emit(Unary("logical_not", b.emit(Unary("isnan", x), b.shape(x), "bool")), b.shape(x), "bool")
+    count = b.cast(reduce_value(b, "sum", kept, axes, keepdim, "i64"), out.dtype)
+    return b.emit_like(Binary("div", total, count), out)
+
+
+@lowers("aten.logsumexp")
+def logsumexp(node: Node, b: Builder) -> Operand:
+    """``log(sum(exp(x - m))) + m`` with ``m`` the max (0 where it is ±inf), as PyTorch computes it;
+    integer inputs are computed in the (float) output dtype."""
+    out = node.meta
+    x = b.cast(b.input(node, 0), out.dtype)
+    axes, keepdim = _axes_and_keepdim(node, b, x)
+    shape = b.shape(x)
+    if 0 in shape:  # PyTorch: sum(exp(x)).log(), which is -inf over an empty axis
+        return b.emit_like(Unary("log", reduce_value(b, "sum", b.emit(Unary("exp", x), shape, out.dtype), axes,
+                                                     keepdim, out.dtype)), out)  # fmt: skip
+    maxes = reduce_value(b, "amax", x, axes, True, out.dtype)
+    kept = b.shape(maxes)
+    infinite = b.emit(Unary("isinf", maxes), kept, "bool")
+    maxes = b.emit(Where(infinite, b.lit(0, out.dtype), maxes), kept, out.dtype)
+    shifted = b.emit(Unary("exp", b.emit(Binary("sub", x, maxes), shape, out.dtype)), shape, out.dtype)
+    logs = b.emit(Unary("log", reduce_value(b, "sum", shifted, axes, keepdim, out.dtype)), out.shape, out.dtype)
+    return b.emit_like(Binary("add", logs, maxes if keepdim else reshape_to(b, maxes, out.shape)), out)
+
+
+@lowers("aten.count_nonzero")
+def count_nonzero(node: Node, b: Builder) -> Operand:
+    x = b.input(node, 0)
+    axes = norm_axes(node.arg(1, "dim"), b.rank(x)) or norm_axes(None, b.rank(x))
+    nonzero = b.emit(Binary("ne", x, b.lit(0, b.dtype(x))), b.shape(x), "bool")
+    return reduce_value(b, "sum", nonzero, axes, False, node.meta.dtype)
+
+
+@lowers("aten.aminmax")
+def aminmax(node: Node, b: Builder) -> tuple[Operand, Operand]:
+    # aminmax(self, *, dim=None, keepdim=False): (min, max) over one axis or the whole tensor.
+    x = b.input(node, 0)
+    dim = node.arg(1, "dim")
+    axes = norm_axes(None, b.rank(x)) if dim is None else (norm_axis(dim, b.rank(x)),)
+    keepdim = bool(node.arg(2, "keepdim", False))
+    lo = reduce_value(b, "amin", x, axes, keepdim, b.dtype(x))
+    hi = reduce_value(b, "amax", x, axes, keepdim, b.dtype(x))
+    return reshape_to(b, lo, node.meta.shape), reshape_to(b, hi, node.out[1].shape)
+
+
+@lowers("aten.linalg_vector_norm")
+def vector_norm(node: Node, b: Builder) -> Operand:
+    """``linalg_vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None)``, written as
+    ``torch._refs.linalg.vector_norm``: ord 0 counts non-zeros, ±inf is the max/min of ``|x|``,
+    any other ord is ``sum(|x|^ord)^(1/ord)`` in the computation dtype (float32 for halves)."""
+    out = node.meta
+    x = b.input(node, 0)
+    ord_ = node.arg(1, "ord", 2)
+    ord_ = 2.0 if ord_ is None else float(ord_)
+    axes = norm_axes(node.arg(2, "dim"), b.rank(x)) or norm_axes(None, b.rank(x))
+    keepdim = bool(node.arg(3, "keepdim", False))
+    if not dtypes.is_float(b.dtype(x)):
+        raise LoweringError(f"node {node.id}: linalg_vector_norm needs a floating-point input, found {b.dtype(x)}")
+    return b.cast(p_norm(b, x, ord_, axes, keepdim, out.dtype), out.dtype)
+
+
+def p_norm(b: Builder, x: Ref, p: float, axes: tuple[int, ...], keepdim: bool, dtype: str) -> Ref:
+    """The ``p``-norm of ``x`` over ``axes`` as ``torch.linalg.vector_norm`` computes it (result in
+    ``dtype``; sums run in float32 for half inputs). NaN propagates for every ``p``."""
+    shape = b.shape(x)
+    if p == 0:
+        nonzero = b.emit(Binary("ne", x, b.lit(0, b.dtype(x))), shape, "bool")
+        return reduce_value(b, "sum", nonzero, axes, keepdim, dtype)
+    if math.isinf(p):
+        absolute = b.emit(Unary("abs", x), shape, b.dtype(x))
+        return b.cast(reduce_value(b, "amax" if p > 0 else "amin", absolute, axes, keepdim, b.dtype(x)), dtype)
+    compute = "f32" if dtype in ("f16", "bf16") else dtype
+    x = b.cast(x, compute)
+    if all(shape[a] == 1 for a in axes):
+        # Every reduced axis (or a 0-d tensor) has one entry: PyTorch returns |x| itself, with no
+        # pow/root rounding.
+        absolute = b.emit(Unary("abs", x), shape, compute)
+        kept = tuple(d for i, d in enumerate(shape) if keepdim or i not in axes)
+        return reshape_to(b, absolute, kept)
+    even = p % 2 == 0
+    base = x if even else b.emit(Unary("abs", x), shape, compute)
+    powered = b.emit(Unary("square", base), shape, compute) if p == 2 else (
+        base if p == 1 else b.emit(Binary("pow", base, b.lit(p, compute)), shape, compute))  # fmt: skip
+    total = reduce_value(b, "sum", powered, axes, keepdim, compute)
+    if p == 1:
+        return total
+    if p == 2:
+        return b.emit(Unary("sqrt", total), b.shape(total), compute)
+    return b.emit(Binary("pow", total, b.lit(1.0 / p, compute)), b.shape(total), compute)

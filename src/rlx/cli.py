@@ -21,6 +21,7 @@ import numpy as np
 from rlx import __version__
 from rlx.errors import InputError, RlxError, UsageError
 from rlx.ir.symbolic import format_shape, format_symbol
+from rlx.passes.pipeline import PASS_NAMES
 
 EXIT_OK, EXIT_PARITY, EXIT_USAGE = 0, 1, 2
 
@@ -74,7 +75,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("bundle", help="bundle directory (or an OUT directory from `rlx import`)")
     run.add_argument("--input", "-i", action="append", default=[], metavar="NAME=FILE.npy", help="an input array")
     run.add_argument("-o", "--out", help="directory to write outputs as out<k>.npy")
-    run.add_argument("--no-opt", action="store_true", help="run the program as written (no constant folding)")
+    run.add_argument("--no-opt", action="store_true", help="run the program as written (no optimisation passes)")
+    run.add_argument("--disable-pass", action="append", default=[], metavar="NAME",
+                     help="switch one numpy optimisation pass off (repeatable): " + ", ".join(PASS_NAMES))  # fmt: skip
     run.add_argument("--backend", choices=("numpy", "jax"), default="numpy",
                      help="numpy (default) or jax: the whole program as one XLA computation (needs rlx[jax])")  # fmt: skip
     run.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
@@ -243,7 +246,7 @@ def _read_npy(name: str, file: str) -> np.ndarray:
 def cmd_run(args: argparse.Namespace) -> int:
     from rlx.runtime import load
 
-    model = load(args.bundle, optimize=not args.no_opt, backend=args.backend)
+    model = load(args.bundle, optimize=not args.no_opt, backend=args.backend, disable_passes=args.disable_pass)
     named = {}
     for item in args.input:
         name, sep, file = item.partition("=")

@@ -58,6 +58,8 @@ def test_constant_folding_preserves_outputs_and_removes_steps(tmp_path):
     rlx.from_torch(model, inputs, tmp_path / "t", decomposition="core")
     folded, plain = rlx.load(tmp_path / "t"), rlx.load(tmp_path / "t", optimize=False)
     args = [t.numpy() for t in inputs]
-    np.testing.assert_array_equal(folded(*args), plain(*args))
+    # Close, not bit-identical: folded weight transposes are stored packed (C-contiguous), and BLAS
+    # rounds a product of a packed matrix differently from one of a transposed view.
+    np.testing.assert_allclose(folded(*args), plain(*args), rtol=1e-5, atol=1e-6)
     # Weight transposes (addmm/mm at core) and constant masks are computed once, at load.
     assert folded._static.n_steps < plain._static.n_steps

@@ -72,6 +72,7 @@ class NumpyWriter:
         self.weights = {w.name: w.key for w in program.weights}
         self.values = program.values()
         self.symbolic_funcs: set[str] = set()
+        self.kernels: set[str] = set()  # Calls the code runs through _ops (their wrappers go in _ops/__init__.py)
 
     # ── operands and attributes ──────────────────────────────────────────────
     def ref(self, r: Ref) -> str:
@@ -168,6 +169,7 @@ class NumpyWriter:
         operand_fields = c.operand_fields()
         args = [self.operand(getattr(c, f)) for f in operand_fields]
         attrs = [f"{f}={self.literal(getattr(c, f))}" for f in _fields(c) if f not in operand_fields]
+        self.kernels.add(c.op)
         return f"_ops.{snake(c.op)}({', '.join(args + attrs)})"
 
     # ── the module ───────────────────────────────────────────────────────────
@@ -244,6 +246,10 @@ def numpy_module(program: Program, decomposition: str = "") -> str:
     return NumpyWriter(program).module(decomposition)
 
 
+def writer(program: Program, style: str) -> NumpyWriter:
+    return JaxWriter(program) if style == "jax" else NumpyWriter(program)
+
+
 class JaxWriter(NumpyWriter):
     """The JAX style: ``jax.numpy`` expressions and the JAX backend's kernels. Matmuls ask for
     ``precision="highest"`` as the kernels do (float32 stays float32 on GPUs and TPUs too)."""
@@ -287,7 +293,8 @@ _SYMBOLIC_HELPERS = [
 
 
 def ops_init(kernel_names: Sequence[str], style: str = "numpy", modules: Sequence[str] = ()) -> str:
-    """``_ops/__init__.py``: one plain function per kernel, plus what generated code refers to.
+    """``_ops/__init__.py``: one plain function per kernel the forward calls, plus what generated
+    code refers to.
 
     ``modules`` are the vendored module names; for the JAX style, importing its kernel modules
     (``jax_*``) is what registers their kernels.

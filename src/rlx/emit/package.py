@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from rlx import __version__, safetensors_io
-from rlx.emit.codegen import jax_module, numpy_module, ops_init, snake
+from rlx.emit.codegen import ops_init, snake, writer
 from rlx.emit.vendor import STYLES, vendor_ops
 from rlx.errors import UsageError
 from rlx.ir.program import Program
@@ -145,18 +145,6 @@ def check_style(style: str) -> None:
         load_kernels()  # UsageError saying how to install jax when it is missing
 
 
-def kernel_names(program: Program, style: str) -> list[str]:
-    """The Calls the style's runtime has kernels for; refuses a program using one it lacks."""
-    if style == "jax":
-        from rlx.runtime.jax_backend import check_coverage, load_kernels
-
-        check_coverage(program)
-        return sorted(t.__name__ for t in load_kernels())
-    from rlx.runtime.numpy_backend import KERNELS
-
-    return sorted(t.__name__ for t in KERNELS)
-
-
 def write_package(
     program: Program,
     weights: Mapping[str, np.ndarray],
@@ -167,7 +155,10 @@ def write_package(
 ) -> Path:
     """Write the package for ``program`` into ``out_dir/rlx_<name>/`` and return that directory."""
     check_style(style)
-    kernels = kernel_names(program, style)
+    if style == "jax":  # refuse a program using a Call the JAX kernels lack, naming it
+        from rlx.runtime.jax_backend import check_coverage
+
+        check_coverage(program)
     name = package_name(program.name)
     root = out_dir / name
     pkg = root / name
@@ -175,9 +166,9 @@ def write_package(
         shutil.rmtree(root)
     pkg.mkdir(parents=True)
     modules = vendor_ops(pkg / "_ops", style)
-    (pkg / "_ops" / "__init__.py").write_text(ops_init(kernels, style, modules), encoding="utf-8")
-    code = jax_module(program, decomposition) if style == "jax" else numpy_module(program, decomposition)
-    (pkg / "model.py").write_text(code, encoding="utf-8")
+    code = writer(program, style)
+    (pkg / "model.py").write_text(code.module(decomposition), encoding="utf-8")
+    (pkg / "_ops" / "__init__.py").write_text(ops_init(sorted(code.kernels), style, modules), encoding="utf-8")
     init = JAX_INIT if style == "jax" else INIT
     (pkg / "__init__.py").write_text(init.format(name=program.name, version=__version__), encoding="utf-8")
     (pkg / "__main__.py").write_text(MAIN.format(package=name, inputs=[v.name for v in program.inputs]), encoding="utf-8")

@@ -458,3 +458,34 @@ class Conj(Call):
 
     x: Ref
 
+
+# ── fused (built by rlx.passes at load, for the numpy backend only) ──────────
+# program.json always holds the plain lowering; these appear only in the rewritten Program the numpy
+# executor runs. ``reuse`` names a value that is dead by this instruction (set by the buffer-reuse
+# pass): its storage may receive the result, so the kernel writes with ``out=`` instead of allocating.
+@dataclass(frozen=True)
+class Gemm(Call):
+    """``activation(x @ w + bias)`` with ``numpy.matmul`` semantics; ``w`` is GEMM-ready (``[.., K, N]``,
+    packed at load when it is a weight), ``bias`` broadcasts against the product, ``activation`` is
+    ``""`` or a Unary function name applied last."""
+
+    x: Ref
+    w: Ref
+    bias: Operand | None
+    activation: str
+    reuse: Ref | None = None
+
+
+@dataclass(frozen=True)
+class Fused(Call):
+    """An elementwise chain run as one step. ``steps[k]`` is ``"fn a b …"``: a Unary or Binary
+    function name, ``where``, ``clamp`` (``_`` for an open bound), ``cast`` or ``leaky_relu:<slope>``,
+    applied to operands by index — ``i < len(inputs)`` is ``inputs[i]``, ``len(inputs) + j`` the result
+    of ``steps[j]`` — giving ``dtypes[k]``. The last step may instead be ``softmax:<axis>`` or
+    ``log_softmax:<axis>`` of the chain so far (the scale + mask + softmax of attention). The result is
+    the last step's."""
+
+    inputs: tuple[Operand, ...]
+    steps: tuple[str, ...]
+    dtypes: tuple[str, ...]
+    reuse: Ref | None = None

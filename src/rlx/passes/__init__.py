@@ -1,4 +1,9 @@
-"""Program → Program rewrites. Each pass is a function ``(Program) -> Program``."""
+"""Program → Program rewrites. Each pass is a function ``(Program) -> Program`` (constant folding,
+which computes with the weights, maps ``(Program, weights)`` to ``(Program, weights)``).
+
+``DEFAULT_PASSES`` run when a Program is built (convert); ``pipeline.optimize`` runs the
+optimisation passes when the numpy runtime loads one.
+"""
 
 from rlx.passes.dce import dead_code_elimination
 

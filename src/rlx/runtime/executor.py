@@ -1,9 +1,19 @@
-"""Runs a Program on numpy arrays: operands resolved to slots once, values freed after last use."""
+"""Runs a Program on numpy arrays through a plan compiled once, at load.
+
+The plan is a flat list of steps ``(fn, get, out, free)``: ``fn`` is a callable bound to its
+instruction at load (a fast path from ``fused_kernels.BINDERS`` — often a bare ufunc or a method —
+or the generic kernel with its Call already applied), ``get`` an ``operator.itemgetter`` over the
+value slots, ``out`` the result slot, ``free`` the slots whose last reader this step is. Weights,
+literals and ``None`` live in slots filled once, so running is a list copy and one tight loop with
+no dict lookups and no type dispatch. The rewrites that make the plan fast (constant folding,
+fusion, weight packing, buffer reuse) are Program → Program passes run before it
+(``rlx.passes.pipeline``); the executor runs whatever Program it is given.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -11,171 +21,178 @@ import numpy as np
 from rlx.errors import BundleError, RlxError
 from rlx.ir import dtypes
 from rlx.ir.program import Instr, Lit, Program, Ref
-from rlx.runtime.numpy_backend import KERNELS, Kernel
+from rlx.ir.symbolic import is_static
+from rlx.runtime.fused_kernels import BINDERS, Arg, Site, kernel_for
 
-
-@dataclass(frozen=True)
-class _Step:
-    kernel: Kernel
-    call: Any
-    args: tuple[Any, ...]  # per operand field: slot index, constant array, None, or a tuple of those
-    out: int
-    dtype: np.dtype
-    shape: tuple[int, ...]
-    free: tuple[int, ...]  # slots whose last reader is this step
-    label: str
-
-
-_NONE = object()
+_NONE_SLOT = 0  # always holds None: an absent optional operand reads it
 
 
 class Executor:
-    """A Program bound to its weights, ready to run many times."""
+    """A Program bound to its weights, ready to run many times (from any number of threads)."""
 
-    def __init__(self, program: Program, weights: Mapping[str, np.ndarray], *, fold_constants: bool = True) -> None:
+    def __init__(self, program: Program, weights: Mapping[str, np.ndarray]) -> None:
         self.program = program
         slots: dict[str, int] = {}
+        base: list[Any] = [None]
+        types: dict[str, Arg | None] = {}
+
+        def new_slot(value: Any = None) -> int:
+            base.append(value)
+            return len(base) - 1
+
         for v in program.inputs:
-            slots[v.name] = len(slots)
+            slots[v.name] = new_slot()
+            types[v.name] = _arg(v.shape, v.dtype)
         for w in program.weights:
-            slots[w.name] = len(slots)
+            if w.name in slots:
+                raise BundleError(f"program.json: value {w.name!r} is defined twice")
+            slots[w.name] = new_slot(weights[w.name])
+            types[w.name] = _arg(w.shape, w.dtype)
+        consts: dict[tuple[Any, str], int] = {}
+
+        def operand(v: Any) -> tuple[int, Arg | None]:
+            if v is None:
+                return _NONE_SLOT, None
+            if isinstance(v, Lit):
+                key = (v.value, v.dtype, type(v.value))
+                if key not in consts:
+                    consts[key] = new_slot(np.asarray(v.value, dtype=dtypes.to_numpy(v.dtype)))
+                return consts[key], Arg((), dtypes.to_numpy(v.dtype))
+            return slots[v.name], types[v.name]
+
+        self._steps: list[tuple[Callable[..., Any], Callable[[list[Any]], Any], int, tuple[int, ...], bool]] = []
+        self._labels: list[str] = []
+        reads: list[list[int]] = []
         for ins in program.instrs:
             if ins.result in slots:
                 raise BundleError(f"program.json: value {ins.result!r} is defined twice")
-            slots[ins.result] = len(slots)
-        self._n_slots = len(slots)
-        self._input_slots = [slots[v.name] for v in program.inputs]
-        self._weights = [(slots[w.name], weights[w.name]) for w in program.weights]
-        pinned = {slots[w.name] for w in program.weights} | {
-            slots[o.name] for o in program.outputs if isinstance(o, Ref)
-        }
-        last_use: dict[int, int] = {}
-        for k, ins in enumerate(program.instrs):
-            for r in ins.call.refs():
-                if r.name not in slots:
-                    raise BundleError(f"program.json: instruction {ins.result!r} reads undefined value {r.name!r}")
-                last_use[slots[r.name]] = k
-        frees: dict[int, list[int]] = {}
-        for slot, k in last_use.items():
-            if slot not in pinned:
-                frees.setdefault(k, []).append(slot)
-
-        def resolve(v: Any) -> Any:
-            if isinstance(v, Ref):
-                return slots[v.name]
-            if isinstance(v, Lit):
-                return _Const(np.asarray(v.value, dtype=dtypes.to_numpy(v.dtype)))
-            if isinstance(v, tuple):
-                return tuple(resolve(x) for x in v)
-            return None
-
-        self._steps = []
-        for k, ins in enumerate(program.instrs):
-            kern = KERNELS.get(type(ins.call))
+            kern = kernel_for(type(ins.call))
             if kern is None:
                 raise BundleError(f"program.json: the numpy backend has no kernel for {ins.call.op}")
-            args = tuple(resolve(getattr(ins.call, f)) for f in ins.call.operand_fields())
-            self._steps.append(
-                _Step(
-                    kern,
-                    ins.call,
-                    args,
-                    slots[ins.result],
-                    dtypes.to_numpy(ins.dtype),
-                    ins.shape,
-                    tuple(frees.get(k, ())),
-                    f"{ins.result} = {ins.call.op} [{ins.note or ins.node}]",
-                )  # fmt: skip
-            )
-        self._outputs = [
-            slots[o.name] if isinstance(o, Ref) else _Const(np.asarray(o.value, dtypes.to_numpy(o.dtype)))
-            for o in program.outputs
-        ]
-        if fold_constants:
-            self._fold_constants()
+            flat: list[int] = []
+            args: list[Arg | None] = []
+            layout: list[int] = []  # per operand field: -1 for one operand, else how many a tuple holds
+            for f in ins.call.operand_fields():
+                v = getattr(ins.call, f)
+                items = v if isinstance(v, tuple) else (v,)
+                for item in items:
+                    if isinstance(item, Ref) and item.name not in slots:
+                        raise BundleError(f"program.json: instruction {ins.result!r} reads undefined value {item.name!r}")
+                    slot, arg = operand(item)
+                    flat.append(slot)
+                    args.append(arg)
+                layout.append(len(items) if isinstance(v, tuple) else -1)
+            label = f"{ins.result} = {ins.call.op} [{ins.note or ins.node}]"
+            fn = self._bind(ins, kern, tuple(args), layout, label)
+            slots[ins.result] = new_slot()
+            types[ins.result] = _arg(ins.shape, ins.dtype)
+            reads.append(flat)
+            single = len(flat) == 1
+            getter = itemgetter(*flat) if flat else _no_args
+            self._steps.append((fn, getter, slots[ins.result], (), single))
+            self._labels.append(label)
+        self._base = base
+        self._input_slots = [slots[v.name] for v in program.inputs]
+        self._outputs: list[int] = [operand(o)[0] for o in program.outputs]
+        # Free each intermediate after its last reader (weights, literals and outputs stay).
+        pinned = set(range(len(base))) - {slots[i.result] for i in program.instrs}
+        pinned |= set(self._outputs)
+        last: dict[int, int] = {}
+        for k, flat in enumerate(reads):
+            for s in flat:
+                last[s] = k
+        frees: dict[int, list[int]] = {}
+        for s, k in last.items():
+            if s not in pinned:
+                frees.setdefault(k, []).append(s)
+        self._steps = [(fn, get, out, tuple(frees.get(k, ())), single) for k, (fn, get, out, _, single) in enumerate(self._steps)]
+
+    @staticmethod
+    def _bind(ins: Instr, kern: Callable[..., Any], args: tuple[Arg | None, ...], layout: list[int], label: str) -> Callable[..., Any]:
+        binder = BINDERS.get(type(ins.call))
+        if binder is not None and is_static(ins.shape) and all(a is None or a.shape is not None for a in args):
+            fast = binder(Site(ins.call, tuple(ins.shape), dtypes.to_numpy(ins.dtype), args))
+            if fast is not None:
+                return fast
+        return _generic(kern, ins.call, layout, dtypes.to_numpy(ins.dtype), tuple(ins.shape), label)
 
     @property
     def n_steps(self) -> int:
         return len(self._steps)
 
-    def _fold_constants(self) -> None:
-        """Run once, now, every step that reads only weights and constants (weight transposes and
-        casts, masks built from arange, …); their results join the weights."""
-        known = dict(self._weights)
-        kept = []
-        with np.errstate(all="ignore"):
-            for step in self._steps:
-                if not _slots(step.args) <= known.keys():
-                    kept.append(step)
-                    continue
-                try:
-                    out = step.kernel(step.call, *[_get_const(a, known) for a in step.args])
-                except Exception:  # let it fail at run time, with the usual error
-                    kept.append(step)
-                    continue
-                known[step.out] = np.asarray(out).astype(step.dtype, copy=False)
-        self._weights = list(known.items())
-        self._steps = kept
-
     def run(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
         """Run on arrays already checked against the program's inputs (in order)."""
-        env: list[Any] = [None] * self._n_slots
+        env = self._base.copy()
         for slot, arr in zip(self._input_slots, inputs):
             env[slot] = arr
-        for slot, arr in self._weights:
-            env[slot] = arr
+        step = None
+        try:
+            with np.errstate(all="ignore"):  # inf/NaN are values here, as in PyTorch, not warnings
+                for step in self._steps:
+                    fn, get, out, free, single = step
+                    env[out] = fn(get(env)) if single else fn(*get(env))
+                    for slot in free:
+                        env[slot] = None
+        except RlxError:
+            raise
+        except Exception as e:  # a kernel failure is reported with the instruction
+            label = self._labels[self._steps.index(step)] if step is not None else "?"
+            raise RlxError(f"runtime error in {label}: {type(e).__name__}: {e}") from e
+        return [np.asarray(env[o]) for o in self._outputs]
 
-        def get(a: Any) -> Any:
-            if type(a) is int:
-                return env[a]
-            if a is None:
-                return None
-            if isinstance(a, _Const):
-                return a.array
-            return [get(x) for x in a]
+    def profile(self, inputs: list[np.ndarray], repeat: int = 20) -> list[tuple[str, float]]:
+        """Seconds per step (median over ``repeat`` runs), labelled — where the time goes."""
+        import time
 
-        with np.errstate(all="ignore"):  # inf/NaN are values here, as in PyTorch, not warnings
-            for step in self._steps:
-                try:
-                    out = step.kernel(step.call, *[get(a) for a in step.args])
-                except RlxError:
-                    raise
-                except Exception as e:  # a kernel failure is reported with the instruction
-                    raise RlxError(f"runtime error in {step.label}: {type(e).__name__}: {e}") from e
-                if out.dtype != step.dtype:
-                    out = out.astype(step.dtype)
-                if out.shape != step.shape:
-                    raise RlxError(
-                        f"runtime error in {step.label}: produced shape {list(out.shape)}, "
-                        f"program declares {list(step.shape)}"
-                    )
-                env[step.out] = out
-                for slot in step.free:
-                    env[slot] = None
-        return [np.asarray(get(o)) if isinstance(o, _Const) else env[o] for o in self._outputs]
-
-
-@dataclass(frozen=True)
-class _Const:
-    array: np.ndarray
+        times: list[list[float]] = [[] for _ in self._steps]
+        for _ in range(repeat):
+            env = self._base.copy()
+            for slot, arr in zip(self._input_slots, inputs):
+                env[slot] = arr
+            with np.errstate(all="ignore"):
+                for k, (fn, get, out, free, single) in enumerate(self._steps):
+                    t0 = time.perf_counter()
+                    env[out] = fn(get(env)) if single else fn(*get(env))
+                    times[k].append(time.perf_counter() - t0)
+                    for slot in free:
+                        env[slot] = None
+        return [(label, float(np.median(t))) for label, t in zip(self._labels, times)]
 
 
-def _slots(args: Any) -> set[int]:
-    if type(args) is int:
-        return {args}
-    if isinstance(args, tuple):
-        return set().union(*(_slots(a) for a in args)) if args else set()
-    return set()
+def _arg(shape: Any, dtype: str) -> Arg:
+    return Arg(tuple(shape) if is_static(shape) else None, dtypes.to_numpy(dtype))  # type: ignore[arg-type]
 
 
-def _get_const(a: Any, known: dict[int, np.ndarray]) -> Any:
-    if type(a) is int:
-        return known[a]
-    if a is None:
-        return None
-    if isinstance(a, _Const):
-        return a.array
-    return [_get_const(x, known) for x in a]
+def _no_args(env: list[Any]) -> tuple[()]:
+    return ()
+
+
+def _generic(kern: Callable[..., Any], call: Any, layout: list[int], dtype: np.dtype, shape: tuple[Any, ...],
+             label: str) -> Callable[..., Any]:  # fmt: skip
+    """The generic kernel with its Call applied, the operands regrouped into the Call's fields, and
+    the result checked against the declared dtype and shape."""
+    grouped = any(n >= 0 for n in layout)
+
+    def run(*flat: Any) -> np.ndarray:
+        if grouped:
+            args, k = [], 0
+            for n in layout:
+                if n < 0:
+                    args.append(flat[k])
+                    k += 1
+                else:
+                    args.append(list(flat[k : k + n]))
+                    k += n
+            out = kern(call, *args)
+        else:
+            out = kern(call, *flat)
+        if out.dtype != dtype:
+            out = out.astype(dtype)
+        if out.shape != shape:
+            raise RlxError(f"runtime error in {label}: produced shape {list(out.shape)}, program declares {list(shape)}")
+        return out
+
+    return run
 
 
 def _resolve(v: Any, env: dict[str, np.ndarray]) -> Any:
@@ -188,6 +205,15 @@ def _resolve(v: Any, env: dict[str, np.ndarray]) -> Any:
     return None
 
 
+def run_instruction(ins: Instr, env: Mapping[str, np.ndarray]) -> np.ndarray:
+    """One instruction through its generic kernel, the result in its declared dtype."""
+    kern = kernel_for(type(ins.call))
+    if kern is None:
+        raise BundleError(f"program.json: the numpy backend has no kernel for {ins.call.op}")
+    out = kern(ins.call, *[_resolve(getattr(ins.call, f), env) for f in ins.call.operand_fields()])
+    return np.asarray(out).astype(dtypes.to_numpy(ins.dtype), copy=False)
+
+
 def run_instructions(instrs: Iterable[Instr], env: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Run instructions one by one on a value environment, keeping every result.
 
@@ -196,14 +222,15 @@ def run_instructions(instrs: Iterable[Instr], env: dict[str, np.ndarray]) -> dic
     """
     with np.errstate(all="ignore"):
         for ins in instrs:
-            kern = KERNELS.get(type(ins.call))
-            if kern is None:
-                raise BundleError(f"program.json: the numpy backend has no kernel for {ins.call.op}")
             try:
-                out = kern(ins.call, *[_resolve(getattr(ins.call, f), env) for f in ins.call.operand_fields()])
+                env[ins.result] = run_instruction(ins, env)
             except KeyError as e:
                 raise RlxError(f"{ins.result} = {ins.call.op}: operand {e} has no value") from None
+            except RlxError:
+                raise
             except Exception as e:
                 raise RlxError(f"runtime error in {ins.result} = {ins.call.op} [{ins.note}]: {type(e).__name__}: {e}") from e
-            env[ins.result] = np.asarray(out).astype(dtypes.to_numpy(ins.dtype), copy=False)
     return env
+
+
+__all__ = ["Executor", "run_instruction", "run_instructions"]

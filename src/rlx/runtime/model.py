@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +18,7 @@ from rlx.ir import dtypes
 from rlx.ir.program import Program, Value, specialize
 from rlx.ir.symbolic import dim_json
 from rlx.ir.verify import verify as verify_program
+from rlx.passes import pipeline
 from rlx.runtime.binding import bind_symbols
 from rlx.runtime.executor import Executor
 
@@ -33,6 +34,7 @@ class Model:
         *,
         optimize: bool = True,
         backend: str = "numpy",
+        disable_passes: Iterable[str] = (),
     ) -> None:
         self.program = program
         self.meta = meta or {}
@@ -45,6 +47,13 @@ class Model:
         self._optimize = optimize  # constant folding at load; off for debugging (`rlx run --no-opt`)
         self.backend = backend
         self._jax = _jax_backend(backend, program, weights)  # None for numpy: jax is imported only when asked for
+        # The numpy backend's passes (rlx.passes.pipeline; `rlx run --no-opt` / `--disable-pass NAME`).
+        # A dynamic program is optimised once as written — weights folded and packed once, shared by
+        # every binding — and then again per binding, once its shapes are known.
+        self._disabled = pipeline.check_names(disable_passes) if optimize else frozenset(pipeline.PASS_NAMES)
+        self._plan_source, self._plan_weights = program, weights
+        if self._jax is None and program.is_dynamic:
+            self._plan_source, self._plan_weights = pipeline.optimize(program, weights, self._disabled)
         self._static = None if program.is_dynamic else self._new_executor(program)
         self._by_binding: OrderedDict[tuple[tuple[str, int], ...], Executor] = OrderedDict()
         self._lock = threading.Lock()  # guards the plan cache; running a plan needs no lock
@@ -92,7 +101,7 @@ class Model:
             if executor is not None:
                 self._by_binding.move_to_end(key)
                 return executor
-        executor = self._new_executor(specialize(self.program, bindings))
+        executor = self._new_executor(specialize(self._plan_source, bindings))
         with self._lock:
             self._by_binding[key] = executor
             if len(self._by_binding) > PLAN_CACHE_SIZE:
@@ -102,7 +111,7 @@ class Model:
     def _new_executor(self, program: Program) -> Executor:
         if self._jax is not None:  # one XLA compilation of the whole (specialised) program; same run()
             return self._jax(program)
-        return Executor(program, self._weights, fold_constants=self._optimize)
+        return Executor(*pipeline.optimize(program, self._plan_weights, self._disabled))
 
 
 PLAN_CACHE_SIZE = 16  # evaluated plans kept per model, least recently used first out
@@ -194,7 +203,9 @@ BUNDLE_FILES = ("program.json", "meta.json", "weights.safetensors")
 MAX_JSON_BYTES = 256 * 1024 * 1024
 
 
-def load(bundle_dir: str | Path, *, optimize: bool = True, backend: str = "numpy") -> Model:
+def load(
+    bundle_dir: str | Path, *, optimize: bool = True, backend: str = "numpy", disable_passes: Iterable[str] = ()
+) -> Model:
     """Load a bundle directory (``program.json`` + ``weights.safetensors`` + ``meta.json``).
 
     Nothing in a bundle is executed, nothing outside the directory is read (a file that is a
@@ -220,7 +231,7 @@ def load(bundle_dir: str | Path, *, optimize: bool = True, backend: str = "numpy
             "program; the bundle's files do not belong together"
         )
     weights = bind_weights(program, tensors, paths["weights.safetensors"])
-    return Model(program, weights, meta, optimize=optimize, backend=backend)
+    return Model(program, weights, meta, optimize=optimize, backend=backend, disable_passes=disable_passes)
 
 
 def inside(directory: Path, name: str) -> Path:

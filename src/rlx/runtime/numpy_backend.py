@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
-from numpy.lib.stride_tricks import sliding_window_view
+from numpy.lib.stride_tricks import as_strided, sliding_window_view
 
 from rlx.ir import calls as C
 from rlx.ir import dtypes
 from rlx.ir.program import Call
-from rlx.runtime.erf import erf
 
 Kernel = Callable[..., np.ndarray]
 KERNELS: dict[type[Call], Kernel] = {}
@@ -50,8 +50,24 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
     return 1 / (1 + np.exp(-x))
 
 
+_ERF_CHUNK = 1 << 16
+
+
+def erf64(x: np.ndarray) -> np.ndarray:
+    """Elementwise erf in float64 through C's ``erf`` (``math.erf``), chunked to bound memory.
+
+    One element at a time, but still faster than any polynomial evaluated with numpy calls at the
+    sizes models have (and within an ulp, like the Chebyshev fit of ``rlx.runtime.erf``)."""
+    flat = np.asarray(x, dtype=np.float64).ravel()
+    out = np.empty(flat.size, np.float64)
+    for start in range(0, flat.size, _ERF_CHUNK):
+        part = flat[start : start + _ERF_CHUNK]
+        out[start : start + part.size] = np.fromiter(map(math.erf, part.tolist()), np.float64, part.size)
+    return out.reshape(np.shape(x))
+
+
 def _gelu(x: np.ndarray) -> np.ndarray:
-    return x * 0.5 * (1 + erf(x * (1 / math.sqrt(2))).astype(x.dtype))
+    return x * 0.5 * (1 + erf64(x * (1 / math.sqrt(2))).astype(x.dtype))
 
 
 def _gelu_tanh(x: np.ndarray) -> np.ndarray:
@@ -80,7 +96,7 @@ UNARY: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "atan": np.arctan, "sinh": np.sinh, "cosh": np.cosh, "tanh": np.tanh, "asinh": np.arcsinh,
     "acosh": np.arccosh, "atanh": np.arctanh, "sigmoid": _sigmoid,
     "relu": lambda x: np.maximum(x, x.dtype.type(0)), "silu": lambda x: x * _sigmoid(x),
-    "gelu": _gelu, "gelu_tanh": _gelu_tanh, "erf": lambda x: erf(x).astype(x.dtype),
+    "gelu": _gelu, "gelu_tanh": _gelu_tanh, "erf": lambda x: erf64(x).astype(x.dtype),
     "floor": np.floor, "ceil": np.ceil, "round": np.round, "trunc": np.trunc, "sign": _sign,
     "logical_not": np.logical_not, "bitwise_not": np.invert, "isnan": np.isnan, "isinf": np.isinf,
     "isfinite": np.isfinite, "identity": lambda x: x, "square": lambda x: x * x,
@@ -292,8 +308,11 @@ def softmax_array(x: np.ndarray, axis: int, log: bool = False) -> np.ndarray:
     shifted = x - np.max(x, axis=axis, keepdims=True)
     if log:
         return shifted - np.log(np.sum(np.exp(shifted), axis=axis, keepdims=True))
-    e = np.exp(shifted)
-    return e / np.sum(e, axis=axis, keepdims=True)
+    if shifted.ndim == 0:
+        e = np.exp(shifted)
+        return e / np.sum(e, axis=axis, keepdims=True)
+    e = np.exp(shifted, out=shifted)  # one temporary, reused in place
+    return np.divide(e, np.sum(e, axis=axis, keepdims=True), out=e)
 
 
 @kernel(C.Softmax)
@@ -310,23 +329,36 @@ def _affine(y: np.ndarray, w: np.ndarray | None, b: np.ndarray | None, shape: tu
     return y
 
 
+def _affine_inplace(y: np.ndarray, w: np.ndarray | None, b: np.ndarray | None, shape: tuple[int, ...]) -> np.ndarray:
+    """``_affine`` on a ``y`` the caller owns (same values, no new arrays)."""
+    if w is not None:
+        np.multiply(y, widen(w).reshape(shape), out=y)
+    if b is not None:
+        np.add(y, widen(b).reshape(shape), out=y)
+    return y
+
+
 @kernel(C.LayerNorm)
 def layer_norm(c: C.LayerNorm, x: np.ndarray, w: np.ndarray | None, b: np.ndarray | None) -> np.ndarray:
     xw = widen(x)
     axes = tuple(range(x.ndim - c.ndim, x.ndim))
-    mean = xw.mean(axis=axes, keepdims=True)
-    centered = xw - mean
-    var = np.mean(centered * centered, axis=axes, keepdims=True)
-    y = centered * (1 / np.sqrt(var + c.eps))
-    return _affine(y, w, b, x.shape[x.ndim - c.ndim :]).astype(x.dtype, copy=False)
+    n = math.prod(x.shape[x.ndim - c.ndim :])
+    # np.mean's own arithmetic (a float sum, then a division by the count), with fewer temporaries.
+    centered = xw - np.add.reduce(xw, axis=axes, keepdims=True) / n
+    square = np.multiply(centered, centered)
+    var = np.add.reduce(square, axis=axes, keepdims=True) / n
+    y = np.multiply(centered, 1 / np.sqrt(var + c.eps), out=centered)
+    return _affine_inplace(y, w, b, x.shape[x.ndim - c.ndim :]).astype(x.dtype, copy=False)
 
 
 @kernel(C.RmsNorm)
 def rms_norm(c: C.RmsNorm, x: np.ndarray, w: np.ndarray | None) -> np.ndarray:
     xw = widen(x)
     axes = tuple(range(x.ndim - c.ndim, x.ndim))
-    y = xw * (1 / np.sqrt(np.mean(xw * xw, axis=axes, keepdims=True) + c.eps))
-    return _affine(y, w, None, x.shape[x.ndim - c.ndim :]).astype(x.dtype, copy=False)
+    n = math.prod(x.shape[x.ndim - c.ndim :])
+    y = np.multiply(xw, xw)
+    y = np.multiply(xw, 1 / np.sqrt(np.add.reduce(y, axis=axes, keepdims=True) / n + c.eps), out=y)
+    return _affine_inplace(y, w, None, x.shape[x.ndim - c.ndim :]).astype(x.dtype, copy=False)
 
 
 @kernel(C.BatchNorm)
@@ -385,25 +417,76 @@ def conv(c: C.Conv, x: np.ndarray, w: np.ndarray, b: np.ndarray | None) -> np.nd
         return _conv_transpose(c, x, w, b)
     xw, ww = widen(x), widen(w)
     nd = w.ndim - 2
-    n, g = x.shape[0], c.groups
+    n, cin, g = x.shape[0], x.shape[1], c.groups
+    cout, ksp = w.shape[0], w.shape[2:]
+    cg, og = cin // g, cout // g
     out_sp = tuple(
-        conv_out_size(x.shape[2 + i], w.shape[2 + i], c.stride[i], c.padding[i], c.dilation[i]) for i in range(nd)
+        conv_out_size(x.shape[2 + i], ksp[i], c.stride[i], c.padding[i], c.dilation[i]) for i in range(nd)
     )
-    xp = _pad_spatial(xw, [(p, p) for p in c.padding], 0)
-    win = _windows(xp, w.shape[2:], c.stride, c.dilation, out_sp)  # [N, C, *out, *k]
-    cg, og = x.shape[1] // g, w.shape[0] // g
-    k = int(np.prod(w.shape[2:]))
-    p = int(np.prod(out_sp))
-    win = win.reshape((n, g, cg) + out_sp + w.shape[2:])
-    # [N, G, *out, Cg, *k] → [N, G, P, Cg*K], then one batched GEMM per group.
-    order = (0, 1) + tuple(range(3, 3 + nd)) + (2,) + tuple(range(3 + nd, 3 + 2 * nd))
-    cols = win.transpose(order).reshape(n, g, p, cg * k)
-    wk = ww.reshape(g, og, cg * k).transpose(0, 2, 1)
-    out = np.matmul(cols, wk)  # [N, G, P, Og]
-    out = out.transpose(0, 1, 3, 2).reshape((n, g * og) + out_sp)
+    p, k = math.prod(out_sp), math.prod(ksp)
+    if cg == 1 and og == 1 and k > 1:
+        out = _depthwise(xw, ww, c, out_sp)
+    else:
+        # im2col as [C·K, P] (one strided copy; none for a 1×1 stride-1 conv), then one batched
+        # GEMM with the weight as it is stored, [out, in·k]: the result is NC… already.
+        if k == 1 and all(s == 1 for s in c.stride) and not any(c.padding):
+            cols = xw.reshape(n, g, cg, p)
+        else:
+            win = _conv_windows(_pad_zeros(xw, c.padding), ksp, c.stride, c.dilation, out_sp)  # [N, C, *k, *out]
+            cols = win.reshape(n, g, cg * k, p)
+        out = np.matmul(ww.reshape(g, og, cg * k), cols).reshape((n, cout) + out_sp)
     if b is not None:
-        out = out + widen(b).reshape((-1,) + (1,) * nd)
+        np.add(out, widen(b).reshape((-1,) + (1,) * nd), out=out)
     return out.astype(x.dtype, copy=False)
+
+
+def _pad_zeros(x: np.ndarray, padding: tuple[int, ...]) -> np.ndarray:
+    """``x`` with ``padding`` zeros on both sides of each trailing spatial axis."""
+    if not any(padding):
+        return x
+    nd = len(padding)
+    lead = x.shape[: x.ndim - nd]
+    out = np.zeros(lead + tuple(d + 2 * p for d, p in zip(x.shape[x.ndim - nd :], padding)), dtype=x.dtype)
+    out[(Ellipsis,) + tuple(slice(p, p + d) for d, p in zip(x.shape[x.ndim - nd :], padding))] = x
+    return out
+
+
+def _conv_windows(xp: np.ndarray, ksp: tuple[int, ...], stride: tuple[int, ...], dilation: tuple[int, ...],
+                  out_sp: tuple[int, ...]) -> np.ndarray:  # fmt: skip
+    """A read-only view ``[N, C, *k, *out]`` of the padded input: entry ``(.., κ, o)`` is
+    ``xp[.., o·stride + κ·dilation]``. Every index stays inside ``xp`` because ``out_sp`` comes from
+    ``conv_out_size``: ``(out − 1)·stride + (k − 1)·dilation`` is at most the padded extent − 1."""
+    nd = len(ksp)
+    sp_strides = xp.strides[2:]
+    strides = xp.strides[:2] + tuple(d * s for d, s in zip(dilation, sp_strides)) + tuple(
+        st * s for st, s in zip(stride, sp_strides)
+    )
+    if len(out_sp) != nd or any(
+        o > 0 and (o - 1) * st + (kk - 1) * d >= e for o, st, kk, d, e in zip(out_sp, stride, ksp, dilation, xp.shape[2:])
+    ):
+        raise ValueError(f"conv windows {out_sp} x {ksp} do not fit the padded input {xp.shape[2:]}")
+    return as_strided(xp, xp.shape[:2] + tuple(ksp) + tuple(out_sp), strides, writeable=False)
+
+
+def _depthwise(xw: np.ndarray, ww: np.ndarray, c: C.Conv, out_sp: tuple[int, ...]) -> np.ndarray:
+    """Depthwise conv (one input and one output channel per group): a multiply-add per kernel tap
+    over the whole batch, instead of a GEMM of width one per channel."""
+    nd = len(out_sp)
+    ksp = ww.shape[2:]
+    win = _conv_windows(_pad_zeros(xw, c.padding), ksp, c.stride, c.dilation, out_sp)
+    taps = ww.reshape((ww.shape[0], -1))  # [C, K]
+    out = None
+    tmp = None
+    for flat, offs in enumerate(np.ndindex(*ksp)):
+        view = win[(slice(None), slice(None)) + offs]
+        wk = taps[:, flat].reshape((-1,) + (1,) * nd)
+        if out is None:
+            out = np.multiply(view, wk)
+            tmp = np.empty_like(out)
+        else:
+            np.multiply(view, wk, out=tmp)
+            np.add(out, tmp, out=out)
+    return out
 
 
 def _conv_transpose(c: C.Conv, x: np.ndarray, w: np.ndarray, b: np.ndarray | None) -> np.ndarray:
@@ -457,10 +540,18 @@ def max_pool(c: C.MaxPool, x: np.ndarray) -> np.ndarray:
     nd = len(c.kernel)
     out, pads = _pool_geometry(x, c.kernel, c.stride, c.padding, c.dilation, c.ceil_mode)
     xw = widen(x)
-    win = _windows(_pad_spatial(xw, pads, _lowest(xw.dtype)), c.kernel, c.stride, c.dilation, out)
-    flat = win.reshape(win.shape[: x.ndim] + (-1,))
+    padded = _pad_spatial(xw, pads, _lowest(xw.dtype))
     if not c.indices:
-        return flat.max(axis=-1).astype(x.dtype, copy=False)
+        # A running maximum over one strided view per kernel tap: NaN propagates as in max().
+        lead = (slice(None),) * (x.ndim - nd)
+        best = None
+        for offs in np.ndindex(*c.kernel):
+            view = padded[lead + tuple(slice(o * d, o * d + (n - 1) * s + 1, s)
+                                      for o, d, n, s in zip(offs, c.dilation, out, c.stride))]  # fmt: skip
+            best = view.copy() if best is None else np.maximum(best, view, out=best)
+        return best.astype(x.dtype, copy=False)
+    win = _windows(padded, c.kernel, c.stride, c.dilation, out)
+    flat = win.reshape(win.shape[: x.ndim] + (-1,))
     # Positions of each window element in the unpadded spatial plane (−1 in the padding).
     sizes = x.shape[x.ndim - nd :]
     positions = np.arange(int(np.prod(sizes)), dtype=np.int64).reshape(sizes)
@@ -508,6 +599,10 @@ def adaptive_avg_pool(c: C.AdaptiveAvgPool, x: np.ndarray) -> np.ndarray:
     for i, size_out in enumerate(c.output_size):
         axis = x.ndim - nd + i
         size_in = out.shape[axis]
+        if size_out and size_in % size_out == 0:  # equal bins: one reshape and one mean
+            split = out.shape[:axis] + (size_out, size_in // size_out) + out.shape[axis + 1 :]
+            out = out.reshape(split).mean(axis=axis + 1)
+            continue
         pieces = []
         for j in range(size_out):
             start = (j * size_in) // size_out
@@ -517,22 +612,52 @@ def adaptive_avg_pool(c: C.AdaptiveAvgPool, x: np.ndarray) -> np.ndarray:
     return out.astype(x.dtype, copy=False)
 
 
+@lru_cache(maxsize=64)
+def _above_diagonal(big_l: int, big_s: int) -> np.ndarray:
+    """The causal mask's excluded positions (above the top-left-aligned diagonal), read-only."""
+    mask = ~np.tril(np.ones((big_l, big_s), dtype=bool))
+    mask.flags.writeable = False
+    return mask
+
+
 @kernel(C.Attention)
 def attention(c: C.Attention, q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
     qw, kw, vw = widen(q), widen(k), widen(v)
-    if c.gqa and q.ndim >= 3 and k.shape[-3] != q.shape[-3]:
-        rep = q.shape[-3] // k.shape[-3]
-        kw, vw = np.repeat(kw, rep, axis=-3), np.repeat(vw, rep, axis=-3)
-    scores = np.matmul(qw, np.swapaxes(kw, -1, -2)) * np.asarray(c.scale, dtype=qw.dtype)
+    grouped = c.gqa and q.ndim >= 3 and k.shape[-3] != q.shape[-3]
+    if grouped:
+        # GQA without repeating K/V: queries as [..., Hkv, rep, L, E] against keys as [..., Hkv, 1, S, E]
+        # (query head h reads key head h // rep, as repeat_interleave gives).
+        h_kv, rep = k.shape[-3], q.shape[-3] // k.shape[-3]
+        qw = qw.reshape(q.shape[:-3] + (h_kv, rep) + q.shape[-2:])
+        kw, vw = kw[..., None, :, :], vw[..., None, :, :]
+        if mask is not None:
+            mask = mask.reshape((1,) * (q.ndim - mask.ndim) + mask.shape)
+            mask = mask.reshape(mask.shape[:-3] + ((h_kv, rep) if mask.shape[-3] != 1 else (1, 1)) + mask.shape[-2:])
+    scores = np.matmul(qw, np.swapaxes(kw, -1, -2))
+    np.multiply(scores, np.asarray(c.scale, dtype=qw.dtype), out=scores)
     big_l, big_s = q.shape[-2], k.shape[-2]
     if c.causal:
-        scores = np.where(np.tril(np.ones((big_l, big_s), dtype=bool)), scores, -np.inf)
+        np.copyto(scores, -np.inf, where=_above_diagonal(big_l, big_s))
     if mask is not None:
-        scores = np.where(mask, scores, -np.inf) if mask.dtype == np.bool_ else scores + widen(mask)
-    # A query that may attend nowhere (its scores all -inf) gets zeros, like PyTorch's safe softmax.
-    dead = np.all(scores == -np.inf, axis=-1, keepdims=True)
-    probs = np.where(dead, np.zeros((), scores.dtype), softmax_array(scores, -1))
-    return np.matmul(probs, vw).astype(q.dtype, copy=False)
+        if np.broadcast_shapes(scores.shape, mask.shape) != scores.shape:  # the mask adds batch axes
+            scores = np.broadcast_to(scores, np.broadcast_shapes(scores.shape, mask.shape)).copy()
+        if mask.dtype == np.bool_:
+            np.copyto(scores, -np.inf, where=~mask)
+        else:
+            np.add(scores, widen(mask), out=scores)
+    # softmax_array in place; a query that may attend nowhere (its scores all -inf, so its maximum
+    # is -inf) gets zeros, like PyTorch's safe softmax.
+    top = np.max(scores, axis=-1, keepdims=True)
+    np.subtract(scores, top, out=scores)
+    np.exp(scores, out=scores)
+    np.divide(scores, np.sum(scores, axis=-1, keepdims=True), out=scores)
+    dead = top == -np.inf
+    if dead.any():
+        np.copyto(scores, 0, where=dead)
+    out = np.matmul(scores, vw)
+    if grouped:
+        out = out.reshape(out.shape[:-4] + (q.shape[-3],) + out.shape[-2:])
+    return out.astype(q.dtype, copy=False)
 
 
 # Kernel families kept in modules of their own register themselves when imported.

@@ -1,0 +1,316 @@
+"""Fusion of cheap chains into fewer, larger steps.
+
+Rewrites, in order:
+
+1. **BatchNorm into Conv.** ``BatchNorm(Conv(x, W, b))`` with constant statistics becomes one
+   ``Conv(x, W·s, (b − mean)·s + beta)`` with ``s = weight / sqrt(var + eps)``. The new weight and
+   bias are written as instructions over the weights, so constant folding computes them at load.
+2. **Gemm.** ``MatMul`` followed by a bias add becomes ``Gemm(x, w, bias)``; a reshape that only
+   merges the leading axes of ``x`` is moved after the product (one GEMM over the merged rows
+   either way); an activation after the product — directly or through reshapes — moves into it.
+3. **Elementwise chains.** A run of elementwise instructions (Unary, Binary, Where, Clamp,
+   LeakyRelu, Cast) whose intermediate results have one reader each becomes one ``Fused``
+   instruction; a Softmax of such a chain closes it (the scale + mask + softmax of attention).
+   A chain of one instruction stays as it is.
+
+Only float32/float64 products are fused into ``Gemm`` and only float BatchNorms are folded, so
+half-precision programs keep PyTorch's per-op rounding. Elementwise chains of any dtype are fused:
+their kernel runs each step exactly as the plain Call's kernel would.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+from rlx.ir import calls as C
+from rlx.ir.program import Call, Instr, Lit, Operand, Program, Ref, Value
+from rlx.ir.symbolic import is_static
+from rlx.passes.rewrite import Names, rename_all, use_counts
+
+# Unary functions a Gemm may apply to its product (float in, same float out).
+ACTIVATIONS = frozenset(
+    {"relu", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh", "relu6", "hardswish", "hardsigmoid", "mish",
+     "softplus", "elu", "selu"}
+)  # fmt: skip
+_FLOATS = ("f32", "f64")
+
+
+def fuse(program: Program) -> Program:
+    for rewrite in (_batchnorm_into_conv, _gemm_bias, _gemm_hoist_reshape, _gemm_activation, _elementwise_chains):
+        program = rewrite(program)
+    return program
+
+
+# ── 1. BatchNorm into Conv ───────────────────────────────────────────────────
+def _batchnorm_into_conv(program: Program) -> Program:
+    const = {w.name for w in program.weights}
+    values = program.values()
+    uses = use_counts(program)
+    producer = {i.result: i for i in program.instrs}
+    names = Names(program)
+    drop: set[str] = set()
+    replace: dict[str, list[Instr]] = {}
+    for ins in program.instrs:
+        bn = ins.call
+        if not isinstance(bn, C.BatchNorm) or ins.dtype not in _FLOATS:
+            continue
+        conv_ins = producer.get(bn.x.name)
+        if conv_ins is None or uses[bn.x.name] != 1 or not isinstance(conv_ins.call, C.Conv):
+            continue
+        conv = conv_ins.call
+        operands = [conv.weight, conv.bias, bn.mean, bn.var, bn.weight, bn.bias]
+        if conv.transposed or any(r is not None and r.name not in const for r in operands):
+            continue
+        if any(r is not None and values[r.name].dtype != ins.dtype for r in operands):
+            continue
+        w_shape = values[conv.weight.name].shape
+        n = w_shape[0]
+        new: list[Instr] = []
+        emit = _emitter(new, names, ins, f"BatchNorm folded into {conv_ins.result}")
+        dt = ins.dtype
+        inv = emit(C.Unary("rsqrt", emit(C.Binary("add", bn.var, Lit(bn.eps, dt)), (n,), "var_eps")), (n,), "inv_std")
+        scale = emit(C.Binary("mul", inv, bn.weight), (n,), "scale") if bn.weight is not None else inv
+        col = emit(C.Reshape(scale, (n,) + (1,) * (len(w_shape) - 1)), (n,) + (1,) * (len(w_shape) - 1), "scale_col")
+        weight = emit(C.Binary("mul", conv.weight, col), w_shape, "weight")
+        centered = (
+            emit(C.Binary("sub", conv.bias, bn.mean), (n,), "centered")
+            if conv.bias is not None
+            else emit(C.Unary("neg", bn.mean), (n,), "centered")
+        )
+        bias = emit(C.Binary("mul", centered, scale), (n,), "bias")
+        if bn.bias is not None:
+            bias = emit(C.Binary("add", bias, bn.bias), (n,), "shifted")
+        new.append(dataclasses.replace(ins, call=dataclasses.replace(conv, weight=weight, bias=bias)))
+        drop.add(conv_ins.result)
+        replace[ins.result] = new
+    if not replace:
+        return program
+    instrs = []
+    for ins in program.instrs:
+        if ins.result in drop:
+            continue
+        instrs.extend(replace.get(ins.result, [ins]))
+    return dataclasses.replace(program, instrs=instrs)
+
+
+def _emitter(out: list[Instr], names: Names, like: Instr, note: str) -> Callable[[Call, tuple, str], Ref]:
+    """``emit(call, shape, hint)``: append an instruction (dtype and provenance of ``like``) to ``out``."""
+
+    def emit(call: Call, shape: tuple, hint: str) -> Ref:
+        name = names(f"{like.result}_{hint}")
+        out.append(Instr(name, call, tuple(shape), like.dtype, like.node, note))
+        return Ref(name)
+
+    return emit
+
+
+# ── 2. Gemm ──────────────────────────────────────────────────────────────────
+def _is_float_product(ins: Instr, values: dict[str, Value]) -> bool:
+    c = ins.call
+    return (
+        ins.dtype in _FLOATS
+        and all(values[r.name].dtype == ins.dtype and len(values[r.name].shape) >= 2 for r in (c.x, getattr(c, "w", None) or c.y))
+    )
+
+
+def _gemm_bias(program: Program) -> Program:
+    """``MatMul(x, w) + b`` → ``Gemm(x, w, b)`` when the product has no other reader."""
+    values = program.values()
+    uses = use_counts(program)
+    producer = {i.result: i for i in program.instrs}
+    absorbed: set[str] = set()
+    instrs: list[Instr] = []
+    for ins in program.instrs:
+        c = ins.call
+        if isinstance(c, C.Binary) and c.fn == "add" and ins.dtype in _FLOATS:
+            for prod, other in ((c.x, c.y), (c.y, c.x)):
+                mm = producer.get(prod.name) if isinstance(prod, Ref) else None
+                if mm is None or not isinstance(mm.call, C.MatMul) or uses[prod.name] != 1:
+                    continue
+                if not _is_float_product(mm, values) or tuple(mm.shape) != tuple(ins.shape):
+                    continue
+                if _dtype(other, values) != ins.dtype:
+                    continue
+                ins = dataclasses.replace(ins, call=C.Gemm(mm.call.x, mm.call.y, other, ""))
+                absorbed.add(mm.result)
+                break
+        instrs.append(ins)
+    if not absorbed:
+        return program
+    return dataclasses.replace(program, instrs=[i for i in instrs if i.result not in absorbed])
+
+
+def _gemm_hoist_reshape(program: Program) -> Program:
+    """``Gemm(Reshape(x, [M, K]), w)`` with ``w`` a matrix → ``Reshape(Gemm(x, w), [M, N])``: the
+    product over ``x``'s leading axes is one GEMM anyway, and the reshapes around it then cancel."""
+    values = program.values()
+    producer = {i.result: i for i in program.instrs}
+    names = Names(program)
+    instrs: list[Instr] = []
+    changed = False
+    for ins in program.instrs:
+        c = ins.call
+        if isinstance(c, (C.Gemm, C.MatMul)) and is_static(ins.shape) and len(ins.shape) == 2:
+            w = c.w if isinstance(c, C.Gemm) else c.y
+            src = producer.get(c.x.name)
+            if src is not None and isinstance(src.call, C.Reshape) and len(values[w.name].shape) == 2:
+                x0 = values[src.call.x.name]
+                bias = getattr(c, "bias", None)
+                bias_shape = _shape(bias, values) if bias is not None else ()
+                if (
+                    len(x0.shape) > 2
+                    and is_static(x0.shape)
+                    and x0.shape[-1] == ins_k(c, values)
+                    and all(d == 1 for d in bias_shape[:-1])
+                    and len(bias_shape) <= 2
+                ):
+                    shape = tuple(x0.shape[:-1]) + (ins.shape[-1],)
+                    product = names(ins.result)
+                    call = dataclasses.replace(c, x=src.call.x)
+                    instrs.append(Instr(product, call, shape, ins.dtype, ins.node, ins.note))
+                    instrs.append(dataclasses.replace(ins, call=C.Reshape(Ref(product), tuple(ins.shape))))
+                    changed = True
+                    continue
+        instrs.append(ins)
+    return dataclasses.replace(program, instrs=instrs) if changed else program
+
+
+def ins_k(c: C.Gemm | C.MatMul, values: dict[str, Value]) -> int:
+    return values[c.x.name].shape[-1]
+
+
+def _gemm_activation(program: Program) -> Program:
+    """``act(Gemm(...))``, directly or through reshapes with one reader each → ``Gemm(..., act)``."""
+    values = program.values()
+    uses = use_counts(program)
+    producer = {i.result: i for i in program.instrs}
+    updated: dict[str, Instr] = {}
+    alias: dict[str, Ref | Lit] = {}
+    for ins in program.instrs:
+        c = ins.call
+        if not (isinstance(c, C.Unary) and c.fn in ACTIVATIONS and isinstance(c.x, Ref)):
+            continue
+        name = c.x.name
+        while name in producer and isinstance(producer[name].call, C.Reshape) and uses[name] == 1:
+            name = producer[name].call.x.name
+        g = updated.get(name) or producer.get(name)
+        if g is None or uses[name] != 1 or g.dtype != ins.dtype:
+            continue
+        if isinstance(g.call, C.MatMul) and _is_float_product(g, values):
+            call = C.Gemm(g.call.x, g.call.y, None, c.fn)
+        elif isinstance(g.call, C.Gemm) and not g.call.activation:
+            call = dataclasses.replace(g.call, activation=c.fn)
+        else:
+            continue
+        updated[name] = dataclasses.replace(g, call=call)
+        alias[ins.result] = c.x
+    if not updated:
+        return program
+    instrs = [updated.get(i.result, i) for i in program.instrs if i.result not in alias]
+    return rename_all(dataclasses.replace(program, instrs=instrs), alias)
+
+
+# ── 3. elementwise chains ────────────────────────────────────────────────────
+_ELEMENTWISE = (C.Unary, C.Binary, C.Where, C.Clamp, C.LeakyRelu, C.Cast)
+
+
+def _step(call: Call, reg: Callable[[Operand | None], str]) -> str:
+    if isinstance(call, C.Unary):
+        return f"{call.fn} {reg(call.x)}"
+    if isinstance(call, C.Binary):
+        return f"{call.fn} {reg(call.x)} {reg(call.y)}"
+    if isinstance(call, C.Where):
+        return f"where {reg(call.cond)} {reg(call.x)} {reg(call.y)}"
+    if isinstance(call, C.Clamp):
+        return f"clamp {reg(call.x)} {reg(call.lo)} {reg(call.hi)}"
+    if isinstance(call, C.LeakyRelu):
+        return f"leaky_relu:{call.slope!r} {reg(call.x)}"
+    if isinstance(call, C.Cast):
+        return f"cast {reg(call.x)}"
+    if isinstance(call, C.Softmax):
+        return f"{'log_softmax' if call.log else 'softmax'}:{call.axis} {reg(call.x)}"
+    raise TypeError(call)
+
+
+def _fusible(ins: Instr) -> bool:
+    c = ins.call
+    if isinstance(c, C.Unary):
+        return c.fn != "identity"
+    if isinstance(c, C.Clamp):
+        return c.lo is not None or c.hi is not None
+    return isinstance(c, _ELEMENTWISE)
+
+
+def _elementwise_chains(program: Program) -> Program:
+    uses = use_counts(program)
+    outputs = {o.name for o in program.outputs if isinstance(o, Ref)}
+    group: dict[str, list[Instr]] = {}  # chain root → its members in program order
+    root_of: dict[str, str] = {}
+    for ins in program.instrs:
+        closes = isinstance(ins.call, C.Softmax)
+        if not (_fusible(ins) or closes):
+            continue
+        members: list[Instr] = []
+        for r in ins.call.refs():
+            inner = root_of.get(r.name)
+            if inner == r.name and uses[r.name] == 1 and r.name not in outputs and inner in group:
+                members.extend(group.pop(inner))
+        if closes and not members:
+            continue
+        members.append(ins)
+        if closes:
+            group[ins.result] = members  # nothing joins a chain after its softmax
+            root_of[ins.result] = ""
+        else:
+            group[ins.result] = members
+            root_of[ins.result] = ins.result
+    position = {i.result: k for k, i in enumerate(program.instrs)}
+    fused: dict[str, Instr] = {}
+    absorbed: set[str] = set()
+    for root, members in group.items():
+        if len(members) < 2:
+            continue
+        fused[root] = _chain(sorted(members, key=lambda m: position[m.result]))
+        absorbed.update(m.result for m in members[:-1])
+    if not fused:
+        return program
+    instrs = [fused.get(i.result, i) for i in program.instrs if i.result not in absorbed]
+    return dataclasses.replace(program, instrs=instrs)
+
+
+def _chain(members: list[Instr]) -> Instr:
+    """One ``Fused`` instruction for ``members`` (in program order; the last is the root)."""
+    inputs: list[Operand] = []
+    index: dict[str, int] = {m.result: k for k, m in enumerate(members)}
+    # Inputs: every operand not produced inside the chain, in order of first appearance.
+    for m in members:
+        for f in m.call.operand_fields():
+            v = getattr(m.call, f)
+            if v is None or (isinstance(v, Ref) and v.name in index):
+                continue
+            if v not in inputs:
+                inputs.append(v)
+    n_in = len(inputs)
+
+    def reg(v: Operand | None) -> str:
+        if v is None:
+            return "_"
+        if isinstance(v, Ref) and v.name in index:
+            return str(n_in + index[v.name])
+        return str(inputs.index(v))
+
+    steps = tuple(_step(m.call, reg) for m in members)
+    last = members[-1]
+    note = " + ".join(m.call.op if not hasattr(m.call, "fn") else m.call.fn for m in members)
+    return dataclasses.replace(
+        last, call=C.Fused(tuple(inputs), steps, tuple(m.dtype for m in members)), note=f"fused {note}; {last.note}"
+    )
+
+
+def _dtype(v: Operand, values: dict[str, Value]) -> str:
+    return v.dtype if isinstance(v, Lit) else values[v.name].dtype
+
+
+def _shape(v: Operand, values: dict[str, Value]) -> tuple:
+    return () if isinstance(v, Lit) else tuple(values[v.name].shape)

@@ -1,0 +1,485 @@
+"""Kernels of the fused Calls (``Gemm``, ``Fused``) and the pre-bound fast paths of the executor.
+
+Why these two fused Calls and no more: at the sizes rlx runs, a step costs its numpy calls plus a
+fixed dispatch, so what pays is fewer steps and fewer fresh arrays, not new arithmetic. ``Gemm``
+(matmul + bias + activation) covers Linear, addmm and MatMul-by-a-weight epilogues; ``Fused`` is
+any elementwise chain — residual adds, RMSNorm's scale, activations after a conv, the scale + mask
+of attention — optionally closed by a softmax. Conv keeps its own Call: its bias is already inside
+it, a following activation becomes a one-step ``Fused`` that runs in place on the conv's buffer,
+and a BatchNorm after it is folded into its weights (``rlx.passes.fusion``).
+
+A *binder* turns one instruction into a plain callable at load, once: it sees the Call and the
+shape/dtype of the result and of every operand, picks a fast path (a bare ufunc, ``out=`` buffers,
+a collapsed GEMM) where the result is the same as the generic kernel's, and returns ``None`` to
+leave the instruction to the generic kernel (half precision, integer corner cases). Every fast path
+computes the same operations in the same order as its generic kernel, so results do not depend on
+whether the plan was optimised; the parity tests check it.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from rlx.errors import BundleError
+from rlx.ir import calls as C
+from rlx.ir import dtypes
+from rlx.ir.program import Call, Ref
+from rlx.runtime import numpy_backend as nb
+from rlx.runtime.numpy_backend import KERNELS, Kernel
+
+Fn = Callable[..., np.ndarray]
+_F32, _F64 = np.dtype(np.float32), np.dtype(np.float64)
+_FAST_FLOATS = (_F32, _F64)
+
+
+@dataclass(frozen=True)
+class Arg:
+    """Static type of one operand: its shape and numpy dtype."""
+
+    shape: tuple[int, ...]
+    dtype: np.dtype
+
+
+@dataclass(frozen=True)
+class Site:
+    """One instruction as a binder sees it: the call, its result type, and its operands' types in
+    the executor's flat order (operand fields in order, tuples spread, ``None`` for an absent one)."""
+
+    call: Call
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    operands: tuple[Arg | None, ...]
+
+
+Binder = Callable[[Site], Fn | None]
+BINDERS: dict[type[Call], Binder] = {}
+# Generic kernels of the fused Calls (constant folding and the debugger run a rewritten program
+# through them). Kept apart from numpy_backend.KERNELS, which lists what program.json may hold and
+# what a generated package vendors: fused Calls never reach either.
+FUSED_KERNELS: dict[type[Call], Kernel] = {}
+
+
+def fused_kernel(*call_types: type[Call]) -> Callable[[Kernel], Kernel]:
+    def register(fn: Kernel) -> Kernel:
+        for t in call_types:
+            FUSED_KERNELS[t] = fn
+        return fn
+
+    return register
+
+
+def kernel_for(call_type: type[Call]) -> Kernel | None:
+    """The generic kernel of a plain or fused Call."""
+    return KERNELS.get(call_type) or FUSED_KERNELS.get(call_type)
+
+
+def binds(*call_types: type[Call]) -> Callable[[Binder], Binder]:
+    def register(fn: Binder) -> Binder:
+        for t in call_types:
+            BINDERS[t] = fn
+        return fn
+
+    return register
+
+
+def _static(shape: Sequence[Any]) -> bool:
+    return all(isinstance(d, int) for d in shape)
+
+
+# ── elementwise functions writing into ``out`` ───────────────────────────────
+# Each one computes exactly what numpy_backend.UNARY[fn] computes (same operations, same order) and
+# is safe with ``out`` being ``x`` itself. Only for float32/float64.
+def _sigmoid(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    out = np.negative(x, out=out)
+    np.exp(out, out=out)
+    np.add(1, out, out=out)
+    return np.divide(1, out, out=out)
+
+
+def _relu(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    return np.maximum(x, x.dtype.type(0), out=out)
+
+
+def _silu(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    return np.multiply(x, _sigmoid(x), out=out)
+
+
+def _gelu_tanh(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    t = np.multiply(0.044715, x)
+    np.multiply(t, x, out=t)
+    np.multiply(t, x, out=t)
+    np.add(x, t, out=t)
+    np.multiply(math.sqrt(2 / math.pi), t, out=t)
+    np.tanh(t, out=t)
+    np.add(1, t, out=t)
+    out = np.multiply(0.5, x, out=out)
+    return np.multiply(out, t, out=out)
+
+
+def _gelu(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    e = nb.erf64(np.multiply(x, 1 / math.sqrt(2))).astype(x.dtype)
+    np.add(1, e, out=e)
+    out = np.multiply(x, 0.5, out=out)
+    return np.multiply(out, e, out=out)
+
+
+def _rsqrt(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    out = np.sqrt(x, out=out)
+    return np.divide(1, out, out=out)
+
+
+def _clip(lo: float, hi: float, shift: float = 0.0) -> Fn:
+    def run(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        out = np.add(x, shift, out=out) if shift else np.maximum(x, lo, out=out)
+        if shift:
+            np.maximum(out, lo, out=out)
+        return np.minimum(out, hi, out=out)
+
+    return run
+
+
+def _hardsigmoid(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    out = _clip(0, 6, 3)(x, out)
+    return np.divide(out, 6, out=out)
+
+
+def _hardswish(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    t = _clip(0, 6, 3)(x)
+    np.multiply(x, t, out=t)
+    return np.divide(t, 6, out=out)
+
+
+_UFUNC_UNARY = {
+    "neg": np.negative, "abs": np.absolute, "exp": np.exp, "expm1": np.expm1, "exp2": np.exp2,
+    "log": np.log, "log1p": np.log1p, "log2": np.log2, "log10": np.log10, "sqrt": np.sqrt,
+    "sin": np.sin, "cos": np.cos, "tan": np.tan, "asin": np.arcsin, "acos": np.arccos,
+    "atan": np.arctan, "sinh": np.sinh, "cosh": np.cosh, "tanh": np.tanh, "asinh": np.arcsinh,
+    "acosh": np.arccosh, "atanh": np.arctanh, "floor": np.floor, "ceil": np.ceil,
+    "round": np.rint, "trunc": np.trunc,
+}  # fmt: skip
+FLOAT_UNARY: dict[str, Fn] = {
+    **_UFUNC_UNARY,
+    "rsqrt": _rsqrt, "reciprocal": lambda x, out=None: np.divide(1, x, out=out),
+    "sigmoid": _sigmoid, "relu": _relu, "silu": _silu, "gelu": _gelu, "gelu_tanh": _gelu_tanh,
+    "square": lambda x, out=None: np.multiply(x, x, out=out), "relu6": _clip(0, 6),
+    "hardsigmoid": _hardsigmoid, "hardswish": _hardswish,
+}  # fmt: skip
+# Binary functions that are one ufunc in the generic kernel, by the dtype kinds they are exact for.
+_UFUNC_BINARY: dict[str, tuple[np.ufunc, str]] = {
+    "add": (np.add, "fiu"), "sub": (np.subtract, "fiu"), "mul": (np.multiply, "fiub"),
+    "div": (np.true_divide, "f"), "maximum": (np.maximum, "fiub"), "minimum": (np.minimum, "fiub"),
+    "fmax": (np.fmax, "f"), "fmin": (np.fmin, "f"), "atan2": (np.arctan2, "f"),
+    "remainder": (np.remainder, "f"), "fmod": (np.fmod, "f"), "floor_divide": (np.floor_divide, "f"),
+    "eq": (np.equal, "fiub"), "ne": (np.not_equal, "fiub"), "lt": (np.less, "fiub"),
+    "le": (np.less_equal, "fiub"), "gt": (np.greater, "fiub"), "ge": (np.greater_equal, "fiub"),
+    "logical_and": (np.logical_and, "fiub"), "logical_or": (np.logical_or, "fiub"),
+    "logical_xor": (np.logical_xor, "fiub"), "bitwise_and": (np.bitwise_and, "iub"),
+    "bitwise_or": (np.bitwise_or, "iub"), "bitwise_xor": (np.bitwise_xor, "iub"),
+}  # fmt: skip
+
+
+def fast_unary(fn: str, dtype: np.dtype) -> Fn | None:
+    """``f(x, out=None)`` computing Unary ``fn`` on ``dtype`` exactly as the generic kernel, or None."""
+    return FLOAT_UNARY.get(fn) if dtype in _FAST_FLOATS else None
+
+
+def fast_binary(fn: str, a: np.dtype, b: np.dtype, result: np.dtype) -> np.ufunc | None:
+    """The ufunc computing Binary ``fn`` for these dtypes exactly as the generic kernel, or None.
+    It is ``numpy_backend.BINARY[fn]`` itself, when that is a bare ufunc."""
+    ufunc, kinds = _UFUNC_BINARY.get(fn, (None, ""))
+    if nb.BINARY.get(fn) is not ufunc or a != b or a.kind not in kinds or a in nb._LOW_PRECISION:
+        return None
+    return ufunc if ufunc.resolve_dtypes((a, b, None))[2] == result else None
+
+
+# ── Gemm ─────────────────────────────────────────────────────────────────────
+def _reuse(buf: np.ndarray | None, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray | None:
+    """``buf`` viewed as ``shape`` when its storage can take a result of that type, else None."""
+    if buf is None or buf.dtype != dtype or not buf.flags.c_contiguous or not buf.flags.writeable:
+        return None
+    if buf.shape == shape:
+        return buf
+    return buf.reshape(shape) if buf.size == math.prod(shape) else None
+
+
+@fused_kernel(C.Gemm)
+def gemm(c: C.Gemm, x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, reuse: np.ndarray | None) -> np.ndarray:
+    """The generic kernel: exactly the unfused MatMul → add → Unary sequence."""
+    fast = _bind_gemm(c, Arg(x.shape, x.dtype), Arg(w.shape, w.dtype), None if bias is None else Arg(bias.shape, bias.dtype))
+    if fast is not None:
+        return fast(x, w, bias, reuse)
+    out = nb.matmul(C.MatMul(c.x, c.w), x, w)
+    if bias is not None:
+        out = nb.binary(C.Binary("add", c.x, c.x), out, bias).astype(out.dtype, copy=False)
+    if c.activation:
+        out = nb.unary(C.Unary(c.activation, c.x), out).astype(out.dtype, copy=False)
+    return out
+
+
+def _bind_gemm(c: C.Gemm | C.MatMul | C.Linear, x: Arg, w: Arg, bias: Arg | None, transposed: bool = False) -> Fn | None:
+    """One GEMM over the merged leading axes of ``x`` when ``w`` is a matrix; bias and activation
+    applied in place on the product. Float32/float64 operands of one dtype only."""
+    dt = x.dtype
+    if dt not in _FAST_FLOATS or w.dtype != dt or (bias is not None and bias.dtype != dt):
+        return None
+    if len(x.shape) < 2 or len(w.shape) < 2 or not _static(x.shape) or not _static(w.shape):
+        return None
+    act_name = getattr(c, "activation", "")
+    act = fast_unary(act_name, dt) if act_name else None
+    if act_name and act is None:
+        return None
+    if transposed:
+        w = Arg(w.shape[:-2] + (w.shape[-1], w.shape[-2]), dt)
+    try:
+        out_shape = np.broadcast_shapes(x.shape[:-2], w.shape[:-2]) + (x.shape[-2], w.shape[-1])
+        if bias is not None and np.broadcast_shapes(out_shape, bias.shape) != out_shape:
+            return None
+    except ValueError:
+        return None
+    collapse = len(w.shape) == 2 and len(x.shape) > 2
+    k, n = x.shape[-1], w.shape[-1]
+    m = math.prod(x.shape[:-1])
+    flat_shape = (m, n) if collapse else out_shape
+
+    def run(x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None, reuse: np.ndarray | None = None) -> np.ndarray:
+        if transposed:
+            w = w.T if w.ndim == 2 else np.swapaxes(w, -1, -2)
+        out = np.matmul(x.reshape(m, k) if collapse else x, w, out=_reuse(reuse, flat_shape, dt))
+        if collapse:
+            out = out.reshape(out_shape)
+        if b is not None:
+            np.add(out, b, out=out)
+        if act is not None:
+            act(out, out)
+        return out
+
+    return run
+
+
+@binds(C.Gemm)
+def bind_gemm(site: Site) -> Fn | None:
+    x, w, bias = site.operands[:3]
+    return _bind_gemm(site.call, x, w, bias)
+
+
+@binds(C.MatMul)
+def bind_matmul(site: Site) -> Fn | None:
+    return _bind_gemm(site.call, *site.operands[:2], None)
+
+
+@binds(C.Linear)
+def bind_linear(site: Site) -> Fn | None:
+    return _bind_gemm(site.call, *site.operands[:3], transposed=True)
+
+
+# ── Fused elementwise chains ─────────────────────────────────────────────────
+
+@dataclass(frozen=True)
+class Step:
+    """One parsed step of a ``Fused`` chain."""
+
+    fn: str
+    param: str  # after the colon: a slope, a softmax axis
+    args: tuple[int | None, ...]  # register indices (None: an open clamp bound)
+    dtype: np.dtype
+
+
+def parse_steps(c: C.Fused) -> list[Step]:
+    if len(c.steps) != len(c.dtypes) or not c.steps:
+        raise BundleError(f"Fused: {len(c.steps)} steps with {len(c.dtypes)} dtypes")
+    out = []
+    for k, text in enumerate(c.steps):
+        head, *args = text.split()
+        fn, _, param = head.partition(":")
+        try:
+            regs = tuple(None if a == "_" else int(a) for a in args)
+        except ValueError:
+            raise BundleError(f"Fused: step {text!r} has a malformed operand") from None
+        if not regs or any(r is not None and not 0 <= r < len(c.inputs) + k for r in regs):
+            raise BundleError(f"Fused: step {k} ({text!r}) reads a register it cannot see")
+        out.append(Step(fn, param, regs, dtypes.to_numpy(dtypes.check(c.dtypes[k], "Fused.dtypes"))))
+    return out
+
+
+def _generic_step(step: Step) -> Fn:
+    """The step through the generic kernel of the Call it came from (exact for every dtype)."""
+    r = Ref("_")  # the generic kernels read only the Call's attributes, never its operands
+    if step.fn == "where":
+        call, kern = C.Where(r, r, r), KERNELS[C.Where]
+    elif step.fn == "clamp":
+        call = C.Clamp(r, None if step.args[1] is None else r, None if step.args[2] is None else r)
+        kern = KERNELS[C.Clamp]
+    elif step.fn == "leaky_relu":
+        call, kern = C.LeakyRelu(r, float(step.param)), KERNELS[C.LeakyRelu]
+    elif step.fn == "cast":
+        call, kern = C.Cast(r, dtypes.from_numpy(step.dtype)), KERNELS[C.Cast]
+    elif step.fn in ("softmax", "log_softmax"):
+        call, kern = C.Softmax(r, int(step.param), step.fn == "log_softmax"), KERNELS[C.Softmax]
+    elif step.fn in C.UNARY_FNS and len(step.args) == 1:
+        call, kern = C.Unary(step.fn, r), KERNELS[C.Unary]
+    elif step.fn in C.BINARY_FNS and len(step.args) == 2:
+        call, kern = C.Binary(step.fn, r, r), KERNELS[C.Binary]
+    else:
+        raise BundleError(f"Fused: unknown step {step.fn!r} with {len(step.args)} operands")
+    dt = step.dtype
+
+    def run(*xs: np.ndarray | None, out: np.ndarray | None = None) -> np.ndarray:
+        res = kern(call, *xs)
+        if res.dtype != dt:
+            return res.astype(dt)
+        # The chain may overwrite what its steps return: never hand back an operand itself.
+        return res.copy() if any(res is x for x in xs) else res
+
+    return run
+
+
+def _softmax_inplace(axis: int, log: bool) -> Fn:
+    """numpy_backend.softmax_array on float32/float64, overwriting ``out`` (which may be ``x``)."""
+
+    def run(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        if out is None:
+            out = np.empty_like(x)
+        np.subtract(x, np.max(x, axis=axis, keepdims=True), out=out)
+        if log:
+            return np.subtract(out, np.log(np.sum(np.exp(out), axis=axis, keepdims=True)), out=out)
+        np.exp(out, out=out)
+        return np.divide(out, np.sum(out, axis=axis, keepdims=True), out=out)
+
+    return run
+
+
+def _fast_step(step: Step, types: list[Arg]) -> Fn | None:
+    ins = [types[a] for a in step.args if a is not None]
+    dt = step.dtype
+    if step.fn in ("softmax", "log_softmax"):
+        return _softmax_inplace(int(step.param), step.fn == "log_softmax") if ins[0].dtype == dt in _FAST_FLOATS else None
+    if step.fn == "clamp":
+        if any(t.dtype != dt for t in ins) or dt in nb._LOW_PRECISION:
+            return None
+        lo, hi = step.args[1] is not None, step.args[2] is not None
+
+        def clamp(x: np.ndarray, a: Any = None, b: Any = None, out: np.ndarray | None = None) -> np.ndarray:
+            if lo:
+                out = np.maximum(x, a, out=out)
+                return np.minimum(out, b, out=out) if hi else out
+            return np.minimum(x, b, out=out)
+
+        return clamp
+    if len(step.args) == 1 and step.fn in C.UNARY_FNS:
+        return fast_unary(step.fn, ins[0].dtype) if ins[0].dtype == dt else None
+    if len(step.args) == 2 and step.fn in C.BINARY_FNS:
+        return fast_binary(step.fn, ins[0].dtype, ins[1].dtype, dt)
+    return None
+
+
+def _bind_fused(c: C.Fused, operands: Sequence[Arg | None]) -> Fn:
+    """Run the chain over a register file (inputs, then one register per step). A step with a fast
+    path writes into a register of its shape and dtype that the chain created and no longer needs
+    (the last step: into the ``reuse`` buffer when there is one); the others allocate."""
+    steps = parse_steps(c)
+    n_in, n_steps = len(c.inputs), len(steps)
+    types: list[Arg] = list(operands[:n_in])  # type: ignore[arg-type]
+    last_read = {}
+    for k, st in enumerate(steps):
+        shapes = [types[a].shape for a in st.args if a is not None]
+        shape = shapes[0] if st.fn in ("softmax", "log_softmax") else np.broadcast_shapes(*shapes)
+        types.append(Arg(tuple(shape), st.dtype))
+        for a in st.args:
+            if a is not None:
+                last_read[a] = k
+    reuse_slot = n_in + n_steps  # the register holding the reuse buffer, if usable
+    final = types[-1]
+    plan = []
+    free: list[int] = []  # step registers the chain owns and no longer reads
+    for k, st in enumerate(steps):
+        res = n_in + k
+        fast = _fast_step(st, types)
+        dest = -1
+        if fast is not None:
+            if k == n_steps - 1:
+                dest = reuse_slot
+                # softmax needs its input only until it is read: run it in place on the chain's own buffer.
+                if st.fn in ("softmax", "log_softmax") and st.args[0] >= n_in:
+                    dest = st.args[0]
+            else:
+                # A register the chain made and no longer needs — or one this step reads for the last time.
+                dying = [a for a in st.args if a is not None and a >= n_in and last_read[a] == k]
+                dest = next((r for r in free + dying if types[r] == types[res]), -1)
+                if dest in free:
+                    free.remove(dest)
+        plan.append((fast or _generic_step(st), st.args, dest, res))
+        free += [a for a in st.args if a is not None and a >= n_in and last_read[a] == k and a != dest]
+    plan = tuple(plan)
+    out_shape, out_dtype, scalar = final.shape, final.dtype, final.shape == ()
+    pad = (None,) * (n_steps + 1)
+
+    def run(*args: Any) -> np.ndarray:
+        regs = [*args[:n_in], *pad]
+        regs[reuse_slot] = _reuse(args[n_in], out_shape, out_dtype) if len(args) > n_in else None
+        for fn, a, dest, res in plan:
+            regs[res] = fn(*[None if i is None else regs[i] for i in a], out=regs[dest] if dest >= 0 else None)
+        result = regs[reuse_slot - 1]
+        return np.asarray(result) if scalar else result
+
+    return run
+
+
+@binds(C.Fused)
+def bind_fused(site: Site) -> Fn | None:
+    if not all(t is not None and _static(t.shape) for t in site.operands[: len(site.call.inputs)]):
+        return None
+    return _bind_fused(site.call, site.operands)
+
+
+@fused_kernel(C.Fused)
+def fused(c: C.Fused, inputs: list[np.ndarray], reuse: np.ndarray | None) -> np.ndarray:
+    return _bind_fused(c, [Arg(x.shape, x.dtype) for x in inputs])(*inputs, reuse)
+
+
+# ── fast paths for the plain Calls that dominate a step count ────────────────
+@binds(C.Binary)
+def bind_binary(site: Site) -> Fn | None:
+    x, y = site.operands
+    if not site.shape:
+        return None  # a 0-d result: the generic kernel keeps it an array
+    return fast_binary(site.call.fn, x.dtype, y.dtype, site.dtype)
+
+
+@binds(C.Unary)
+def bind_unary(site: Site) -> Fn | None:
+    """The generic kernel's own function from ``numpy_backend.UNARY`` (looked up now, at load), minus
+    the kernel's dispatch: for a float32/float64 operand of the result's dtype that is all it does."""
+    (x,) = site.operands
+    if not site.shape or x.dtype != site.dtype or x.dtype not in _FAST_FLOATS:
+        return None
+    return nb.UNARY.get(site.call.fn)
+
+
+@binds(C.Reshape)
+def bind_reshape(site: Site) -> Fn | None:
+    return operator.methodcaller("reshape", site.shape) if _static(site.shape) else None
+
+
+@binds(C.Permute)
+def bind_permute(site: Site) -> Fn | None:
+    return operator.methodcaller("transpose", site.call.perm)
+
+
+@binds(C.Slice)
+def bind_slice(site: Site) -> Fn | None:
+    c = site.call
+    if not all(isinstance(v, int) for v in (c.start, c.stop)):
+        return None
+    return operator.itemgetter((slice(None),) * c.axis + (slice(c.start, c.stop, c.step),))
+
+
+@binds(C.Expand)
+def bind_expand(site: Site) -> Fn | None:
+    shape = site.shape
+    return (lambda x: np.broadcast_to(x, shape)) if _static(shape) else None

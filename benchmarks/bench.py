@@ -14,6 +14,8 @@ import os
 
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "2")
+# XLA's CPU thread pool (rlx jax) gets 2 threads too.
+os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=true intra_op_parallelism_threads=2")
 
 import argparse  # noqa: E402
 import importlib.util  # noqa: E402
@@ -90,7 +92,16 @@ class Engines:
         self.out = workdir / name
         rlx.from_torch(model, inputs, self.out, force=True, verify=False)
         self.rlx_model = rlx.load(self.out / "bundle")
+        self.rlx_jax = self._rlx_jax()
         self.ort = self._onnxruntime(workdir)
+
+    def _rlx_jax(self):
+        """The same bundle on the JAX backend (compiled here, at load; None without jax)."""
+        try:
+            return rlx.load(self.out / "bundle", backend="jax")
+        except rlx.RlxError as e:
+            print(f"  rlx jax: {self.name}: {e}")
+            return None
 
     def _onnxruntime(self, workdir: Path):
         try:
@@ -118,6 +129,8 @@ class Engines:
                 return first_tensor(self.model(*self.inputs)).numpy()
 
         engines = {"eager": eager, "rlx": lambda: first_tensor(self.rlx_model(*self.np_inputs))}
+        if self.rlx_jax is not None:  # measure()'s warm-up runs come after the compilation at load
+            engines["rlx jax"] = lambda: first_tensor(self.rlx_jax(*self.np_inputs))
         if self.ort is not None:
             engines["ort"] = self.ort
         return engines
@@ -217,16 +230,21 @@ def main() -> None:
     print()
     print("Latency (median ms, 2 threads) and parity (max abs err / max(1, |eager|)) against PyTorch eager")
     head = f"{'model':<22}{'eager':>9}{'ORT':>9}{'rlx':>9}{'rlx/eager':>11}{'rlx/ORT':>9}{'err rlx':>10}{'err ORT':>10}"
+    head += f"{'rlx jax':>9}{'jax/eager':>11}{'jax/ORT':>9}{'err jax':>10}"
     print(head)
     print("-" * len(head))
     for label, med, err in rows:
         ort = med.get("ort", math.nan)
+        jx = med.get("rlx jax", math.nan)
         print(f"{label:<22}{med['eager'] * 1e3:>9.3f}{ort * 1e3:>9.3f}{med['rlx'] * 1e3:>9.3f}"
               f"{med['rlx'] / med['eager']:>11.2f}{med['rlx'] / ort if ort == ort else math.nan:>9.2f}"
-              f"{err['rlx']:>10.1e}{err.get('ort', math.nan):>10.1e}")  # fmt: skip
+              f"{err['rlx']:>10.1e}{err.get('ort', math.nan):>10.1e}"
+              f"{jx * 1e3:>9.3f}{jx / med['eager']:>11.2f}{jx / ort:>9.2f}{err.get('rlx jax', math.nan):>10.1e}")  # fmt: skip
     print("-" * len(head))
     print(f"{'geomean ratio':<22}{'':>27}{geomean([m['rlx'] / m['eager'] for _, m, _ in rows]):>11.2f}"
-          f"{geomean([m['rlx'] / m['ort'] for _, m, _ in rows if 'ort' in m]):>9.2f}")  # fmt: skip
+          f"{geomean([m['rlx'] / m['ort'] for _, m, _ in rows if 'ort' in m]):>9.2f}{'':>29}"
+          f"{geomean([m['rlx jax'] / m['eager'] for _, m, _ in rows if 'rlx jax' in m]):>11.2f}"
+          f"{geomean([m['rlx jax'] / m['ort'] for _, m, _ in rows if 'rlx jax' in m and 'ort' in m]):>9.2f}")  # fmt: skip
     print()
     print("Cold start: new process, import + load + first output (s) and peak RSS (MB)")
     print(f"{'model':<22}{'rlx s':>9}{'eager s':>9}{'ratio':>8}{'rlx MB':>9}{'eager MB':>10}")
@@ -234,7 +252,6 @@ def main() -> None:
         (rs, rm), (es, em) = cold["rlx"], cold["eager"]
         print(f"{label:<22}{rs:>9.2f}{es:>9.2f}{rs / es:>8.2f}{rm:>9.0f}{em:>10.0f}")
     print(f"{'geomean ratio':<22}{'':>18}{geomean([c['rlx'][0] / c['eager'][0] for _, c in cold_rows]):>8.2f}")
-    print("\nrlx jax: not implemented yet (numpy backend only).")
 
 
 if __name__ == "__main__":

@@ -8,13 +8,15 @@ backend's own helpers and enter the jitted graph as constants; only the gathers 
 run on the data. grid_sample's coordinates come from the grid, so its arithmetic is written out
 here in jax.numpy, in the tensor dtype as PyTorch computes it.
 
-Under ``jax.jit`` XLA's CPU compiler rounds differently from numpy in two ways, both undone here:
-it fuses every product with the sum it feeds into one FMA, and it divides by a constant as a
-multiplication by its reciprocal. ``_mul`` and ``_div`` keep the product or the divisor behind a
-select it cannot see through, so each operation rounds on its own, as in PyTorch's kernel. A
-multiply-add PyTorch does fuse is computed in float64 and rounded to float32 (``_fma``): the
-product of two float32 numbers is exact in float64, so fusing it there changes nothing. Tests hold
-the two backends to the same bits. Needs ``jax_enable_x64``.
+Under ``jax.jit`` XLA's CPU compiler rounds differently from numpy in three ways, all undone here:
+it fuses every product with the sum it feeds into one FMA, divides by a constant as a
+multiplication by its reciprocal, and folds two constants applied in a row (``(x + a) - b`` becomes
+``x + (a - b)``). ``_mul`` and ``_div`` keep the product or the divisor behind a select it cannot
+see through, and ``_keep`` (an optimization barrier) ends a chain of constant operations, so each
+operation rounds on its own, as in PyTorch's kernel. A multiply-add PyTorch does fuse is computed
+in float64 and rounded to float32 (``_fma``): the product of two float32 numbers is exact in
+float64, so fusing it there changes nothing. Tests hold the two backends to the same bits.
+Needs ``jax_enable_x64``.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import itertools
 
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
 
 from rlx.ir import calls as C
 from rlx.runtime.jax_backend.registry import kernel
@@ -36,8 +39,14 @@ Array = jnp.ndarray
 
 
 def _mul(a: Array, b: Array | np.ndarray | np.generic) -> Array:
-    """``a·b`` rounded on its own, never fused into a following add (NaN·b is NaN either way)."""
+    """``a·b`` rounded on its own, never fused into an add or subtract that uses it, however far
+    down (NaN·b is NaN either way). Every product on data here goes through it."""
     return jnp.where(jnp.isnan(a), a, a * b)
+
+
+def _keep(a: Array) -> Array:
+    """``a`` as computed: later operations with constants are not folded into the ones before."""
+    return lax.optimization_barrier(a)
 
 
 def _div(a: Array, b: np.generic) -> Array:
@@ -63,7 +72,7 @@ def _fused_sum(ts: list[Array], ws: list[Array | np.ndarray]) -> Array:
 
 def _plain_sum(ts: list[Array], ws: list[Array]) -> Array:
     """``Σ t_k·w_k`` in order, every product and sum rounded."""
-    acc = ts[0] * ws[0]
+    acc = _mul(ts[0], ws[0])
     for t, w in zip(ts[1:], ws[1:]):
         acc = acc + _mul(t, w)
     return acc
@@ -79,7 +88,7 @@ def _first_fused_sum(ts: list[Array], ws: list[Array]) -> Array:
 
 def _chain_sum(ts: list[Array], ws: list[Array | np.ndarray]) -> Array:
     """``Σ t_k·w_k`` as ``t0·w0``, then ``fma(t_k, w_k, acc)``."""
-    acc = ts[0] * ws[0]
+    acc = _mul(ts[0], ws[0])
     for t, w in zip(ts[1:], ws[1:]):
         acc = _fma(t, w, acc)
     return acc
@@ -94,12 +103,15 @@ def _apply_taps(x: Array, axis: int, idx: np.ndarray, w: np.ndarray, count: np.n
     ``count[o]`` taps in a loop ``acc += t·w`` that PyTorch's compiler unrolls by four: the
     unrolled body rounds each product and sum, the remainder fuses them."""
     bshape = (-1,) + (1,) * (x.ndim - 1 - axis)
-    ts = [jnp.take(x, idx[:, k], axis=axis) for k in range(idx.shape[1])]
-    ws = [w[:, k].reshape(bshape) for k in range(idx.shape[1])]
+    n_out, n_taps = idx.shape
+    # One gather for all taps (a smaller graph to compile than one per tap), then a slice per tap.
+    gathered = jnp.take(x, idx.reshape(-1), axis=axis).reshape(x.shape[:axis] + (n_out, n_taps) + x.shape[axis + 1 :])
+    ts = [lax.index_in_dim(gathered, k, axis + 1, keepdims=False) for k in range(n_taps)]
+    ws = [w[:, k].reshape(bshape) for k in range(n_taps)]
     if count is None:
         return _fused_sum(ts, ws)
     unrolled = (count - 1) // 4 * 4
-    acc = ts[0] * ws[0]
+    acc = _mul(ts[0], ws[0])
     for k in range(1, len(ts)):
         step = jnp.where((k <= unrolled).reshape(bshape), acc + _mul(ts[k], ws[k]), _fma(ts[k], ws[k], acc))
         acc = jnp.where((k < count).reshape(bshape), step, acc)
@@ -142,8 +154,11 @@ def _bilinear_small(c: C.Upsample, x: Array, dt: np.dtype) -> Array:
         _linear_taps(n_in, n_out, s, c.align_corners, dt, dt) for n_in, n_out, s in zip(x.shape[-2:], c.size, c.scales)
     )
     xw = x.astype(dt)
+    lead = x.shape[:-2]
+    rows = jnp.take(xw, hi.reshape(-1), axis=-2).reshape(lead + (hi.shape[0], 2, x.shape[-1]))
+    both = jnp.take(rows, wi.reshape(-1), axis=-1).reshape(lead + (hi.shape[0], 2, wi.shape[0], 2))
     corners = list(itertools.product((0, 1), repeat=2))
-    values = [jnp.take(jnp.take(xw, hi[:, a], axis=-2), wi[:, b], axis=-1) for a, b in corners]
+    values = [both[..., :, a, :, b] for a, b in corners]
     weights = [hw[:, a][:, None] * ww[:, b][None, :] for a, b in corners]  # trace-time, in opmath
     total = _chain_sum if x.dtype == np.float16 else _fused_sum
     return total(values, weights).astype(x.dtype)
@@ -168,14 +183,15 @@ def _upsample_aa(c: C.Upsample, x: Array, nd: int, lead: int, dt: np.dtype) -> A
 
 
 def _unnormalize(g: Array, size: int, align_corners: bool, nd: int) -> Array:
+    """Grid value → pixel coordinate (kept: padding subtracts constants from it)."""
     t = g.dtype.type
     if nd == 2:
         if align_corners:
-            return (g + t(1)) * (t(size - 1) / t(2))
-        return _fma(g + t(1), t(size) / t(2), t(-0.5))
+            return _keep(_mul(g + t(1), t(size - 1) / t(2)))
+        return _keep(_fma(g + t(1), t(size) / t(2), t(-0.5)))
     if align_corners:
-        return ((g + t(1)) / t(2)) * t(size - 1)
-    return (_mul(g + t(1), t(size)) - t(1)) / t(2)
+        return _keep(_mul(_keep((g + t(1)) / t(2)), t(size - 1)))
+    return _keep((_mul(g + t(1), t(size)) - t(1)) / t(2))
 
 
 def _clip(x: Array, size: int) -> Array:
@@ -201,7 +217,7 @@ def _reflect(x: Array, size: int, align_corners: bool, nd: int) -> Array:
     ax = jnp.abs(x - low)
     extra = jnp.fmod(ax, span)
     odd = jnp.floor(_div(ax, span)) % t(2) == t(1)
-    return jnp.where(odd, span - extra + low, extra + low)
+    return jnp.where(odd, _keep(span - extra) + low, extra + low)
 
 
 def _pad_coords(x: Array, size: int, padding: str, align_corners: bool, nd: int) -> Array:
@@ -213,23 +229,26 @@ def _pad_coords(x: Array, size: int, padding: str, align_corners: bool, nd: int)
 
 
 class _Gather:
-    """Reads ``x[n, :, i_0, …, i_k]`` for integer-valued coordinates of shape ``[N, P]`` →
-    ``[N, P, C]``, with 0 wherever a coordinate falls outside the input."""
+    """Reads ``x[n, :, i_0, …, i_k]`` for integer-valued coordinates of shape ``[N, P, *taps]``
+    (broadcasting together) → ``[N, P, *taps, C]``, with 0 wherever a coordinate falls outside
+    the input. Every tap of a filter is read by one gather: a far smaller graph to compile."""
 
     def __init__(self, x: Array) -> None:
         self.sizes = x.shape[2:]
+        self.n = x.shape[0]
         # [N, C, *S] → [N, S_flat, C]
         self.flat = jnp.moveaxis(x.reshape(x.shape[0], x.shape[1], int(np.prod(self.sizes))), 1, 2)
-        self.batch = np.arange(x.shape[0])[:, None]
 
     def __call__(self, coords: list[Array]) -> Array:
-        valid = jnp.ones(coords[0].shape, bool)
-        lin = jnp.zeros(coords[0].shape, np.int64)
+        shape = tuple(np.broadcast_shapes(*(tuple(c.shape) for c in coords)))
+        valid = jnp.ones(shape, bool)
+        lin = jnp.zeros(shape, np.int64)
         for c, n in zip(coords, self.sizes):
             ok = jnp.isfinite(c) & (c > -1) & (c < n)
             valid = valid & ok
             lin = lin * n + jnp.where(ok, c, 0).astype(np.int64)
-        vals = self.flat[self.batch, lin]
+        batch = np.arange(self.n).reshape((self.n,) + (1,) * (len(shape) - 1))
+        vals = self.flat[batch, lin]
         return jnp.where(valid[..., None], vals, self.flat.dtype.type(0))
 
 
@@ -261,12 +280,16 @@ def grid_sample(c: C.GridSample, x: Array, grid: Array) -> Array:
             else:  # weights ((x0 + 1) - x, x - x0), corner weight w_x · w_y · w_z
                 ws = [((b + t(1)) - p, p - b) for p, b in zip(pos, base)]
                 order = list(reversed(range(nd)))
+            # Both neighbours along every axis, [N, P, 2, …, 2] together: one gather for all corners.
+            pair = np.array([0, 1], dt)
+            near = gather([(b[..., None] + pair).reshape(b.shape + tuple(2 if k == a else 1 for k in range(nd)))
+                           for a, b in enumerate(base)])  # fmt: skip
             values, weights = [], []
             for corner in itertools.product((0, 1), repeat=nd):
                 w = ws[order[0]][corner[order[0]]]
                 for a in order[1:]:
-                    w = w * ws[a][corner[a]]
-                values.append(gather([b + t(k) for b, k in zip(base, corner)]))
+                    w = _mul(w, ws[a][corner[a]])
+                values.append(near[(slice(None), slice(None)) + corner])
                 weights.append(w[..., None])
             out = _chain_sum(values, weights) if nd == 2 else _plain_sum(values, weights)
     # [N, P, C] → [N, C, *out]
@@ -277,7 +300,7 @@ def _keys_near(x: Array, a: float, fused: tuple[bool, bool]) -> Array:
     """Keys' cubic convolution kernel for |x| <= 1: ``u·x·x + 1`` with ``u = (a + 2)·x - (a + 3)``."""
     t = x.dtype.type
     u = _fma(x, t(a) + t(2), -(t(a) + t(3))) if fused[0] else _mul(x, t(a) + t(2)) - (t(a) + t(3))
-    return _fma(u * x, x, t(1)) if fused[1] else _mul(u * x, x) + t(1)
+    return _fma(_mul(u, x), x, t(1)) if fused[1] else _mul(_mul(u, x), x) + t(1)
 
 
 def _keys_far(x: Array, a: float) -> Array:
@@ -299,18 +322,18 @@ def _grid_cubic_coefficients(f: Array) -> list[Array]:
 def _bicubic(raw: list[Array], sizes: tuple[int, ...], c: C.GridSample, gather: _Gather) -> Array:
     if len(sizes) != 2:
         raise ValueError("bicubic grid sampling needs a 4-d input")
-    t = raw[0].dtype.type
     (y, x), (h, w) = raw, sizes
     iy, ix = jnp.floor(y), jnp.floor(x)
     cy, cx = _grid_cubic_coefficients(y - iy), _grid_cubic_coefficients(x - ix)
 
-    def tap(dy: int, dx: int) -> Array:
-        # Every tap goes through the padding mode on its own (reflection may fold it back in).
-        yy = _pad_coords(iy + t(dy), h, c.padding, c.align_corners, 2)
-        xx = _pad_coords(ix + t(dx), w, c.padding, c.align_corners, 2)
-        return gather([jnp.rint(yy), jnp.rint(xx)])
+    # Every tap goes through the padding mode on its own (reflection may fold it back in); the 4 × 4
+    # taps are read by one gather, [N, P, 4, 4, C].
+    offsets = np.arange(-1, 3).astype(raw[0].dtype)
+    yy = _pad_coords(_keep(iy[..., None] + offsets), h, c.padding, c.align_corners, 2)
+    xx = _pad_coords(_keep(ix[..., None] + offsets), w, c.padding, c.align_corners, 2)
+    taps = gather([jnp.rint(yy)[..., :, None], jnp.rint(xx)[..., None, :]])
 
     wx, wy = [k[..., None] for k in cx], [k[..., None] for k in cy]
     # The compiled kernel fuses only the first multiply-add of each row, and every one of the column.
-    rows = [_first_fused_sum([tap(dy, dx) for dx in range(-1, 3)], wx) for dy in range(-1, 3)]
+    rows = [_first_fused_sum([taps[:, :, r, k] for k in range(4)], wx) for r in range(4)]
     return _chain_sum(rows, wy)

@@ -13,6 +13,7 @@ from standalone import (
 )
 
 import rlx
+from rlx.emit.package import write_package
 
 from helpers import load_example
 
@@ -65,3 +66,37 @@ def test_model_code_is_jax(packages):
 def test_dynamic_shapes_stay_symbolic_in_the_package(tmp_path):
     code = assert_dynamic_package_runs(tmp_path, "jax")
     assert "jnp." in code
+
+
+@pytest.mark.slow
+def test_core_call_programs_as_packages(tmp_path):
+    """The JAX backend's per-Call programs, generated as JAX packages (their jnp expressions, not
+    only the kernels), match PyTorch. In-process: standalone imports are checked above."""
+    import importlib
+    import sys
+
+    import numpy as np
+    from torch.utils import _pytree as pytree
+
+    from rlx.convert import build_program
+    from rlx.torch_import import capture
+    from rlx.torch_import.dtypes import tensor_to_numpy
+
+    from helpers import as_module, assert_arrays_match, sweep
+
+    cases = importlib.import_module("runtime.test_jax_backend").CASES
+    for name, _calls, variants, inputs, dtypes, *rest in cases:
+        level = rest[0][0] if rest else "high"
+        fn, data = sweep(variants, inputs, dtypes)
+        exported = capture(as_module(fn).eval(), tuple(data), decomposition=level, model_name=f"case_{name}")
+        program = build_program(exported.ir)
+        root = write_package(program, exported.weights, tmp_path / name, decomposition=level, style="jax")
+        sys.path.insert(0, str(root))
+        try:
+            got = importlib.import_module(root.name).load()(*[exported.inputs[v.name] for v in program.inputs])
+        finally:
+            sys.path.pop(0)
+        wants = [w for w in exported.outputs if w is not None]
+        for k, (g, w) in enumerate(zip(pytree.tree_leaves(got), wants)):
+            assert_arrays_match(np.asarray(g), tensor_to_numpy(w) if not isinstance(w, np.ndarray) else w,
+                                f"{name} output {k}")  # fmt: skip

@@ -32,6 +32,8 @@ INIT = '''"""{name}: a PyTorch model converted by rlx {version}; runs with numpy
 
 from pathlib import Path
 
+import numpy as np
+
 from . import model
 from ._ops import read_safetensors
 
@@ -46,7 +48,8 @@ class Model:
         self.params = tensors
 
     def __call__(self, *inputs):
-        return model.forward(self.params, *inputs)
+        with np.errstate(all="ignore"):  # inf and NaN are values here, as in PyTorch, not warnings
+            return model.forward(self.params, *inputs)
 
 
 def load(weights_path=WEIGHTS):

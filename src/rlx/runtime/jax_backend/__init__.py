@@ -7,6 +7,9 @@ the numpy backend never pull it in, and asking for this backend without jax inst
 
 from __future__ import annotations
 
+import functools
+import importlib
+import pkgutil
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
@@ -22,15 +25,27 @@ if TYPE_CHECKING:
 JAX_MISSING = "the JAX backend needs jax: pip install 'rlx[jax]'"
 
 
+# Every other module of this package holds kernels (kernels, ordering, resample, scatter, and any
+# family added later): importing one registers its kernels, so all are imported, none listed by hand.
+# The generated JAX package vendors the same set (rlx.emit.vendor).
+PLUMBING = ("executor", "registry")
+
+
 def load_kernels() -> dict[type[Call], JaxKernel]:
-    """Import jax and every kernel module (importing one registers its kernels)."""
+    """Import jax and every kernel module of this package; the registry, filled."""
     try:
         import jax  # noqa: F401
     except ImportError:
         raise UsageError(JAX_MISSING) from None
-    from rlx.runtime.jax_backend import kernels, ordering, resample, scatter  # noqa: F401
-
+    _import_kernel_modules()
     return JAX_KERNELS
+
+
+@functools.cache
+def _import_kernel_modules() -> None:
+    for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+        if info.name not in PLUMBING:
+            importlib.import_module(f"{__name__}.{info.name}")
 
 
 def check_coverage(program: Program) -> None:

@@ -37,7 +37,8 @@ _FLOATS = ("f32", "f64")
 
 
 def fuse(program: Program) -> Program:
-    for rewrite in (_batchnorm_into_conv, _gemm_bias, _gemm_hoist_reshape, _gemm_activation, _elementwise_chains):
+    for rewrite in (_batchnorm_into_conv, _gemm_bias, _gemm_hoist_reshape, _gemm_bias, _gemm_activation, _gemm_siblings,
+                    _elementwise_chains):  # fmt: skip
         program = rewrite(program)
     return program
 
@@ -143,41 +144,93 @@ def _gemm_bias(program: Program) -> Program:
 
 def _gemm_hoist_reshape(program: Program) -> Program:
     """``Gemm(Reshape(x, [M, K]), w)`` with ``w`` a matrix → ``Reshape(Gemm(x, w), [M, N])``: the
-    product over ``x``'s leading axes is one GEMM anyway, and the reshapes around it then cancel."""
+    product over ``x``'s leading axes is one GEMM anyway. A reshape of the result straight back to
+    ``x``'s leading axes (the usual ``view`` after ``addmm``) then reads the product itself."""
     values = program.values()
     producer = {i.result: i for i in program.instrs}
     names = Names(program)
     instrs: list[Instr] = []
-    changed = False
+    hoisted: dict[str, tuple[str, tuple]] = {}  # old result → (product, its shape)
+    alias: dict[str, Ref | Lit] = {}
     for ins in program.instrs:
         c = ins.call
-        if isinstance(c, (C.Gemm, C.MatMul)) and is_static(ins.shape) and len(ins.shape) == 2:
-            w = c.w if isinstance(c, C.Gemm) else c.y
-            src = producer.get(c.x.name)
-            if src is not None and isinstance(src.call, C.Reshape) and len(values[w.name].shape) == 2:
-                x0 = values[src.call.x.name]
-                bias = getattr(c, "bias", None)
-                bias_shape = _shape(bias, values) if bias is not None else ()
-                if (
-                    len(x0.shape) > 2
-                    and is_static(x0.shape)
-                    and x0.shape[-1] == ins_k(c, values)
-                    and all(d == 1 for d in bias_shape[:-1])
-                    and len(bias_shape) <= 2
-                ):
-                    shape = tuple(x0.shape[:-1]) + (ins.shape[-1],)
-                    product = names(ins.result)
-                    call = dataclasses.replace(c, x=src.call.x)
-                    instrs.append(Instr(product, call, shape, ins.dtype, ins.node, ins.note))
-                    instrs.append(dataclasses.replace(ins, call=C.Reshape(Ref(product), tuple(ins.shape))))
-                    changed = True
-                    continue
+        if isinstance(c, C.Reshape) and c.x.name in hoisted and tuple(ins.shape) == hoisted[c.x.name][1]:
+            alias[ins.result] = Ref(hoisted[c.x.name][0])
+            continue
+        src = producer.get(c.x.name) if isinstance(c, (C.MatMul, C.Gemm)) else None
+        w = c.w if isinstance(c, C.Gemm) else getattr(c, "y", None)
+        bias = getattr(c, "bias", None)
+        bias_shape = _shape(bias, values) if bias is not None else ()
+        if (
+            src is not None
+            and isinstance(src.call, C.Reshape)
+            and len(ins.shape) == 2
+            and len(values[w.name].shape) == 2
+            and is_static(ins.shape)
+            and len(bias_shape) <= 2
+            and all(d == 1 for d in bias_shape[:-1])  # a bias along the last axis only
+        ):
+            x0 = values[src.call.x.name]
+            if len(x0.shape) > 2 and is_static(x0.shape) and x0.shape[-1] == values[c.x.name].shape[-1]:
+                shape = tuple(x0.shape[:-1]) + (ins.shape[-1],)
+                product = names(ins.result)
+                instrs.append(Instr(product, dataclasses.replace(c, x=src.call.x), shape, ins.dtype, ins.node, ins.note))
+                instrs.append(dataclasses.replace(ins, call=C.Reshape(Ref(product), tuple(ins.shape))))
+                hoisted[ins.result] = (product, shape)
+                continue
         instrs.append(ins)
-    return dataclasses.replace(program, instrs=instrs) if changed else program
+    if not hoisted:
+        return program
+    program = rename_all(dataclasses.replace(program, instrs=[i for i in instrs if i.result not in alias]), alias)
+    uses = use_counts(program)  # a reshape back to [M, N] that nothing reads any more goes now
+    return dataclasses.replace(program, instrs=[i for i in program.instrs if i.result not in hoisted or uses[i.result]])
 
 
-def ins_k(c: C.Gemm | C.MatMul, values: dict[str, Value]) -> int:
-    return values[c.x.name].shape[-1]
+def _gemm_siblings(program: Program) -> Program:
+    """Gemms of one input by different weight matrices (the q, k and v projections) → one Gemm by the
+    weights side by side, and a slice of its result for each. The concatenated weight and bias are
+    written as instructions over the weights, for constant folding."""
+    const = {w.name for w in program.weights}
+    values = program.values()
+    names = Names(program)
+    groups: dict[tuple, list[Instr]] = {}
+    for ins in program.instrs:
+        c = ins.call
+        if not isinstance(c, C.Gemm) or c.w.name not in const or ins.dtype not in _FLOATS or not is_static(ins.shape):
+            continue
+        if len(values[c.w.name].shape) != 2 or (c.bias is not None and (not isinstance(c.bias, Ref) or c.bias.name not in const)):
+            continue
+        if c.bias is not None and tuple(values[c.bias.name].shape) != (values[c.w.name].shape[1],):
+            continue
+        groups.setdefault((c.x.name, c.activation, c.bias is None, ins.dtype), []).append(ins)
+    replace: dict[str, list[Instr]] = {}
+    for (_, act, no_bias, _), members in groups.items():
+        if len(members) < 2:
+            continue
+        first = members[0]
+        new: list[Instr] = []
+        emit = _emitter(new, names, first, "the projections " + ", ".join(m.result for m in members) + " side by side")
+        k = values[members[0].call.w.name].shape[0]
+        widths = [values[m.call.w.name].shape[1] for m in members]
+        total = sum(widths)
+        w = emit(C.Concat(tuple(m.call.w for m in members), 1), (k, total), "w")
+        bias = None if no_bias else emit(C.Concat(tuple(m.call.bias for m in members), 0), (total,), "bias")
+        shape = tuple(first.shape[:-1]) + (total,)
+        product = emit(C.Gemm(first.call.x, w, bias, act), shape, "all")
+        start = 0
+        axis = len(shape) - 1
+        for m, width in zip(members, widths):
+            new.append(dataclasses.replace(m, call=C.Slice(product, axis, start, start + width, 1)))
+            start += width
+        replace[first.result] = new
+        for m in members[1:]:
+            replace[m.result] = []
+    if not replace:
+        return program
+    instrs: list[Instr] = []
+    for ins in program.instrs:
+        instrs.extend(replace.get(ins.result, [ins]))
+    return dataclasses.replace(program, instrs=instrs)
 
 
 def _gemm_activation(program: Program) -> Program:

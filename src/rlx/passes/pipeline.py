@@ -2,9 +2,10 @@
 
 Each pass is a Program → Program rewrite in its own module, listed here by name; any of them can
 be switched off (``rlx.load(bundle, disable_passes=("fusion",))``, ``rlx run --disable-pass
-fusion``) and ``optimize=False`` / ``rlx run --no-opt`` turns them all off. Some run twice: weight
-packing and BatchNorm folding write new weight-only instructions that the second constant-folding
-run computes, and the alias pass cleans up the reshapes fusion leaves behind. The Program on disk
+fusion``) and ``optimize=False`` / ``rlx run --no-opt`` turns them all off. Some run more than
+once: weight packing, BatchNorm folding and the merging of sibling projections write new
+weight-only instructions that the next constant-folding run computes (so fusion sees packed
+weights as weights), and the alias pass cleans up the reshapes fusion leaves behind. The Program on disk
 is never touched — program.json stays the plain lowering that the generated package and other
 backends read.
 """
@@ -49,7 +50,8 @@ PASSES: dict[str, Pass] = {
 }
 # The order they run in (a name may appear twice).
 ORDER = (
-    "constant_folding", "alias", "weight_packing", "fusion", "alias", "constant_folding", "dead_code", "buffer_reuse",
+    "constant_folding", "alias", "weight_packing", "constant_folding", "fusion", "alias", "constant_folding",
+    "dead_code", "buffer_reuse",
 )  # fmt: skip
 PASS_NAMES = tuple(PASSES)
 

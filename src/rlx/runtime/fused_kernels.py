@@ -36,6 +36,8 @@ from rlx.runtime.numpy_backend import KERNELS, Kernel
 Fn = Callable[..., np.ndarray]
 _F32, _F64 = np.dtype(np.float32), np.dtype(np.float64)
 _FAST_FLOATS = (_F32, _F64)
+# Below this many bytes a fresh array costs less than passing ``out=`` (numpy's allocation cache).
+INPLACE_MIN_BYTES = 64 * 1024
 
 
 @dataclass(frozen=True)
@@ -246,18 +248,26 @@ def _bind_gemm(c: C.Gemm | C.MatMul | C.Linear, x: Arg, w: Arg, bias: Arg | None
     k, n = x.shape[-1], w.shape[-1]
     m = math.prod(x.shape[:-1])
     flat_shape = (m, n) if collapse else out_shape
+    # Small results: fresh arrays (numpy's allocation cache beats ``out=``); large ones in place.
+    inplace = dt.itemsize * math.prod(out_shape) >= INPLACE_MIN_BYTES
+    matmul = np.matmul
 
     def run(x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None, reuse: np.ndarray | None = None) -> np.ndarray:
         if transposed:
             w = w.T if w.ndim == 2 else np.swapaxes(w, -1, -2)
-        out = np.matmul(x.reshape(m, k) if collapse else x, w, out=_reuse(reuse, flat_shape, dt))
+        if collapse:
+            x = x.reshape(m, k)
+        buf = _reuse(reuse, flat_shape, dt) if reuse is not None else None
+        out = matmul(x, w) if buf is None else matmul(x, w, buf)
         if collapse:
             out = out.reshape(out_shape)
+        if inplace:
+            if b is not None:
+                out += b
+            return out if act is None else act(out, out)
         if b is not None:
-            np.add(out, b, out=out)
-        if act is not None:
-            act(out, out)
-        return out
+            out = out + b
+        return out if act is None else act(out)
 
     return run
 
@@ -329,7 +339,7 @@ def _generic_step(step: Step) -> Fn:
         raise BundleError(f"Fused: unknown step {step.fn!r} with {len(step.args)} operands")
     dt = step.dtype
 
-    def run(*xs: np.ndarray | None, out: np.ndarray | None = None) -> np.ndarray:
+    def run(*xs: np.ndarray | None) -> np.ndarray:
         res = kern(call, *xs)
         if res.dtype != dt:
             return res.astype(dt)
@@ -345,11 +355,11 @@ def _softmax_inplace(axis: int, log: bool) -> Fn:
     def run(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         if out is None:
             out = np.empty_like(x)
-        np.subtract(x, np.max(x, axis=axis, keepdims=True), out=out)
+        np.subtract(x, np.maximum.reduce(x, axis=axis, keepdims=True), out=out)
         if log:
-            return np.subtract(out, np.log(np.sum(np.exp(out), axis=axis, keepdims=True)), out=out)
+            return np.subtract(out, np.log(np.add.reduce(np.exp(out), axis=axis, keepdims=True)), out=out)
         np.exp(out, out=out)
-        return np.divide(out, np.sum(out, axis=axis, keepdims=True), out=out)
+        return np.divide(out, np.add.reduce(out, axis=axis, keepdims=True), out=out)
 
     return run
 
@@ -379,9 +389,10 @@ def _fast_step(step: Step, types: list[Arg]) -> Fn | None:
 
 
 def _bind_fused(c: C.Fused, operands: Sequence[Arg | None]) -> Fn:
-    """Run the chain over a register file (inputs, then one register per step). A step with a fast
-    path writes into a register of its shape and dtype that the chain created and no longer needs
-    (the last step: into the ``reuse`` buffer when there is one); the others allocate."""
+    """Run the chain over a register file: the inputs, the ``reuse`` buffer, one register per step,
+    and one that holds None. Each step is a closure of fixed arity over it. A step with a fast path
+    on a large result writes into a register of its shape and dtype that the chain created and no
+    longer needs (the last step: into the ``reuse`` buffer); everything else allocates."""
     steps = parse_steps(c)
     n_in, n_steps = len(c.inputs), len(steps)
     types: list[Arg] = list(operands[:n_in])  # type: ignore[arg-type]
@@ -393,41 +404,67 @@ def _bind_fused(c: C.Fused, operands: Sequence[Arg | None]) -> Fn:
         for a in st.args:
             if a is not None:
                 last_read[a] = k
-    reuse_slot = n_in + n_steps  # the register holding the reuse buffer, if usable
     final = types[-1]
+    reuse, none = n_in, n_in + 1 + n_steps  # register layout: inputs, reuse, steps, None
+
+    def reg(i: int | None) -> int:
+        return none if i is None else (i if i < n_in else i + 1)
+
     plan = []
-    free: list[int] = []  # step registers the chain owns and no longer reads
+    free: list[int] = []  # step registers (chain numbering) the chain owns and no longer reads
     for k, st in enumerate(steps):
         res = n_in + k
         fast = _fast_step(st, types)
-        dest = -1
-        if fast is not None:
+        dest = None
+        if fast is not None and types[res].dtype.itemsize * math.prod(types[res].shape) >= INPLACE_MIN_BYTES:
             if k == n_steps - 1:
-                dest = reuse_slot
-                # softmax needs its input only until it is read: run it in place on the chain's own buffer.
+                dest = reuse
+                # softmax needs its input only until it reads it: in place on the chain's own buffer.
                 if st.fn in ("softmax", "log_softmax") and st.args[0] >= n_in:
-                    dest = st.args[0]
+                    dest = reg(st.args[0])
             else:
                 # A register the chain made and no longer needs — or one this step reads for the last time.
                 dying = [a for a in st.args if a is not None and a >= n_in and last_read[a] == k]
-                dest = next((r for r in free + dying if types[r] == types[res]), -1)
-                if dest in free:
-                    free.remove(dest)
-        plan.append((fast or _generic_step(st), st.args, dest, res))
-        free += [a for a in st.args if a is not None and a >= n_in and last_read[a] == k and a != dest]
+                pick = next((r for r in free + dying if types[r] == types[res]), None)
+                if pick is not None:
+                    dest = reg(pick)
+                    if pick in free:
+                        free.remove(pick)
+        plan.append((_caller(fast or _generic_step(st), tuple(reg(a) for a in st.args), dest), reg(res)))
+        free += [a for a in st.args if a is not None and a >= n_in and last_read[a] == k and reg(a) != dest]
     plan = tuple(plan)
     out_shape, out_dtype, scalar = final.shape, final.dtype, final.shape == ()
     pad = (None,) * (n_steps + 1)
+    last = reg(n_in + n_steps - 1)
 
     def run(*args: Any) -> np.ndarray:
-        regs = [*args[:n_in], *pad]
-        regs[reuse_slot] = _reuse(args[n_in], out_shape, out_dtype) if len(args) > n_in else None
-        for fn, a, dest, res in plan:
-            regs[res] = fn(*[None if i is None else regs[i] for i in a], out=regs[dest] if dest >= 0 else None)
-        result = regs[reuse_slot - 1]
-        return np.asarray(result) if scalar else result
+        regs = [*args, *pad] if len(args) > n_in else [*args, None, *pad]
+        if regs[reuse] is not None:
+            regs[reuse] = _reuse(regs[reuse], out_shape, out_dtype)
+        for op, res in plan:
+            regs[res] = op(regs)
+        return np.asarray(regs[last]) if scalar else regs[last]
 
     return run
+
+
+def _caller(fn: Fn, args: tuple[int, ...], dest: int | None) -> Callable[[list[Any]], np.ndarray]:
+    """``regs -> fn(*regs[args])``, writing into ``regs[dest]`` (when not None) as the positional out."""
+    if dest is None:
+        if len(args) == 1:
+            (a,) = args
+            return lambda r: fn(r[a])
+        if len(args) == 2:
+            a, b = args
+            return lambda r: fn(r[a], r[b])
+        return lambda r: fn(*[r[i] for i in args])
+    if len(args) == 1:
+        (a,) = args
+        return lambda r: fn(r[a], r[dest])
+    if len(args) == 2:
+        a, b = args
+        return lambda r: fn(r[a], r[b], r[dest])
+    return lambda r: fn(*[r[i] for i in args], r[dest])
 
 
 @binds(C.Fused)
@@ -459,6 +496,69 @@ def bind_unary(site: Site) -> Fn | None:
     if not site.shape or x.dtype != site.dtype or x.dtype not in _FAST_FLOATS:
         return None
     return nb.UNARY.get(site.call.fn)
+
+
+@binds(C.Reduce)
+def bind_reduce(site: Site) -> Fn | None:
+    """sum / mean / amax / amin of a float32/float64 tensor to a non-0-d result: the generic
+    kernel's ``np.sum`` is ``np.add.reduce``, its mean that sum divided by the count."""
+    c = site.call
+    (x,) = site.operands
+    if x.dtype not in _FAST_FLOATS or site.dtype != x.dtype or not x.shape or not site.shape:
+        return None
+    axes = c.axes or None
+    keep = c.keepdim
+    if c.fn in ("sum", "amax", "amin"):
+        ufunc = {"sum": np.add, "amax": np.maximum, "amin": np.minimum}[c.fn]
+        if c.fn != "sum" and 0 in x.shape:
+            return None  # the generic kernel raises numpy's error
+        return lambda x: ufunc.reduce(x, axis=axes, keepdims=keep)
+    if c.fn == "mean":
+        n = math.prod(x.shape) if axes is None else math.prod(x.shape[a] for a in axes)
+        return lambda x: np.add.reduce(x, axis=axes, keepdims=keep) / n
+    return None
+
+
+@binds(C.LayerNorm, C.RmsNorm)
+def bind_norm(site: Site) -> Fn | None:
+    """LayerNorm / RmsNorm of float32/float64 with weight and bias of the normalised shape: the
+    generic kernel's arithmetic, its per-call bookkeeping (widening, reshapes, axes) done now."""
+    c = site.call
+    x, w = site.operands[:2]
+    b = site.operands[2] if isinstance(c, C.LayerNorm) else None
+    trailing = x.shape[len(x.shape) - c.ndim :] if c.ndim else ()
+    if x.dtype not in _FAST_FLOATS or site.dtype != x.dtype or c.ndim < 1 or not x.shape or 0 in x.shape:
+        return None
+    if any(a is not None and (a.dtype != x.dtype or a.shape != trailing) for a in (w, b)):
+        return None
+    axes = tuple(range(len(x.shape) - c.ndim, len(x.shape)))
+    n, eps, reduce = math.prod(trailing), c.eps, np.add.reduce
+
+    if isinstance(c, C.RmsNorm):
+
+        def rms(x: np.ndarray, w: np.ndarray | None) -> np.ndarray:
+            y = x * (1 / np.sqrt(reduce(x * x, axes, None, None, True) / n + eps))
+            return y if w is None else y * w
+
+        return rms
+
+    def layer(x: np.ndarray, w: np.ndarray | None, b: np.ndarray | None) -> np.ndarray:
+        centered = x - reduce(x, axes, None, None, True) / n
+        y = centered * (1 / np.sqrt(reduce(centered * centered, axes, None, None, True) / n + eps))
+        if w is not None:
+            y = y * w
+        return y if b is None else y + b
+
+    return layer
+
+
+@binds(C.Softmax)
+def bind_softmax(site: Site) -> Fn | None:
+    c = site.call
+    (x,) = site.operands
+    if x.dtype not in _FAST_FLOATS or site.dtype != x.dtype or not x.shape or 0 in x.shape:
+        return None
+    return lambda x: nb.softmax_array(x, c.axis, c.log)
 
 
 @binds(C.Reshape)

@@ -305,14 +305,16 @@ def arg_reduce(c: C.ArgReduce, x: np.ndarray) -> np.ndarray:
 
 # ── neural-network blocks ────────────────────────────────────────────────────
 def softmax_array(x: np.ndarray, axis: int, log: bool = False) -> np.ndarray:
-    shifted = x - np.max(x, axis=axis, keepdims=True)
+    if x.ndim == 0:  # ufunc reductions need an axis to reduce
+        return softmax_array(x.reshape(1), 0, log).reshape(())
+    if x.size == 0:
+        return x.copy()
+    # np.maximum.reduce / np.add.reduce: np.max / np.sum without their Python wrappers.
+    shifted = x - np.maximum.reduce(x, axis=axis, keepdims=True)
     if log:
-        return shifted - np.log(np.sum(np.exp(shifted), axis=axis, keepdims=True))
-    if shifted.ndim == 0:
-        e = np.exp(shifted)
-        return e / np.sum(e, axis=axis, keepdims=True)
+        return shifted - np.log(np.add.reduce(np.exp(shifted), axis=axis, keepdims=True))
     e = np.exp(shifted, out=shifted)  # one temporary, reused in place
-    return np.divide(e, np.sum(e, axis=axis, keepdims=True), out=e)
+    return np.divide(e, np.add.reduce(e, axis=axis, keepdims=True), out=e)
 
 
 @kernel(C.Softmax)
@@ -329,15 +331,6 @@ def _affine(y: np.ndarray, w: np.ndarray | None, b: np.ndarray | None, shape: tu
     return y
 
 
-def _affine_inplace(y: np.ndarray, w: np.ndarray | None, b: np.ndarray | None, shape: tuple[int, ...]) -> np.ndarray:
-    """``_affine`` on a ``y`` the caller owns (same values, no new arrays)."""
-    if w is not None:
-        np.multiply(y, widen(w).reshape(shape), out=y)
-    if b is not None:
-        np.add(y, widen(b).reshape(shape), out=y)
-    return y
-
-
 @kernel(C.LayerNorm)
 def layer_norm(c: C.LayerNorm, x: np.ndarray, w: np.ndarray | None, b: np.ndarray | None) -> np.ndarray:
     xw = widen(x)
@@ -345,10 +338,9 @@ def layer_norm(c: C.LayerNorm, x: np.ndarray, w: np.ndarray | None, b: np.ndarra
     n = math.prod(x.shape[x.ndim - c.ndim :])
     # np.mean's own arithmetic (a float sum, then a division by the count), with fewer temporaries.
     centered = xw - np.add.reduce(xw, axis=axes, keepdims=True) / n
-    square = np.multiply(centered, centered)
-    var = np.add.reduce(square, axis=axes, keepdims=True) / n
-    y = np.multiply(centered, 1 / np.sqrt(var + c.eps), out=centered)
-    return _affine_inplace(y, w, b, x.shape[x.ndim - c.ndim :]).astype(x.dtype, copy=False)
+    var = np.add.reduce(centered * centered, axis=axes, keepdims=True) / n
+    y = centered * (1 / np.sqrt(var + c.eps))
+    return _affine(y, w, b, x.shape[x.ndim - c.ndim :]).astype(x.dtype, copy=False)
 
 
 @kernel(C.RmsNorm)
@@ -356,9 +348,8 @@ def rms_norm(c: C.RmsNorm, x: np.ndarray, w: np.ndarray | None) -> np.ndarray:
     xw = widen(x)
     axes = tuple(range(x.ndim - c.ndim, x.ndim))
     n = math.prod(x.shape[x.ndim - c.ndim :])
-    y = np.multiply(xw, xw)
-    y = np.multiply(xw, 1 / np.sqrt(np.add.reduce(y, axis=axes, keepdims=True) / n + c.eps), out=y)
-    return _affine_inplace(y, w, None, x.shape[x.ndim - c.ndim :]).astype(x.dtype, copy=False)
+    y = xw * (1 / np.sqrt(np.add.reduce(xw * xw, axis=axes, keepdims=True) / n + c.eps))
+    return _affine(y, w, None, x.shape[x.ndim - c.ndim :]).astype(x.dtype, copy=False)
 
 
 @kernel(C.BatchNorm)
@@ -647,10 +638,10 @@ def attention(c: C.Attention, q: np.ndarray, k: np.ndarray, v: np.ndarray, mask:
             np.add(scores, widen(mask), out=scores)
     # softmax_array in place; a query that may attend nowhere (its scores all -inf, so its maximum
     # is -inf) gets zeros, like PyTorch's safe softmax.
-    top = np.max(scores, axis=-1, keepdims=True)
-    np.subtract(scores, top, out=scores)
+    top = np.maximum.reduce(scores, axis=-1, keepdims=True)  # np.max / np.sum minus their wrappers
+    scores -= top
     np.exp(scores, out=scores)
-    np.divide(scores, np.sum(scores, axis=-1, keepdims=True), out=scores)
+    scores /= np.add.reduce(scores, axis=-1, keepdims=True)
     dead = top == -np.inf
     if dead.any():
         np.copyto(scores, 0, where=dead)

@@ -234,34 +234,52 @@ def _gemm_siblings(program: Program) -> Program:
 
 
 def _gemm_activation(program: Program) -> Program:
-    """``act(Gemm(...))``, directly or through reshapes with one reader each → ``Gemm(..., act)``."""
+    """``act(Gemm(...))``, directly or through reshapes with one reader each → ``Gemm(..., act)``;
+    ``v * sigmoid(v)`` (SiLU as Core ATen writes it) counts as ``silu(v)``."""
     values = program.values()
     uses = use_counts(program)
     producer = {i.result: i for i in program.instrs}
     updated: dict[str, Instr] = {}
     alias: dict[str, Ref | Lit] = {}
+    dropped: set[str] = set()
     for ins in program.instrs:
-        c = ins.call
-        if not (isinstance(c, C.Unary) and c.fn in ACTIVATIONS and isinstance(c.x, Ref)):
+        act = _activation(ins, producer, uses)
+        if act is None:
             continue
-        name = c.x.name
-        while name in producer and isinstance(producer[name].call, C.Reshape) and uses[name] == 1:
-            name = producer[name].call.x.name
+        fn, top, readers, extra = act
+        name = top.name
+        while name in producer and isinstance(producer[name].call, C.Reshape) and uses[name] == readers:
+            name, readers = producer[name].call.x.name, 1
         g = updated.get(name) or producer.get(name)
-        if g is None or uses[name] != 1 or g.dtype != ins.dtype:
+        if g is None or uses[name] != readers or g.dtype != ins.dtype:
             continue
         if isinstance(g.call, C.MatMul) and _is_float_product(g, values):
-            call = C.Gemm(g.call.x, g.call.y, None, c.fn)
+            call = C.Gemm(g.call.x, g.call.y, None, fn)
         elif isinstance(g.call, C.Gemm) and not g.call.activation:
-            call = dataclasses.replace(g.call, activation=c.fn)
+            call = dataclasses.replace(g.call, activation=fn)
         else:
             continue
         updated[name] = dataclasses.replace(g, call=call)
-        alias[ins.result] = c.x
+        alias[ins.result] = top
+        dropped.update(extra)
     if not updated:
         return program
-    instrs = [updated.get(i.result, i) for i in program.instrs if i.result not in alias]
+    instrs = [updated.get(i.result, i) for i in program.instrs if i.result not in alias and i.result not in dropped]
     return rename_all(dataclasses.replace(program, instrs=instrs), alias)
+
+
+def _activation(ins: Instr, producer: dict[str, Instr], uses: dict[str, int]) -> tuple[str, Ref, int, tuple[str, ...]] | None:
+    """(function, the value it applies to, that value's expected readers, instructions it absorbs)."""
+    c = ins.call
+    if isinstance(c, C.Unary) and c.fn in ACTIVATIONS and isinstance(c.x, Ref):
+        return c.fn, c.x, 1, ()
+    if isinstance(c, C.Binary) and c.fn == "mul" and isinstance(c.x, Ref) and isinstance(c.y, Ref):
+        for v, s in ((c.x, c.y), (c.y, c.x)):
+            sig = producer.get(s.name)
+            if sig is not None and isinstance(sig.call, C.Unary) and sig.call.fn == "sigmoid" and sig.call.x == v:
+                if uses[s.name] == 1:
+                    return "silu", v, 2, (s.name,)
+    return None
 
 
 # ── 3. elementwise chains ────────────────────────────────────────────────────

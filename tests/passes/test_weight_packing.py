@@ -1,0 +1,61 @@
+"""Weight packing: weights consumed transposed are stored once, at load, GEMM-ready."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from pass_cases import lower, only, ops
+from torch import nn
+
+from rlx.passes import pipeline
+from rlx.passes.fold import constant_folding
+from rlx.passes.packing import pack_weights
+
+
+class Tied(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Linear(8, 6)
+        self.b = nn.Linear(8, 6, bias=False)
+        self.b.weight = self.a.weight  # two Linears, one weight
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.a(x) * self.b(x)
+
+
+@pytest.fixture(scope="module")
+def case():
+    torch.manual_seed(0)
+    return lower(Tied(), (torch.randn(2, 5, 8),), "aten")
+
+
+def test_linear_becomes_gemm_on_one_packed_weight(case):
+    assert ops(case.program).get("Linear") == 2
+    program, weights = constant_folding(pack_weights(case.program), case.weights)
+    assert ops(program).get("Gemm") == 2 and "Linear" not in ops(program)
+    packed = {i.call.w.name for i in program.instrs if i.call.op == "Gemm"}
+    assert len(packed) == 1  # shared by both
+    (name,) = packed
+    w = weights[name]
+    assert w.shape == (8, 6) and w.flags.c_contiguous and not w.flags.writeable
+    (source,) = [v for k, v in case.weights.items() if v.shape == (6, 8)]
+    np.testing.assert_array_equal(w, source.T)
+    case.check(case.run_program(program, dict(weights)))
+
+
+def test_transposed_matmul_weight_is_packed_by_folding():
+    """At core level a Linear is ``mm(x, permute(W))``: folding stores the transpose contiguous."""
+    torch.manual_seed(0)
+    case = lower(nn.Linear(8, 6), (torch.randn(3, 8),), "core")
+    program, weights = pipeline.optimize(case.program, case.weights, only("constant_folding", "weight_packing"))
+    assert "Permute" not in ops(program)
+    (mm,) = [i for i in program.instrs if i.call.op == "MatMul"]
+    assert weights[mm.call.y.name].flags.c_contiguous
+    case.check(case.run_program(program, dict(weights)))
+
+
+def test_half_precision_linear_is_left_alone():
+    torch.manual_seed(0)
+    case = lower(nn.Linear(8, 6).half(), (torch.randn(3, 8).half(),), "aten")
+    assert ops(pack_weights(case.program)) == ops(case.program)

@@ -19,11 +19,16 @@ from rlx.torch_import.dtypes import numpy_to_tensor, tensor_to_numpy
 @pytest.mark.parametrize("tok", dtypes.DTYPES)
 def test_round_trip_every_dtype(tok, tmp_path):
     arr = (np.arange(12).reshape(3, 4) % 5).astype(dtypes.to_numpy(tok))
-    safetensors_io.write(tmp_path / "t.safetensors", {"a": arr, "empty": np.zeros((0, 2), arr.dtype)})
+    scalar = arr[1, 2][()]  # 0-d: e.g. BatchNorm's num_batches_tracked, a scalar model output
+    safetensors_io.write(
+        tmp_path / "t.safetensors", {"a": arr, "empty": np.zeros((0, 2), arr.dtype), "scalar": np.asarray(scalar)}
+    )
     got, _ = safetensors_io.read(tmp_path / "t.safetensors")
     assert got["a"].dtype == arr.dtype and got["a"].shape == (3, 4)
     np.testing.assert_array_equal(got["a"].view(np.uint8), arr.view(np.uint8))
     assert got["empty"].shape == (0, 2)
+    assert got["scalar"].shape == () and got["scalar"].dtype == arr.dtype
+    assert got["scalar"].tobytes() == np.asarray(scalar).tobytes()
 
 
 def test_interoperates_with_the_safetensors_package(tmp_path):

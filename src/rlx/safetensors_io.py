@@ -114,7 +114,7 @@ def write(path: str | Path, tensors: dict[str, np.ndarray], metadata: dict[str, 
     offset = 0
     blobs = []
     for name in sorted(tensors):
-        arr = np.ascontiguousarray(tensors[name])
+        arr = np.asarray(tensors[name], order="C")  # ascontiguousarray would make 0-d arrays 1-d
         token = dtypes.from_numpy(arr.dtype)
         data = arr.tobytes()
         header[name] = {

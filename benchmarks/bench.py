@@ -3,8 +3,9 @@
     python benchmarks/bench.py            # examples + transformers models (if installed), batch 1 and 8
     python benchmarks/bench.py --quick    # a one-minute smoke run
 
-Everything runs in this one process, interleaved (each round times every engine once, so load
-drift hits all of them alike), after warm-up, with 2 threads everywhere. Cold start is measured
+Everything runs in this one process, interleaved by rounds (each round times every engine in a
+short block of its own, so load drift hits all of them alike, with a pause between blocks so
+onnxruntime's spinning threads don't slow the next engine), after warm-up, with 2 threads everywhere. Cold start is measured
 in fresh processes. Needs the `bench` extra: pip install -e ".[bench]" -c constraints.txt
 """
 
@@ -136,16 +137,21 @@ class Engines:
         return engines
 
 
-def measure(engines: dict, rounds: int, warmup: int) -> dict[str, float]:
+def measure(engines: dict, rounds: int, warmup: int, block: int = 5, pause: float = 0.05) -> dict[str, float]:
+    """Median latency of each engine. Each round times every engine in a block of its own, with a
+    pause between blocks: onnxruntime's worker threads keep spinning for a while after a run and
+    would steal a core from whichever engine ran right after it."""
     for fn in engines.values():
         for _ in range(warmup):
             fn()
     times = {k: [] for k in engines}
-    for _ in range(rounds):
+    for _ in range(max(1, rounds // block)):
         for k, fn in engines.items():
-            t0 = time.perf_counter()
-            fn()
-            times[k].append(time.perf_counter() - t0)
+            time.sleep(pause)
+            for _ in range(block):
+                t0 = time.perf_counter()
+                fn()
+                times[k].append(time.perf_counter() - t0)
     return {k: statistics.median(v) for k, v in times.items()}
 
 

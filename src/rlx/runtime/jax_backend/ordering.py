@@ -4,7 +4,13 @@ The same semantics as the numpy kernels (``rlx.runtime.ordering_kernels``): sort
 is the largest value and equal entries keep their input order in both directions; scans accumulate
 in PyTorch's CPU accumulation type (float32 for the half types, float64 for float32/float64, int64
 for integers) and round once. ``lax.sort`` already treats -0 as +0 and every NaN alike, so a stable
-sort of the (widened) values is PyTorch's order. Needs ``jax_enable_x64`` for int64 and float64.
+sort of the (widened) values is PyTorch's order (``lax.top_k`` is not: it orders ±0 and NaN its
+own way, so top-k is a sort too).
+
+XLA computes cumulative sums, products and log-sum-exps as parallel scans, not in PyTorch's
+sequential order: exact for integers, within a few units in the last place for floats (float32
+accumulates in float64, so its results rarely differ at all). A lane starting with -0 sums to +0
+there, as in PyTorch (the numpy kernel keeps -0). Needs ``jax_enable_x64`` for int64 and float64.
 """
 
 from __future__ import annotations

@@ -1,13 +1,14 @@
 """JAX kernels for scatter Calls (IndexPut, Scatter, Diagonal).
 
 The same results as the numpy kernels (``rlx.runtime.scatter_kernels``). Every write is reduced to
-one flat form: the target's flat position for every element written (``-1``-free: negative indices
-wrap as in numpy, a position outside the tensor is dropped) and the values in the same order. Then
+one flat form: the target's flat position for every element written (negative indices wrap as in
+numpy; a position still outside the tensor is dropped) and the values in the same order. Then
 
 - accumulating writes combine every value at a repeated position (a scatter-add or -multiply …);
 - plain writes keep the last value written to a position, as numpy's assignment does, computed
   deterministically (the largest source position per target wins) rather than left to XLA, whose
-  scatter leaves the survivor of repeated indices unspecified (and it differs on GPU).
+  scatter leaves the survivor of repeated indices unspecified (and it differs on GPU). That costs
+  a scatter-max and a gather beside the write: a few times a bare XLA scatter.
 
 A bool mask stands for the integer positions of its ``True`` entries, as in PyTorch. Their number
 is data, so under ``jax.jit`` the mask becomes ``mask.size`` positions, padded with out-of-range

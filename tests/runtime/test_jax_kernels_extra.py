@@ -4,13 +4,17 @@ Two layers:
 
 - Calls built directly and run on real inputs of each dtype (NaN, ±inf and ±0 planted in floats):
   every case runs all its Calls in one ``jax.jit``; each result must equal the numpy kernel's
-  bit for bit (shape, dtype, signed zeros, NaN positions) and match PyTorch's own op on the same
-  tensors. Upsample Calls are checked against the aten ``upsample_*`` op taking the same sizes
-  and scales; top-k indices on distinct values, its values on ties.
+  bit for bit (shape, dtype, signed zeros, NaN positions; float cumulative sums, products and
+  log-sum-exps to a few ulps, as XLA scans in parallel) and match PyTorch's own op on the same
+  tensors, zero signs included. Upsample Calls are checked against the aten ``upsample_*`` op
+  taking the same sizes and scales; top-k indices on distinct values, its values on ties.
 - Programs lowered from torch modules (one export per case) run through the JAX backend
   (``Model(..., backend="jax")``, one ``jax.jit`` over the whole program) and are compared with
   eager PyTorch; the same programs also run instruction by instruction with the numpy backend,
   where each instruction of these Calls must give the JAX kernel's bits on its real operands.
+
+Compiling dominates the time, so the default run keeps one or two dtypes per case; ``-m slow``
+runs the full dtype sweeps.
 """
 
 from __future__ import annotations

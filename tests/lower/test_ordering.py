@@ -257,6 +257,10 @@ SCAN_CASES = [
          lambda dt: (torch.rand(4000, generator=_gen(3)) * 3).to(dt), dtypes=(F32, F16, BF16)),
     case("logcumsumexp", LOGCUMSUMEXP, specials(4, 6), dtypes=(F32, F64, F16, BF16), levels=LEVELS),
     case("logcumsumexp_edges", LOGCUMSUMEXP, fixed(LCSE_EDGES), dtypes=(F32,)),
+    # Additive scans start from +0 in PyTorch: a lane opening with -0 gives +0 (1/x shows the sign).
+    case("scans_signed_zero", [lambda x: 1 / torch.cumsum(x, 1), lambda x: 1 / torch.logcumsumexp(x, 1),
+                               lambda x: 1 / torch.cumprod(x, 1)],
+         fixed(torch.tensor([[-0.0, -0.0, 1.0], [-0.0, 2.0, -2.0]])), dtypes=(F32,), levels=LEVELS),
     case("scans_0d", on_0d([lambda x: torch.cumsum(x, 0), lambda x: torch.cumprod(x, -1), lambda x: torch.cummax(x, 0),
                             lambda x: torch.cummin(x, 0), lambda x: torch.logcumsumexp(x, 0),
                             lambda x: torch.cumsum(x, 0, dtype=F64)]), fixed(torch.tensor([-1.5])), levels=LEVELS),

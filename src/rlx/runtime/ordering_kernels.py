@@ -87,6 +87,9 @@ def cum_reduce(c: C.CumReduce, x: np.ndarray) -> np.ndarray:
         out = np.logaddexp.accumulate(acc, axis=c.axis)
     else:
         raise ValueError(f"unknown scan {c.fn!r}")
+    if c.fn != "prod" and out.dtype.kind == "f":
+        # PyTorch's additive scans start from +0, so a lane opening with -0 gives +0; numpy keeps -0.
+        out += 0.0
     return out.astype(x.dtype, copy=False)
 
 

@@ -107,7 +107,7 @@ def main() -> None:
         outcomes = []
         for o in sweep(names, dtypes=tuple(args.dtypes.split(",")), max_samples=args.max_samples):
             outcomes.append(o)
-            print(f"{o.op:<40}{o.dtype:<6}{o.status:<6}{o.reason[:100]}", flush=True)
+            print(f"{o.op:<40} {o.dtype:<5} {o.status:<6}{o.reason[:100]}", flush=True)
     if args.save:
         doc = {"dtypes": args.dtypes, "max_samples": args.max_samples, "outcomes": [asdict(o) for o in outcomes]}
         Path(args.save).write_text(json.dumps(doc, indent=0))

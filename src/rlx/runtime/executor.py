@@ -94,6 +94,10 @@ class Executor:
         self._base = base
         self._input_slots = [slots[v.name] for v in program.inputs]
         self._outputs: list[int] = [operand(o)[0] for o in program.outputs]
+        # An output that is a weight, a literal or an input itself is copied on the way out: the
+        # caller owns what it gets back, and must not be able to write into what every run shares.
+        produced = {step[2] for step in self._steps}
+        self._copy_out = [s not in produced for s in self._outputs]
         # Free each intermediate after its last reader (weights, literals and outputs stay).
         pinned = set(range(len(base))) - {slots[i.result] for i in program.instrs}
         pinned |= set(self._outputs)
@@ -138,7 +142,7 @@ class Executor:
         except Exception as e:  # a kernel failure is reported with the instruction
             label = self._labels[self._steps.index(step)] if step is not None else "?"
             raise RlxError(f"runtime error in {label}: {type(e).__name__}: {e}") from e
-        return [np.asarray(env[o]) for o in self._outputs]
+        return [np.array(env[o]) if copy else np.asarray(env[o]) for o, copy in zip(self._outputs, self._copy_out)]
 
     def profile(self, inputs: list[np.ndarray], repeat: int = 20) -> list[tuple[str, float]]:
         """Seconds per step (median over ``repeat`` runs), labelled — where the time goes."""

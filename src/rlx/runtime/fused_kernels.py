@@ -414,7 +414,8 @@ def _bind_fused(c: C.Fused, operands: Sequence[Arg | None]) -> Fn:
     free: list[int] = []  # step registers (chain numbering) the chain owns and no longer reads
     for k, st in enumerate(steps):
         res = n_in + k
-        fast = _fast_step(st, types)
+        # 0-d: ufuncs return numpy scalars, which cannot take ``out=``; the generic kernels wrap them.
+        fast = _fast_step(st, types) if types[res].shape else None
         dest = None
         if fast is not None and types[res].dtype.itemsize * math.prod(types[res].shape) >= INPLACE_MIN_BYTES:
             if k == n_steps - 1:

@@ -5,9 +5,12 @@ Rewrites, in order:
 1. **BatchNorm into Conv.** ``BatchNorm(Conv(x, W, b))`` with constant statistics becomes one
    ``Conv(x, W·s, (b − mean)·s + beta)`` with ``s = weight / sqrt(var + eps)``. The new weight and
    bias are written as instructions over the weights, so constant folding computes them at load.
-2. **Gemm.** ``MatMul`` followed by a bias add becomes ``Gemm(x, w, bias)``; a reshape that only
-   merges the leading axes of ``x`` is moved after the product (one GEMM over the merged rows
-   either way); an activation after the product — directly or through reshapes — moves into it.
+2. **Gemm.** ``MatMul`` followed by an add becomes ``Gemm(x, w, bias)`` (a bias, or a residual of
+   the product's shape); a reshape that only merges the leading axes of ``x`` is moved after the
+   product (one GEMM over the merged rows either way, and the reshapes around it cancel); an
+   activation after the product — directly or through reshapes, ``v * sigmoid(v)`` included —
+   moves into it; Gemms of one input by different weights (q, k, v) become one Gemm by the
+   concatenated weights and a slice per projection.
 3. **Elementwise chains.** A run of elementwise instructions (Unary, Binary, Where, Clamp,
    LeakyRelu, Cast) whose intermediate results have one reader each becomes one ``Fused``
    instruction; a Softmax of such a chain closes it (the scale + mask + softmax of attention).

@@ -250,7 +250,7 @@ def _bind_gemm(c: C.Gemm | C.MatMul | C.Linear, x: Arg, w: Arg, bias: Arg | None
     flat_shape = (m, n) if collapse else out_shape
     # Small results: fresh arrays (numpy's allocation cache beats ``out=``); large ones in place.
     inplace = dt.itemsize * math.prod(out_shape) >= INPLACE_MIN_BYTES
-    matmul = np.matmul
+    matmul = nb.blas_matmul
 
     def run(x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None, reuse: np.ndarray | None = None) -> np.ndarray:
         if transposed:

@@ -261,15 +261,44 @@ def index(c: C.Index, x: np.ndarray, indices: list[np.ndarray | None]) -> np.nda
 @kernel(C.MatMul)
 def matmul(c: C.MatMul, x: np.ndarray, y: np.ndarray) -> np.ndarray:
     # 1-d · 1-d gives a numpy scalar: keep it a 0-d array.
-    return np.asarray(np.matmul(widen(x), widen(y))).astype(x.dtype, copy=False)
+    return np.asarray(blas_matmul(widen(x), widen(y))).astype(x.dtype, copy=False)
 
 
 @kernel(C.Linear)
 def linear(c: C.Linear, x: np.ndarray, w: np.ndarray, b: np.ndarray | None) -> np.ndarray:
-    out = np.matmul(widen(x), widen(w).T)
+    out = blas_matmul(widen(x), widen(w).T)
     if b is not None:
         out += widen(b)
     return out.astype(x.dtype, copy=False)
+
+
+# OpenBLAS hands a product to its worker threads once m·n·k passes 4·65536, and a woken worker then
+# spins for a while holding a core. Where cores are few and busy, that costs milliseconds for a
+# product one core does in microseconds: a product below BLAS_SPLIT_MAX is issued as blocks small
+# enough for OpenBLAS to keep on the calling thread (larger ones are worth the threads).
+BLAS_ONE_THREAD = 4 * 65536
+BLAS_SPLIT_MAX = 1 << 21
+
+
+def blas_matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """``np.matmul(a, b, out)``, each product on the calling thread while it is small."""
+    if a.ndim < 2 or b.ndim < 2:
+        return np.matmul(a, b) if out is None else np.matmul(a, b, out)
+    m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
+    work = m * n * k
+    if work <= BLAS_ONE_THREAD or work > BLAS_SPLIT_MAX:
+        return np.matmul(a, b) if out is None else np.matmul(a, b, out)
+    if out is None:
+        out = np.empty(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (m, n), np.result_type(a, b))
+    if n >= m:  # blocks of output columns
+        step = max(1, BLAS_ONE_THREAD // (m * k))
+        for j in range(0, n, step):
+            np.matmul(a, b[..., j : j + step], out=out[..., j : j + step])
+    else:  # blocks of output rows
+        step = max(1, BLAS_ONE_THREAD // (n * k))
+        for i in range(0, m, step):
+            np.matmul(a[..., i : i + step, :], b, out=out[..., i : i + step, :])
+    return out
 
 
 # ── reductions ───────────────────────────────────────────────────────────────
@@ -425,7 +454,7 @@ def conv(c: C.Conv, x: np.ndarray, w: np.ndarray, b: np.ndarray | None) -> np.nd
         else:
             win = _conv_windows(_pad_zeros(xw, c.padding), ksp, c.stride, c.dilation, out_sp)  # [N, C, *k, *out]
             cols = win.reshape(n, g, cg * k, p)
-        out = np.matmul(ww.reshape(g, og, cg * k), cols).reshape((n, cout) + out_sp)
+        out = blas_matmul(ww.reshape(g, og, cg * k), cols).reshape((n, cout) + out_sp)
     if b is not None:
         np.add(out, widen(b).reshape((-1,) + (1,) * nd), out=out)
     return out.astype(x.dtype, copy=False)
@@ -624,7 +653,7 @@ def attention(c: C.Attention, q: np.ndarray, k: np.ndarray, v: np.ndarray, mask:
         if mask is not None:
             mask = mask.reshape((1,) * (q.ndim - mask.ndim) + mask.shape)
             mask = mask.reshape(mask.shape[:-3] + ((h_kv, rep) if mask.shape[-3] != 1 else (1, 1)) + mask.shape[-2:])
-    scores = np.matmul(qw, np.swapaxes(kw, -1, -2))
+    scores = blas_matmul(qw, np.swapaxes(kw, -1, -2))
     np.multiply(scores, np.asarray(c.scale, dtype=qw.dtype), out=scores)
     big_l, big_s = q.shape[-2], k.shape[-2]
     if c.causal:
@@ -645,7 +674,7 @@ def attention(c: C.Attention, q: np.ndarray, k: np.ndarray, v: np.ndarray, mask:
     dead = top == -np.inf
     if dead.any():
         np.copyto(scores, 0, where=dead)
-    out = np.matmul(scores, vw)
+    out = blas_matmul(scores, vw)
     if grouped:
         out = out.reshape(out.shape[:-4] + (q.shape[-3],) + out.shape[-2:])
     return out.astype(q.dtype, copy=False)

@@ -1,19 +1,21 @@
 """Kernels of the fused Calls (``Gemm``, ``Fused``) and the pre-bound fast paths of the executor.
 
 Why these two fused Calls and no more: at the sizes rlx runs, a step costs its numpy calls plus a
-fixed dispatch, so what pays is fewer steps and fewer fresh arrays, not new arithmetic. ``Gemm``
-(matmul + bias + activation) covers Linear, addmm and MatMul-by-a-weight epilogues; ``Fused`` is
-any elementwise chain — residual adds, RMSNorm's scale, activations after a conv, the scale + mask
-of attention — optionally closed by a softmax. Conv keeps its own Call: its bias is already inside
-it, a following activation becomes a one-step ``Fused`` that runs in place on the conv's buffer,
-and a BatchNorm after it is folded into its weights (``rlx.passes.fusion``).
+fixed dispatch (about a microsecond each), so what pays is fewer steps, not new arithmetic.
+``Gemm`` (matmul + bias or residual + activation) covers Linear, addmm and MatMul-by-a-weight
+epilogues; ``Fused`` is any elementwise chain — residual adds, RMSNorm's scale, the scale + mask of
+attention — optionally closed by a softmax. Conv keeps its own Call: its bias is already inside
+it, a BatchNorm after it is folded into its weights (``rlx.passes.fusion``), and the activation
+after it is one ufunc call either way (in place on the conv's buffer when the buffer-reuse pass
+hands it over). In-place writes (``out=``) are used only from ``INPLACE_MIN_BYTES`` up: below it,
+numpy's allocation cache makes a fresh array cheaper than the ``out=`` argument.
 
 A *binder* turns one instruction into a plain callable at load, once: it sees the Call and the
-shape/dtype of the result and of every operand, picks a fast path (a bare ufunc, ``out=`` buffers,
-a collapsed GEMM) where the result is the same as the generic kernel's, and returns ``None`` to
-leave the instruction to the generic kernel (half precision, integer corner cases). Every fast path
-computes the same operations in the same order as its generic kernel, so results do not depend on
-whether the plan was optimised; the parity tests check it.
+shape/dtype of the result and of every operand, picks a fast path (a bare ufunc, a collapsed GEMM,
+a norm with its bookkeeping done at load) and returns ``None`` to leave the instruction to the
+generic kernel (half precision, integer corner cases, symbolic shapes). A fast path runs the same
+numpy operations in the same order as the generic kernel; only a product's BLAS blocking may
+differ. The parity tests run every example with the passes on and off.
 """
 
 from __future__ import annotations

@@ -142,3 +142,18 @@ def test_values_read_twice_are_not_fused_away():
     program, weights = fused(case)
     assert ops(program).get("Unary", 0) + ops(program).get("Fused", 0) >= 2
     case.check(case.run_program(program, dict(weights)))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+@pytest.mark.parametrize("size", [100, 4096])  # either side of the erf table's threshold
+def test_gelu_in_a_gemm_at_every_size(size, dtype):
+    """GELU fused into a Gemm (float32/float64) or run as a Unary (bfloat16), on arrays small
+    enough for erf element by element and large enough for the interval table."""
+    torch.manual_seed(0)
+    x = with_specials(rand((size // 32, 16), dtype, low=-8, high=8, seed=10))
+    layer = nn.Sequential(nn.Linear(16, 32), nn.GELU()).to(dtype)
+    case = lower(layer, (x,))
+    program, weights = fused(case)
+    if dtype != torch.bfloat16:
+        assert ops(program) == {"Gemm": 1}
+    case.check(case.run_program(program, dict(weights)), rtol=None, atol=None)

@@ -429,6 +429,7 @@ class Diagonal(Call):
     axis1: int
     axis2: int
 
+
 # ── spectral ─────────────────────────────────────────────────────────────────
 @dataclass(frozen=True)
 class Fft(Call):

@@ -157,3 +157,42 @@ def test_gelu_in_a_gemm_at_every_size(size, dtype):
     if dtype != torch.bfloat16:
         assert ops(program) == {"Gemm": 1}
     case.check(case.run_program(program, dict(weights)), rtol=None, atol=None)
+
+
+def repeat_kv_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """GQA as Hugging Face's Llama writes it: K and V repeated per query head, then SDPA."""
+
+    def repeat(t: torch.Tensor) -> torch.Tensor:
+        b, h, s, d = t.shape
+        return t[:, :, None, :, :].expand(b, h, 3, s, d).reshape(b, h * 3, s, d)
+
+    return F.scaled_dot_product_attention(q, repeat(k), repeat(v), attn_mask=mask)
+
+
+def test_repeated_keys_and_values_become_gqa():
+    q, k, v = rand((2, 6, 5, 8), seed=11), rand((2, 2, 5, 8), seed=12), rand((2, 2, 5, 8), seed=13)
+    mask = torch.ones(5, 5, dtype=torch.bool).tril()
+    case = lower(repeat_kv_attention, (q, k, v, mask))
+    assert "Expand" in ops(case.program)
+    program, weights = fused(case)
+    (attention,) = [i.call for i in program.instrs if i.call.op == "Attention"]
+    assert attention.gqa and "Expand" not in ops(program)
+    assert program.values()[attention.k.name].shape == (2, 2, 5, 8)  # the unrepeated keys
+    case.check(case.run_program(program, dict(weights)))
+
+
+class QkNoBias(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.q, self.k = nn.Linear(16, 8, bias=False), nn.Linear(16, 8, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.q(x) * self.k(x)
+
+
+def test_projections_without_bias_merge_too():
+    torch.manual_seed(0)
+    case = lower(QkNoBias(), (torch.randn(2, 4, 16),))
+    program, weights = fused(case)
+    assert ops(program).get("Gemm") == 1 and "MatMul" not in ops(program)
+    case.check(case.run_program(program, dict(weights)))

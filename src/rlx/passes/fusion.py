@@ -11,7 +11,9 @@ Rewrites, in order:
    activation after the product — directly or through reshapes, ``v * sigmoid(v)`` included —
    moves into it; Gemms of one input by different weights (q, k, v) become one Gemm by the
    concatenated weights and a slice per projection.
-3. **Elementwise chains.** A run of elementwise instructions (Unary, Binary, Where, Clamp,
+3. **Attention with repeated K/V.** Keys and values repeated per query head (``repeat_kv``) feed
+   the Attention unrepeated, with ``gqa``: the kernel broadcasts them instead of copying.
+4. **Elementwise chains.** A run of elementwise instructions (Unary, Binary, Where, Clamp,
    LeakyRelu, Cast) whose intermediate results have one reader each becomes one ``Fused``
    instruction; a Softmax of such a chain closes it (the scale + mask + softmax of attention).
    A chain of one instruction stays as it is.
@@ -41,7 +43,7 @@ _FLOATS = ("f32", "f64")
 
 def fuse(program: Program) -> Program:
     for rewrite in (_batchnorm_into_conv, _gemm_bias, _gemm_hoist_reshape, _gemm_bias, _gemm_activation, _gemm_siblings,
-                    _elementwise_chains):  # fmt: skip
+                    _attention_gqa, _elementwise_chains):  # fmt: skip
         program = rewrite(program)
     return program
 
@@ -199,6 +201,9 @@ def _gemm_siblings(program: Program) -> Program:
     groups: dict[tuple, list[Instr]] = {}
     for ins in program.instrs:
         c = ins.call
+        if isinstance(c, C.MatMul) and _is_float_product(ins, values):
+            c = C.Gemm(c.x, c.y, None, "")  # a product by a weight without a bias joins too
+            ins = dataclasses.replace(ins, call=c)
         if not isinstance(c, C.Gemm) or c.w.name not in const or ins.dtype not in _FLOATS or not is_static(ins.shape):
             continue
         if len(values[c.w.name].shape) != 2 or (c.bias is not None and (not isinstance(c.bias, Ref) or c.bias.name not in const)):
@@ -283,6 +288,49 @@ def _activation(ins: Instr, producer: dict[str, Instr], uses: dict[str, int]) ->
                 if uses[s.name] == 1:
                     return "silu", v, 2, (s.name,)
     return None
+
+
+def _attention_gqa(program: Program) -> Program:
+    """Attention on keys and values repeated per query head (``repeat_kv``: unsqueeze, expand,
+    reshape — a copy of K and V) → Attention on the unrepeated ones with ``gqa``, which the
+    kernel broadcasts instead (query head ``h`` reads key head ``h // rep`` either way)."""
+    producer = {i.result: i for i in program.instrs}
+    values = program.values()
+    changed: dict[str, Instr] = {}
+    for ins in program.instrs:
+        c = ins.call
+        if not isinstance(c, C.Attention):
+            continue
+        k, v = _unrepeated(c.k, producer, values), _unrepeated(c.v, producer, values)
+        if k is None or v is None or k[1] != v[1]:
+            continue
+        changed[ins.result] = dataclasses.replace(ins, call=dataclasses.replace(c, k=k[0], v=v[0], gqa=True))
+    if not changed:
+        return program
+    return dataclasses.replace(program, instrs=[changed.get(i.result, i) for i in program.instrs])
+
+
+def _unrepeated(r: Ref, producer: dict[str, Instr], values: dict[str, Value]) -> tuple[Ref, int] | None:
+    """``(src, rep)`` when ``r`` is ``src [.., H, S, D]`` with each head repeated ``rep`` times
+    in place (``src[.., :, None].expand(.., H, rep, S, D).reshape(.., H·rep, S, D)``)."""
+    flat = producer.get(r.name)
+    expand = producer.get(flat.call.x.name) if flat is not None and isinstance(flat.call, C.Reshape) else None
+    unsq = producer.get(expand.call.x.name) if expand is not None and isinstance(expand.call, C.Expand) else None
+    if unsq is None or not isinstance(unsq.call, C.Reshape):
+        return None
+    src = values[unsq.call.x.name].shape
+    if len(src) < 3 or not is_static(src) or not is_static(expand.shape):
+        return None
+    lead, (h, s, d) = tuple(src[:-3]), tuple(src[-3:])
+    rep = expand.shape[-3] if len(expand.shape) == len(src) + 1 else 0
+    if (
+        rep < 1
+        or tuple(unsq.shape) != lead + (h, 1, s, d)
+        or tuple(expand.shape) != lead + (h, rep, s, d)
+        or tuple(flat.shape) != lead + (h * rep, s, d)
+    ):
+        return None
+    return unsq.call.x, rep
 
 
 # ── 3. elementwise chains ────────────────────────────────────────────────────

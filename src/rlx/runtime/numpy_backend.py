@@ -310,30 +310,33 @@ def linear(c: C.Linear, x: np.ndarray, w: np.ndarray, b: np.ndarray | None) -> n
     return out.astype(x.dtype, copy=False)
 
 
-# OpenBLAS hands a product to its worker threads once m·n·k passes 4·65536, and a woken worker then
-# spins for a while holding a core. Where cores are few and busy, that costs milliseconds for a
-# product one core does in microseconds: a product below BLAS_SPLIT_MAX is issued as blocks small
-# enough for OpenBLAS to keep on the calling thread (larger ones are worth the threads).
+# OpenBLAS hands a product to its worker threads once m·n·k passes 4·65536. Two threads meet at a
+# barrier, so when another process holds a core the product waits for the scheduler: measured on
+# the shared 2-core machine, a 5 M multiply-add conv GEMM took 8–16 ms on two threads, 0.17 ms on
+# one. A product that splits into at most BLAS_MAX_BLOCKS blocks of at least BLAS_MIN_BLOCK rows or
+# columns, each below the threshold, is issued block by block and stays on the calling thread;
+# larger ones are worth the threads (and take the risk).
 BLAS_ONE_THREAD = 4 * 65536
-BLAS_SPLIT_MAX = 1 << 21
+BLAS_MAX_BLOCKS = 32
+BLAS_MIN_BLOCK = 16
 
 
 def blas_matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    """``np.matmul(a, b, out)``, each product on the calling thread while it is small."""
+    """``np.matmul(a, b, out)``, each product on the calling thread while it splits well."""
     if a.ndim < 2 or b.ndim < 2:
         return np.matmul(a, b) if out is None else np.matmul(a, b, out)
     m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
-    work = m * n * k
-    if work <= BLAS_ONE_THREAD or work > BLAS_SPLIT_MAX:
+    by_columns = n >= m
+    step = BLAS_ONE_THREAD // max(1, (m if by_columns else n) * k)
+    blocks = -(-(n if by_columns else m) // max(step, 1))
+    if m * n * k <= BLAS_ONE_THREAD or step < BLAS_MIN_BLOCK or blocks > BLAS_MAX_BLOCKS:
         return np.matmul(a, b) if out is None else np.matmul(a, b, out)
     if out is None:
         out = np.empty(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (m, n), np.result_type(a, b))
-    if n >= m:  # blocks of output columns
-        step = max(1, BLAS_ONE_THREAD // (m * k))
+    if by_columns:
         for j in range(0, n, step):
             np.matmul(a, b[..., j : j + step], out=out[..., j : j + step])
-    else:  # blocks of output rows
-        step = max(1, BLAS_ONE_THREAD // (n * k))
+    else:
         for i in range(0, m, step):
             np.matmul(a[..., i : i + step, :], b, out=out[..., i : i + step, :])
     return out
@@ -442,7 +445,12 @@ def group_norm(c: C.GroupNorm, x: np.ndarray, w: np.ndarray | None, b: np.ndarra
 def _pad_spatial(x: np.ndarray, pads: list[tuple[int, int]], value: float | int | bool) -> np.ndarray:
     if not any(lo or hi for lo, hi in pads):
         return x
-    return np.pad(x, [(0, 0)] * (x.ndim - len(pads)) + pads, mode="constant", constant_values=value)
+    nd = len(pads)
+    sizes = x.shape[x.ndim - nd :]
+    # np.full + one assignment: np.pad's generality costs several times more on small tensors.
+    out = np.full(x.shape[: x.ndim - nd] + tuple(n + lo + hi for n, (lo, hi) in zip(sizes, pads)), value, dtype=x.dtype)
+    out[(Ellipsis,) + tuple(slice(lo, lo + n) for n, (lo, _) in zip(sizes, pads))] = x
+    return out
 
 
 def _windows(x: np.ndarray, kernel_: tuple[int, ...], stride: tuple[int, ...], dilation: tuple[int, ...],
@@ -600,13 +608,18 @@ def max_pool(c: C.MaxPool, x: np.ndarray) -> np.ndarray:
     xw = widen(x)
     padded = _pad_spatial(xw, pads, _lowest(xw.dtype))
     if not c.indices:
-        # A running maximum over one strided view per kernel tap: NaN propagates as in max().
-        lead = (slice(None),) * (x.ndim - nd)
-        best = None
-        for offs in np.ndindex(*c.kernel):
-            view = padded[lead + tuple(slice(o * d, o * d + (n - 1) * s + 1, s)
-                                      for o, d, n, s in zip(offs, c.dilation, out, c.stride))]  # fmt: skip
-            best = view.copy() if best is None else np.maximum(best, view, out=best)
+        # The window maximum is separable: one spatial axis at a time, a running maximum over one
+        # strided view per tap of that axis (Σk views instead of Πk). NaN propagates as in max().
+        best = padded
+        for i in range(nd):
+            axis = x.ndim - nd + i
+            lead = (slice(None),) * axis
+            k, s, d, n = c.kernel[i], c.stride[i], c.dilation[i], out[i]
+            running = None
+            for tap in range(k):
+                view = best[lead + (slice(tap * d, tap * d + (n - 1) * s + 1, s),)]
+                running = view.copy() if running is None else np.maximum(running, view, out=running)
+            best = running
         return best.astype(x.dtype, copy=False)
     win = _windows(padded, c.kernel, c.stride, c.dilation, out)
     flat = win.reshape(win.shape[: x.ndim] + (-1,))

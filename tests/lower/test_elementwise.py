@@ -105,13 +105,13 @@ def _shapes_and_dtypes_match(module: torch.nn.Module, inputs: list[torch.Tensor]
     return program
 
 
-def check(c: Case) -> None:
+def check(c: Case, backend: str = "numpy") -> None:
     module = Batched(c.fn, [len(g) for g in c.groups])
     inputs = [t for g in c.groups for t in g]
 
     def run(levels: Sequence[str]) -> Program:
         if c.values:
-            return assert_converts_and_matches(module, inputs, levels=levels, **c.tol)
+            return assert_converts_and_matches(module, inputs, levels=levels, backend=backend, **c.tol)
         return _shapes_and_dtypes_match(module, inputs, levels)
 
     try:

@@ -10,7 +10,7 @@ own way, so top-k is a sort too).
 XLA computes cumulative sums, products and log-sum-exps as parallel scans, not in PyTorch's
 sequential order: exact for integers, within a few units in the last place for floats (float32
 accumulates in float64, so its results rarely differ at all). A lane starting with -0 sums to +0
-there, as in PyTorch (the numpy kernel keeps -0). Needs ``jax_enable_x64`` for int64 and float64.
+there, as in PyTorch. Needs ``jax_enable_x64`` for int64 and float64.
 """
 
 from __future__ import annotations

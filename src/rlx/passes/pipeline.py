@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rlx.errors import UsageError
+from rlx.errors import BundleError, RlxError, UsageError
 from rlx.ir.program import Program
 from rlx.passes.alias import remove_aliases
 from rlx.passes.buffers import reuse_buffers
@@ -72,8 +72,13 @@ def optimize(program: Program, weights: Weights, disabled: Iterable[str] = ()) -
         if name in disabled:
             continue
         p = PASSES[name]
-        if p.needs_weights:
-            program, weights = p.run(program, weights)
-        else:
-            program = p.run(program)
+        try:
+            if p.needs_weights:
+                program, weights = p.run(program, weights)
+            else:
+                program = p.run(program)
+        except RlxError:
+            raise
+        except Exception as e:  # a pass only trips on a program whose declared shapes/dtypes disagree
+            raise BundleError(f"program.json: the {name} pass cannot rewrite {program.name}: {type(e).__name__}: {e}") from e
     return program, weights

@@ -83,7 +83,12 @@ class Executor:
                     args.append(arg)
                 layout.append(len(items) if isinstance(v, tuple) else -1)
             label = f"{ins.result} = {ins.call.op} [{ins.note or ins.node}]"
-            fn = self._bind(ins, kern, tuple(args), layout, label)
+            try:
+                fn = self._bind(ins, kern, tuple(args), layout, label)
+            except RlxError:
+                raise
+            except Exception as e:  # shapes or dtypes that contradict each other: a damaged program
+                raise BundleError(f"program.json: cannot plan {label}: {type(e).__name__}: {e}") from e
             slots[ins.result] = new_slot()
             types[ins.result] = _arg(ins.shape, ins.dtype)
             reads.append(flat)

@@ -255,6 +255,15 @@ def test_conv_and_norm_modules(dtype):
     assert {C.Conv, C.BatchNorm, C.GroupNorm, C.LayerNorm, C.RmsNorm} <= used
 
 
+def test_every_call_a_program_can_hold_has_a_jax_kernel():
+    # numpy_backend.KERNELS lists what program.json may hold (the numpy-only fused Calls live apart).
+    from rlx.runtime.jax_backend import load_kernels
+    from rlx.runtime.numpy_backend import KERNELS
+
+    missing = sorted(t.__name__ for t in KERNELS if t not in load_kernels())
+    assert not missing, f"no JAX kernel for {missing}"
+
+
 def test_every_core_call_is_covered():
     covered = set().union(*(c[1] for c in CASES)) | {C.Conv, C.BatchNorm, C.GroupNorm, C.LayerNorm, C.RmsNorm}
     assert CORE_CALLS <= covered, sorted(c.__name__ for c in CORE_CALLS - covered)

@@ -243,6 +243,9 @@ SCALARS = [
     # x ** ±0.5 is sqrt / rsqrt for f32, f64, bf16 (NaN at -inf) but std::pow for f16 (+inf at -inf)
     case("scalar_pow_half", lambda a: (a**0.5, a**-0.5), singles(FLOATS + (I64, U8))),
     case("scalar_pow_float", lambda a: (a**1.5, a**-1.0, a**-2.0, a**2.0, a**0.1), singles(FLOATS + (I64,))),
+    # x ** 3 and x ** -2 are multiplied out by PyTorch (rounded after each step; f16 goes through
+    # float32): bit-exact, not merely close
+    case("scalar_pow_cube_bits", lambda a: (a**3, a**3.0, a**-2, torch.pow(a, 3)), singles(FLOATS, [(4000,)], low=-40, high=40), rtol=0, atol=0),
     case("scalar_base_pow", lambda a: (2**a, 2.5**a, 1**a, (-1) ** a, 0.5**a), singles(NUMERIC)),
     case("scalar_compare", lambda a: (a < 2.5, a == 2, a != 0.5, a >= -1, a > True, a <= INF, a == NAN),
          singles(SCALAR_DTYPES), levels=LEVELS),

@@ -168,6 +168,14 @@ def pow_(node: Node, b: Builder) -> Operand:
     if _is_number(exponent) and exponent in _POW_SHORTCUTS and out.dtype in ("f32", "f64", "bf16"):
         x = operand_as(b, base, out.dtype)
         return b.emit(Unary(_POW_SHORTCUTS[exponent], x), out.shape, out.dtype)
+    if _is_number(exponent) and exponent in (3, -2) and out.dtype in ("f32", "f64", "bf16"):
+        # PyTorch multiplies these out (x*x*x, 1/(x*x)), rounding after each step; also far
+        # cheaper than pow (GPT-2's GELU cubes every activation).
+        x = operand_as(b, base, out.dtype)
+        square = b.emit(Binary("mul", x, x), out.shape, out.dtype)
+        if exponent == 3:
+            return b.emit(Binary("mul", square, x), out.shape, out.dtype)
+        return b.emit(Unary("reciprocal", square), out.shape, out.dtype)
     return binary(b, node, "pow", base, exponent, compute=out.dtype)
 
 

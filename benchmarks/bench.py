@@ -137,7 +137,7 @@ class Engines:
         return engines
 
 
-def measure(engines: dict, rounds: int, warmup: int, block: int = 5, pause: float = 0.05) -> dict[str, float]:
+def measure(engines: dict, rounds: int, warmup: int, block: int = 10, pause: float = 0.1) -> dict[str, float]:
     """Median latency of each engine. Each round times every engine in a block of its own, with a
     pause between blocks: onnxruntime's worker threads keep spinning for a while after a run and
     would steal a core from whichever engine ran right after it."""
@@ -213,7 +213,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="examples only, batch 1, few rounds")
     args = parser.parse_args()
     torch.set_num_threads(THREADS)
-    rounds, warmup = (10, 2) if args.quick else (50, 5)
+    rounds, warmup = (40, 5) if args.quick else (100, 10)
     batches = (1,) if args.quick else (1, 8)
     rows, cold_rows = [], []
     with tempfile.TemporaryDirectory() as tmp:

@@ -31,7 +31,7 @@ from rlx.ir.verify import verify as verify_program
 from rlx.lower import lower
 from rlx.passes import DEFAULT_PASSES
 from rlx.report import write_report
-from rlx.runtime.model import Model, bind_weights
+from rlx.runtime.model import Model, bind_weights, check_backend
 from rlx.util import StagedDir, atomic_write_text, check_writable_target, replace_dir
 from rlx.verify import ParityReport, check_parity
 
@@ -144,19 +144,7 @@ def _check_emit(emit: Sequence[str], emit_style: str = "numpy", backend: str = "
         raise UsageError(f"unknown --emit value(s) {', '.join(sorted(unknown))}; choose from {', '.join(EMITS)}")
     if emit_style != "numpy" or "package" in emit:
         check_style(emit_style)
-    if backend != "numpy":
-        _backend_check(backend)
-
-
-def _backend_check(backend: str) -> None:
-    from rlx.runtime.model import BACKENDS
-
-    if backend not in BACKENDS:
-        raise UsageError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
-    if backend == "jax":
-        from rlx.runtime.jax_backend import load_kernels
-
-        load_kernels()  # UsageError saying how to install jax when it is missing
+    check_backend(backend)
 
 
 def _lower_write_verify(

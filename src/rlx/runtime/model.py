@@ -118,12 +118,21 @@ PLAN_CACHE_SIZE = 16  # evaluated plans kept per model, least recently used firs
 BACKENDS = ("numpy", "jax")
 
 
-def _jax_backend(backend: str, program: Program, weights: Mapping[str, np.ndarray]) -> Any:
+def check_backend(backend: str) -> None:
+    """A known backend that can run here: UsageError otherwise (for jax: how to install it)."""
     if backend not in BACKENDS:
         raise UsageError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+    if backend == "jax":
+        from rlx.runtime.jax_backend import load_kernels
+
+        load_kernels()
+
+
+def _jax_backend(backend: str, program: Program, weights: Mapping[str, np.ndarray]) -> Any:
+    check_backend(backend)
     if backend == "numpy":
         return None
-    from rlx.runtime import jax_backend  # raises UsageError, saying how to install jax, without it
+    from rlx.runtime import jax_backend
 
     return jax_backend.backend(program, weights)
 

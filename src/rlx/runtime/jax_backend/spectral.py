@@ -11,10 +11,8 @@ import numpy as np
 
 from rlx.ir import calls as C
 from rlx.runtime.jax_backend.registry import kernel
+from rlx.runtime.spectral_kernels import _FORWARD_NORM, _INVERSE_NORM  # jnp.fft's norm names are numpy's
 
-# Call.norm (a scale, whatever the direction) → jnp.fft's ``norm`` for a forward / an inverse transform.
-_FORWARD_NORM = {"none": "backward", "ortho": "ortho", "by_n": "forward"}
-_INVERSE_NORM = {"none": "forward", "ortho": "ortho", "by_n": "backward"}
 _COMPLEX_OF = {np.dtype(np.float64): np.dtype(np.complex128)}
 _REAL_OF = {np.dtype(np.complex128): np.dtype(np.float64)}
 

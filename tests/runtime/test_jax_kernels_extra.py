@@ -33,8 +33,9 @@ from torch.utils import _pytree as pytree
 
 from rlx.ir import calls as C
 from rlx.ir import dtypes
-from rlx.ir.program import Call, Lit, Ref
+from rlx.ir.program import Call, Ref
 from rlx.runtime import ordering_kernels, resample_kernels, scatter_kernels  # noqa: F401  (registers them)
+from rlx.runtime.executor import resolve_operand
 from rlx.runtime.model import Model
 from rlx.runtime.numpy_backend import KERNELS
 from rlx.torch_import.dtypes import tensor_to_numpy
@@ -567,16 +568,6 @@ PROGRAMS = [
 ]
 
 
-def _operand(v: Any, env: dict[str, np.ndarray]) -> Any:
-    if isinstance(v, Ref):
-        return env[v.name]
-    if isinstance(v, Lit):
-        return np.asarray(v.value, dtype=dtypes.to_numpy(v.dtype))
-    if isinstance(v, tuple):
-        return [_operand(x, env) for x in v]
-    return None
-
-
 @pytest.mark.parametrize("fn,inputs,level", PROGRAMS)
 def test_lowered_programs(fn: Callable, inputs: tuple, level: str) -> None:
     module = as_module(fn).eval()
@@ -599,7 +590,7 @@ def test_lowered_programs(fn: Callable, inputs: tuple, level: str) -> None:
     mine, operands = [], []
     with np.errstate(all="ignore"):
         for ins in program.instrs:
-            ops = [_operand(getattr(ins.call, f), env) for f in ins.call.operand_fields()]
+            ops = [resolve_operand(getattr(ins.call, f), env) for f in ins.call.operand_fields()]
             env[ins.result] = np.asarray(KERNELS[type(ins.call)](ins.call, *ops)).astype(dtypes.to_numpy(ins.dtype))
             if isinstance(ins.call, OURS):
                 mine.append(ins)

@@ -204,13 +204,14 @@ def _generic(kern: Callable[..., Any], call: Any, layout: list[int], dtype: np.d
     return run
 
 
-def _resolve(v: Any, env: dict[str, np.ndarray]) -> Any:
+def resolve_operand(v: Any, env: Mapping[str, Any]) -> Any:
+    """A Call operand from a value environment: Refs looked up, literals as 0-d arrays, tuples as lists."""
     if isinstance(v, Ref):
         return env[v.name]
     if isinstance(v, Lit):
         return np.asarray(v.value, dtype=dtypes.to_numpy(v.dtype))
     if isinstance(v, tuple):
-        return [_resolve(x, env) for x in v]
+        return [resolve_operand(x, env) for x in v]
     return None
 
 
@@ -219,7 +220,7 @@ def run_instruction(ins: Instr, env: Mapping[str, np.ndarray]) -> np.ndarray:
     kern = kernel_for(type(ins.call))
     if kern is None:
         raise BundleError(f"program.json: the numpy backend has no kernel for {ins.call.op}")
-    out = kern(ins.call, *[_resolve(getattr(ins.call, f), env) for f in ins.call.operand_fields()])
+    out = kern(ins.call, *[resolve_operand(getattr(ins.call, f), env) for f in ins.call.operand_fields()])
     return np.asarray(out).astype(dtypes.to_numpy(ins.dtype), copy=False)
 
 

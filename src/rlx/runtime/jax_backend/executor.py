@@ -19,7 +19,8 @@ import numpy as np
 
 from rlx.errors import RlxError
 from rlx.ir import dtypes
-from rlx.ir.program import Lit, Program, Ref
+from rlx.ir.program import Program, Ref
+from rlx.runtime.executor import resolve_operand
 from rlx.runtime.jax_backend import check_coverage, load_kernels
 from rlx.runtime.jax_backend.kernels import x64
 
@@ -56,20 +57,11 @@ class JaxExecutor:
         def forward(weight_args: list[Any], input_args: list[Any]) -> list[Any]:
             env: dict[str, Any] = dict(zip(names, [*weight_args, *input_args]))
 
-            def get(v: Any) -> Any:
-                if isinstance(v, Ref):
-                    return env[v.name]
-                if isinstance(v, Lit):  # a 0-d numpy array of the literal's dtype: a constant in the trace
-                    return np.asarray(v.value, dtype=dtypes.to_numpy(v.dtype))
-                if isinstance(v, tuple):
-                    return [get(x) for x in v]
-                return None
-
             for ins in program.instrs:
                 label = f"{ins.result} = {ins.call.op} [{ins.note or ins.node}]"
                 call = ins.call
                 try:
-                    out = kernels[type(call)](call, *[get(getattr(call, f)) for f in call.operand_fields()])
+                    out = kernels[type(call)](call, *[resolve_operand(getattr(call, f), env) for f in call.operand_fields()])
                 except RlxError:
                     raise
                 except Exception as e:  # a kernel failure is reported with the instruction

@@ -127,8 +127,9 @@ def _gelu_tanh(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
 
 
 def _gelu(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    erf = nb.erf64 if x.dtype == np.float64 else nb.erf_for_float32
-    e = erf(np.multiply(x, 1 / math.sqrt(2))).astype(x.dtype)
+    if x.dtype == _F32:
+        return nb.gelu_float32(x, out)
+    e = nb.erf64(np.multiply(x, 1 / math.sqrt(2)))
     np.add(1, e, out=e)
     out = np.multiply(x, 0.5, out=out)
     return np.multiply(out, e, out=out)

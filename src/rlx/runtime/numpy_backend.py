@@ -56,8 +56,8 @@ _ERF_CHUNK = 1 << 16
 def erf64(x: np.ndarray) -> np.ndarray:
     """Elementwise erf in float64 through C's ``erf`` (``math.erf``), chunked to bound memory.
 
-    One element at a time, but still faster than any polynomial evaluated with numpy calls at the
-    sizes models have (and within an ulp, like the Chebyshev fit of ``rlx.runtime.erf``)."""
+    One element at a time: correctly rounded where C's erf is, and what the float64 results and
+    the ``erf`` op use. Float32 GELU has a faster path of its own (``gelu_float32``)."""
     flat = np.asarray(x, dtype=np.float64).ravel()
     out = np.empty(flat.size, np.float64)
     for start in range(0, flat.size, _ERF_CHUNK):
@@ -66,47 +66,64 @@ def erf64(x: np.ndarray) -> np.ndarray:
     return out.reshape(np.shape(x))
 
 
-_TABLE_INTERVALS, _TABLE_DEGREE, _TABLE_END = 64, 7, 6.0
-_TABLE_MIN_SIZE = 512  # below it, math.erf element by element is faster
+# GELU in float32: torch's formula x·½·(1 + erf(x/√2)) with erf(v) = ±(1 − erfc|v|), and
+# erfc(a) = exp(−a²)·R(t), where R = exp(a²)·erfc(a) is smooth in t = 1/(1 + a/2) ∈ (0, 1] and is
+# one polynomial there. Everything runs in float32 numpy calls (no per-element Python, no gathers):
+# about 4× faster than an erf computed in float64, and within about an ulp of the exact GELU, as
+# PyTorch's own vectorised float32 GELU is. Only erf's absolute error reaches the result (1 + erf
+# absorbs it), which is why one polynomial over the whole line is enough.
+_GELU_FIT_DEGREE = 8
+_GELU_T_SCALE = 0.5 / math.sqrt(2)  # t = 1 / (1 + |x|·_GELU_T_SCALE): a = |x|/√2, t = 1/(1 + a/2)
+_GELU_SMALL = 256  # fewer elements: math.erf one by one costs less than the ~30 numpy calls
 
 
 @lru_cache(maxsize=1)
-def _erf_table() -> np.ndarray:
-    """Per interval of |x| in [0, 6), the degree-7 polynomial in the interval's local coordinate
-    t ∈ [-1, 1] through erf at Chebyshev nodes (fitted against math.erf at first use, so there is
-    no coefficient table to trust): ``[degree + 1, intervals]``."""
-    width = _TABLE_END / _TABLE_INTERVALS
-    nodes = np.cos(np.pi * (np.arange(4 * _TABLE_DEGREE) + 0.5) / (4 * _TABLE_DEGREE))
-    rows = []
-    for i in range(_TABLE_INTERVALS):
-        values = [math.erf(v) for v in (i + 0.5 + nodes / 2) * width]
-        rows.append(np.polyfit(nodes, values, _TABLE_DEGREE)[::-1])
-    return np.ascontiguousarray(np.array(rows).T)
+def _erfc_scaled_fit() -> tuple[np.float32, ...]:
+    """Coefficients (highest power first) of R(t) = exp(a²)·erfc(a), t = 1/(1 + a/2), fitted at
+    first use against ``math.erfc`` (no coefficient table to trust), weighted by exp(−a²) because
+    the caller needs erfc(a) = exp(−a²)·R to an absolute 2e-9, not R itself."""
+    nodes = (np.cos(np.pi * (np.arange(1000) + 0.5) / 1000) + 1) / 2  # Chebyshev nodes on (0, 1)
+    a = (1 / nodes - 1) * 2
+    scaled = [math.erfc(v) * math.exp(v * v) if v < 25 else 1 / (v * math.sqrt(math.pi)) * (1 - 0.5 / (v * v)) for v in a]
+    weight = np.exp(-np.minimum(a * a, 700.0)) + 1e-12
+    return tuple(np.float32(c) for c in np.polyfit(nodes, scaled, _GELU_FIT_DEGREE, w=weight))
 
 
-def erf_for_float32(z: np.ndarray) -> np.ndarray:
-    """erf in float64 within 4e-15 (absolute) — for a result rounded to float32, as GELU's is.
-    Large arrays: a piecewise polynomial (64 intervals, Horner, one gather per term), several
-    times faster than math.erf per element; small ones: erf64."""
-    if z.size < _TABLE_MIN_SIZE:
-        return erf64(z)
-    table = _erf_table()
-    a = np.abs(np.asarray(z, dtype=np.float64))
-    scaled = a * (_TABLE_INTERVALS / _TABLE_END)
-    index = np.clip(scaled.astype(np.intp), 0, _TABLE_INTERVALS - 1)  # NaN and inf cast to garbage: clip
-    t = (scaled - index - 0.5) * 2
-    # np.take on a 1-d row is cheaper than fancy indexing for these gathers (same values).
-    acc = np.take(table[_TABLE_DEGREE], index)
-    for j in range(_TABLE_DEGREE - 1, -1, -1):
-        acc *= t
-        acc += np.take(table[j], index)
-    acc[a >= _TABLE_END] = 1.0  # erf is 1 to float64 precision beyond 6; NaN stays NaN
-    return np.copysign(acc, z)
+def gelu_float32(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """Exact (erf) GELU of a float32 array, in float32; ``out`` may be ``x`` itself."""
+    if x.size < _GELU_SMALL:
+        res = x * np.float32(0.5) * (1 + erf64(x * np.float32(1 / math.sqrt(2))).astype(_F32))
+        if out is None:
+            return res
+        out[...] = res
+        return out
+    coef = _erfc_scaled_fit()
+    t = np.abs(x)
+    np.multiply(t, np.float32(_GELU_T_SCALE), out=t)
+    np.add(t, np.float32(1), out=t)
+    np.divide(np.float32(1), t, out=t)
+    r = np.multiply(t, coef[0])
+    for c in coef[1:-1]:
+        np.add(r, c, out=r)
+        np.multiply(r, t, out=r)
+    np.add(r, coef[-1], out=r)
+    e = np.multiply(x, x, out=t)  # exp(−x²/2) = exp(−a²)
+    np.multiply(e, np.float32(-0.5), out=e)
+    np.exp(e, out=e)
+    np.multiply(r, e, out=r)  # erfc(|x|/√2)
+    # 1 + erf(x/√2) is 2 − erfc for x ≥ 0 and erfc for x < 0: base − ±erfc, rounded once.
+    base = np.copysign(np.float32(1), x, out=e)
+    np.add(base, np.float32(1), out=base)
+    np.copysign(r, x, out=r)
+    np.subtract(base, r, out=r)
+    out = np.multiply(x, np.float32(0.5), out=out)
+    return np.multiply(out, r, out=out)
 
 
 def _gelu(x: np.ndarray) -> np.ndarray:
-    erf = erf64 if x.dtype == np.float64 else erf_for_float32
-    return x * 0.5 * (1 + erf(x * (1 / math.sqrt(2))).astype(x.dtype))
+    if x.dtype == _F32:
+        return gelu_float32(x)
+    return x * 0.5 * (1 + erf64(x * (1 / math.sqrt(2))).astype(x.dtype))
 
 
 def _gelu_tanh(x: np.ndarray) -> np.ndarray:

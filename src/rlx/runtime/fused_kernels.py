@@ -254,7 +254,6 @@ def _bind_gemm(c: C.Gemm | C.MatMul | C.Linear, x: Arg, w: Arg, bias: Arg | None
     flat_shape = (m, n) if collapse else out_shape
     # Small results: fresh arrays (numpy's allocation cache beats ``out=``); large ones in place.
     inplace = dt.itemsize * math.prod(out_shape) >= INPLACE_MIN_BYTES
-    matmul = nb.blas_matmul
 
     def run(x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None, reuse: np.ndarray | None = None) -> np.ndarray:
         if transposed:
@@ -262,7 +261,7 @@ def _bind_gemm(c: C.Gemm | C.MatMul | C.Linear, x: Arg, w: Arg, bias: Arg | None
         if collapse:
             x = x.reshape(m, k)
         buf = _reuse(reuse, flat_shape, dt) if reuse is not None else None
-        out = matmul(x, w) if buf is None else matmul(x, w, buf)
+        out = np.matmul(x, w) if buf is None else np.matmul(x, w, buf)
         if collapse:
             out = out.reshape(out_shape)
         if inplace:
@@ -588,3 +587,16 @@ def bind_slice(site: Site) -> Fn | None:
 def bind_expand(site: Site) -> Fn | None:
     shape = site.shape
     return (lambda x: np.broadcast_to(x, shape)) if _static(shape) else None
+
+
+@binds(C.Conv)
+def bind_conv(site: Site) -> Fn | None:
+    """A float32/float64 forward convolution with its geometry worked out at load."""
+    c = site.call
+    x, w, b = site.operands
+    if c.transposed or x.dtype not in _FAST_FLOATS or w.dtype != x.dtype or site.dtype != x.dtype:
+        return None
+    if (b is not None and b.dtype != x.dtype) or len(x.shape) != len(w.shape):
+        return None
+    plan = nb.conv_plan(c, x.shape, w.shape, x.dtype)
+    return lambda x, w, b=None: plan(x, w, b)

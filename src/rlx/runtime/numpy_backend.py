@@ -317,47 +317,15 @@ def index(c: C.Index, x: np.ndarray, indices: list[np.ndarray | None]) -> np.nda
 @kernel(C.MatMul)
 def matmul(c: C.MatMul, x: np.ndarray, y: np.ndarray) -> np.ndarray:
     # 1-d · 1-d gives a numpy scalar: keep it a 0-d array.
-    return np.asarray(blas_matmul(widen(x), widen(y))).astype(x.dtype, copy=False)
+    return np.asarray(np.matmul(widen(x), widen(y))).astype(x.dtype, copy=False)
 
 
 @kernel(C.Linear)
 def linear(c: C.Linear, x: np.ndarray, w: np.ndarray, b: np.ndarray | None) -> np.ndarray:
-    out = blas_matmul(widen(x), widen(w).T)
+    out = np.matmul(widen(x), widen(w).T)
     if b is not None:
         out += widen(b)
     return out.astype(x.dtype, copy=False)
-
-
-# OpenBLAS hands a product to its worker threads once m·n·k passes 4·65536. Two threads meet at a
-# barrier, so when another process holds a core the product waits for the scheduler: measured on
-# the shared 2-core machine, a 5 M multiply-add conv GEMM took 8–16 ms on two threads, 0.17 ms on
-# one. A product that splits into at most BLAS_MAX_BLOCKS blocks of at least BLAS_MIN_BLOCK rows or
-# columns, each below the threshold, is issued block by block and stays on the calling thread;
-# larger ones are worth the threads (and take the risk).
-BLAS_ONE_THREAD = 4 * 65536
-BLAS_MAX_BLOCKS = 32
-BLAS_MIN_BLOCK = 16
-
-
-def blas_matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    """``np.matmul(a, b, out)``, each product on the calling thread while it splits well."""
-    if a.ndim < 2 or b.ndim < 2:
-        return np.matmul(a, b) if out is None else np.matmul(a, b, out)
-    m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
-    by_columns = n >= m
-    step = BLAS_ONE_THREAD // max(1, (m if by_columns else n) * k)
-    blocks = -(-(n if by_columns else m) // max(step, 1))
-    if m * n * k <= BLAS_ONE_THREAD or step < BLAS_MIN_BLOCK or blocks > BLAS_MAX_BLOCKS:
-        return np.matmul(a, b) if out is None else np.matmul(a, b, out)
-    if out is None:
-        out = np.empty(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (m, n), np.result_type(a, b))
-    if by_columns:
-        for j in range(0, n, step):
-            np.matmul(a, b[..., j : j + step], out=out[..., j : j + step])
-    else:
-        for i in range(0, m, step):
-            np.matmul(a[..., i : i + step, :], b, out=out[..., i : i + step, :])
-    return out
 
 
 # ── reductions ───────────────────────────────────────────────────────────────
@@ -499,29 +467,63 @@ def conv_out_size(size: int, k: int, s: int, p: int, d: int, ceil_mode: bool = F
 def conv(c: C.Conv, x: np.ndarray, w: np.ndarray, b: np.ndarray | None) -> np.ndarray:
     if c.transposed:
         return _conv_transpose(c, x, w, b)
-    xw, ww = widen(x), widen(w)
-    nd = w.ndim - 2
-    n, cin, g = x.shape[0], x.shape[1], c.groups
-    cout, ksp = w.shape[0], w.shape[2:]
-    cg, og = cin // g, cout // g
-    out_sp = tuple(
-        conv_out_size(x.shape[2 + i], ksp[i], c.stride[i], c.padding[i], c.dilation[i]) for i in range(nd)
-    )
-    p, k = math.prod(out_sp), math.prod(ksp)
-    if cg == 1 and og == 1 and k > 1:
-        out = _depthwise(xw, ww, c, out_sp)
-    else:
-        # im2col as [C·K, P] (one strided copy; none for a 1×1 stride-1 conv), then one batched
-        # GEMM with the weight as it is stored, [out, in·k]: the result is NC… already.
-        if k == 1 and all(s == 1 for s in c.stride) and not any(c.padding):
-            cols = xw.reshape(n, g, cg, p)
-        else:
-            win = _conv_windows(_pad_zeros(xw, c.padding), ksp, c.stride, c.dilation, out_sp)  # [N, C, *k, *out]
-            cols = win.reshape(n, g, cg * k, p)
-        out = blas_matmul(ww.reshape(g, og, cg * k), cols).reshape((n, cout) + out_sp)
-    if b is not None:
-        np.add(out, widen(b).reshape((-1,) + (1,) * nd), out=out)
+    xw = widen(x)
+    out = conv_plan(c, x.shape, w.shape, xw.dtype)(xw, widen(w), None if b is None else widen(b))
     return out.astype(x.dtype, copy=False)
+
+
+def conv_plan(c: C.Conv, x_shape: tuple[int, ...], w_shape: tuple[int, ...], dtype: np.dtype) -> Kernel:
+    """A forward (not transposed) convolution of these shapes as ``run(x, w, b)``, its geometry
+    worked out once: the executor binds it at load, the generic kernel builds it per call.
+
+    im2col as ``[C·K, P]`` — one strided copy out of a zero-padded buffer, none for a 1×1 stride-1
+    conv — then one batched GEMM with the weight as it is stored, ``[out, in·k]``, so the result
+    is NC… already. A depthwise conv is a multiply-add per kernel tap instead."""
+    nd = len(w_shape) - 2
+    n, cin, g = x_shape[0], x_shape[1], c.groups
+    cout, ksp = w_shape[0], tuple(w_shape[2:])
+    cg, og = cin // g, cout // g
+    in_sp = tuple(x_shape[2:])
+    out_sp = tuple(conv_out_size(in_sp[i], ksp[i], c.stride[i], c.padding[i], c.dilation[i]) for i in range(nd))
+    p, k = math.prod(out_sp), math.prod(ksp)
+    out_shape, bias_shape = (n, cout) + out_sp, (-1,) + (1,) * nd
+    if cg == 1 and og == 1 and k > 1:
+
+        def depthwise(x: np.ndarray, w: np.ndarray, b: np.ndarray | None) -> np.ndarray:
+            out = _depthwise(x, w, c, out_sp)
+            return out if b is None else np.add(out, b.reshape(bias_shape), out=out)
+
+        return depthwise
+    pointwise = k == 1 and all(s == 1 for s in c.stride) and not any(c.padding)
+    padded_shape = (n, cin) + tuple(d + 2 * pad for d, pad in zip(in_sp, c.padding))
+    interior = (Ellipsis,) + tuple(slice(pad, pad + d) for d, pad in zip(in_sp, c.padding))
+    # The windows [N, C, *k, *out] as a strided view of the padded buffer: entry (.., κ, o) is
+    # xp[.., o·stride + κ·dilation], inside xp because out_sp comes from conv_out_size.
+    plane = tuple(np.dtype(dtype).itemsize * math.prod(padded_shape[i + 1 :]) for i in range(len(padded_shape)))
+    win_shape = (n, cin) + ksp + out_sp
+    win_strides = plane[:2] + tuple(d * st for d, st in zip(c.dilation, plane[2:])) + tuple(
+        s * st for s, st in zip(c.stride, plane[2:])
+    )
+    if any(o > 0 and (o - 1) * s + (kk - 1) * d >= e
+           for o, s, kk, d, e in zip(out_sp, c.stride, ksp, c.dilation, padded_shape[2:])):  # fmt: skip
+        raise ValueError(f"conv windows {out_sp} x {ksp} do not fit the padded input {padded_shape[2:]}")
+    padded = any(c.padding)
+    cols_shape, w_mat = (n, g, cg * k, p), (g, og, cg * k)
+
+    def run(x: np.ndarray, w: np.ndarray, b: np.ndarray | None) -> np.ndarray:
+        if pointwise:
+            cols = x.reshape(cols_shape)
+        else:
+            if padded:
+                xp = np.zeros(padded_shape, x.dtype)
+                xp[interior] = x
+            else:
+                xp = np.ascontiguousarray(x)
+            cols = np.ndarray(win_shape, x.dtype, xp, 0, win_strides).reshape(cols_shape)
+        out = np.matmul(w.reshape(w_mat), cols).reshape(out_shape)
+        return out if b is None else np.add(out, b.reshape(bias_shape), out=out)
+
+    return run
 
 
 def _pad_zeros(x: np.ndarray, padding: tuple[int, ...]) -> np.ndarray:
@@ -722,7 +724,7 @@ def attention(c: C.Attention, q: np.ndarray, k: np.ndarray, v: np.ndarray, mask:
         if mask is not None:
             mask = mask.reshape((1,) * (q.ndim - mask.ndim) + mask.shape)
             mask = mask.reshape(mask.shape[:-3] + ((h_kv, rep) if mask.shape[-3] != 1 else (1, 1)) + mask.shape[-2:])
-    scores = blas_matmul(qw, np.swapaxes(kw, -1, -2))
+    scores = np.matmul(qw, np.swapaxes(kw, -1, -2))
     np.multiply(scores, np.asarray(c.scale, dtype=qw.dtype), out=scores)
     big_l, big_s = q.shape[-2], k.shape[-2]
     if c.causal:
@@ -743,7 +745,7 @@ def attention(c: C.Attention, q: np.ndarray, k: np.ndarray, v: np.ndarray, mask:
     dead = top == -np.inf
     if dead.any():
         np.copyto(scores, 0, where=dead)
-    out = blas_matmul(scores, vw)
+    out = np.matmul(scores, vw)
     if grouped:
         out = out.reshape(out.shape[:-4] + (q.shape[-3],) + out.shape[-2:])
     return out.astype(q.dtype, copy=False)

@@ -526,7 +526,7 @@ def bind_reduce(site: Site) -> Fn | None:
 @binds(C.LayerNorm, C.RmsNorm)
 def bind_norm(site: Site) -> Fn | None:
     """LayerNorm / RmsNorm of float32/float64 with weight and bias of the normalised shape: the
-    generic kernel's arithmetic, its per-call bookkeeping (widening, reshapes, axes) done now."""
+    generic kernel's own plan, built once."""
     c = site.call
     x, w = site.operands[:2]
     b = site.operands[2] if isinstance(c, C.LayerNorm) else None
@@ -535,25 +535,7 @@ def bind_norm(site: Site) -> Fn | None:
         return None
     if any(a is not None and (a.dtype != x.dtype or a.shape != trailing) for a in (w, b)):
         return None
-    axes = tuple(range(len(x.shape) - c.ndim, len(x.shape)))
-    n, eps, reduce = math.prod(trailing), c.eps, np.add.reduce
-
-    if isinstance(c, C.RmsNorm):
-
-        def rms(x: np.ndarray, w: np.ndarray | None) -> np.ndarray:
-            y = x * (1 / np.sqrt(reduce(x * x, axes, None, None, True) / n + eps))
-            return y if w is None else y * w
-
-        return rms
-
-    def layer(x: np.ndarray, w: np.ndarray | None, b: np.ndarray | None) -> np.ndarray:
-        centered = x - reduce(x, axes, None, None, True) / n
-        y = centered * (1 / np.sqrt(reduce(centered * centered, axes, None, None, True) / n + eps))
-        if w is not None:
-            y = y * w
-        return y if b is None else y + b
-
-    return layer
+    return nb.norm_plan(c, x.shape, x.dtype)
 
 
 @binds(C.Softmax)
@@ -600,3 +582,12 @@ def bind_conv(site: Site) -> Fn | None:
         return None
     plan = nb.conv_plan(c, x.shape, w.shape, x.dtype)
     return lambda x, w, b=None: plan(x, w, b)
+
+
+@binds(C.MaxPool)
+def bind_max_pool(site: Site) -> Fn | None:
+    """Float32/float64 max pooling (values, not indices) with its geometry worked out at load."""
+    (x,) = site.operands
+    if site.call.indices or x.dtype not in _FAST_FLOATS or site.dtype != x.dtype:
+        return None
+    return nb.max_pool_plan(site.call, x.shape, x.dtype)

@@ -390,22 +390,54 @@ def _affine(y: np.ndarray, w: np.ndarray | None, b: np.ndarray | None, shape: tu
 @kernel(C.LayerNorm)
 def layer_norm(c: C.LayerNorm, x: np.ndarray, w: np.ndarray | None, b: np.ndarray | None) -> np.ndarray:
     xw = widen(x)
-    axes = tuple(range(x.ndim - c.ndim, x.ndim))
-    n = math.prod(x.shape[x.ndim - c.ndim :])
-    # np.mean's own arithmetic (a float sum, then a division by the count), with fewer temporaries.
-    centered = xw - np.add.reduce(xw, axis=axes, keepdims=True) / n
-    var = np.add.reduce(centered * centered, axis=axes, keepdims=True) / n
-    y = centered * (1 / np.sqrt(var + c.eps))
-    return _affine(y, w, b, x.shape[x.ndim - c.ndim :]).astype(x.dtype, copy=False)
+    run = norm_plan(c, xw.shape, xw.dtype)
+    return run(xw, None if w is None else widen(w), None if b is None else widen(b)).astype(x.dtype, copy=False)
 
 
 @kernel(C.RmsNorm)
 def rms_norm(c: C.RmsNorm, x: np.ndarray, w: np.ndarray | None) -> np.ndarray:
     xw = widen(x)
-    axes = tuple(range(x.ndim - c.ndim, x.ndim))
-    n = math.prod(x.shape[x.ndim - c.ndim :])
-    y = xw * (1 / np.sqrt(np.add.reduce(xw * xw, axis=axes, keepdims=True) / n + c.eps))
-    return _affine(y, w, None, x.shape[x.ndim - c.ndim :]).astype(x.dtype, copy=False)
+    return norm_plan(c, xw.shape, xw.dtype)(xw, None if w is None else widen(w)).astype(x.dtype, copy=False)
+
+
+@lru_cache(maxsize=64)
+def _mean_column(n: int, dtype: np.dtype) -> np.ndarray:
+    """A read-only ``[n, 1]`` column of 1/n: ``rows @ column`` is the row mean in one BLAS call."""
+    column = np.full((n, 1), 1 / max(n, 1), dtype=dtype)
+    column.flags.writeable = False
+    return column
+
+
+def norm_plan(c: C.LayerNorm | C.RmsNorm, shape: tuple[int, ...], dtype: np.dtype) -> Kernel:
+    """LayerNorm (``run(x, w, b)``) or RmsNorm (``run(x, w)``) over the trailing ``c.ndim`` axes of
+    ``shape`` in ``dtype`` (float32/float64: half precision is widened first), bookkeeping done once.
+
+    The row statistics are matrix-vector products with a column of 1/n, one BLAS call each, where a
+    mean would be a reduction and a division (reductions over short trailing axes are slow in numpy)."""
+    lead = shape[: len(shape) - c.ndim]
+    n = math.prod(shape[len(shape) - c.ndim :])
+    rows_shape = lead + (n,)
+    column = _mean_column(n, np.dtype(dtype))
+    eps = c.eps
+
+    if isinstance(c, C.RmsNorm):
+
+        def rms(x: np.ndarray, w: np.ndarray | None) -> np.ndarray:
+            rows = x.reshape(rows_shape)
+            y = (rows * (1 / np.sqrt((rows * rows) @ column + eps))).reshape(shape)
+            return y if w is None else y * w
+
+        return rms
+
+    def layer(x: np.ndarray, w: np.ndarray | None, b: np.ndarray | None) -> np.ndarray:
+        rows = x.reshape(rows_shape)
+        centered = rows - rows @ column
+        y = (centered * (1 / np.sqrt((centered * centered) @ column + eps))).reshape(shape)
+        if w is not None:
+            y = y * w
+        return y if b is None else y + b
+
+    return layer
 
 
 @kernel(C.BatchNorm)
@@ -601,12 +633,14 @@ def _conv_transpose(c: C.Conv, x: np.ndarray, w: np.ndarray, b: np.ndarray | Non
     return out.astype(x.dtype, copy=False)
 
 
-def _pool_geometry(x: np.ndarray, kernel_: tuple[int, ...], stride: tuple[int, ...], padding: tuple[int, ...],
-                   dilation: tuple[int, ...], ceil_mode: bool) -> tuple[tuple[int, ...], list[tuple[int, int]]]:  # fmt: skip
+def pool_geometry(shape: tuple[int, ...], kernel_: tuple[int, ...], stride: tuple[int, ...],
+                  padding: tuple[int, ...], dilation: tuple[int, ...],
+                  ceil_mode: bool) -> tuple[tuple[int, ...], list[tuple[int, int]]]:  # fmt: skip
+    """Output extents (PyTorch's rule) and per-axis (left, right) padding; the right padding grows
+    so ceil_mode's last partial window fits. Shape arithmetic only: the JAX backend uses it too."""
     nd = len(kernel_)
-    sizes = x.shape[x.ndim - nd :]
+    sizes = shape[len(shape) - nd :]
     out = tuple(conv_out_size(sizes[i], kernel_[i], stride[i], padding[i], dilation[i], ceil_mode) for i in range(nd))
-    # Right padding grows so ceil_mode's last partial window fits.
     pads = [
         (
             padding[i],
@@ -623,24 +657,13 @@ def _lowest(dtype: np.dtype) -> Any:
 
 @kernel(C.MaxPool)
 def max_pool(c: C.MaxPool, x: np.ndarray) -> np.ndarray:
+    if not c.indices:
+        xw = widen(x)
+        return max_pool_plan(c, x.shape, xw.dtype)(xw).astype(x.dtype, copy=False)
     nd = len(c.kernel)
-    out, pads = _pool_geometry(x, c.kernel, c.stride, c.padding, c.dilation, c.ceil_mode)
+    out, pads = pool_geometry(x.shape, c.kernel, c.stride, c.padding, c.dilation, c.ceil_mode)
     xw = widen(x)
     padded = _pad_spatial(xw, pads, _lowest(xw.dtype))
-    if not c.indices:
-        # The window maximum is separable: one spatial axis at a time, a running maximum over one
-        # strided view per tap of that axis (Σk views instead of Πk). NaN propagates as in max().
-        best = padded
-        for i in range(nd):
-            axis = x.ndim - nd + i
-            lead = (slice(None),) * axis
-            k, s, d, n = c.kernel[i], c.stride[i], c.dilation[i], out[i]
-            running = None
-            for tap in range(k):
-                view = best[lead + (slice(tap * d, tap * d + (n - 1) * s + 1, s),)]
-                running = view.copy() if running is None else np.maximum(running, view, out=running)
-            best = running
-        return best.astype(x.dtype, copy=False)
     win = _windows(padded, c.kernel, c.stride, c.dilation, out)
     flat = win.reshape(win.shape[: x.ndim] + (-1,))
     # Positions of each window element in the unpadded spatial plane (−1 in the padding).
@@ -658,11 +681,47 @@ def max_pool(c: C.MaxPool, x: np.ndarray) -> np.ndarray:
     return np.take_along_axis(pos_flat, arg[..., None], axis=-1)[..., 0]
 
 
+def max_pool_plan(c: C.MaxPool, x_shape: tuple[int, ...], dtype: np.dtype) -> Kernel:
+    """Max pooling (values only) of this input shape as ``run(x)``, its geometry worked out once.
+
+    The window maximum is separable: one spatial axis at a time, a running maximum over one
+    strided view per tap of that axis (Σk views instead of Πk). NaN propagates as in max()."""
+    nd, rank = len(c.kernel), len(x_shape)
+    out, pads = pool_geometry(x_shape, c.kernel, c.stride, c.padding, c.dilation, c.ceil_mode)
+    sizes = x_shape[rank - nd :]
+    padded_shape = x_shape[: rank - nd] + tuple(n + lo + hi for n, (lo, hi) in zip(sizes, pads))
+    interior = (Ellipsis,) + tuple(slice(lo, lo + n) for n, (lo, _) in zip(sizes, pads))
+    padded = any(lo or hi for lo, hi in pads)
+    lowest = _lowest(np.dtype(dtype))
+    taps_per_axis = []
+    for i in range(nd):
+        lead = (slice(None),) * (rank - nd + i)
+        k, s, d, n = c.kernel[i], c.stride[i], c.dilation[i], out[i]
+        taps_per_axis.append([lead + (slice(t * d, t * d + (n - 1) * s + 1, s),) for t in range(k)])
+
+    def run(x: np.ndarray) -> np.ndarray:
+        best = x
+        if padded:
+            best = np.full(padded_shape, lowest, x.dtype)
+            best[interior] = x
+        for taps in taps_per_axis:
+            if len(taps) == 1:
+                best = best[taps[0]].copy()
+                continue
+            running = np.maximum(best[taps[0]], best[taps[1]])
+            for tap in taps[2:]:
+                np.maximum(running, best[tap], out=running)
+            best = running
+        return best if best is not x else x.copy()
+
+    return run
+
+
 @kernel(C.AvgPool)
 def avg_pool(c: C.AvgPool, x: np.ndarray) -> np.ndarray:
     nd = len(c.kernel)
     ones = (1,) * nd
-    out, pads = _pool_geometry(x, c.kernel, c.stride, c.padding, ones, c.ceil_mode)
+    out, pads = pool_geometry(x.shape, c.kernel, c.stride, c.padding, ones, c.ceil_mode)
     xw = widen(x)
     win = _windows(_pad_spatial(xw, pads, 0), c.kernel, c.stride, ones, out)
     total = win.sum(axis=tuple(range(x.ndim, x.ndim + nd)))

@@ -24,7 +24,7 @@ from jax import lax
 from rlx.ir import calls as C
 from rlx.ir import dtypes
 from rlx.runtime.jax_backend.registry import kernel
-from rlx.runtime.numpy_backend import conv_out_size
+from rlx.runtime.numpy_backend import pool_geometry
 
 Array = Any  # a jax.Array (or a traced one); literal operands arrive as 0-d numpy arrays
 
@@ -420,24 +420,6 @@ def conv(c: C.Conv, x: Array, w: Array, b: Array | None) -> Array:
     return out.astype(x.dtype)
 
 
-def _pool_geometry(shape: tuple[int, ...], kernel_: tuple[int, ...], stride: tuple[int, ...],
-                   padding: tuple[int, ...], dilation: tuple[int, ...],
-                   ceil_mode: bool) -> tuple[tuple[int, ...], list[tuple[int, int]]]:  # fmt: skip
-    """Output extents (PyTorch's rule) and per-axis (left, right) padding; the right padding grows
-    so ceil_mode's last partial window fits."""
-    nd = len(kernel_)
-    sizes = shape[len(shape) - nd :]
-    out = tuple(conv_out_size(sizes[i], kernel_[i], stride[i], padding[i], dilation[i], ceil_mode) for i in range(nd))
-    pads = [
-        (
-            padding[i],
-            max(padding[i], (out[i] - 1) * stride[i] + dilation[i] * (kernel_[i] - 1) + 1 - sizes[i] - padding[i]),
-        )
-        for i in range(nd)
-    ]
-    return out, pads
-
-
 def _reduce_window(x: Array, init: Any, op: Callable[..., Array], kernel_: tuple[int, ...], stride: tuple[int, ...],
                    dilation: tuple[int, ...], pads: list[tuple[int, int]], out: tuple[int, ...]) -> Array:  # fmt: skip
     """``op`` over windows of the trailing spatial axes, padding with ``init``; exactly ``out`` windows."""
@@ -457,7 +439,7 @@ def _lowest(dtype: np.dtype) -> Any:
 @kernel(C.MaxPool)
 def max_pool(c: C.MaxPool, x: Array) -> Array:
     nd = len(c.kernel)
-    out, pads = _pool_geometry(x.shape, c.kernel, c.stride, c.padding, c.dilation, c.ceil_mode)
+    out, pads = pool_geometry(x.shape, c.kernel, c.stride, c.padding, c.dilation, c.ceil_mode)
     xw = widen(x)
     if not c.indices:
         return _reduce_window(xw, _lowest(xw.dtype), lax.max, c.kernel, c.stride, c.dilation, pads, out).astype(x.dtype)
@@ -507,7 +489,7 @@ def _window_positions(sizes: tuple[int, ...], kernel_: tuple[int, ...], stride: 
 def avg_pool(c: C.AvgPool, x: Array) -> Array:
     nd = len(c.kernel)
     ones = (1,) * nd
-    out, pads = _pool_geometry(x.shape, c.kernel, c.stride, c.padding, ones, c.ceil_mode)
+    out, pads = pool_geometry(x.shape, c.kernel, c.stride, c.padding, ones, c.ceil_mode)
     xw = widen(x)
     total = _reduce_window(xw, 0, lax.add, c.kernel, c.stride, ones, pads, out)
     if c.divisor_override:

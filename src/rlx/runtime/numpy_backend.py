@@ -801,9 +801,8 @@ def attention(c: C.Attention, q: np.ndarray, k: np.ndarray, v: np.ndarray, mask:
     scores -= top
     np.exp(scores, out=scores)
     scores /= np.add.reduce(scores, axis=-1, keepdims=True)
-    dead = top == -np.inf
-    if dead.any():
-        np.copyto(scores, 0, where=dead)
+    if top.size and top.min() == -np.inf:  # one reduction of the row maxima, cheaper than a mask per row
+        np.copyto(scores, 0, where=top == -np.inf)
     out = np.matmul(scores, vw)
     if grouped:
         out = out.reshape(out.shape[:-4] + (q.shape[-3],) + out.shape[-2:])

@@ -535,7 +535,7 @@ def bind_norm(site: Site) -> Fn | None:
         return None
     if any(a is not None and (a.dtype != x.dtype or a.shape != trailing) for a in (w, b)):
         return None
-    return nb.norm_plan(c, x.shape, x.dtype)
+    return nb.norm_plan(x.shape, x.dtype, c.ndim, c.eps, rms=isinstance(c, C.RmsNorm))
 
 
 @binds(C.Softmax)

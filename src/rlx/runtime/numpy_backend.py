@@ -390,14 +390,14 @@ def _affine(y: np.ndarray, w: np.ndarray | None, b: np.ndarray | None, shape: tu
 @kernel(C.LayerNorm)
 def layer_norm(c: C.LayerNorm, x: np.ndarray, w: np.ndarray | None, b: np.ndarray | None) -> np.ndarray:
     xw = widen(x)
-    run = norm_plan(c, xw.shape, xw.dtype)
+    run = norm_plan(xw.shape, xw.dtype, c.ndim, c.eps)
     return run(xw, None if w is None else widen(w), None if b is None else widen(b)).astype(x.dtype, copy=False)
 
 
 @kernel(C.RmsNorm)
 def rms_norm(c: C.RmsNorm, x: np.ndarray, w: np.ndarray | None) -> np.ndarray:
     xw = widen(x)
-    return norm_plan(c, xw.shape, xw.dtype)(xw, None if w is None else widen(w)).astype(x.dtype, copy=False)
+    return norm_plan(xw.shape, xw.dtype, c.ndim, c.eps, rms=True)(xw, None if w is None else widen(w)).astype(x.dtype, copy=False)
 
 
 @lru_cache(maxsize=64)
@@ -408,19 +408,18 @@ def _mean_column(n: int, dtype: np.dtype) -> np.ndarray:
     return column
 
 
-def norm_plan(c: C.LayerNorm | C.RmsNorm, shape: tuple[int, ...], dtype: np.dtype) -> Kernel:
-    """LayerNorm (``run(x, w, b)``) or RmsNorm (``run(x, w)``) over the trailing ``c.ndim`` axes of
+def norm_plan(shape: tuple[int, ...], dtype: np.dtype, ndim: int, eps: float, rms: bool = False) -> Kernel:
+    """LayerNorm (``run(x, w, b)``) or RmsNorm (``rms``: ``run(x, w)``) over the trailing ``ndim`` axes of
     ``shape`` in ``dtype`` (float32/float64: half precision is widened first), bookkeeping done once.
 
     The row statistics are matrix-vector products with a column of 1/n, one BLAS call each, where a
     mean would be a reduction and a division (reductions over short trailing axes are slow in numpy)."""
-    lead = shape[: len(shape) - c.ndim]
-    n = math.prod(shape[len(shape) - c.ndim :])
+    lead = shape[: len(shape) - ndim]
+    n = math.prod(shape[len(shape) - ndim :])
     rows_shape = lead + (n,)
     column = _mean_column(n, np.dtype(dtype))
-    eps = c.eps
 
-    if isinstance(c, C.RmsNorm):
+    if rms:
 
         def rms(x: np.ndarray, w: np.ndarray | None) -> np.ndarray:
             rows = x.reshape(rows_shape)

@@ -782,12 +782,15 @@ def attention(c: C.Attention, q: np.ndarray, k: np.ndarray, v: np.ndarray, mask:
         if mask is not None:
             mask = mask.reshape((1,) * (q.ndim - mask.ndim) + mask.shape)
             mask = mask.reshape(mask.shape[:-3] + ((h_kv, rep) if mask.shape[-3] != 1 else (1, 1)) + mask.shape[-2:])
-    scores = np.matmul(qw, np.swapaxes(kw, -1, -2))
+    # The scores transposed, [..., S, L]: the softmax's max and sum then run across rows, one
+    # vectorised pass per key, instead of along each short row (slow in numpy).
+    scores = np.matmul(kw, np.swapaxes(qw, -1, -2))
     np.multiply(scores, np.asarray(c.scale, dtype=qw.dtype), out=scores)
     big_l, big_s = q.shape[-2], k.shape[-2]
     if c.causal:
-        np.copyto(scores, -np.inf, where=_above_diagonal(big_l, big_s))
+        np.copyto(scores, -np.inf, where=_above_diagonal(big_l, big_s).T)
     if mask is not None:
+        mask = np.swapaxes(mask, -1, -2)
         if np.broadcast_shapes(scores.shape, mask.shape) != scores.shape:  # the mask adds batch axes
             scores = np.broadcast_to(scores, np.broadcast_shapes(scores.shape, mask.shape)).copy()
         if mask.dtype == np.bool_:
@@ -796,13 +799,13 @@ def attention(c: C.Attention, q: np.ndarray, k: np.ndarray, v: np.ndarray, mask:
             np.add(scores, widen(mask), out=scores)
     # softmax_array in place; a query that may attend nowhere (its scores all -inf, so its maximum
     # is -inf) gets zeros, like PyTorch's safe softmax.
-    top = np.maximum.reduce(scores, axis=-1, keepdims=True)  # np.max / np.sum minus their wrappers
+    top = np.maximum.reduce(scores, axis=-2, keepdims=True)  # np.max / np.sum minus their wrappers
     scores -= top
     np.exp(scores, out=scores)
-    scores /= np.add.reduce(scores, axis=-1, keepdims=True)
+    scores /= np.add.reduce(scores, axis=-2, keepdims=True)
     if top.size and top.min() == -np.inf:  # one reduction of the row maxima, cheaper than a mask per row
         np.copyto(scores, 0, where=top == -np.inf)
-    out = np.matmul(scores, vw)
+    out = np.matmul(np.swapaxes(scores, -1, -2), vw)
     if grouped:
         out = out.reshape(out.shape[:-4] + (q.shape[-3],) + out.shape[-2:])
     return out.astype(q.dtype, copy=False)

@@ -106,10 +106,6 @@ def _sigmoid(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     return np.divide(1, out, out=out)
 
 
-def _relu(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    return np.maximum(x, x.dtype.type(0), out=out)
-
-
 def _silu(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     return np.multiply(x, _sigmoid(x), out=out)
 
@@ -172,7 +168,7 @@ _UFUNC_UNARY = {
 FLOAT_UNARY: dict[str, Fn] = {
     **_UFUNC_UNARY,
     "rsqrt": _rsqrt, "reciprocal": lambda x, out=None: np.divide(1, x, out=out),
-    "sigmoid": _sigmoid, "relu": _relu, "silu": _silu, "gelu": _gelu, "gelu_tanh": _gelu_tanh,
+    "sigmoid": _sigmoid, "relu": nb.relu, "silu": _silu, "gelu": _gelu, "gelu_tanh": _gelu_tanh,
     "square": lambda x, out=None: np.multiply(x, x, out=out), "relu6": _clip(0, 6),
     "hardsigmoid": _hardsigmoid, "hardswish": _hardswish,
 }  # fmt: skip

@@ -8,6 +8,8 @@ import numpy as np
 import pytest
 import torch
 
+from rlx.ir import calls as C
+from rlx.ir.program import Ref
 from rlx.runtime import fused_kernels, numpy_backend
 
 SCALES = [0.01, 0.3, 1.0, 3.0, 8.0]
@@ -47,3 +49,81 @@ def test_gelu_float32_special_values_and_in_place(size: int) -> None:
     buf = x.copy()
     assert fused_kernels._gelu(buf, buf) is buf
     np.testing.assert_array_equal(buf, got)
+
+
+# ── bound fast paths: the same numbers as the generic kernel, and as PyTorch ──────────────────────
+def _bound(call, result: np.ndarray, *operands: np.ndarray | None):
+    """The executor's fast path for ``call`` on operands of these types (it must exist)."""
+    args = tuple(None if o is None else fused_kernels.Arg(o.shape, o.dtype) for o in operands)
+    site = fused_kernels.Site(call, result.shape, result.dtype, args)
+    fn = fused_kernels.BINDERS[type(call)](site)
+    assert fn is not None, f"no fast path bound for {call}"
+    return fn
+
+
+CONVS = [  # x shape, weight shape, stride, padding, dilation, groups
+    ((1, 3, 9, 9), (4, 3, 3, 3), (1, 1), (1, 1), (1, 1), 1),
+    ((2, 4, 11, 10), (6, 2, 3, 2), (2, 1), (0, 2), (1, 2), 2),
+    ((1, 3, 16, 16), (5, 3, 4, 4), (4, 4), (0, 0), (1, 1), 1),  # patchify
+    ((2, 4, 6, 6), (4, 1, 3, 3), (1, 1), (1, 1), (1, 1), 4),  # depthwise
+    ((1, 6, 5, 5), (3, 6, 1, 1), (1, 1), (0, 0), (1, 1), 1),  # pointwise
+    ((2, 2, 12), (3, 2, 5), (3,), (2,), (2,), 1),  # 1-d
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("x_shape,w_shape,stride,padding,dilation,groups", CONVS)
+def test_bound_conv_matches_generic_kernel_and_torch(x_shape, w_shape, stride, padding, dilation, groups, dtype) -> None:
+    g = torch.Generator().manual_seed(len(x_shape) + groups)
+    x, w, b = torch.randn(x_shape, generator=g, dtype=dtype), torch.randn(w_shape, generator=g, dtype=dtype), \
+        torch.randn(w_shape[0], generator=g, dtype=dtype)  # fmt: skip
+    conv = {3: torch.nn.functional.conv1d, 4: torch.nn.functional.conv2d}[len(x_shape)]
+    ref = conv(x, w, b, stride, padding, dilation, groups).numpy()
+    call = C.Conv(Ref("x"), Ref("w"), Ref("b"), stride, padding, dilation, groups, False, (0,) * len(stride))
+    xs, ws, bs = x.numpy(), w.numpy(), b.numpy()
+    generic = numpy_backend.conv(call, xs, ws, bs)
+    fast = _bound(call, ref, xs, ws, bs)(xs, ws, bs)
+    np.testing.assert_array_equal(fast, generic)
+    assert fast.shape == ref.shape and fast.dtype == ref.dtype
+    np.testing.assert_allclose(fast, ref, rtol=1e-5 if dtype == torch.float32 else 1e-12, atol=1e-5 if dtype == torch.float32 else 1e-12)
+
+
+POOLS = [  # x shape, kernel, stride, padding, dilation, ceil_mode
+    ((1, 2, 8, 8), (2, 2), (2, 2), (0, 0), (1, 1), False),
+    ((2, 3, 9, 7), (3, 3), (2, 2), (1, 1), (1, 1), True),
+    ((1, 2, 10, 10), (3, 2), (1, 2), (1, 0), (2, 1), False),
+    ((1, 2, 9), (1,), (1,), (0,), (1,), False),  # a 1-tap window: a copy, never a view of the input
+]
+
+
+@pytest.mark.parametrize("x_shape,kernel,stride,padding,dilation,ceil_mode", POOLS)
+def test_bound_max_pool_matches_generic_kernel_and_torch(x_shape, kernel, stride, padding, dilation, ceil_mode) -> None:
+    x = torch.randn(x_shape, generator=torch.Generator().manual_seed(3))
+    x.view(-1)[5] = float("nan")
+    pool = {3: torch.nn.functional.max_pool1d, 4: torch.nn.functional.max_pool2d}[len(x_shape)]
+    ref = pool(x, kernel, stride, padding, dilation, ceil_mode).numpy()
+    call = C.MaxPool(Ref("x"), kernel, stride, padding, dilation, ceil_mode)
+    xs = x.numpy()
+    fast = _bound(call, ref, xs)(xs)
+    np.testing.assert_array_equal(fast, numpy_backend.max_pool(call, xs))
+    np.testing.assert_array_equal(fast, ref)  # a maximum is exact, NaN included
+    assert not np.shares_memory(fast, xs)
+
+
+@pytest.mark.parametrize("rms", [False, True])
+@pytest.mark.parametrize("shape,ndim", [((2, 5, 16), 1), ((3, 4, 6), 2), ((1, 64), 1)])
+def test_bound_norms_match_generic_kernel_and_torch(shape, ndim, rms) -> None:
+    g = torch.Generator().manual_seed(ndim)
+    x, w, b = torch.randn(shape, generator=g) * 3 + 1, torch.randn(shape[-ndim:], generator=g), torch.randn(shape[-ndim:], generator=g)
+    if rms:
+        ref = torch.nn.functional.rms_norm(x, shape[-ndim:], w, eps=1e-6).numpy()
+        call, operands = C.RmsNorm(Ref("x"), Ref("w"), ndim, 1e-6), (x.numpy(), w.numpy())
+        generic = numpy_backend.rms_norm(call, *operands)
+    else:
+        ref = torch.nn.functional.layer_norm(x, shape[-ndim:], w, b, eps=1e-5).numpy()
+        call, operands = C.LayerNorm(Ref("x"), Ref("w"), Ref("b"), ndim, 1e-5), (x.numpy(), w.numpy(), b.numpy())
+        generic = numpy_backend.layer_norm(call, *operands)
+    fast = _bound(call, ref, *operands)(*operands)
+    np.testing.assert_array_equal(fast, generic)
+    assert fast.shape == ref.shape and fast.dtype == ref.dtype
+    np.testing.assert_allclose(fast, ref, rtol=1e-5, atol=1e-5)

@@ -576,6 +576,9 @@ def bind_conv(site: Site) -> Fn | None:
         return None
     if (b is not None and b.dtype != x.dtype) or len(x.shape) != len(w.shape):
         return None
+    spatial = zip(x.shape[2:], w.shape[2:], c.stride, c.padding, c.dilation)
+    if site.shape != (x.shape[0], w.shape[0]) + tuple(nb.conv_out_size(*geometry) for geometry in spatial):
+        return None  # a shape the program declares wrongly: the generic kernel reports it
     plan = nb.conv_plan(c, x.shape, w.shape, x.dtype)
     return lambda x, w, b=None: plan(x, w, b)
 
@@ -584,6 +587,10 @@ def bind_conv(site: Site) -> Fn | None:
 def bind_max_pool(site: Site) -> Fn | None:
     """Float32/float64 max pooling (values, not indices) with its geometry worked out at load."""
     (x,) = site.operands
-    if site.call.indices or x.dtype not in _FAST_FLOATS or site.dtype != x.dtype:
+    c = site.call
+    if c.indices or x.dtype not in _FAST_FLOATS or site.dtype != x.dtype:
         return None
-    return nb.max_pool_plan(site.call, x.shape, x.dtype)
+    out, _ = nb.pool_geometry(x.shape, c.kernel, c.stride, c.padding, c.dilation, c.ceil_mode)
+    if site.shape != x.shape[: len(x.shape) - len(out)] + out:
+        return None  # a shape the program declares wrongly: the generic kernel reports it
+    return nb.max_pool_plan(c, x.shape, x.dtype)

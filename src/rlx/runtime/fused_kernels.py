@@ -576,8 +576,7 @@ def bind_conv(site: Site) -> Fn | None:
         return None
     if (b is not None and b.dtype != x.dtype) or len(x.shape) != len(w.shape):
         return None
-    spatial = zip(x.shape[2:], w.shape[2:], c.stride, c.padding, c.dilation)
-    if site.shape != (x.shape[0], w.shape[0]) + tuple(nb.conv_out_size(*geometry) for geometry in spatial):
+    if site.shape != nb.conv_output_shape(c, x.shape, w.shape):
         return None  # a shape the program declares wrongly: the generic kernel reports it
     plan = nb.conv_plan(c, x.shape, w.shape, x.dtype)
     return lambda x, w, b=None: plan(x, w, b)

@@ -14,7 +14,7 @@ from functools import lru_cache
 from typing import Any
 
 import numpy as np
-from numpy.lib.stride_tricks import as_strided, sliding_window_view
+from numpy.lib.stride_tricks import sliding_window_view
 
 from rlx.ir import calls as C
 from rlx.ir import dtypes
@@ -92,7 +92,7 @@ def _erfc_scaled_fit() -> tuple[np.float32, ...]:
 def gelu_float32(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """Exact (erf) GELU of a float32 array, in float32; ``out`` may be ``x`` itself."""
     if x.size < _GELU_SMALL:
-        res = x * np.float32(0.5) * (1 + erf64(x * np.float32(1 / math.sqrt(2))).astype(_F32))
+        res = _gelu_erf64(x)
         if out is None:
             return res
         out[...] = res
@@ -120,10 +120,13 @@ def gelu_float32(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     return np.multiply(out, r, out=out)
 
 
-def _gelu(x: np.ndarray) -> np.ndarray:
-    if x.dtype == _F32:
-        return gelu_float32(x)
+def _gelu_erf64(x: np.ndarray) -> np.ndarray:
+    """GELU with erf from ``erf64``, rounded to x's dtype, then PyTorch's formula in that dtype."""
     return x * 0.5 * (1 + erf64(x * (1 / math.sqrt(2))).astype(x.dtype))
+
+
+def _gelu(x: np.ndarray) -> np.ndarray:
+    return gelu_float32(x) if x.dtype == _F32 else _gelu_erf64(x)
 
 
 @lru_cache(maxsize=64)
@@ -516,6 +519,12 @@ def conv(c: C.Conv, x: np.ndarray, w: np.ndarray, b: np.ndarray | None) -> np.nd
     return out.astype(x.dtype, copy=False)
 
 
+def conv_output_shape(c: C.Conv, x_shape: tuple[int, ...], w_shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The result shape of a forward convolution (PyTorch's extent rule per spatial axis)."""
+    spatial = zip(x_shape[2:], w_shape[2:], c.stride, c.padding, c.dilation)
+    return (x_shape[0], w_shape[0]) + tuple(conv_out_size(*geometry) for geometry in spatial)
+
+
 def conv_plan(c: C.Conv, x_shape: tuple[int, ...], w_shape: tuple[int, ...], dtype: np.dtype) -> Kernel:
     """A forward (not transposed) convolution of these shapes as ``run(x, w, b)``, its geometry
     worked out once: the executor binds it at load, the generic kernel builds it per call.
@@ -528,17 +537,9 @@ def conv_plan(c: C.Conv, x_shape: tuple[int, ...], w_shape: tuple[int, ...], dty
     cout, ksp = w_shape[0], tuple(w_shape[2:])
     cg, og = cin // g, cout // g
     in_sp = tuple(x_shape[2:])
-    out_sp = tuple(conv_out_size(in_sp[i], ksp[i], c.stride[i], c.padding[i], c.dilation[i]) for i in range(nd))
+    out_shape = conv_output_shape(c, x_shape, w_shape)
+    out_sp, bias_shape = out_shape[2:], (-1,) + (1,) * nd
     p, k = math.prod(out_sp), math.prod(ksp)
-    out_shape, bias_shape = (n, cout) + out_sp, (-1,) + (1,) * nd
-    if cg == 1 and og == 1 and k > 1:
-
-        def depthwise(x: np.ndarray, w: np.ndarray, b: np.ndarray | None) -> np.ndarray:
-            out = _depthwise(x, w, c, out_sp)
-            return out if b is None else np.add(out, b.reshape(bias_shape), out=out)
-
-        return depthwise
-    pointwise = k == 1 and all(s == 1 for s in c.stride) and not any(c.padding)
     padded_shape = (n, cin) + tuple(d + 2 * pad for d, pad in zip(in_sp, c.padding))
     interior = (Ellipsis,) + tuple(slice(pad, pad + d) for d, pad in zip(in_sp, c.padding))
     # The windows [N, C, *k, *out] as a strided view of the padded buffer: entry (.., κ, o) is
@@ -552,59 +553,40 @@ def conv_plan(c: C.Conv, x_shape: tuple[int, ...], w_shape: tuple[int, ...], dty
            for o, s, kk, d, e in zip(out_sp, c.stride, ksp, c.dilation, padded_shape[2:])):  # fmt: skip
         raise ValueError(f"conv windows {out_sp} x {ksp} do not fit the padded input {padded_shape[2:]}")
     padded = any(c.padding)
+
+    def windows(x: np.ndarray) -> np.ndarray:
+        if padded:
+            xp = np.zeros(padded_shape, x.dtype)
+            xp[interior] = x
+        else:
+            xp = np.ascontiguousarray(x)
+        return np.ndarray(win_shape, x.dtype, xp, 0, win_strides)
+
+    if cg == 1 and og == 1 and k > 1:
+
+        def depthwise(x: np.ndarray, w: np.ndarray, b: np.ndarray | None) -> np.ndarray:
+            out = _depthwise(windows(x), w)
+            return out if b is None else np.add(out, b.reshape(bias_shape), out=out)
+
+        return depthwise
+    pointwise = k == 1 and all(s == 1 for s in c.stride) and not any(c.padding)
     cols_shape, w_mat = (n, g, cg * k, p), (g, og, cg * k)
 
     def run(x: np.ndarray, w: np.ndarray, b: np.ndarray | None) -> np.ndarray:
-        if pointwise:
-            cols = x.reshape(cols_shape)
-        else:
-            if padded:
-                xp = np.zeros(padded_shape, x.dtype)
-                xp[interior] = x
-            else:
-                xp = np.ascontiguousarray(x)
-            cols = np.ndarray(win_shape, x.dtype, xp, 0, win_strides).reshape(cols_shape)
+        cols = (x if pointwise else windows(x)).reshape(cols_shape)
         out = np.matmul(w.reshape(w_mat), cols).reshape(out_shape)
         return out if b is None else np.add(out, b.reshape(bias_shape), out=out)
 
     return run
 
 
-def _pad_zeros(x: np.ndarray, padding: tuple[int, ...]) -> np.ndarray:
-    """``x`` with ``padding`` zeros on both sides of each trailing spatial axis."""
-    if not any(padding):
-        return x
-    nd = len(padding)
-    lead = x.shape[: x.ndim - nd]
-    out = np.zeros(lead + tuple(d + 2 * p for d, p in zip(x.shape[x.ndim - nd :], padding)), dtype=x.dtype)
-    out[(Ellipsis,) + tuple(slice(p, p + d) for d, p in zip(x.shape[x.ndim - nd :], padding))] = x
-    return out
-
-
-def _conv_windows(xp: np.ndarray, ksp: tuple[int, ...], stride: tuple[int, ...], dilation: tuple[int, ...],
-                  out_sp: tuple[int, ...]) -> np.ndarray:  # fmt: skip
-    """A read-only view ``[N, C, *k, *out]`` of the padded input: entry ``(.., κ, o)`` is
-    ``xp[.., o·stride + κ·dilation]``. Every index stays inside ``xp`` because ``out_sp`` comes from
-    ``conv_out_size``: ``(out − 1)·stride + (k − 1)·dilation`` is at most the padded extent − 1."""
+def _depthwise(win: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """Depthwise conv (one input and one output channel per group) over its windows
+    ``[N, C, *k, *out]``: a multiply-add per kernel tap over the whole batch, instead of a GEMM of
+    width one per channel."""
+    ksp = w.shape[2:]
     nd = len(ksp)
-    sp_strides = xp.strides[2:]
-    strides = xp.strides[:2] + tuple(d * s for d, s in zip(dilation, sp_strides)) + tuple(
-        st * s for st, s in zip(stride, sp_strides)
-    )
-    if len(out_sp) != nd or any(
-        o > 0 and (o - 1) * st + (kk - 1) * d >= e for o, st, kk, d, e in zip(out_sp, stride, ksp, dilation, xp.shape[2:])
-    ):
-        raise ValueError(f"conv windows {out_sp} x {ksp} do not fit the padded input {xp.shape[2:]}")
-    return as_strided(xp, xp.shape[:2] + tuple(ksp) + tuple(out_sp), strides, writeable=False)
-
-
-def _depthwise(xw: np.ndarray, ww: np.ndarray, c: C.Conv, out_sp: tuple[int, ...]) -> np.ndarray:
-    """Depthwise conv (one input and one output channel per group): a multiply-add per kernel tap
-    over the whole batch, instead of a GEMM of width one per channel."""
-    nd = len(out_sp)
-    ksp = ww.shape[2:]
-    win = _conv_windows(_pad_zeros(xw, c.padding), ksp, c.stride, c.dilation, out_sp)
-    taps = ww.reshape((ww.shape[0], -1))  # [C, K]
+    taps = w.reshape((w.shape[0], -1))  # [C, K]
     out = None
     tmp = None
     for flat, offs in enumerate(np.ndindex(*ksp)):

@@ -63,9 +63,12 @@ def hf_models(batch: int):
         ("gpt2", tf.GPT2Model(tf.GPT2Config(vocab_size=1000, n_embd=128, n_layer=2, n_head=4)), (ids,)),
         ("llama-gqa", tf.LlamaModel(tf.LlamaConfig(vocab_size=1000, num_key_value_heads=2, **small)), (ids,)),
         ("vit", tf.ViTModel(tf.ViTConfig(image_size=64, patch_size=16, **small)), (torch.randn(batch, 3, 64, 64),)),
-        ("resnet", tf.ResNetModel(tf.ResNetConfig(embedding_size=32, hidden_sizes=[32, 64], depths=[1, 1])),
-         (torch.randn(batch, 3, 64, 64),)),
-    ]  # fmt: skip
+        (
+            "resnet",
+            tf.ResNetModel(tf.ResNetConfig(embedding_size=32, hidden_sizes=[32, 64], depths=[1, 1])),
+            (torch.randn(batch, 3, 64, 64),),
+        ),
+    ]
     out = []
     for name, model, inputs in models:
         model.eval()
@@ -193,7 +196,9 @@ def cold_start(engines: Engines, example_file: Path) -> dict[str, tuple[float, f
         files.append(str(f))
     out = {}
     for name, code in COLD.items():
-        script = textwrap.dedent(code).format(bundle=str(engines.out / "bundle"), inputs=files, example=str(example_file))
+        script = textwrap.dedent(code).format(
+            bundle=str(engines.out / "bundle"), inputs=files, example=str(example_file)
+        )
         env = dict(os.environ, OMP_NUM_THREADS="2", OPENBLAS_NUM_THREADS="2")
         proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
         if proc.returncode != 0:
@@ -247,15 +252,19 @@ def main() -> None:
     for label, med, err in rows:
         ort = med.get("ort", math.nan)
         jx = med.get("rlx jax", math.nan)
-        print(f"{label:<22}{med['eager'] * 1e3:>9.3f}{ort * 1e3:>9.3f}{med['rlx'] * 1e3:>9.3f}"
-              f"{med['rlx'] / med['eager']:>11.2f}{med['rlx'] / ort if ort == ort else math.nan:>9.2f}"
-              f"{err['rlx']:>10.1e}{err.get('ort', math.nan):>10.1e}"
-              f"{jx * 1e3:>9.3f}{jx / med['eager']:>11.2f}{jx / ort:>9.2f}{err.get('rlx jax', math.nan):>10.1e}")  # fmt: skip
+        print(
+            f"{label:<22}{med['eager'] * 1e3:>9.3f}{ort * 1e3:>9.3f}{med['rlx'] * 1e3:>9.3f}"
+            f"{med['rlx'] / med['eager']:>11.2f}{med['rlx'] / ort if ort == ort else math.nan:>9.2f}"
+            f"{err['rlx']:>10.1e}{err.get('ort', math.nan):>10.1e}"
+            f"{jx * 1e3:>9.3f}{jx / med['eager']:>11.2f}{jx / ort:>9.2f}{err.get('rlx jax', math.nan):>10.1e}"
+        )
     print("-" * len(head))
-    print(f"{'geomean ratio':<22}{'':>27}{geomean([m['rlx'] / m['eager'] for _, m, _ in rows]):>11.2f}"
-          f"{geomean([m['rlx'] / m['ort'] for _, m, _ in rows if 'ort' in m]):>9.2f}{'':>29}"
-          f"{geomean([m['rlx jax'] / m['eager'] for _, m, _ in rows if 'rlx jax' in m]):>11.2f}"
-          f"{geomean([m['rlx jax'] / m['ort'] for _, m, _ in rows if 'rlx jax' in m and 'ort' in m]):>9.2f}")  # fmt: skip
+    print(
+        f"{'geomean ratio':<22}{'':>27}{geomean([m['rlx'] / m['eager'] for _, m, _ in rows]):>11.2f}"
+        f"{geomean([m['rlx'] / m['ort'] for _, m, _ in rows if 'ort' in m]):>9.2f}{'':>29}"
+        f"{geomean([m['rlx jax'] / m['eager'] for _, m, _ in rows if 'rlx jax' in m]):>11.2f}"
+        f"{geomean([m['rlx jax'] / m['ort'] for _, m, _ in rows if 'rlx jax' in m and 'ort' in m]):>9.2f}"
+    )
     print()
     print("Cold start: new process, import + load + first output (s) and peak RSS (MB)")
     print(f"{'model':<22}{'rlx s':>9}{'eager s':>9}{'ratio':>8}{'rlx MB':>9}{'eager MB':>10}")

@@ -67,8 +67,9 @@ def convert(
     return model, program, exported
 
 
-def assert_arrays_match(got: np.ndarray, want: np.ndarray, what: str = "output", rtol: float | None = None,
-                        atol: float | None = None) -> None:  # fmt: skip
+def assert_arrays_match(
+    got: np.ndarray, want: np.ndarray, what: str = "output", rtol: float | None = None, atol: float | None = None
+) -> None:
     """Shape, dtype, NaN/inf pattern and values (exact for integers and bools)."""
     assert isinstance(got, np.ndarray), f"{what}: expected an ndarray, got {type(got).__name__}"
     assert got.shape == want.shape, f"{what}: shape {got.shape} != torch {want.shape}"
@@ -123,8 +124,9 @@ def assert_converts_and_matches(
     return program
 
 
-def rand(shape: Sequence[int], dtype: torch.dtype = torch.float32, *, low: float = -3, high: float = 3,
-         seed: int = 0) -> torch.Tensor:  # fmt: skip
+def rand(
+    shape: Sequence[int], dtype: torch.dtype = torch.float32, *, low: float = -3, high: float = 3, seed: int = 0
+) -> torch.Tensor:
     """Deterministic random tensor of any dtype (bools and ints included)."""
     g = torch.Generator().manual_seed(seed)
     if dtype == torch.bool:
@@ -184,8 +186,9 @@ BLOCK_TORCH = textwrap.dedent(
 )
 
 
-def sweep(variants: Callable[..., Any] | list[Callable[..., Any]], inputs: Sequence[Any],
-          dtypes: Sequence[torch.dtype]) -> tuple[Callable[..., tuple], tuple[torch.Tensor, ...]]:  # fmt: skip
+def sweep(
+    variants: Callable[..., Any] | list[Callable[..., Any]], inputs: Sequence[Any], dtypes: Sequence[torch.dtype]
+) -> tuple[Callable[..., tuple], tuple[torch.Tensor, ...]]:
     """One function running every variant over every dtype, and its inputs, so a whole dtype sweep
     costs one export. An input is a shape (random data of each dtype) or a callable
     ``dtype -> tensor``; tuple results are flattened into the outputs."""

@@ -203,9 +203,12 @@ def test_round_trip_import_then_build_without_torch(tmp_path):
     [
         (lambda ir: ir.update(version=3), "version: this rlx reads version 1, found 3; upgrade rlx"),
         (lambda ir: ir["nodes"][1]["args"].__setitem__(2, {"ref": "nope"}), "nodes[1].args[2]: reference to 'nope'"),
-        (lambda ir: ir["weights"][0].update(shape=[5, 4]), "tensor 'fc.weight' has shape [5, 3], torch-ir.json declares [5, 4]"),
+        (
+            lambda ir: ir["weights"][0].update(shape=[5, 4]),
+            "tensor 'fc.weight' has shape [5, 3], torch-ir.json declares [5, 4]",
+        ),
     ],
-)  # fmt: skip
+)
 def test_build_errors_are_one_line(tmp_path, capsys, mutate, message):
     ir, weights, inputs, expected = linear_fixture()
     mutate(ir)

@@ -23,8 +23,15 @@ def mlp_out(tmp_path_factory):
 
 
 def test_import_writes_the_artifacts(mlp_out, capsys):
-    for rel in ("torch-ir.json", "weights.safetensors", "reference.safetensors", "report.json",
-                "bundle/program.json", "bundle/weights.safetensors", "bundle/meta.json"):  # fmt: skip
+    for rel in (
+        "torch-ir.json",
+        "weights.safetensors",
+        "reference.safetensors",
+        "report.json",
+        "bundle/program.json",
+        "bundle/weights.safetensors",
+        "bundle/meta.json",
+    ):
         assert (mlp_out / rel).is_file(), rel
 
 

@@ -52,7 +52,9 @@ def test_hand_edited_bundle_is_diagnosed(transformer_out, tmp_path, capsys):
     assert first["op"] == "aten.silu.default" and first["id"] == silu["node"]
     assert f"first divergent node: {silu['node']} (aten.silu.default)" in text
     # The reproducer re-lowers the op with this rlx: the op itself is fine, so it passes, torch-free.
-    script = BLOCK_TORCH + f"from rlx.cli import main\nraise SystemExit(main(['build', {str(out / 'repro')!r}, '--verify']))"
+    script = (
+        BLOCK_TORCH + f"from rlx.cli import main\nraise SystemExit(main(['build', {str(out / 'repro')!r}, '--verify']))"
+    )
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     repro = json.loads((out / "repro" / "torch-ir.json").read_text())
@@ -93,6 +95,8 @@ def test_debug_needs_an_import_output(tmp_path, capsys):
 def test_debug_runs_dynamic_bundles(tmp_path):
     model, inputs = load_example("decoder_lm").get_model()
     dim = torch.export.Dim
-    rlx.from_torch(model, inputs, tmp_path / "o", dynamic_shapes={"input_ids": {0: dim("b", max=4), 1: dim("s", max=32)}})
+    rlx.from_torch(
+        model, inputs, tmp_path / "o", dynamic_shapes={"input_ids": {0: dim("b", max=4), 1: dim("s", max=32)}}
+    )
     assert json.loads((tmp_path / "o" / "debug.json").read_text())["first_divergent"] is None
     assert main(["debug", str(tmp_path / "o")]) == 0

@@ -122,7 +122,9 @@ def test_plan_cache_is_bounded(transformer_runtime):
 def test_bundle_records_symbols_and_cli(tmp_path, capsys):
     example = str(load_example("decoder_lm").__file__)
     out = tmp_path / "lm"
-    rc = main(["import", example, "-o", str(out), "--dynamic", "input_ids:0=batch:1:8", "--dynamic", "input_ids:1=seq:2:64"])
+    rc = main(
+        ["import", example, "-o", str(out), "--dynamic", "input_ids:0=batch:1:8", "--dynamic", "input_ids:1=seq:2:64"]
+    )
     assert rc == 0
     meta = json.loads((out / "bundle" / "meta.json").read_text())
     assert meta["inputs"][0]["shape"] == ["batch", "seq"]

@@ -79,7 +79,11 @@ def test_symlink_out_of_the_bundle_is_refused(mlp_out, tmp_path):
         (lambda m, p: m["inputs"][0].update(shape=[4, 33]), BundleError, "do not match program.json"),
         (lambda m, p: m.update(format="something"), BundleError, "not an rlx bundle meta.json"),
         (lambda m, p: p["instrs"][0]["args"].update(x={"ref": "later"}), SchemaError, "before it is defined"),
-        (lambda m, p: p["weights"][0].update(dtype="f16"), BundleError, "'fc1.weight' is f32[64, 32], the program declares f16"),
+        (
+            lambda m, p: p["weights"][0].update(dtype="f16"),
+            BundleError,
+            "'fc1.weight' is f32[64, 32], the program declares f16",
+        ),
         (lambda m, p: p["weights"][0].update(shape=[64, 31]), SchemaError, "permutation [1, 0] of [64, 31]"),
     ],
 )

@@ -56,11 +56,17 @@ def raw_file(path, header, data=b""):
         ({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}, b"\0" * 4, "outside the file"),
         ({"a": {"dtype": "Q8", "shape": [1], "data_offsets": [0, 1]}}, b"\0", "unsupported dtype 'Q8'"),
         ({"a": {"dtype": "F32", "shape": [-1], "data_offsets": [0, 4]}}, b"\0" * 4, "non-negative"),
-        ({"a": {"dtype": "U8", "shape": [4], "data_offsets": [0, 4]},
-          "b": {"dtype": "U8", "shape": [4], "data_offsets": [2, 6]}}, b"\0" * 6, "overlap"),
+        (
+            {
+                "a": {"dtype": "U8", "shape": [4], "data_offsets": [0, 4]},
+                "b": {"dtype": "U8", "shape": [4], "data_offsets": [2, 6]},
+            },
+            b"\0" * 6,
+            "overlap",
+        ),
         ({"a": "nope"}, b"", "header entry must be an object"),
     ],
-)  # fmt: skip
+)
 def test_damaged_headers_raise_weights_error(tmp_path, header, data, message):
     with pytest.raises(WeightsError) as info:
         safetensors_io.read(raw_file(tmp_path / "bad.safetensors", header, data))

@@ -13,8 +13,12 @@ README = Path(__file__).resolve().parent.parent / "README.md"
 def main() -> None:
     text = README.read_text()
     table = op_table_markdown()
-    new = re.sub(r"(<!-- ops-table:start -->\n).*?(<!-- ops-table:end -->)", lambda m: f"{m.group(1)}{table}\n{m.group(2)}",
-                 text, flags=re.S)  # fmt: skip
+    new = re.sub(
+        r"(<!-- ops-table:start -->\n).*?(<!-- ops-table:end -->)",
+        lambda m: f"{m.group(1)}{table}\n{m.group(2)}",
+        text,
+        flags=re.S,
+    )
     README.write_text(new)
 
 

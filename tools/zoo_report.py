@@ -65,8 +65,18 @@ def run_one(name: str, level: str, work: Path) -> Row:
     detail = "; ".join(failed)
     if parity.passed and known:
         result, detail = "XPASS", "listed in KNOWN_FAILURES but passes"
-    return Row(name, level, result, detail, sum(report.op_histogram.values()), report.n_instructions,
-               min(cosines) if cosines else None, max(errs) if errs else None, seconds, report.op_histogram)  # fmt: skip
+    return Row(
+        name,
+        level,
+        result,
+        detail,
+        sum(report.op_histogram.values()),
+        report.n_instructions,
+        min(cosines) if cosines else None,
+        max(errs) if errs else None,
+        seconds,
+        report.op_histogram,
+    )
 
 
 def _fmt(v: float | None, spec: str) -> str:

@@ -41,8 +41,12 @@ def _parser() -> argparse.ArgumentParser:
     imp.add_argument("model_file", help="a .py file exposing `model` and `example_inputs`, or `get_model()`")
     imp.add_argument("-o", "--out", required=True, help="output directory")
     imp.add_argument("--emit", default="bundle", help="comma-separated artifacts to write: bundle, package")
-    imp.add_argument("--emit-style", choices=("numpy", "jax"), default="numpy",
-                     help="array library of the generated package (default numpy; jax needs rlx[jax])")  # fmt: skip
+    imp.add_argument(
+        "--emit-style",
+        choices=("numpy", "jax"),
+        default="numpy",
+        help="array library of the generated package (default numpy; jax needs rlx[jax])",
+    )
     imp.add_argument("--verify", action=argparse.BooleanOptionalAction, default=True, help="check parity (default on)")
     imp.add_argument("--decomposition", choices=("aten", "high", "core"), default="high")
     imp.add_argument("--force", action="store_true", help="overwrite an existing output directory")
@@ -65,8 +69,12 @@ def _parser() -> argparse.ArgumentParser:
     bld.add_argument("dir", help="directory holding torch-ir.json and weights.safetensors")
     bld.add_argument("-o", "--out", help="output directory (default: DIR itself)")
     bld.add_argument("--emit", default="bundle", help="comma-separated artifacts to write: bundle, package")
-    bld.add_argument("--emit-style", choices=("numpy", "jax"), default="numpy",
-                     help="array library of the generated package (default numpy; jax needs rlx[jax])")  # fmt: skip
+    bld.add_argument(
+        "--emit-style",
+        choices=("numpy", "jax"),
+        default="numpy",
+        help="array library of the generated package (default numpy; jax needs rlx[jax])",
+    )
     bld.add_argument("--verify", action="store_true", help="check parity against DIR/reference.safetensors")
     bld.add_argument("--force", action="store_true", help="overwrite an existing bundle / output directory")
     bld.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
@@ -76,10 +84,19 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--input", "-i", action="append", default=[], metavar="NAME=FILE.npy", help="an input array")
     run.add_argument("-o", "--out", help="directory to write outputs as out<k>.npy")
     run.add_argument("--no-opt", action="store_true", help="run the program as written (no optimisation passes)")
-    run.add_argument("--disable-pass", action="append", default=[], metavar="NAME",
-                     help="switch one numpy optimisation pass off (repeatable): " + ", ".join(PASS_NAMES))  # fmt: skip
-    run.add_argument("--backend", choices=("numpy", "jax"), default="numpy",
-                     help="numpy (default) or jax: the whole program as one XLA computation (needs rlx[jax])")  # fmt: skip
+    run.add_argument(
+        "--disable-pass",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="switch one numpy optimisation pass off (repeatable): " + ", ".join(PASS_NAMES),
+    )
+    run.add_argument(
+        "--backend",
+        choices=("numpy", "jax"),
+        default="numpy",
+        help="numpy (default) or jax: the whole program as one XLA computation (needs rlx[jax])",
+    )
     run.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
 
     ins = sub.add_parser("inspect", help="show inputs, outputs, parameters and ops of a bundle or torch-ir.json")
@@ -110,10 +127,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     debug = "--debug" in argv
     try:
         args = _parser().parse_args(argv)
-        return {"import": cmd_import, "run": cmd_run, "inspect": cmd_inspect, "verify": cmd_verify, "build": cmd_build,
-                "debug": cmd_debug, "report": cmd_report, "ops": cmd_ops}[
-            args.command
-        ](args)
+        return {
+            "import": cmd_import,
+            "run": cmd_run,
+            "inspect": cmd_inspect,
+            "verify": cmd_verify,
+            "build": cmd_build,
+            "debug": cmd_debug,
+            "report": cmd_report,
+            "ops": cmd_ops,
+        }[args.command](args)
     except RlxError as e:
         if debug:
             traceback.print_exc()
@@ -207,11 +230,19 @@ def cmd_import(args: argparse.Namespace) -> int:
     labels = {"export": "exported with torch.export", "lower": "lowered to the rlx program",
               "write": f"wrote {args.out}", "verify": "checked parity against PyTorch"}  # fmt: skip
     report = from_torch(
-        model, inputs, args.out, example_kwargs=kwargs, verify=args.verify, emit=emit,
-        decomposition=args.decomposition, force=args.force, dynamic_shapes=dynamic_shapes,
-        auto_decompose=args.auto_decompose, emit_style=args.emit_style,
+        model,
+        inputs,
+        args.out,
+        example_kwargs=kwargs,
+        verify=args.verify,
+        emit=emit,
+        decomposition=args.decomposition,
+        force=args.force,
+        dynamic_shapes=dynamic_shapes,
+        auto_decompose=args.auto_decompose,
+        emit_style=args.emit_style,
         on_step=lambda name, secs: _say(f"  {labels.get(name, name):<40} {secs:7.2f} s"),
-    )  # fmt: skip
+    )
     _say("")
     _say(report.summary())
     return EXIT_OK if report.passed else EXIT_PARITY
@@ -225,9 +256,14 @@ def cmd_build(args: argparse.Namespace) -> int:
     labels = {"read": "read torch-ir.json", "lower": "lowered to the rlx program", "write": "wrote the bundle",
               "verify": "checked parity against reference.safetensors"}  # fmt: skip
     report = build(
-        args.dir, args.out, emit=emit, verify=args.verify, force=args.force, emit_style=args.emit_style,
+        args.dir,
+        args.out,
+        emit=emit,
+        verify=args.verify,
+        force=args.force,
+        emit_style=args.emit_style,
         on_step=lambda name, secs: _say(f"  {labels.get(name, name):<40} {secs:7.2f} s"),
-    )  # fmt: skip
+    )
     _say("")
     _say(report.summary())
     return EXIT_OK if report.passed else EXIT_PARITY
@@ -305,8 +341,11 @@ def _inspect_bundle(path: Path) -> None:
     if program.symbols:
         lines += ["symbols:"] + [f"  {format_symbol(s)}" for s in program.symbols]
     values = program.values()
-    outs = [(f"out{k}", values[o.name].shape, values[o.name].dtype) for k, o in enumerate(program.outputs)
-            if hasattr(o, "name")]  # fmt: skip
+    outs = [
+        (f"out{k}", values[o.name].shape, values[o.name].dtype)
+        for k, o in enumerate(program.outputs)
+        if hasattr(o, "name")
+    ]
     lines += _fmt_values("outputs", outs)
     lines.append(f"parameters: {n_params:,} in {len(program.weights)} tensors ({n_bytes / 1e6:.2f} MB on disk)")
     lines += _fmt_hist("source aten ops", program.source_histogram)

@@ -117,8 +117,10 @@ def reconcile_weight_dtypes(ir: TorchIR, tensors: Mapping[str, np.ndarray]) -> l
     if not changed:
         return []
     more = f" and {len(changed) - 3} more" if len(changed) > 3 else ""
-    return [f"using the stored dtype of {len(changed)} weight(s) that torch-ir.json declares differently: "
-            f"{', '.join(changed[:3])}{more}"]  # fmt: skip
+    return [
+        f"using the stored dtype of {len(changed)} weight(s) that torch-ir.json declares differently: "
+        f"{', '.join(changed[:3])}{more}"
+    ]
 
 
 class _Steps:
@@ -165,9 +167,13 @@ def _lower_write_verify(
     program = steps("lower", lambda: build_program(ir))
     if "bundle" in emit:
         source = {"format": "rlx-torch-ir", "version": 1, "producer": ir.producer, "decomposition": ir.decomposition}
-        steps("write", lambda: write_bundle(program, weights, dest / "bundle", source=source, weights_file=weights_file))
+        steps(
+            "write", lambda: write_bundle(program, weights, dest / "bundle", source=source, weights_file=weights_file)
+        )
     if "package" in emit:
-        steps("package", lambda: write_package(program, weights, dest, decomposition=ir.decomposition, style=emit_style))
+        steps(
+            "package", lambda: write_package(program, weights, dest, decomposition=ir.decomposition, style=emit_style)
+        )
     parity = None
     if reference is not None:
         bound = bind_weights(program, weights, "weights")
@@ -220,9 +226,18 @@ def from_torch(
     _check_emit(emit, emit_style, backend)
     steps = _Steps(on_step)
     with StagedDir(out_dir, force=force) as staged:
-        exported = steps("export", lambda: capture(model, tuple(example_inputs), example_kwargs=example_kwargs,
-                                                   decomposition=decomposition, dynamic_shapes=dynamic_shapes,
-                                                   model_name=model_name, auto_decompose=auto_decompose))  # fmt: skip
+        exported = steps(
+            "export",
+            lambda: capture(
+                model,
+                tuple(example_inputs),
+                example_kwargs=example_kwargs,
+                decomposition=decomposition,
+                dynamic_shapes=dynamic_shapes,
+                model_name=model_name,
+                auto_decompose=auto_decompose,
+            ),
+        )
         notes = []
         if exported.auto_decomposed:
             notes.append(f"auto-decomposed with torch's decompositions: {', '.join(exported.auto_decomposed)}")
@@ -231,9 +246,19 @@ def from_torch(
         if verify:
             reference = {f"in::{k}": v for k, v in exported.inputs.items()}
             reference.update({f"out::{i}": v for i, v in enumerate(exported.outputs) if v is not None})
-        report, program = _lower_write_verify(exported.ir, exported.weights, reference, staged.path, Path(out_dir),
-                                              emit, steps, staged.path / "weights.safetensors", notes,
-                                              emit_style, backend)  # fmt: skip
+        report, program = _lower_write_verify(
+            exported.ir,
+            exported.weights,
+            reference,
+            staged.path,
+            Path(out_dir),
+            emit,
+            steps,
+            staged.path / "weights.safetensors",
+            notes,
+            emit_style,
+            backend,
+        )
         # What `rlx debug` needs later, and the per-node comparison for report.html now.
         unsaved = save_exported(exported.exported_program, staged.path / EXPORTED_FILE)
         if unsaved:
@@ -273,7 +298,9 @@ def build(
     _check_emit(emit, emit_style, backend)
     src = Path(src_dir)
     if not (src / "torch-ir.json").is_file():
-        raise UsageError(f"{src}: no torch-ir.json here; pass the directory `rlx import` or the reference front-end wrote")
+        raise UsageError(
+            f"{src}: no torch-ir.json here; pass the directory `rlx import` or the reference front-end wrote"
+        )
     steps = _Steps(on_step)
     ir = steps("read", lambda: torch_ir.load(src / "torch-ir.json"))
     tensors, _ = safetensors_io.read(src / "weights.safetensors")
@@ -289,8 +316,19 @@ def build(
         check_writable_target(src / "bundle", force)
         try:
             with tempfile.TemporaryDirectory(prefix=".rlx-build.", dir=src) as tmp:
-                report, _ = _lower_write_verify(ir, weights, reference, Path(tmp), src, emit, steps,
-                                                src / "weights.safetensors", notes, emit_style, backend)  # fmt: skip
+                report, _ = _lower_write_verify(
+                    ir,
+                    weights,
+                    reference,
+                    Path(tmp),
+                    src,
+                    emit,
+                    steps,
+                    src / "weights.safetensors",
+                    notes,
+                    emit_style,
+                    backend,
+                )
                 if "bundle" in emit:
                     replace_dir(Path(tmp) / "bundle", src / "bundle")
                 if "package" in emit:  # written into the temp dir like the bundle: move it too
@@ -305,7 +343,18 @@ def build(
         for name in ("torch-ir.json", "weights.safetensors", "reference.safetensors"):
             if (src / name).is_file():
                 shutil.copyfile(src / name, staged.path / name)
-        report, _ = _lower_write_verify(ir, weights, reference, staged.path, Path(out_dir), emit, steps,
-                                        staged.path / "weights.safetensors", notes, emit_style, backend)  # fmt: skip
+        report, _ = _lower_write_verify(
+            ir,
+            weights,
+            reference,
+            staged.path,
+            Path(out_dir),
+            emit,
+            steps,
+            staged.path / "weights.safetensors",
+            notes,
+            emit_style,
+            backend,
+        )
         write_report(staged.path)
     return report

@@ -52,9 +52,14 @@ class NodeReport:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "index": self.index, "id": self.id, "op": self.op, "shape": self.shape, "dtype": self.dtype,
-            "accumulated": asdict(self.accumulated), "local": asdict(self.local),
-        }  # fmt: skip
+            "index": self.index,
+            "id": self.id,
+            "op": self.op,
+            "shape": self.shape,
+            "dtype": self.dtype,
+            "accumulated": asdict(self.accumulated),
+            "local": asdict(self.local),
+        }
 
 
 @dataclass
@@ -70,8 +75,9 @@ class DebugReport:
         first = self.first_divergent
         return {
             "model_name": self.model_name,
-            "first_divergent": None if first is None else {"id": first.id, "op": first.op, "index": first.index,
-                                                           "reason": first.local.reason},  # fmt: skip
+            "first_divergent": None
+            if first is None
+            else {"id": first.id, "op": first.op, "index": first.index, "reason": first.local.reason},
             "nodes": [n.to_json() for n in self.nodes],
         }
 
@@ -182,7 +188,9 @@ def write_repro(node_id: str, ir: TorchIR, torch_values: Mapping[str, Any], dire
             nodes.append(Node(ref, "_getitem", (Ref(node.id), k), {}, (meta,), False))
         reference[f"out::{len(outputs)}"] = part
         outputs.append(Output(ref, None, tuple(part.shape), dtypes.from_numpy(part.dtype)))
-    repro = TorchIR(f"repro_{node_id}", inputs, [], nodes, outputs, producer=ir.producer, decomposition=ir.decomposition)
+    repro = TorchIR(
+        f"repro_{node_id}", inputs, [], nodes, outputs, producer=ir.producer, decomposition=ir.decomposition
+    )
     with StagedDir(directory, force=True) as staged:
         atomic_write_text(staged.path / "torch-ir.json", repro.dumps())
         safetensors_io.write(staged.path / "weights.safetensors", {})

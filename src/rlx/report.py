@@ -40,7 +40,9 @@ def _num(v: float | None, spec: str = ".3e") -> str:
 def _table(headers: list[str], rows: list[list[str]], numeric: set[int] = frozenset()) -> str:
     head = "".join(f"<th>{_e(h)}</th>" for h in headers)
     body = "".join(
-        "<tr>" + "".join(f'<td class="n">{c}</td>' if i in numeric else f"<td>{c}</td>" for i, c in enumerate(r)) + "</tr>"
+        "<tr>"
+        + "".join(f'<td class="n">{c}</td>' if i in numeric else f"<td>{c}</td>" for i, c in enumerate(r))
+        + "</tr>"
         for r in rows
     )
     return f"<table><tr>{head}</tr>{body}</table>"
@@ -48,8 +50,10 @@ def _table(headers: list[str], rows: list[list[str]], numeric: set[int] = frozen
 
 def error_plot(nodes: list[dict[str, Any]], width: int = 1000, height: int = 260) -> str:
     """Per-node max abs error along the graph, log scale: accumulated (line) and local (dots)."""
-    points = [(n["index"], n["accumulated"].get("max_abs_err"), n["local"].get("max_abs_err"), n["local"]["passed"])
-              for n in nodes]  # fmt: skip
+    points = [
+        (n["index"], n["accumulated"].get("max_abs_err"), n["local"].get("max_abs_err"), n["local"]["passed"])
+        for n in nodes
+    ]
     values = [v for _, a, l_, _ in points for v in (a, l_) if v]
     if not points:
         return "<p>No per-node data.</p>"
@@ -66,18 +70,24 @@ def error_plot(nodes: list[dict[str, Any]], width: int = 1000, height: int = 260
         v = max(v or 10.0**lo, 10.0**lo)
         return top + (height - top - bottom) * (hi - math.log10(v)) / (hi - lo)
 
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img" '
-             'aria-label="per-node error">']  # fmt: skip
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img" '
+        'aria-label="per-node error">'
+    ]
     for k in range(lo, hi + 1):
         parts.append(f'<line x1="{left}" x2="{width - 10}" y1="{y(10.0**k):.1f}" y2="{y(10.0**k):.1f}" stroke="#eee"/>')
         parts.append(f'<text x="{left - 6}" y="{y(10.0**k) + 4:.1f}" font-size="11" text-anchor="end">1e{k}</text>')
     line = " ".join(f"{x(i):.1f},{y(a):.1f}" for i, a, _, _ in points)
     parts.append(f'<polyline fill="none" stroke="#4a78c2" stroke-width="1.5" points="{line}"/>')
     for i, _, loc, ok in points:
-        parts.append(f'<circle cx="{x(i):.1f}" cy="{y(loc):.1f}" r="{2.5 if ok else 5}" fill="{"#999" if ok else "#b42318"}"/>')
-    parts.append(f'<text x="{left}" y="{height - 8}" font-size="11">aten node position in the graph → '
-                 "(line: accumulated error; dots: the node's own error on PyTorch's inputs; red: beyond tolerance)"
-                 "</text></svg>")  # fmt: skip
+        parts.append(
+            f'<circle cx="{x(i):.1f}" cy="{y(loc):.1f}" r="{2.5 if ok else 5}" fill="{"#999" if ok else "#b42318"}"/>'
+        )
+    parts.append(
+        f'<text x="{left}" y="{height - 8}" font-size="11">aten node position in the graph → '
+        "(line: accumulated error; dots: the node's own error on PyTorch's inputs; red: beyond tolerance)"
+        "</text></svg>"
+    )
     return "".join(parts)
 
 
@@ -88,8 +98,11 @@ def render(summary: dict[str, Any], debug: dict[str, Any] | None) -> str:
     if parity is not None:
         ok = parity.get("passed")
         verdict = f'<span class="{"pass" if ok else "fail"}">{"PASS" if ok else "FAIL"}</span>'
-    out = [f"<!doctype html><html><head><meta charset='utf-8'><title>rlx report: {_e(name)}</title>"
-           f"<style>{_STYLE}</style></head><body>", f"<h1>rlx conversion report: {_e(name)} {verdict}</h1>"]  # fmt: skip
+    out = [
+        f"<!doctype html><html><head><meta charset='utf-8'><title>rlx report: {_e(name)}</title>"
+        f"<style>{_STYLE}</style></head><body>",
+        f"<h1>rlx conversion report: {_e(name)} {verdict}</h1>",
+    ]
     facts = [
         ["decomposition level", _e(summary.get("decomposition") or "-")],
         ["inputs", _e(summary.get("inputs"))],
@@ -104,10 +117,22 @@ def render(summary: dict[str, Any], debug: dict[str, Any] | None) -> str:
     if parity is None:
         out.append("<p>Parity was not checked (--no-verify).</p>")
     else:
-        rows = [[f"out{o['index']}", _e(o["shape"]), _e(o["dtype"]), _num(o["cosine"], ".8f"), _num(o["max_abs_err"]),
-                 _num(o["max_rel_err"]), f'<span class="{"pass" if o["passed"] else "fail"}">'
-                 f'{"pass" if o["passed"] else "FAIL " + _e(o["reason"])}</span>'] for o in parity["outputs"]]  # fmt: skip
-        out.append(_table(["output", "shape", "dtype", "cosine", "max abs err", "max rel err", "result"], rows, {3, 4, 5}))
+        rows = [
+            [
+                f"out{o['index']}",
+                _e(o["shape"]),
+                _e(o["dtype"]),
+                _num(o["cosine"], ".8f"),
+                _num(o["max_abs_err"]),
+                _num(o["max_rel_err"]),
+                f'<span class="{"pass" if o["passed"] else "fail"}">'
+                f"{'pass' if o['passed'] else 'FAIL ' + _e(o['reason'])}</span>",
+            ]
+            for o in parity["outputs"]
+        ]
+        out.append(
+            _table(["output", "shape", "dtype", "cosine", "max abs err", "max rel err", "result"], rows, {3, 4, 5})
+        )
     out.append("<h2>Per-node error along the graph</h2>")
     if debug:
         first = debug.get("first_divergent")
@@ -121,8 +146,14 @@ def render(summary: dict[str, Any], debug: dict[str, Any] | None) -> str:
     else:
         out.append("<p>No per-node data: run <code>rlx debug OUT</code>.</p>")
     hist = summary.get("op_histogram", {})
-    ops = [[f"<code>{_e(op)}</code>", str(n), "yes" if op == "_getitem" or is_noop(op) or find(op) else
-            '<span class="fail">no</span>'] for op, n in hist.items()]  # fmt: skip
+    ops = [
+        [
+            f"<code>{_e(op)}</code>",
+            str(n),
+            "yes" if op == "_getitem" or is_noop(op) or find(op) else '<span class="fail">no</span>',
+        ]
+        for op, n in hist.items()
+    ]
     calls = [[f"<code>{_e(c)}</code>", str(n)] for c, n in summary.get("call_histogram", {}).items()]
     out.append('<div class="grid"><div><h2>Source aten ops</h2>')
     out.append(_table(["op", "count", "supported"], ops, {1}))

@@ -80,20 +80,36 @@ def compare(index: int, got: np.ndarray, ref: np.ndarray) -> OutputParity:
     base = dict(index=index, shape=list(got.shape), dtype=got_tok, ref_shape=list(ref.shape), ref_dtype=ref_tok)
     if got.shape != ref.shape or got_tok != ref_tok:
         what = "shape" if got.shape != ref.shape else "dtype"
-        return OutputParity(**base, cosine=None, max_abs_err=None, max_rel_err=None, nonfinite_match=False,
-                            passed=False, reason=f"{what} differs")  # fmt: skip
+        return OutputParity(
+            **base,
+            cosine=None,
+            max_abs_err=None,
+            max_rel_err=None,
+            nonfinite_match=False,
+            passed=False,
+            reason=f"{what} differs",
+        )
     if got.dtype.kind in "biu":
         diff = np.abs(got.astype(np.float64) - ref.astype(np.float64)) if got.size else np.zeros(0)
         max_abs = float(diff.max()) if diff.size else 0.0
         ok = bool(np.array_equal(got, ref))
-        return OutputParity(**base, cosine=None, max_abs_err=max_abs, max_rel_err=None, nonfinite_match=True,
-                            passed=ok, reason="" if ok else "values differ")  # fmt: skip
+        return OutputParity(
+            **base,
+            cosine=None,
+            max_abs_err=max_abs,
+            max_rel_err=None,
+            nonfinite_match=True,
+            passed=ok,
+            reason="" if ok else "values differ",
+        )
     if dtypes.is_complex(ref_tok):  # real and imaginary parts side by side, compared as float32 values
         got, ref = _real_view(got), _real_view(ref)
         ref_tok = "f32"
     g, r = got.astype(np.float64), ref.astype(np.float64)
-    nonfinite_match = bool(np.array_equal(np.isnan(g), np.isnan(r)) and np.array_equal(np.where(np.isinf(r), r, 0),
-                                                                                      np.where(np.isinf(g), g, 0)))  # fmt: skip
+    nonfinite_match = bool(
+        np.array_equal(np.isnan(g), np.isnan(r))
+        and np.array_equal(np.where(np.isinf(r), r, 0), np.where(np.isinf(g), g, 0))
+    )
     finite = np.isfinite(g) & np.isfinite(r)
     gf, rf = g[finite], r[finite]
     max_abs = float(np.max(np.abs(gf - rf))) if gf.size else 0.0
@@ -112,8 +128,15 @@ def compare(index: int, got: np.ndarray, ref: np.ndarray) -> OutputParity:
         reasons.append(f"cosine {cosine:.6f} < {cos_min}")
     if max_abs > atol_factor * scale:
         reasons.append(f"max abs err {max_abs:.3e} > {atol_factor * scale:.3e}")
-    return OutputParity(**base, cosine=cosine, max_abs_err=max_abs, max_rel_err=max_rel,
-                        nonfinite_match=nonfinite_match, passed=not reasons, reason="; ".join(reasons))  # fmt: skip
+    return OutputParity(
+        **base,
+        cosine=cosine,
+        max_abs_err=max_abs,
+        max_rel_err=max_rel,
+        nonfinite_match=nonfinite_match,
+        passed=not reasons,
+        reason="; ".join(reasons),
+    )
 
 
 def check_parity(model: Model, reference: dict[str, np.ndarray], source: str = "reference.safetensors") -> ParityReport:

@@ -206,7 +206,11 @@ def run_sample(opinfo, sample, dtype_tok: str, index: int) -> Outcome:
     graph_rule = GRAPH_DIFFERS_FROM_EAGER.get(name)
     if why is None and got is not None and graph_rule and dtype_tok in graph_rule[0]:
         why = _matches_graph(opinfo, sample, dtype_tok, got, exported, tensors, graph_rule[1])
-    return Outcome(name, dtype_tok, index, "fail", reason) if why is None else Outcome(name, dtype_tok, index, "known", why)
+    return (
+        Outcome(name, dtype_tok, index, "fail", reason)
+        if why is None
+        else Outcome(name, dtype_tok, index, "known", why)
+    )
 
 
 def _matches_graph(opinfo, sample, dtype_tok, got, exported, tensors, reason) -> str | None:

@@ -23,8 +23,9 @@ from helpers import BLOCK_TORCH, exported_example, load_example
 NAMES = ("mlp", "transformer", "cnn", "decoder_lm")
 LEVELS = ("aten", "high", "core")
 # Block rlx as well as torch: the package must stand alone.
-BLOCK_BOTH = BLOCK_TORCH.replace('name == "torch" or name.startswith("torch.")',
-                                 'name.split(".")[0] in ("torch", "rlx")')  # fmt: skip
+BLOCK_BOTH = BLOCK_TORCH.replace(
+    'name == "torch" or name.startswith("torch.")', 'name.split(".")[0] in ("torch", "rlx")'
+)
 
 
 def write_example_packages(root: Path, style: str) -> dict[tuple[str, str], Path]:
@@ -113,16 +114,28 @@ def assert_dynamic_package_runs(tmp_path: Path, style: str) -> str:
     model, dynamic = _dynamic_lm()
     _, inputs = load_example("decoder_lm").get_model()
     out = tmp_path / "lm"
-    rlx.from_torch(model, inputs, out, emit=("bundle", "package"), emit_style=style, dynamic_shapes=dynamic,
-                   verify=False)  # fmt: skip
+    rlx.from_torch(
+        model, inputs, out, emit=("bundle", "package"), emit_style=style, dynamic_shapes=dynamic, verify=False
+    )
     code = (out / "rlx_decoder_lm" / "rlx_decoder_lm" / "model.py").read_text()
     assert "batch = input_ids.shape[0]" in code and "seq = input_ids.shape[1]" in code
     ids = np.random.default_rng(0).integers(0, 100, (3, 17))  # the example is (2, 12)
     np.save(tmp_path / "ids.npy", ids)
     proc = subprocess.run(
-        [sys.executable, "-m", "rlx_decoder_lm", "--input", f"input_ids={tmp_path / 'ids.npy'}", "-o", str(tmp_path / "r")],
-        cwd=out / "rlx_decoder_lm", capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "rlx_decoder_lm",
+            "--input",
+            f"input_ids={tmp_path / 'ids.npy'}",
+            "-o",
+            str(tmp_path / "r"),
+        ],
+        cwd=out / "rlx_decoder_lm",
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "out0: shape [3, 17, 100] dtype float32" in proc.stdout
     with torch.no_grad():

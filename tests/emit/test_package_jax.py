@@ -111,5 +111,6 @@ def test_core_call_programs_as_packages(tmp_path):
             sys.path.pop(0)
         wants = [w for w in exported.outputs if w is not None]
         for k, (g, w) in enumerate(zip(pytree.tree_leaves(got), wants)):
-            assert_arrays_match(np.asarray(g), tensor_to_numpy(w) if not isinstance(w, np.ndarray) else w,
-                                f"{name} output {k}")  # fmt: skip
+            assert_arrays_match(
+                np.asarray(g), tensor_to_numpy(w) if not isinstance(w, np.ndarray) else w, f"{name} output {k}"
+            )

@@ -58,8 +58,21 @@ HOSTILE = st.one_of(
     st.integers(min_value=-(2**63), max_value=2**63),
     st.sampled_from([0, -1, 1, 10**15, 2**62, -(10**15)]),
     st.floats(allow_nan=True, allow_infinity=True),
-    st.sampled_from(["", "f8", "q4", "aten.frobnicate.default", "Teleport", "inf", "nan", "../../etc/passwd",
-                     "s0*s1", "__import__('os')", "x" * 300]),  # fmt: skip
+    st.sampled_from(
+        [
+            "",
+            "f8",
+            "q4",
+            "aten.frobnicate.default",
+            "Teleport",
+            "inf",
+            "nan",
+            "../../etc/passwd",
+            "s0*s1",
+            "__import__('os')",
+            "x" * 300,
+        ]
+    ),
     st.text(max_size=12),
     st.lists(st.integers(min_value=-3, max_value=10**6), max_size=4),
     st.dictionaries(st.sampled_from(["ref", "int", "float", "list", "sym", "lit", "dtype"]), st.integers(), max_size=2),
@@ -127,7 +140,9 @@ def load_and_run_torch_ir(doc, weights):
     ir = torch_ir.parse(doc)
     program = build_program(ir)
     model = Model(program, bind_weights(program, weights, "weights"))
-    inputs = [np.zeros(tuple(d if isinstance(d, int) else 2 for d in v.shape), to_numpy(v.dtype)) for v in program.inputs]
+    inputs = [
+        np.zeros(tuple(d if isinstance(d, int) else 2 for d in v.shape), to_numpy(v.dtype)) for v in program.inputs
+    ]
     model.run_flat(model.bind(tuple(inputs), {}))
 
 

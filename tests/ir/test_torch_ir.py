@@ -17,13 +17,23 @@ VALID = {
     "inputs": [{"id": "x", "shape": [2, 3], "dtype": "f32"}],
     "weights": [{"id": "p_w", "key": "w", "shape": [3], "dtype": "f32", "kind": "param"}],
     "nodes": [
-        {"id": "mul", "op": "aten.mul.Tensor", "args": [{"ref": "x"}, {"ref": "p_w"}], "kwargs": {},
-         "out": {"shape": [2, 3], "dtype": "f32"}},
-        {"id": "add", "op": "aten.add.Tensor", "args": [{"ref": "mul"}, {"float": "-inf"}],
-         "kwargs": {"alpha": {"int": 1}}, "out": {"shape": [2, 3], "dtype": "f32"}},
+        {
+            "id": "mul",
+            "op": "aten.mul.Tensor",
+            "args": [{"ref": "x"}, {"ref": "p_w"}],
+            "kwargs": {},
+            "out": {"shape": [2, 3], "dtype": "f32"},
+        },
+        {
+            "id": "add",
+            "op": "aten.add.Tensor",
+            "args": [{"ref": "mul"}, {"float": "-inf"}],
+            "kwargs": {"alpha": {"int": 1}},
+            "out": {"shape": [2, 3], "dtype": "f32"},
+        },
     ],
     "outputs": [{"ref": "add", "shape": [2, 3], "dtype": "f32"}],
-}  # fmt: skip
+}
 
 
 def mutate(path, value):
@@ -62,12 +72,16 @@ BAD = [
     (("weights", 0, "kind"), "gradient", "weights[0].kind: expected param, buffer or const"),
     (("nodes", 0, "out"), {"shape": [2, 3], "dtype": "q4"}, "nodes[0].out.dtype: unknown dtype 'q4'"),
     (("nodes", 1, "args", 1), {"float": "lots"}, "nodes[1].args[1].float: expected a number"),
-    (("nodes", 1, "kwargs", "alpha"), {"int": 1, "float": 2.0}, "nodes[1].kwargs.alpha: an argument has exactly one key"),
+    (
+        ("nodes", 1, "kwargs", "alpha"),
+        {"int": 1, "float": 2.0},
+        "nodes[1].kwargs.alpha: an argument has exactly one key",
+    ),
     (("nodes", 0, "id"), KeyError, "nodes[0].id: missing"),
     (("outputs", 0, "ref"), "ghost", "outputs[0].ref: 'ghost' is not defined"),
     (("nodes", 1, "id"), "mul", "nodes[1].id: id 'mul' defined twice"),
     (("nodes",), {"not": "a list"}, "nodes: expected list, found object"),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize("path,value,message", BAD, ids=[m.split(":")[0] for _, _, m in BAD])

@@ -43,8 +43,15 @@ SHAPES = [(3, 4, 5), (), (0, 2)]
 INF, NAN = float("inf"), float("nan")
 
 
-def tensor(shape: Sequence[int], dtype: torch.dtype, seed: int, low: float = -3, high: float = 3,
-           specials: bool = True, nonzero: bool = False) -> torch.Tensor:  # fmt: skip
+def tensor(
+    shape: Sequence[int],
+    dtype: torch.dtype,
+    seed: int,
+    low: float = -3,
+    high: float = 3,
+    specials: bool = True,
+    nonzero: bool = False,
+) -> torch.Tensor:
     """Random values; floats get NaN/±inf/±0 planted (not in 0-dim tensors, which would be all NaN)."""
     t = rand(shape, dtype, low=max(low, 0) if dtype == U8 else low, high=high, seed=seed)
     if specials and dtype.is_floating_point and t.dim() > 0:
@@ -131,15 +138,28 @@ def check(c: Case, backend: str = "numpy") -> None:
         raise AssertionError(f"{c.id}: group {k} ({args})\n{e}") from None
 
 
-def case(id: str, fn: Callable[..., Any], groups: list[tuple[torch.Tensor, ...]], *,
-         levels: tuple[str, ...] | None = None, xfail: str | None = None, values: bool = True,
-         **tol: float) -> Any:  # fmt: skip
+def case(
+    id: str,
+    fn: Callable[..., Any],
+    groups: list[tuple[torch.Tensor, ...]],
+    *,
+    levels: tuple[str, ...] | None = None,
+    xfail: str | None = None,
+    values: bool = True,
+    **tol: float,
+) -> Any:
     marks = [pytest.mark.xfail(reason=xfail, strict=True)] if xfail else []
     return pytest.param(Case(id, fn, groups, levels, tol, values), id=id, marks=marks)
 
 
-def pairs(dtypes: Sequence[torch.dtype], shapes: Sequence[tuple] = BROADCAST, *, rhs_nonzero: bool = False,
-          lhs: dict | None = None, rhs: dict | None = None) -> list[tuple[torch.Tensor, torch.Tensor]]:  # fmt: skip
+def pairs(
+    dtypes: Sequence[torch.dtype],
+    shapes: Sequence[tuple] = BROADCAST,
+    *,
+    rhs_nonzero: bool = False,
+    lhs: dict | None = None,
+    rhs: dict | None = None,
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
     out = []
     for i, dt in enumerate(dtypes):
         for j, (sa, sb) in enumerate(shapes if i == 0 else shapes[:1]):
@@ -160,8 +180,11 @@ def mixed(dtype_pairs: Sequence[tuple[torch.dtype, torch.dtype]], **kw: Any) -> 
 
 
 def singles(dtypes: Sequence[torch.dtype], shapes: Sequence[tuple] = SHAPES, **kw: Any) -> list[tuple[torch.Tensor]]:
-    return [(tensor(s, dt, seed=10 * i + j, **kw),) for i, dt in enumerate(dtypes) for j, s in
-            enumerate(shapes if i == 0 else shapes[:1])]  # fmt: skip
+    return [
+        (tensor(s, dt, seed=10 * i + j, **kw),)
+        for i, dt in enumerate(dtypes)
+        for j, s in enumerate(shapes if i == 0 else shapes[:1])
+    ]
 
 
 # Mixed-dtype operands: category promotion, same-category widening, u8 × i8 → i16, f16 × bf16 → f32,

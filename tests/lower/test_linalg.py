@@ -75,75 +75,189 @@ DIST_SPECIALS = _dist_specials
 CASES = [
     case("mm", lambda x, y: torch.mm(x, y), (3, 4), (4, 5)),
     case("bmm", lambda x, y: torch.bmm(x, y), (2, 3, 4), (2, 4, 5)),
-    case("matmul", [
-        lambda a, b, m, n, bt, bn, b4, bn3: a @ b,  # 1-d · 1-d → scalar
-        lambda a, b, m, n, bt, bn, b4, bn3: a @ n,  # 1-d · 2-d
-        lambda a, b, m, n, bt, bn, b4, bn3: m @ a,  # 2-d · 1-d
-        lambda a, b, m, n, bt, bn, b4, bn3: torch.matmul(m, n),
-        lambda a, b, m, n, bt, bn, b4, bn3: bt @ bn,  # batched
-        lambda a, b, m, n, bt, bn, b4, bn3: bt @ n,  # batched · 2-d
-        lambda a, b, m, n, bt, bn, b4, bn3: m @ bn,  # 2-d · batched
-        lambda a, b, m, n, bt, bn, b4, bn3: a @ bn,  # 1-d · batched
-        lambda a, b, m, n, bt, bn, b4, bn3: bt @ a,  # batched · 1-d
-        lambda a, b, m, n, bt, bn, b4, bn3: b4 @ bn3,  # batch dims broadcast: [2,1] with [3]
-        lambda a, b, m, n, bt, bn, b4, bn3: bn3.mT @ b4.mT,
-    ], *MATMUL_SHAPES),
-    case("mv_dot", [lambda m, a, b: torch.mv(m, a), lambda m, a, b: torch.dot(a, b), lambda m, a, b: torch.vdot(a, b)],
-         (3, 4), (4,), (4,)),
+    case(
+        "matmul",
+        [
+            lambda a, b, m, n, bt, bn, b4, bn3: a @ b,  # 1-d · 1-d → scalar
+            lambda a, b, m, n, bt, bn, b4, bn3: a @ n,  # 1-d · 2-d
+            lambda a, b, m, n, bt, bn, b4, bn3: m @ a,  # 2-d · 1-d
+            lambda a, b, m, n, bt, bn, b4, bn3: torch.matmul(m, n),
+            lambda a, b, m, n, bt, bn, b4, bn3: bt @ bn,  # batched
+            lambda a, b, m, n, bt, bn, b4, bn3: bt @ n,  # batched · 2-d
+            lambda a, b, m, n, bt, bn, b4, bn3: m @ bn,  # 2-d · batched
+            lambda a, b, m, n, bt, bn, b4, bn3: a @ bn,  # 1-d · batched
+            lambda a, b, m, n, bt, bn, b4, bn3: bt @ a,  # batched · 1-d
+            lambda a, b, m, n, bt, bn, b4, bn3: b4 @ bn3,  # batch dims broadcast: [2,1] with [3]
+            lambda a, b, m, n, bt, bn, b4, bn3: bn3.mT @ b4.mT,
+        ],
+        *MATMUL_SHAPES,
+    ),
+    case(
+        "mv_dot",
+        [lambda m, a, b: torch.mv(m, a), lambda m, a, b: torch.dot(a, b), lambda m, a, b: torch.vdot(a, b)],
+        (3, 4),
+        (4,),
+        (4,),
+    ),
     # Composite ops with no aten-level lowering: torch decomposes them at high/core.
-    case("inner_outer", [lambda m, a, b: torch.inner(a, b), lambda m, a, b: torch.inner(m, m),
-                         lambda m, a, b: torch.outer(a, b)], (3, 4), (4,), (4,), levels=("high", "core")),
-    case("addmm", [lambda c, c1, x, y: torch.addmm(c, x, y), lambda c, c1, x, y: torch.addmm(c1, x, y),
-                   lambda c, c1, x, y: torch.addmm(c, x, y, beta=0.5, alpha=2.0),
-                   lambda c, c1, x, y: torch.addmm(c1, x, y, beta=-1, alpha=3),
-                   lambda c, c1, x, y: torch.addmm(c[:1], x, y, alpha=0.25)], (3, 5), (5,), (3, 4), (4, 5)),
+    case(
+        "inner_outer",
+        [lambda m, a, b: torch.inner(a, b), lambda m, a, b: torch.inner(m, m), lambda m, a, b: torch.outer(a, b)],
+        (3, 4),
+        (4,),
+        (4,),
+        levels=("high", "core"),
+    ),
+    case(
+        "addmm",
+        [
+            lambda c, c1, x, y: torch.addmm(c, x, y),
+            lambda c, c1, x, y: torch.addmm(c1, x, y),
+            lambda c, c1, x, y: torch.addmm(c, x, y, beta=0.5, alpha=2.0),
+            lambda c, c1, x, y: torch.addmm(c1, x, y, beta=-1, alpha=3),
+            lambda c, c1, x, y: torch.addmm(c[:1], x, y, alpha=0.25),
+        ],
+        (3, 5),
+        (5,),
+        (3, 4),
+        (4, 5),
+    ),
     # beta=0 ignores the input entirely, NaN and inf included; otherwise they propagate.
-    case("addmm_specials", [lambda c, x, y: torch.addmm(c, x, y, beta=0), lambda c, x, y: torch.addmm(c, x, y, beta=0, alpha=2),
-                            lambda c, x, y: torch.addmm(c, x, y, beta=0.5), lambda c, x, y: torch.addmm(c, x, y)],
-         specials((3, 5)), (3, 4), (4, 5)),
-    case("baddbmm", [lambda c, x, y: torch.baddbmm(c, x, y), lambda c, x, y: torch.baddbmm(c, x, y, beta=0.5, alpha=-2),
-                     lambda c, x, y: torch.baddbmm(c[:1, :, :1], x, y, alpha=1.5),
-                     lambda c, x, y: torch.baddbmm(c, x, y, beta=0), lambda c, x, y: torch.baddbmm(c, x, y, beta=2)],
-         specials((2, 3, 5)), (2, 3, 4), (2, 4, 5)),
-    case("addmv", [lambda c, m, v: torch.addmv(c, m, v), lambda c, m, v: torch.addmv(c, m, v, beta=2, alpha=0.5)],
-         (3,), (3, 4), (4,)),
-    case("addbmm", [lambda c, x, y: torch.addbmm(c, x, y), lambda c, x, y: torch.addbmm(c, x, y, beta=0.5, alpha=2)],
-         (3, 5), (2, 3, 4), (2, 4, 5)),
-    case("int64", [lambda x, y, bx, by: torch.mm(x, y), lambda x, y, bx, by: torch.bmm(bx, by),
-                   lambda x, y, bx, by: x @ y[:, 0], lambda x, y, bx, by: bx @ y],
-         (3, 4), (4, 5), (2, 3, 4), (2, 4, 5), dtypes=(I64,)),
-    case("F.linear", [lambda x, w, b: F.linear(x, w, b), lambda x, w, b: F.linear(x, w),
-                      lambda x, w, b: F.linear(x[0, 0], w, b), lambda x, w, b: F.linear(x[0], w)],
-         (2, 3, 4), (5, 4), (5,)),
+    case(
+        "addmm_specials",
+        [
+            lambda c, x, y: torch.addmm(c, x, y, beta=0),
+            lambda c, x, y: torch.addmm(c, x, y, beta=0, alpha=2),
+            lambda c, x, y: torch.addmm(c, x, y, beta=0.5),
+            lambda c, x, y: torch.addmm(c, x, y),
+        ],
+        specials((3, 5)),
+        (3, 4),
+        (4, 5),
+    ),
+    case(
+        "baddbmm",
+        [
+            lambda c, x, y: torch.baddbmm(c, x, y),
+            lambda c, x, y: torch.baddbmm(c, x, y, beta=0.5, alpha=-2),
+            lambda c, x, y: torch.baddbmm(c[:1, :, :1], x, y, alpha=1.5),
+            lambda c, x, y: torch.baddbmm(c, x, y, beta=0),
+            lambda c, x, y: torch.baddbmm(c, x, y, beta=2),
+        ],
+        specials((2, 3, 5)),
+        (2, 3, 4),
+        (2, 4, 5),
+    ),
+    case(
+        "addmv",
+        [lambda c, m, v: torch.addmv(c, m, v), lambda c, m, v: torch.addmv(c, m, v, beta=2, alpha=0.5)],
+        (3,),
+        (3, 4),
+        (4,),
+    ),
+    case(
+        "addbmm",
+        [lambda c, x, y: torch.addbmm(c, x, y), lambda c, x, y: torch.addbmm(c, x, y, beta=0.5, alpha=2)],
+        (3, 5),
+        (2, 3, 4),
+        (2, 4, 5),
+    ),
+    case(
+        "int64",
+        [
+            lambda x, y, bx, by: torch.mm(x, y),
+            lambda x, y, bx, by: torch.bmm(bx, by),
+            lambda x, y, bx, by: x @ y[:, 0],
+            lambda x, y, bx, by: bx @ y,
+        ],
+        (3, 4),
+        (4, 5),
+        (2, 3, 4),
+        (2, 4, 5),
+        dtypes=(I64,),
+    ),
+    case(
+        "F.linear",
+        [
+            lambda x, w, b: F.linear(x, w, b),
+            lambda x, w, b: F.linear(x, w),
+            lambda x, w, b: F.linear(x[0, 0], w, b),
+            lambda x, w, b: F.linear(x[0], w),
+        ],
+        (2, 3, 4),
+        (5, 4),
+        (5,),
+    ),
     # distances: rows 5 and 7 (odd), 3 columns; p=2 below 26 rows is the direct sum of squares
-    case("cdist", [lambda x, y, b1, b2: tuple(torch.cdist(x, y, p) for p in P_VALUES),
-                   lambda x, y, b1, b2: tuple(torch.cdist(b1, b2, p) for p in (2.0, 1.0, INF)),  # batch [2,1]x[3]
-                   lambda x, y, b1, b2: torch.cdist(x, x, 0.0)],
-         (5, 3), (7, 3), (2, 1, 4, 3), (3, 5, 3), dtypes=DIST),
+    case(
+        "cdist",
+        [
+            lambda x, y, b1, b2: tuple(torch.cdist(x, y, p) for p in P_VALUES),
+            lambda x, y, b1, b2: tuple(torch.cdist(b1, b2, p) for p in (2.0, 1.0, INF)),  # batch [2,1]x[3]
+            lambda x, y, b1, b2: torch.cdist(x, x, 0.0),
+        ],
+        (5, 3),
+        (7, 3),
+        (2, 1, 4, 3),
+        (3, 5, 3),
+        dtypes=DIST,
+    ),
     # more than 25 rows (or compute_mode=use_mm…): p=2 through torch's matrix-product formula
-    case("cdist_mm", [lambda x, y: torch.cdist(x, y), lambda x, y: torch.cdist(y, x[:4]),
-                      lambda x, y: torch.cdist(x[:6], y[:5], compute_mode="use_mm_for_euclid_dist"),
-                      lambda x, y: torch.cdist(x, y, compute_mode="donot_use_mm_for_euclid_dist"),
-                      lambda x, y: torch.cdist(x, y, 3.0)], (30, 4), (27, 4), dtypes=DIST),
+    case(
+        "cdist_mm",
+        [
+            lambda x, y: torch.cdist(x, y),
+            lambda x, y: torch.cdist(y, x[:4]),
+            lambda x, y: torch.cdist(x[:6], y[:5], compute_mode="use_mm_for_euclid_dist"),
+            lambda x, y: torch.cdist(x, y, compute_mode="donot_use_mm_for_euclid_dist"),
+            lambda x, y: torch.cdist(x, y, 3.0),
+        ],
+        (30, 4),
+        (27, 4),
+        dtypes=DIST,
+    ),
     # near-identical points: the matrix-product formula cancels badly (errors ~1e-3 against the direct
     # sum), so only taking the same path as PyTorch matches it
     case("cdist_mm_near", lambda x, n: torch.cdist(x, x + 1e-3 * n), (30, 4), (30, 4), dtypes=(F32,)),
     # NaN/inf: cdist's inf-norm skips NaN (a scalar std::max loop), every other p propagates it
-    case("cdist_specials", lambda x, y: tuple(torch.cdist(x, y, p) for p in P_VALUES), DIST_SPECIALS, (3, 3),
-         dtypes=DIST),
-    case("cdist_empty", [lambda x, y: torch.cdist(x[:0], y), lambda x, y: torch.cdist(x[:, :0], y[:, :0], 1.0),
-                         lambda x, y: torch.cdist(x, y[:0], INF)], (4, 3), (5, 3), dtypes=(F32,)),
-    case("pdist", [lambda x: tuple(F.pdist(x, p) for p in P_VALUES), lambda x: F.pdist(x[:1]),
-                   lambda x: F.pdist(x[:2], 0.5), lambda x: F.pdist(x[:, :0], 2.0)], (7, 3), dtypes=DIST),
+    case(
+        "cdist_specials", lambda x, y: tuple(torch.cdist(x, y, p) for p in P_VALUES), DIST_SPECIALS, (3, 3), dtypes=DIST
+    ),
+    case(
+        "cdist_empty",
+        [
+            lambda x, y: torch.cdist(x[:0], y),
+            lambda x, y: torch.cdist(x[:, :0], y[:, :0], 1.0),
+            lambda x, y: torch.cdist(x, y[:0], INF),
+        ],
+        (4, 3),
+        (5, 3),
+        dtypes=(F32,),
+    ),
+    case(
+        "pdist",
+        [
+            lambda x: tuple(F.pdist(x, p) for p in P_VALUES),
+            lambda x: F.pdist(x[:1]),
+            lambda x: F.pdist(x[:2], 0.5),
+            lambda x: F.pdist(x[:, :0], 2.0),
+        ],
+        (7, 3),
+        dtypes=DIST,
+    ),
     case("pdist_specials", lambda x: tuple(F.pdist(x, p) for p in P_VALUES), DIST_SPECIALS, dtypes=DIST),
     case("pdist_many_rows", lambda x: F.pdist(x), (61, 2), dtypes=(F32,), levels=("core",)),
     module_case("nn.Linear", lambda: nn.Linear(4, 5), (2, 3, 4)),
     module_case("nn.Linear_2d", lambda: nn.Linear(4, 5), (3, 4), levels=("high",)),
     module_case("nn.Linear_no_bias", lambda: nn.Linear(4, 5, bias=False), (3, 4)),
     module_case("nn.Linear_1d", lambda: nn.Linear(4, 5), (4,), levels=("high",)),
-    module_case("nn.Linear_chain", lambda: nn.Sequential(nn.Linear(4, 8), nn.Linear(8, 3, bias=False)), (2, 5, 4),
-                levels=("high",)),
-]  # fmt: skip
+    module_case(
+        "nn.Linear_chain",
+        lambda: nn.Sequential(nn.Linear(4, 8), nn.Linear(8, 3, bias=False)),
+        (2, 5, 4),
+        levels=("high",),
+    ),
+]
 
 
 @pytest.mark.parametrize("fn,inputs,levels", CASES)

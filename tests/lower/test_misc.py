@@ -101,10 +101,7 @@ NORM_EXCEPT_DIM = [
     lambda v: torch.norm_except_dim(v, 1, 0),
 ]
 
-CASES += [
-    case(f"weight_norm_dim{d}", fn, (6, 4, 5), g_like((6, 4, 5), d), levels=LEVELS)
-    for d, fn in WEIGHT_NORM
-]  # fmt: skip
+CASES += [case(f"weight_norm_dim{d}", fn, (6, 4, 5), g_like((6, 4, 5), d), levels=LEVELS) for d, fn in WEIGHT_NORM]
 CASES += [
     case(
         "weight_norm_dtypes", WEIGHT_NORM[0][1], (6, 4, 5), g_like((6, 4, 5), 0), dtypes=(F16, BF16, F64), levels=ATEN
@@ -165,8 +162,11 @@ def test_matches_torch(fn, inputs, levels):
     assert_converts_and_matches(fn, inputs, levels=levels)
 
 
-@pytest.mark.parametrize("view", [lambda x: x.t(), lambda x: x.expand(2, 4, 6), lambda x: x[1:],
-                                  lambda x: x.t().unsqueeze(0)], ids=["permute", "expand", "slice", "reshaped"])  # fmt: skip
+@pytest.mark.parametrize(
+    "view",
+    [lambda x: x.t(), lambda x: x.expand(2, 4, 6), lambda x: x[1:], lambda x: x.t().unsqueeze(0)],
+    ids=["permute", "expand", "slice", "reshaped"],
+)
 def test_as_strided_of_a_view_is_refused(view):
     # torch reads the storage under the view (x's order for x.t()); rlx values have no strides.
     x = rand((4, 6))

@@ -98,48 +98,109 @@ def planted(shape, where, values, seed=0):
 # Row [0, 1] is all -inf (softmax gives NaN), row [1, 0] holds +inf, row [1, 2] a NaN.
 SOFTMAX_X = planted((2, 3, 4), [(0, 1), (1, 0, 2), (1, 2, 1)], [-INF, INF, float("nan")])
 SOFTMAX = [
-    case("softmax", [lambda x: x.softmax(-1), lambda x: F.softmax(x, 0), lambda x: torch.softmax(x, 1),
-                     lambda x: F.log_softmax(x, -1), lambda x: x.log_softmax(1), nn.Softmax(dim=-2)], SOFTMAX_X),
-    case("softmax_dtype_arg_0d", [lambda x, s: F.softmax(x, -1, dtype=F32), lambda x, s: F.log_softmax(x, 0, dtype=F32),
-                                  lambda x, s: s.softmax(0), lambda x, s: s.log_softmax(-1)], (2, 3, 4), (),
-         dtypes=(F16, BF16)),
-]  # fmt: skip
+    case(
+        "softmax",
+        [
+            lambda x: x.softmax(-1),
+            lambda x: F.softmax(x, 0),
+            lambda x: torch.softmax(x, 1),
+            lambda x: F.log_softmax(x, -1),
+            lambda x: x.log_softmax(1),
+            nn.Softmax(dim=-2),
+        ],
+        SOFTMAX_X,
+    ),
+    case(
+        "softmax_dtype_arg_0d",
+        [
+            lambda x, s: F.softmax(x, -1, dtype=F32),
+            lambda x, s: F.log_softmax(x, 0, dtype=F32),
+            lambda x, s: s.softmax(0),
+            lambda x, s: s.log_softmax(-1),
+        ],
+        (2, 3, 4),
+        (),
+        dtypes=(F16, BF16),
+    ),
+]
 
 # ── norms ────────────────────────────────────────────────────────────────────
 NORMS = [
-    case("layer_norm", [M(lambda: nn.LayerNorm(4)), M(lambda: nn.LayerNorm((3, 4))),
-                        M(lambda: nn.LayerNorm(4, elementwise_affine=False)), M(lambda: nn.LayerNorm(4, bias=False)),
-                        M(lambda: nn.LayerNorm((3, 4), eps=1e-2)), lambda x: F.layer_norm(x, (4,), eps=1e-3)],
-         (2, 3, 4)),
-    case("rms_norm", [M(lambda: nn.RMSNorm(4)), M(lambda: nn.RMSNorm(4, eps=1e-3)), M(lambda: nn.RMSNorm((3, 4))),
-                      M(lambda: nn.RMSNorm(4, elementwise_affine=False)),
-                      lambda x, w: F.rms_norm(x, (4,), w, eps=1e-5), lambda x, w: F.rms_norm(x, (4,))],
-         (2, 3, 4), (4,)),
+    case(
+        "layer_norm",
+        [
+            M(lambda: nn.LayerNorm(4)),
+            M(lambda: nn.LayerNorm((3, 4))),
+            M(lambda: nn.LayerNorm(4, elementwise_affine=False)),
+            M(lambda: nn.LayerNorm(4, bias=False)),
+            M(lambda: nn.LayerNorm((3, 4), eps=1e-2)),
+            lambda x: F.layer_norm(x, (4,), eps=1e-3),
+        ],
+        (2, 3, 4),
+    ),
+    case(
+        "rms_norm",
+        [
+            M(lambda: nn.RMSNorm(4)),
+            M(lambda: nn.RMSNorm(4, eps=1e-3)),
+            M(lambda: nn.RMSNorm((3, 4))),
+            M(lambda: nn.RMSNorm(4, elementwise_affine=False)),
+            lambda x, w: F.rms_norm(x, (4,), w, eps=1e-5),
+            lambda x, w: F.rms_norm(x, (4,)),
+        ],
+        (2, 3, 4),
+        (4,),
+    ),
     # Tiny inputs make eps matter: None means finfo(dtype).eps, not a fixed constant.
-    case("rms_norm_eps", [M(lambda: nn.RMSNorm(4, elementwise_affine=False)), lambda x: F.rms_norm(x, (4,))],
-         lambda d: rand((2, 4), d) * 1e-4),
-    case("batch_norm", [M(lambda: nn.BatchNorm1d(3), lambda m, x, y, z: m(x)),
-                        M(lambda: nn.BatchNorm1d(3, eps=1e-3), lambda m, x, y, z: m(y)),
-                        M(lambda: nn.BatchNorm2d(3), lambda m, x, y, z: m(z)),
-                        M(lambda: nn.BatchNorm2d(3, affine=False), lambda m, x, y, z: m(z)),
-                        # No running statistics: even in eval mode the batch's own statistics are used.
-                        M(lambda: nn.BatchNorm2d(3, track_running_stats=False), lambda m, x, y, z: m(z)),
-                        M(lambda: nn.BatchNorm1d(3, affine=False, track_running_stats=False))],
-         (4, 3), (2, 3, 5), (2, 3, 4, 4)),
-    case("group_norm", [M(lambda: nn.GroupNorm(2, 4)), M(lambda: nn.GroupNorm(4, 4)),
-                        M(lambda: nn.GroupNorm(1, 4, affine=False)), M(lambda: nn.GroupNorm(2, 4, eps=1e-2),
-                                                                       lambda m, x, y: m(y))],
-         (2, 4, 3, 3), (2, 4, 5)),
-]  # fmt: skip
+    case(
+        "rms_norm_eps",
+        [M(lambda: nn.RMSNorm(4, elementwise_affine=False)), lambda x: F.rms_norm(x, (4,))],
+        lambda d: rand((2, 4), d) * 1e-4,
+    ),
+    case(
+        "batch_norm",
+        [
+            M(lambda: nn.BatchNorm1d(3), lambda m, x, y, z: m(x)),
+            M(lambda: nn.BatchNorm1d(3, eps=1e-3), lambda m, x, y, z: m(y)),
+            M(lambda: nn.BatchNorm2d(3), lambda m, x, y, z: m(z)),
+            M(lambda: nn.BatchNorm2d(3, affine=False), lambda m, x, y, z: m(z)),
+            # No running statistics: even in eval mode the batch's own statistics are used.
+            M(lambda: nn.BatchNorm2d(3, track_running_stats=False), lambda m, x, y, z: m(z)),
+            M(lambda: nn.BatchNorm1d(3, affine=False, track_running_stats=False)),
+        ],
+        (4, 3),
+        (2, 3, 5),
+        (2, 3, 4, 4),
+    ),
+    case(
+        "group_norm",
+        [
+            M(lambda: nn.GroupNorm(2, 4)),
+            M(lambda: nn.GroupNorm(4, 4)),
+            M(lambda: nn.GroupNorm(1, 4, affine=False)),
+            M(lambda: nn.GroupNorm(2, 4, eps=1e-2), lambda m, x, y: m(y)),
+        ],
+        (2, 4, 3, 3),
+        (2, 4, 5),
+    ),
+]
 
 # ── embedding ────────────────────────────────────────────────────────────────
 TOKENS = torch.tensor([[0, 3, 9], [9, 0, 1]])
 EMBEDDING = [
-    case("embedding", [M(lambda: nn.Embedding(10, 4), lambda m, w, i: m(i)),
-                       M(lambda: nn.Embedding(10, 4, padding_idx=0), lambda m, w, i: m(i)),
-                       lambda w, i: F.embedding(i, w), lambda w, i: F.embedding(i[0, 1], w),
-                       lambda w, i: F.embedding(i, w, padding_idx=9)], (10, 4), TOKENS),
-]  # fmt: skip
+    case(
+        "embedding",
+        [
+            M(lambda: nn.Embedding(10, 4), lambda m, w, i: m(i)),
+            M(lambda: nn.Embedding(10, 4, padding_idx=0), lambda m, w, i: m(i)),
+            lambda w, i: F.embedding(i, w),
+            lambda w, i: F.embedding(i[0, 1], w),
+            lambda w, i: F.embedding(i, w, padding_idx=9),
+        ],
+        (10, 4),
+        TOKENS,
+    ),
+]
 
 # ── attention ────────────────────────────────────────────────────────────────
 B, H, L, S, E, EV = 2, 2, 3, 5, 4, 6
@@ -166,57 +227,131 @@ def sdpa(**kw):
 
 
 ATTENTION = [
-    case("sdpa", [sdpa(), sdpa(scale=0.3), sdpa(is_causal=True), sdpa(is_causal=True, scale=1.7),
-                  lambda q, k, v, bm, fm: F.scaled_dot_product_attention(q, k, v, attn_mask=bm),
-                  lambda q, k, v, bm, fm: F.scaled_dot_product_attention(q, k, v, attn_mask=fm),
-                  lambda q, k, v, bm, fm: F.scaled_dot_product_attention(q[0, 0], k[0, 0], v[0, 0], fm)],
-         (B, H, L, E), (B, H, S, E), (B, H, S, EV), KEEP, _additive_mask),
+    case(
+        "sdpa",
+        [
+            sdpa(),
+            sdpa(scale=0.3),
+            sdpa(is_causal=True),
+            sdpa(is_causal=True, scale=1.7),
+            lambda q, k, v, bm, fm: F.scaled_dot_product_attention(q, k, v, attn_mask=bm),
+            lambda q, k, v, bm, fm: F.scaled_dot_product_attention(q, k, v, attn_mask=fm),
+            lambda q, k, v, bm, fm: F.scaled_dot_product_attention(q[0, 0], k[0, 0], v[0, 0], fm),
+        ],
+        (B, H, L, E),
+        (B, H, S, E),
+        (B, H, S, EV),
+        KEEP,
+        _additive_mask,
+    ),
     case("sdpa_causal_square", [sdpa(is_causal=True), sdpa()], (B, H, S, E), (B, H, S, E), (B, H, S, EV)),
     case("sdpa_causal_long_query", sdpa(is_causal=True), (1, H, S + 2, E), (1, H, S, E), (1, H, S, E)),
-    case("sdpa_gqa", [sdpa(enable_gqa=True), sdpa(enable_gqa=True, is_causal=True),
-                      lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m, enable_gqa=True)],
-         (B, 4, L, E), (B, 2, S, E), (B, 2, S, EV), KEEP),
-    case("sdpa_fully_masked_row", [lambda q, k, v, bm, fm: F.scaled_dot_product_attention(q, k, v, attn_mask=bm),
-                                   lambda q, k, v, bm, fm: F.scaled_dot_product_attention(q, k, v, attn_mask=fm)],
-         (B, H, L, E), (B, H, S, E), (B, H, S, EV), KEEP_ROWS, _dead_row_mask),
+    case(
+        "sdpa_gqa",
+        [
+            sdpa(enable_gqa=True),
+            sdpa(enable_gqa=True, is_causal=True),
+            lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m, enable_gqa=True),
+        ],
+        (B, 4, L, E),
+        (B, 2, S, E),
+        (B, 2, S, EV),
+        KEEP,
+    ),
+    case(
+        "sdpa_fully_masked_row",
+        [
+            lambda q, k, v, bm, fm: F.scaled_dot_product_attention(q, k, v, attn_mask=bm),
+            lambda q, k, v, bm, fm: F.scaled_dot_product_attention(q, k, v, attn_mask=fm),
+        ],
+        (B, H, L, E),
+        (B, H, S, E),
+        (B, H, S, EV),
+        KEEP_ROWS,
+        _dead_row_mask,
+    ),
     # A query row holding +inf scores NaN against keys of both signs; the NaN spreads to its output row.
-    case("sdpa_inf_query", sdpa(), planted((1, 1, L, E), [(0, 0, 0, 1), (0, 0, 1, 2)], [INF, -0.0]), (1, 1, S, E),
-         (1, 1, S, E)),
-]  # fmt: skip
+    case(
+        "sdpa_inf_query",
+        sdpa(),
+        planted((1, 1, L, E), [(0, 0, 0, 1), (0, 0, 1, 2)], [INF, -0.0]),
+        (1, 1, S, E),
+        (1, 1, S, E),
+    ),
+]
 
 # ── convolution ──────────────────────────────────────────────────────────────
 CONV_DTYPES = (F32, BF16)
 CONV = [
-    case("conv1d", [M(lambda: nn.Conv1d(4, 6, 3)), M(lambda: nn.Conv1d(4, 6, 3, stride=2, padding=1)),
-                    M(lambda: nn.Conv1d(4, 6, 3, dilation=2, padding=2, bias=False)),
-                    M(lambda: nn.Conv1d(4, 6, 2, groups=2)), M(lambda: nn.Conv1d(4, 8, 3, groups=4, padding=1)),
-                    M(lambda: nn.Conv1d(4, 6, 4, padding="same")), M(lambda: nn.Conv1d(4, 6, 3, padding="same")),
-                    M(lambda: nn.Conv1d(4, 6, 3, padding="same", dilation=3)),
-                    M(lambda: nn.Conv1d(4, 6, 5, padding="valid", stride=3)),
-                    lambda x: F.conv1d(x, x[:3, :, :2], stride=2),
-                    M(lambda: nn.Conv1d(4, 6, 3, padding=1), lambda m, x: m(x[0])),  # unbatched [C, L]
-                    M(lambda: nn.Conv1d(4, 6, 4, padding="same"), lambda m, x: m(x[0]))], (3, 4, 9), dtypes=CONV_DTYPES),
-    case("conv2d", [M(lambda: nn.Conv2d(4, 6, 3)), M(lambda: nn.Conv2d(4, 6, (2, 3), stride=(2, 1), padding=(1, 0))),
-                    M(lambda: nn.Conv2d(4, 6, 3, dilation=(2, 1), bias=False)), M(lambda: nn.Conv2d(4, 6, 3, groups=2)),
-                    M(lambda: nn.Conv2d(4, 4, 3, groups=4, padding=1)), M(lambda: nn.Conv2d(4, 6, (2, 3), padding="same")),
-                    M(lambda: nn.Conv2d(4, 6, 4, padding="same", dilation=(1, 2), bias=False)),
-                    M(lambda: nn.Conv2d(4, 6, 3, padding="valid")),
-                    M(lambda: nn.Conv2d(4, 6, 3, stride=2), lambda m, x: m(x[1]))], (2, 4, 7, 6), dtypes=CONV_DTYPES),
-    case("conv3d", [M(lambda: nn.Conv3d(2, 3, 2)), M(lambda: nn.Conv3d(2, 4, 3, stride=2, padding=1, groups=2)),
-                    M(lambda: nn.Conv3d(2, 3, 2, padding="same", bias=False))], (1, 2, 4, 5, 3), dtypes=CONV_DTYPES),
-    case("conv_transpose1d", [M(lambda: nn.ConvTranspose1d(4, 6, 3)),
-                              M(lambda: nn.ConvTranspose1d(4, 6, 3, stride=2, padding=1, output_padding=1)),
-                              M(lambda: nn.ConvTranspose1d(4, 6, 4, stride=3, groups=2, bias=False)),
-                              M(lambda: nn.ConvTranspose1d(4, 4, 3, stride=2, dilation=2, output_padding=1)),
-                              M(lambda: nn.ConvTranspose1d(4, 6, 3, stride=2), lambda m, x: m(x[0]))],
-         (2, 4, 5), dtypes=CONV_DTYPES),
-    case("conv_transpose2d", [M(lambda: nn.ConvTranspose2d(4, 6, 3)),
-                              M(lambda: nn.ConvTranspose2d(4, 6, (3, 2), stride=(2, 3), padding=(1, 0),
-                                                           output_padding=(1, 2))),
-                              M(lambda: nn.ConvTranspose2d(4, 6, 3, stride=2, groups=2, dilation=2, bias=False)),
-                              M(lambda: nn.ConvTranspose2d(4, 8, 2, stride=2, groups=4, padding=1))],
-         (2, 4, 4, 3), dtypes=CONV_DTYPES),
-]  # fmt: skip
+    case(
+        "conv1d",
+        [
+            M(lambda: nn.Conv1d(4, 6, 3)),
+            M(lambda: nn.Conv1d(4, 6, 3, stride=2, padding=1)),
+            M(lambda: nn.Conv1d(4, 6, 3, dilation=2, padding=2, bias=False)),
+            M(lambda: nn.Conv1d(4, 6, 2, groups=2)),
+            M(lambda: nn.Conv1d(4, 8, 3, groups=4, padding=1)),
+            M(lambda: nn.Conv1d(4, 6, 4, padding="same")),
+            M(lambda: nn.Conv1d(4, 6, 3, padding="same")),
+            M(lambda: nn.Conv1d(4, 6, 3, padding="same", dilation=3)),
+            M(lambda: nn.Conv1d(4, 6, 5, padding="valid", stride=3)),
+            lambda x: F.conv1d(x, x[:3, :, :2], stride=2),
+            M(lambda: nn.Conv1d(4, 6, 3, padding=1), lambda m, x: m(x[0])),  # unbatched [C, L]
+            M(lambda: nn.Conv1d(4, 6, 4, padding="same"), lambda m, x: m(x[0])),
+        ],
+        (3, 4, 9),
+        dtypes=CONV_DTYPES,
+    ),
+    case(
+        "conv2d",
+        [
+            M(lambda: nn.Conv2d(4, 6, 3)),
+            M(lambda: nn.Conv2d(4, 6, (2, 3), stride=(2, 1), padding=(1, 0))),
+            M(lambda: nn.Conv2d(4, 6, 3, dilation=(2, 1), bias=False)),
+            M(lambda: nn.Conv2d(4, 6, 3, groups=2)),
+            M(lambda: nn.Conv2d(4, 4, 3, groups=4, padding=1)),
+            M(lambda: nn.Conv2d(4, 6, (2, 3), padding="same")),
+            M(lambda: nn.Conv2d(4, 6, 4, padding="same", dilation=(1, 2), bias=False)),
+            M(lambda: nn.Conv2d(4, 6, 3, padding="valid")),
+            M(lambda: nn.Conv2d(4, 6, 3, stride=2), lambda m, x: m(x[1])),
+        ],
+        (2, 4, 7, 6),
+        dtypes=CONV_DTYPES,
+    ),
+    case(
+        "conv3d",
+        [
+            M(lambda: nn.Conv3d(2, 3, 2)),
+            M(lambda: nn.Conv3d(2, 4, 3, stride=2, padding=1, groups=2)),
+            M(lambda: nn.Conv3d(2, 3, 2, padding="same", bias=False)),
+        ],
+        (1, 2, 4, 5, 3),
+        dtypes=CONV_DTYPES,
+    ),
+    case(
+        "conv_transpose1d",
+        [
+            M(lambda: nn.ConvTranspose1d(4, 6, 3)),
+            M(lambda: nn.ConvTranspose1d(4, 6, 3, stride=2, padding=1, output_padding=1)),
+            M(lambda: nn.ConvTranspose1d(4, 6, 4, stride=3, groups=2, bias=False)),
+            M(lambda: nn.ConvTranspose1d(4, 4, 3, stride=2, dilation=2, output_padding=1)),
+            M(lambda: nn.ConvTranspose1d(4, 6, 3, stride=2), lambda m, x: m(x[0])),
+        ],
+        (2, 4, 5),
+        dtypes=CONV_DTYPES,
+    ),
+    case(
+        "conv_transpose2d",
+        [
+            M(lambda: nn.ConvTranspose2d(4, 6, 3)),
+            M(lambda: nn.ConvTranspose2d(4, 6, (3, 2), stride=(2, 3), padding=(1, 0), output_padding=(1, 2))),
+            M(lambda: nn.ConvTranspose2d(4, 6, 3, stride=2, groups=2, dilation=2, bias=False)),
+            M(lambda: nn.ConvTranspose2d(4, 8, 2, stride=2, groups=4, padding=1)),
+        ],
+        (2, 4, 4, 3),
+        dtypes=CONV_DTYPES,
+    ),
+]
 
 # ── pooling ──────────────────────────────────────────────────────────────────
 # -inf rows and NaNs: windows of only -inf pick the first in-bounds element, NaN wins a window
@@ -224,57 +359,138 @@ CONV = [
 NAN = float("nan")
 POOL_X = planted((2, 3, 6, 7), [(0, 0, 0), (0, 1, 2, 3), (0, 1, 2, 4), (1, 2, 5, 6)], [-INF, NAN, NAN, INF])
 POOL = [
-    case("max_pool1d", [M(lambda: nn.MaxPool1d(3, 2, 1)), M(lambda: nn.MaxPool1d(2, ceil_mode=True)),
-                        M(lambda: nn.MaxPool1d(3, 2, dilation=2, ceil_mode=True))], (2, 3, 9)),
-    case("max_pool2d", [M(lambda: nn.MaxPool2d(3, 2, 1)), M(lambda: nn.MaxPool2d(2, dilation=2)),
-                        M(lambda: nn.MaxPool2d((2, 3), stride=(1, 2), ceil_mode=True)),
-                        M(lambda: nn.MaxPool2d(3, 2, 1, ceil_mode=True)), M(lambda: nn.MaxPool2d(2)),
-                        M(lambda: nn.MaxPool2d(3, 2, 1), lambda m, x: m(x[0]))], POOL_X),
+    case(
+        "max_pool1d",
+        [
+            M(lambda: nn.MaxPool1d(3, 2, 1)),
+            M(lambda: nn.MaxPool1d(2, ceil_mode=True)),
+            M(lambda: nn.MaxPool1d(3, 2, dilation=2, ceil_mode=True)),
+        ],
+        (2, 3, 9),
+    ),
+    case(
+        "max_pool2d",
+        [
+            M(lambda: nn.MaxPool2d(3, 2, 1)),
+            M(lambda: nn.MaxPool2d(2, dilation=2)),
+            M(lambda: nn.MaxPool2d((2, 3), stride=(1, 2), ceil_mode=True)),
+            M(lambda: nn.MaxPool2d(3, 2, 1, ceil_mode=True)),
+            M(lambda: nn.MaxPool2d(2)),
+            M(lambda: nn.MaxPool2d(3, 2, 1), lambda m, x: m(x[0])),
+        ],
+        POOL_X,
+    ),
     case("max_pool3d", [M(lambda: nn.MaxPool3d(2)), M(lambda: nn.MaxPool3d(3, 2, 1, ceil_mode=True))], (1, 2, 5, 4, 6)),
-    case("max_pool2d_indices", [lambda x: F.max_pool2d(x, 3, 2, 1, return_indices=True),
-                                lambda x: F.max_pool2d(x, 2, 1, return_indices=True),
-                                lambda x: F.max_pool2d(x, (2, 3), 2, (1, 1), dilation=(2, 1), ceil_mode=True,
-                                                       return_indices=True),
-                                lambda x: F.max_pool2d(x[0], 3, 2, 1, return_indices=True)], POOL_X),
-    case("avg_pool1d", [M(lambda: nn.AvgPool1d(3, 2, 1)), M(lambda: nn.AvgPool1d(3, 2, 1, count_include_pad=False)),
-                        M(lambda: nn.AvgPool1d(2, ceil_mode=True)),
-                        M(lambda: nn.AvgPool1d(4, 3, 2, ceil_mode=True, count_include_pad=False)),
-                        M(lambda: nn.AvgPool1d(4, 3, 2, ceil_mode=True))], (2, 3, 8)),
-    case("avg_pool2d", [M(lambda: nn.AvgPool2d(3, 2, 1)), M(lambda: nn.AvgPool2d(3, 2, 1, count_include_pad=False)),
-                        M(lambda: nn.AvgPool2d(2, ceil_mode=True)), M(lambda: nn.AvgPool2d(3, 2, 1, divisor_override=2)),
-                        M(lambda: nn.AvgPool2d((3, 2), 2, (1, 0), ceil_mode=True)),
-                        M(lambda: nn.AvgPool2d(3, 2, 1, ceil_mode=True, count_include_pad=False, divisor_override=5)),
-                        M(lambda: nn.AvgPool2d(3, 2, 1), lambda m, x: m(x[0]))],
-         (2, 3, 7, 6)),
-    case("adaptive_avg_pool1d", [M(lambda: nn.AdaptiveAvgPool1d(4)), M(lambda: nn.AdaptiveAvgPool1d(3)),
-                                 M(lambda: nn.AdaptiveAvgPool1d(1)), M(lambda: nn.AdaptiveAvgPool1d(11))], (2, 3, 8)),
-    case("adaptive_avg_pool2d", [M(lambda: nn.AdaptiveAvgPool2d((3, 2))), M(lambda: nn.AdaptiveAvgPool2d((4, None))),
-                                 M(lambda: nn.AdaptiveAvgPool2d(1)), M(lambda: nn.AdaptiveAvgPool2d((None, 5))),
-                                 M(lambda: nn.AdaptiveAvgPool2d((8, 7))),
-                                 M(lambda: nn.AdaptiveAvgPool2d(3), lambda m, x: m(x[0]))], (2, 3, 6, 4)),
-]  # fmt: skip
+    case(
+        "max_pool2d_indices",
+        [
+            lambda x: F.max_pool2d(x, 3, 2, 1, return_indices=True),
+            lambda x: F.max_pool2d(x, 2, 1, return_indices=True),
+            lambda x: F.max_pool2d(x, (2, 3), 2, (1, 1), dilation=(2, 1), ceil_mode=True, return_indices=True),
+            lambda x: F.max_pool2d(x[0], 3, 2, 1, return_indices=True),
+        ],
+        POOL_X,
+    ),
+    case(
+        "avg_pool1d",
+        [
+            M(lambda: nn.AvgPool1d(3, 2, 1)),
+            M(lambda: nn.AvgPool1d(3, 2, 1, count_include_pad=False)),
+            M(lambda: nn.AvgPool1d(2, ceil_mode=True)),
+            M(lambda: nn.AvgPool1d(4, 3, 2, ceil_mode=True, count_include_pad=False)),
+            M(lambda: nn.AvgPool1d(4, 3, 2, ceil_mode=True)),
+        ],
+        (2, 3, 8),
+    ),
+    case(
+        "avg_pool2d",
+        [
+            M(lambda: nn.AvgPool2d(3, 2, 1)),
+            M(lambda: nn.AvgPool2d(3, 2, 1, count_include_pad=False)),
+            M(lambda: nn.AvgPool2d(2, ceil_mode=True)),
+            M(lambda: nn.AvgPool2d(3, 2, 1, divisor_override=2)),
+            M(lambda: nn.AvgPool2d((3, 2), 2, (1, 0), ceil_mode=True)),
+            M(lambda: nn.AvgPool2d(3, 2, 1, ceil_mode=True, count_include_pad=False, divisor_override=5)),
+            M(lambda: nn.AvgPool2d(3, 2, 1), lambda m, x: m(x[0])),
+        ],
+        (2, 3, 7, 6),
+    ),
+    case(
+        "adaptive_avg_pool1d",
+        [
+            M(lambda: nn.AdaptiveAvgPool1d(4)),
+            M(lambda: nn.AdaptiveAvgPool1d(3)),
+            M(lambda: nn.AdaptiveAvgPool1d(1)),
+            M(lambda: nn.AdaptiveAvgPool1d(11)),
+        ],
+        (2, 3, 8),
+    ),
+    case(
+        "adaptive_avg_pool2d",
+        [
+            M(lambda: nn.AdaptiveAvgPool2d((3, 2))),
+            M(lambda: nn.AdaptiveAvgPool2d((4, None))),
+            M(lambda: nn.AdaptiveAvgPool2d(1)),
+            M(lambda: nn.AdaptiveAvgPool2d((None, 5))),
+            M(lambda: nn.AdaptiveAvgPool2d((8, 7))),
+            M(lambda: nn.AdaptiveAvgPool2d(3), lambda m, x: m(x[0])),
+        ],
+        (2, 3, 6, 4),
+    ),
+]
 
 # ── activation modules ───────────────────────────────────────────────────────
 ACTIVATIONS = [
-    case("activations", [nn.GELU(approximate="tanh"), nn.SiLU(), nn.Hardswish(), nn.Hardsigmoid(), nn.LeakyReLU(0.2),
-                         nn.LeakyReLU(1.5), nn.ReLU6(), nn.ReLU()],
-         lambda d: with_specials(rand((3, 20), d, low=-8, high=8))),
+    case(
+        "activations",
+        [
+            nn.GELU(approximate="tanh"),
+            nn.SiLU(),
+            nn.Hardswish(),
+            nn.Hardsigmoid(),
+            nn.LeakyReLU(0.2),
+            nn.LeakyReLU(1.5),
+            nn.ReLU6(),
+            nn.ReLU(),
+        ],
+        lambda d: with_specials(rand((3, 20), d, low=-8, high=8)),
+    ),
     # Exact GELU: NaN, -inf (→ NaN in torch too) and ±0, but no +inf (see XFAILS).
-    case("gelu", nn.GELU(), planted((3, 20), [(0, 0), (0, 1), (0, 2), (0, 3)], [float("nan"), -INF, 0.0, -0.0],
-                                    seed=3)),
-]  # fmt: skip
+    case(
+        "gelu", nn.GELU(), planted((3, 20), [(0, 0), (0, 1), (0, 2), (0, 3)], [float("nan"), -INF, 0.0, -0.0], seed=3)
+    ),
+]
 
 # Known gaps: strict, so a fix shows up as an XPASS to move into the tables above.
 XFAILS = [
-    case("gelu_pos_inf_f32", nn.GELU(), planted((2, 8), [(0, 0)], [INF]), dtypes=(F32,), levels=("high",),
-         marks=pytest.mark.xfail(strict=True, reason="torch's float32 CPU GELU returns NaN at +inf (float16 and "
-                                 "vectorised float64 return inf); the numpy kernel returns the limit, inf")),
-    case("sdpa_nan_query", sdpa(), planted((1, 1, L, E), [(0, 0, 0, 0)], [float("nan")]), (1, 1, S, E), (1, 1, S, E),
-         dtypes=(F32,), levels=("high",),
-         marks=pytest.mark.xfail(strict=True, reason="torch's fused CPU attention kernel returns 0 for a query "
-                                 "row whose scores are NaN (its math path and the Core ATen decomposition give "
-                                 "NaN, as rlx does)")),
-]  # fmt: skip
+    case(
+        "gelu_pos_inf_f32",
+        nn.GELU(),
+        planted((2, 8), [(0, 0)], [INF]),
+        dtypes=(F32,),
+        levels=("high",),
+        marks=pytest.mark.xfail(
+            strict=True,
+            reason="torch's float32 CPU GELU returns NaN at +inf (float16 and "
+            "vectorised float64 return inf); the numpy kernel returns the limit, inf",
+        ),
+    ),
+    case(
+        "sdpa_nan_query",
+        sdpa(),
+        planted((1, 1, L, E), [(0, 0, 0, 0)], [float("nan")]),
+        (1, 1, S, E),
+        (1, 1, S, E),
+        dtypes=(F32,),
+        levels=("high",),
+        marks=pytest.mark.xfail(
+            strict=True,
+            reason="torch's fused CPU attention kernel returns 0 for a query "
+            "row whose scores are NaN (its math path and the Core ATen decomposition give "
+            "NaN, as rlx does)",
+        ),
+    ),
+]
 
 ALL = SOFTMAX + NORMS + EMBEDDING + ATTENTION + CONV + POOL + ACTIVATIONS + XFAILS
 
@@ -338,10 +554,12 @@ def test_native_batch_norm_statistics_results(dtype):
     aten = torch.ops.aten
 
     def f(x, w, b, mean, var):
-        return (aten.native_batch_norm(x, w, b, mean, var, False, 0.1, 1e-5),
-                aten._native_batch_norm_legit_no_training(x, w, b, mean, var, 0.1, 1e-3),
-                aten._native_batch_norm_legit.no_stats(x, w, b, True, 0.1, 1e-5),
-                aten.native_batch_norm(x, w, b, None, None, True, 0.1, 1e-2))  # fmt: skip
+        return (
+            aten.native_batch_norm(x, w, b, mean, var, False, 0.1, 1e-5),
+            aten._native_batch_norm_legit_no_training(x, w, b, mean, var, 0.1, 1e-3),
+            aten._native_batch_norm_legit.no_stats(x, w, b, True, 0.1, 1e-5),
+            aten.native_batch_norm(x, w, b, None, None, True, 0.1, 1e-2),
+        )
 
     assert_converts_and_matches(f, _bn_inputs(dtype))
 
@@ -352,8 +570,10 @@ def test_batch_norm_training_with_running_stats_is_refused():
     from helpers import convert
 
     def f(x, w, b, mean, var):
-        return torch.ops.aten._native_batch_norm_legit_no_training(x, w, b, mean, var, 0.1, 1e-5)[0] + \
-            torch.ops.aten.native_batch_norm(x, w, b, mean.clone(), var.clone(), True, 0.1, 1e-5)[0]  # fmt: skip
+        return (
+            torch.ops.aten._native_batch_norm_legit_no_training(x, w, b, mean, var, 0.1, 1e-5)[0]
+            + torch.ops.aten.native_batch_norm(x, w, b, mean.clone(), var.clone(), True, 0.1, 1e-5)[0]
+        )
 
     with pytest.raises(LoweringError, match="training mode"):
         convert(f, _bn_inputs(F32), decomposition="aten")
@@ -369,8 +589,18 @@ def _pool_backward(nd):
         out = []
         for k, s, p, d, ceil in [(3, 1, 1, 1, False), (2, 2, 0, 1, True), (3, 2, 1, 2, True)]:
             y, idx = pool(x, k, s, p, d, ceil_mode=ceil, return_indices=True)
-            out.append(backward(g[..., : y.shape[-2], : y.shape[-1]].expand_as(y).contiguous() * y.sign(), x,
-                                [k] * nd, [s] * nd, [p] * nd, [d] * nd, ceil, idx))  # fmt: skip
+            out.append(
+                backward(
+                    g[..., : y.shape[-2], : y.shape[-1]].expand_as(y).contiguous() * y.sign(),
+                    x,
+                    [k] * nd,
+                    [s] * nd,
+                    [p] * nd,
+                    [d] * nd,
+                    ceil,
+                    idx,
+                )
+            )
         return tuple(out)
 
     return f

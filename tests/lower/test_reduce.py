@@ -42,9 +42,16 @@ def inputs(dtypes: tuple[torch.dtype, ...], **kw: object) -> list[tuple[torch.Te
 
 
 def var_forms(fn):  # torch.var or torch.std
-    return lambda x: (fn(x), fn(x, 1), fn(x, 1, unbiased=False), fn(x, -1, correction=0, keepdim=True),
-                      fn(x, dim=(0, 2), correction=2), fn(x, unbiased=False), fn(x, dim=None, keepdim=True),
-                      fn(x, 1, keepdim=True, unbiased=True))  # fmt: skip
+    return lambda x: (
+        fn(x),
+        fn(x, 1),
+        fn(x, 1, unbiased=False),
+        fn(x, -1, correction=0, keepdim=True),
+        fn(x, dim=(0, 2), correction=2),
+        fn(x, unbiased=False),
+        fn(x, dim=None, keepdim=True),
+        fn(x, 1, keepdim=True, unbiased=True),
+    )
 
 
 def accumulation(dtype: torch.dtype) -> tuple[torch.Tensor]:

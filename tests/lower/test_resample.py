@@ -80,11 +80,25 @@ NEAREST = [
     case("nearest_1d", NEAREST_1D, specials((2, 3, 7)), dtypes=(F32, F16), levels=LEVELS),
     case("nearest_3d", NEAREST_3D, specials((1, 2, 3, 4, 5)), dtypes=(F32, F64), levels=AH),
     # H + W > 128: PyTorch's generic kernel, which applies scale 2.1 to 5 rows (0,0,0,1,1,…).
-    case("nearest_2d_large", [interp(scale_factor=(2.1, 1.9)), interp(scale_factor=(1.1, 2.0)),
-                              interp(scale_factor=(2.1, 1.9), mode="nearest-exact")], (1, 2, 5, 70)),
-    case("nearest_sweep", [interp(scale_factor=s, mode=m) for s in (1.25, 1.75, 2.5, 3.3, 0.8, 0.55, 0.3)
-                           for m in ("nearest", "nearest-exact")], (1, 2, 11, 13)),
-]  # fmt: skip
+    case(
+        "nearest_2d_large",
+        [
+            interp(scale_factor=(2.1, 1.9)),
+            interp(scale_factor=(1.1, 2.0)),
+            interp(scale_factor=(2.1, 1.9), mode="nearest-exact"),
+        ],
+        (1, 2, 5, 70),
+    ),
+    case(
+        "nearest_sweep",
+        [
+            interp(scale_factor=s, mode=m)
+            for s in (1.25, 1.75, 2.5, 3.3, 0.8, 0.55, 0.3)
+            for m in ("nearest", "nearest-exact")
+        ],
+        (1, 2, 11, 13),
+    ),
+]
 
 # ── linear, bilinear, trilinear, bicubic ─────────────────────────────────────
 BILINEAR = [interp(mode="bilinear", scale_factor=1.5), interp(mode="bilinear", scale_factor=0.5),
@@ -114,25 +128,59 @@ LINEAR_CASES = [
     case("bicubic_decomposed_f16", BICUBIC[:3], (2, 3, 5, 7), dtypes=(F16,), tol=(2e-3, 4e-3)),
     # H + W > 128: PyTorch's generic kernels (half-precision weights rounded to the tensor dtype).
     case("bilinear_large", interp(mode="bilinear", scale_factor=(1.5, 2.0)), (1, 2, 5, 70), dtypes=(F32, BF16)),
-    case("bicubic_large", interp(mode="bicubic", scale_factor=(1.5, 2.0), align_corners=True), (1, 2, 5, 70),
-         dtypes=(F32, BF16), levels=("aten",)),
-    case("bilinear_sweep", [interp(mode="bilinear", scale_factor=s, align_corners=a) for s in (1.25, 2.5, 0.8, 0.3)
-                            for a in (False, True)], (1, 2, 11, 13), dtypes=(F32, F16)),
-    case("bicubic_sweep", [interp(mode="bicubic", scale_factor=s, align_corners=a) for s in (1.25, 2.5, 0.8, 0.3)
-                           for a in (False, True)], (1, 2, 11, 13), dtypes=(F32, F16), levels=("aten",)),
+    case(
+        "bicubic_large",
+        interp(mode="bicubic", scale_factor=(1.5, 2.0), align_corners=True),
+        (1, 2, 5, 70),
+        dtypes=(F32, BF16),
+        levels=("aten",),
+    ),
+    case(
+        "bilinear_sweep",
+        [
+            interp(mode="bilinear", scale_factor=s, align_corners=a)
+            for s in (1.25, 2.5, 0.8, 0.3)
+            for a in (False, True)
+        ],
+        (1, 2, 11, 13),
+        dtypes=(F32, F16),
+    ),
+    case(
+        "bicubic_sweep",
+        [interp(mode="bicubic", scale_factor=s, align_corners=a) for s in (1.25, 2.5, 0.8, 0.3) for a in (False, True)],
+        (1, 2, 11, 13),
+        dtypes=(F32, F16),
+        levels=("aten",),
+    ),
     # An unchanged extent is copied whatever the scale factor (1.1 × 5 → 5 rows); see XFAILS for
     # the decompositions of the 1-d and 3-d ops, which do not.
     case("linear_same_size", interp(mode="bilinear", scale_factor=(1.1, 2.0)), (1, 2, 5, 6), levels=AH),
-    case("linear_same_size_nd", [lambda x, y: F.interpolate(x, mode="linear", scale_factor=1.1),
-                                 lambda x, y: F.interpolate(y, mode="trilinear", scale_factor=(1.1, 1.0, 2.0))],
-         (1, 2, 5), (1, 2, 5, 3, 4), levels=("aten",)),
-]  # fmt: skip
+    case(
+        "linear_same_size_nd",
+        [
+            lambda x, y: F.interpolate(x, mode="linear", scale_factor=1.1),
+            lambda x, y: F.interpolate(y, mode="trilinear", scale_factor=(1.1, 1.0, 2.0)),
+        ],
+        (1, 2, 5),
+        (1, 2, 5, 3, 4),
+        levels=("aten",),
+    ),
+]
 
 # ── antialiasing ─────────────────────────────────────────────────────────────
 # PyTorch's CPU antialiasing supports float32 and float64 only.
-AA = [interp(mode=m, antialias=True, **kw) for m in ("bilinear", "bicubic")
-      for kw in (dict(scale_factor=0.5), dict(scale_factor=0.3), dict(size=(3, 5)), dict(scale_factor=1.5),
-                 dict(scale_factor=(0.4, 1.0)), dict(size=(4, 2), align_corners=True))]  # fmt: skip
+AA = [
+    interp(mode=m, antialias=True, **kw)
+    for m in ("bilinear", "bicubic")
+    for kw in (
+        dict(scale_factor=0.5),
+        dict(scale_factor=0.3),
+        dict(size=(3, 5)),
+        dict(scale_factor=1.5),
+        dict(scale_factor=(0.4, 1.0)),
+        dict(size=(4, 2), align_corners=True),
+    )
+]
 AA_CASES = [case("antialias", AA, specials((2, 3, 13, 11)), dtypes=(F32, F64), levels=AH)]
 
 # ── the aten ops called directly (`.default` overloads with explicit scales) ────
@@ -156,46 +204,98 @@ DIRECT_CASES = [case("aten_direct", DIRECT, (2, 3, 7), (2, 3, 5, 7), (1, 2, 3, 4
 
 # ── pixel (un)shuffle ────────────────────────────────────────────────────────
 PIXEL = [
-    case("pixel_shuffle", [lambda x, y: nn.PixelShuffle(2)(x), lambda x, y: F.pixel_shuffle(x[:, :9], 3),
-                           lambda x, y: nn.PixelUnshuffle(2)(y), lambda x, y: F.pixel_unshuffle(y, 1),
-                           lambda x, y: F.pixel_shuffle(x[0], 2),  # unbatched [C, H, W]
-                           lambda x, y: F.pixel_unshuffle(y.reshape(2, 1, 3, 4, 6), 2),  # extra batch axes
-                           lambda x, y: F.pixel_shuffle(F.pixel_unshuffle(y, 2), 2)],
-         (2, 12, 3, 5), (2, 3, 4, 6), dtypes=(F32, I64), levels=LEVELS),
-]  # fmt: skip
+    case(
+        "pixel_shuffle",
+        [
+            lambda x, y: nn.PixelShuffle(2)(x),
+            lambda x, y: F.pixel_shuffle(x[:, :9], 3),
+            lambda x, y: nn.PixelUnshuffle(2)(y),
+            lambda x, y: F.pixel_unshuffle(y, 1),
+            lambda x, y: F.pixel_shuffle(x[0], 2),  # unbatched [C, H, W]
+            lambda x, y: F.pixel_unshuffle(y.reshape(2, 1, 3, 4, 6), 2),  # extra batch axes
+            lambda x, y: F.pixel_shuffle(F.pixel_unshuffle(y, 2), 2),
+        ],
+        (2, 12, 3, 5),
+        (2, 3, 4, 6),
+        dtypes=(F32, I64),
+        levels=LEVELS,
+    ),
+]
 
 # ── grid_sample ──────────────────────────────────────────────────────────────
-GRID_2D = [lambda x, g, m=m, p=p, a=a: F.grid_sample(x, g, mode=m, padding_mode=p, align_corners=a)
-           for m in ("bilinear", "nearest", "bicubic") for p in ("zeros", "border", "reflection") for a in (False, True)]  # fmt: skip
-GRID_3D = [lambda x, g, m=m, p=p, a=a: F.grid_sample(x, g, mode=m, padding_mode=p, align_corners=a)
-           for m in ("bilinear", "nearest") for p in ("zeros", "border", "reflection") for a in (False, True)]  # fmt: skip
+GRID_2D = [
+    lambda x, g, m=m, p=p, a=a: F.grid_sample(x, g, mode=m, padding_mode=p, align_corners=a)
+    for m in ("bilinear", "nearest", "bicubic")
+    for p in ("zeros", "border", "reflection")
+    for a in (False, True)
+]
+GRID_3D = [
+    lambda x, g, m=m, p=p, a=a: F.grid_sample(x, g, mode=m, padding_mode=p, align_corners=a)
+    for m in ("bilinear", "nearest")
+    for p in ("zeros", "border", "reflection")
+    for a in (False, True)
+]
 GRID = [
     # grid_sampler at aten, grid_sampler_2d at high and core; float16/bfloat16 compute (and pick
     # nearest pixels) in their own precision, as PyTorch's kernel does.
     case("grid_sample_2d", GRID_2D, specials((2, 3, 5, 7)), grid((2, 4, 6, 2)), dtypes=ALL_FLOATS, levels=AH),
     case("grid_sample_3d", GRID_3D, (2, 2, 3, 4, 5), grid((2, 2, 3, 4, 3)), dtypes=(F32, F16), levels=LEVELS),
     case("grid_sample_far", GRID_2D, (1, 2, 4, 3), grid((1, 5, 5, 2), -9, 9, seed=3)),
-    case("grid_sample_ties", [lambda x, g, p=p: F.grid_sample(x, g, mode="nearest", padding_mode=p, align_corners=True)
-                              for p in ("zeros", "border", "reflection")], (1, 2, 5, 5), ties, dtypes=(F32, BF16)),
+    case(
+        "grid_sample_ties",
+        [
+            lambda x, g, p=p: F.grid_sample(x, g, mode="nearest", padding_mode=p, align_corners=True)
+            for p in ("zeros", "border", "reflection")
+        ],
+        (1, 2, 5, 5),
+        ties,
+        dtypes=(F32, BF16),
+    ),
     # A single pixel: reflection about an empty span (align_corners) or a one-pixel one.
     case("grid_sample_1px", [v for k, v in enumerate(GRID_2D) if k % 6 >= 2], (1, 2, 1, 1), grid((1, 2, 3, 2))),
-]  # fmt: skip
+]
 
 # Known gaps: strict, so a fix shows up as an XPASS to move into the tables above.
 XFAILS = [
-    case("antialias_to_width_1", interp(mode="bilinear", antialias=True, size=(4, 1)), (1, 2, 16, 5),
-         marks=pytest.mark.xfail(strict=True, raises=AssertionError, reason="PyTorch CPU bug: an antialiased resize "
-                                 "to width 1 repeats its first output row down the image; rlx filters every row")),
-    case("linear_same_size_decomposed", [lambda x, y: F.interpolate(x, mode="linear", scale_factor=1.1),
-                                         lambda x, y: F.interpolate(y, mode="trilinear", scale_factor=(1.1, 1.0, 2.0))],
-         (1, 2, 5), (1, 2, 5, 3, 4),
-         marks=pytest.mark.xfail(strict=True, raises=AssertionError, reason="PyTorch's Core ATen decompositions of "
-                                 "upsample_linear1d/trilinear3d apply the scale factor to an extent that does not "
-                                 "change, where its CPU kernel copies it; rlx runs the decomposed graph as given")),
-    case("bilinear_uint8", interp(mode="bilinear", scale_factor=1.5), lambda d: rand((1, 3, 4, 5), U8, low=0, high=200),
-         dtypes=(None,), marks=pytest.mark.xfail(strict=True, raises=LoweringError, reason="uint8 bilinear and "
-                                                 "bicubic take PyTorch's fixed-point path, which rlx does not lower")),
-]  # fmt: skip
+    case(
+        "antialias_to_width_1",
+        interp(mode="bilinear", antialias=True, size=(4, 1)),
+        (1, 2, 16, 5),
+        marks=pytest.mark.xfail(
+            strict=True,
+            raises=AssertionError,
+            reason="PyTorch CPU bug: an antialiased resize "
+            "to width 1 repeats its first output row down the image; rlx filters every row",
+        ),
+    ),
+    case(
+        "linear_same_size_decomposed",
+        [
+            lambda x, y: F.interpolate(x, mode="linear", scale_factor=1.1),
+            lambda x, y: F.interpolate(y, mode="trilinear", scale_factor=(1.1, 1.0, 2.0)),
+        ],
+        (1, 2, 5),
+        (1, 2, 5, 3, 4),
+        marks=pytest.mark.xfail(
+            strict=True,
+            raises=AssertionError,
+            reason="PyTorch's Core ATen decompositions of "
+            "upsample_linear1d/trilinear3d apply the scale factor to an extent that does not "
+            "change, where its CPU kernel copies it; rlx runs the decomposed graph as given",
+        ),
+    ),
+    case(
+        "bilinear_uint8",
+        interp(mode="bilinear", scale_factor=1.5),
+        lambda d: rand((1, 3, 4, 5), U8, low=0, high=200),
+        dtypes=(None,),
+        marks=pytest.mark.xfail(
+            strict=True,
+            raises=LoweringError,
+            reason="uint8 bilinear and bicubic take PyTorch's fixed-point path, which rlx does not lower",
+        ),
+    ),
+]
 
 ALL = NEAREST + LINEAR_CASES + AA_CASES + DIRECT_CASES + PIXEL + GRID + XFAILS
 
@@ -208,17 +308,24 @@ def test_matches_torch(fn, inputs, levels, tol):
 
 class Resize(nn.Module):
     def forward(self, x, g):
-        return (F.interpolate(x, scale_factor=2), F.interpolate(x, scale_factor=1.5, mode="bilinear"),
-                F.pixel_shuffle(F.pixel_unshuffle(x, 2), 2),
-                F.grid_sample(x, g, mode="bilinear", padding_mode="reflection", align_corners=False))  # fmt: skip
+        return (
+            F.interpolate(x, scale_factor=2),
+            F.interpolate(x, scale_factor=1.5, mode="bilinear"),
+            F.pixel_shuffle(F.pixel_unshuffle(x, 2), 2),
+            F.grid_sample(x, g, mode="bilinear", padding_mode="reflection", align_corners=False),
+        )
 
 
 @pytest.mark.parametrize("level", AH)
 def test_one_export_resamples_every_size(level):
     """Output extents derived from a dynamic input extent (floor(1.5·h)) are bound at run time."""
     h = torch.export.Dim("h", min=1, max=32)
-    model, program, _ = convert(Resize(), (rand((2, 3, 6, 8)), rand((2, 4, 5, 2), low=-1.5, high=1.5)),
-                                decomposition=level, dynamic_shapes={"x": {2: 2 * h}, "g": None})  # fmt: skip
+    model, program, _ = convert(
+        Resize(),
+        (rand((2, 3, 6, 8)), rand((2, 4, 5, 2), low=-1.5, high=1.5)),
+        decomposition=level,
+        dynamic_shapes={"x": {2: 2 * h}, "g": None},
+    )
     assert program.is_dynamic
     for rows in (4, 10, 24):
         x, g = rand((2, 3, rows, 8), seed=rows), rand((2, 4, 5, 2), low=-1.5, high=1.5, seed=rows)

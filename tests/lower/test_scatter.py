@@ -39,8 +39,11 @@ def vals(*shape, seed=0):
 
 def plain(*shape, seed=1):
     """Small integers without specials, any dtype (bools too)."""
-    return lambda dt: (torch.randint(0, 2, shape, generator=_gen(seed)).bool() if dt == BOOL
-                       else torch.randint(-5, 6, shape, generator=_gen(seed)).to(dt))  # fmt: skip
+    return lambda dt: (
+        torch.randint(0, 2, shape, generator=_gen(seed)).bool()
+        if dt == BOOL
+        else torch.randint(-5, 6, shape, generator=_gen(seed)).to(dt)
+    )
 
 
 def fixed(t):
@@ -142,70 +145,137 @@ CASES = [
     case("index_put_dtypes", INDEX_PUT, plain(4, 5), fixed(UNIQ), fixed(MASK), dtypes=(F16, I64, BOOL)),
     case("index_put_accumulate", INDEX_PUT_ACC, vals(4, 5), fixed(REP), levels=LEVELS),
     case("index_put_accumulate_dtypes", INDEX_PUT_ACC, plain(4, 5), fixed(REP), dtypes=(F16, I64, I32, F64)),
-    case("index_put_inplace_aten", lambda x, i: x.clone().index_put_((i,), x[0], accumulate=True), vals(4, 5),
-         fixed(REP), levels=("aten",)),
+    case(
+        "index_put_inplace_aten",
+        lambda x, i: x.clone().index_put_((i,), x[0], accumulate=True),
+        vals(4, 5),
+        fixed(REP),
+        levels=("aten",),
+    ),
     case("index_copy_add_fill", INDEX_ALONG, vals(4, 5), fixed(UNIQ), fixed(REP), levels=LEVELS),
     case("index_copy_add_fill_dtypes", INDEX_ALONG, plain(4, 5), fixed(UNIQ), fixed(REP), dtypes=(F16, I64)),
-    case("index_inplace_aten", [lambda x, i: x.clone().index_copy_(0, i, x[:3]),
-                                lambda x, i: x.clone().index_add_(1, i, x[:, :3]),
-                                lambda x, i: x.clone().index_fill_(0, i, 1.5)], vals(4, 5), fixed(UNIQ),
-         levels=("aten",)),
+    case(
+        "index_inplace_aten",
+        [
+            lambda x, i: x.clone().index_copy_(0, i, x[:3]),
+            lambda x, i: x.clone().index_add_(1, i, x[:, :3]),
+            lambda x, i: x.clone().index_fill_(0, i, 1.5),
+        ],
+        vals(4, 5),
+        fixed(UNIQ),
+        levels=("aten",),
+    ),
     case("slice_select_scatter", SLICE_SELECT, vals(4, 5), plain(4, 5), levels=LEVELS),
     case("slice_select_scatter_dtypes", SLICE_SELECT, plain(4, 5), plain(4, 5, seed=3), dtypes=(F16, I64, BOOL)),
     case("scatter", SCATTERS, vals(4, 5), fixed(SCATTER_IDX), plain(3, 5, seed=2), levels=LEVELS),
     case("scatter_dtypes", SCATTERS[:3], plain(4, 5), fixed(SCATTER_IDX), plain(3, 5, seed=2), dtypes=(F16, I64)),
-    case("scatter_inplace_aten", [lambda x, i, s: x.clone().scatter_(0, i, s),
-                                  lambda x, i, s: x.clone().scatter_add_(0, i, s)],
-         vals(4, 5), fixed(SCATTER_IDX), plain(3, 5, seed=2), levels=("aten",)),
+    case(
+        "scatter_inplace_aten",
+        [lambda x, i, s: x.clone().scatter_(0, i, s), lambda x, i, s: x.clone().scatter_add_(0, i, s)],
+        vals(4, 5),
+        fixed(SCATTER_IDX),
+        plain(3, 5, seed=2),
+        levels=("aten",),
+    ),
     case("scatter_add", SCATTER_ADDS, vals(4, 5), fixed(REP_IDX), plain(5, 5, seed=2), levels=LEVELS),
     case("scatter_add_dtypes", SCATTER_ADDS, plain(4, 5), fixed(REP_IDX), plain(5, 5, seed=2), dtypes=(F16, I64, I32)),
     case("scatter_reduce", REDUCES, plain(4, 5), fixed(REP_IDX), plain(5, 5, seed=2), levels=LEVELS),
     case("scatter_reduce_dtypes", REDUCES, plain(4, 5), fixed(REP_IDX), plain(5, 5, seed=2), dtypes=(F64, I64)),
-    case("masked_scatter", [lambda x, m, s: x.masked_scatter(m, s), lambda x, m, s: x.masked_scatter(m[1:2], s),
-                            lambda x, m, s: x[0].masked_scatter(m, s)],
-         vals(4, 5), fixed(MASK), plain(5, 5, seed=2), levels=LEVELS),
-    case("masked_scatter_dtypes", lambda x, m, s: x.masked_scatter(m, s), plain(4, 5), fixed(MASK),
-         plain(5, 5, seed=2), dtypes=(F16, I64, BOOL)),
+    case(
+        "masked_scatter",
+        [
+            lambda x, m, s: x.masked_scatter(m, s),
+            lambda x, m, s: x.masked_scatter(m[1:2], s),
+            lambda x, m, s: x[0].masked_scatter(m, s),
+        ],
+        vals(4, 5),
+        fixed(MASK),
+        plain(5, 5, seed=2),
+        levels=LEVELS,
+    ),
+    case(
+        "masked_scatter_dtypes",
+        lambda x, m, s: x.masked_scatter(m, s),
+        plain(4, 5),
+        fixed(MASK),
+        plain(5, 5, seed=2),
+        dtypes=(F16, I64, BOOL),
+    ),
     case("diagonal_diag", DIAGS, vals(3, 4, 5), levels=LEVELS),
     case("diagonal_diag_dtypes", DIAGS, plain(3, 4, 5), dtypes=(F16, I64, BOOL)),
     # amax/amin/sum/prod/mean over repeated indices with NaN in x and in src, with and without self.
-    case("scatter_reduce_nan", REDUCES, fixed(torch.tensor([[1.0, NAN, 3.0], [4.0, 5.0, 6.0]])),
-         fixed(torch.tensor([[1, 0, 0], [0, 0, 1]])), fixed(torch.tensor([[NAN, 2.0, 7.0], [-1.0, NAN, 0.0]]))),
+    case(
+        "scatter_reduce_nan",
+        REDUCES,
+        fixed(torch.tensor([[1.0, NAN, 3.0], [4.0, 5.0, 6.0]])),
+        fixed(torch.tensor([[1, 0, 0], [0, 0, 1]])),
+        fixed(torch.tensor([[NAN, 2.0, 7.0], [-1.0, NAN, 0.0]])),
+    ),
     # Thousands of float16 values summed into three slots.
-    case("accumulate_f16_long", [lambda x, i, v: x.index_put((i,), v, accumulate=True),
-                                 lambda x, i, v: x.scatter_add(0, i, v), lambda x, i, v: x.index_add(0, i, v),
-                                 lambda x, i, v: x.scatter_reduce(0, i, v, "mean")],
-         fixed(torch.zeros(3, dtype=F16)), fixed(torch.randint(0, 3, (3000,), generator=_gen(5))),
-         fixed(torch.rand(3000, generator=_gen(6)).to(F16))),
-    case("accumulate_bool", [lambda x: x.index_put((torch.tensor([1, 1, 2]),), x[:3].logical_not(), accumulate=True),
-                             lambda x: x.scatter_add(0, torch.tensor([1, 1, 0]), x[1:]),
-                             lambda x: x.scatter_reduce(0, torch.tensor([1, 1, 0]), x[:3], "amax", include_self=False)],
-         fixed(torch.tensor([True, False, False, True]))),
+    case(
+        "accumulate_f16_long",
+        [
+            lambda x, i, v: x.index_put((i,), v, accumulate=True),
+            lambda x, i, v: x.scatter_add(0, i, v),
+            lambda x, i, v: x.index_add(0, i, v),
+            lambda x, i, v: x.scatter_reduce(0, i, v, "mean"),
+        ],
+        fixed(torch.zeros(3, dtype=F16)),
+        fixed(torch.randint(0, 3, (3000,), generator=_gen(5))),
+        fixed(torch.rand(3000, generator=_gen(6)).to(F16)),
+    ),
+    case(
+        "accumulate_bool",
+        [
+            lambda x: x.index_put((torch.tensor([1, 1, 2]),), x[:3].logical_not(), accumulate=True),
+            lambda x: x.scatter_add(0, torch.tensor([1, 1, 0]), x[1:]),
+            lambda x: x.scatter_reduce(0, torch.tensor([1, 1, 0]), x[:3], "amax", include_self=False),
+        ],
+        fixed(torch.tensor([True, False, False, True])),
+    ),
     # 0-d tensors write as 1-element vectors; scatter's value_reduce overload; in-place reduces at aten.
-    case("zero_d_and_overloads", [lambda x: x[0, 0].scatter(0, torch.tensor(0), 5.0),
-                                  lambda x: x[0, 0].clone().scatter_reduce_(0, torch.tensor(0), x[1, 1], "sum"),
-                                  lambda x: x.scatter(1, torch.tensor([[2], [0]]), 9.0, reduce="add"),
-                                  lambda x: x.scatter(1, torch.tensor([[2], [0]]), 2.0, reduce="multiply"),
-                                  lambda x: x.clone().scatter_reduce_(1, torch.tensor([[2], [0]]), x[:, :1], "prod",
-                                                                      include_self=False),
-                                  lambda x: x[0, 0].index_fill(0, torch.tensor([0]), -1.0),
-                                  lambda x: x[0, 0].index_copy(0, torch.tensor([0]), x[1, 0]),
-                                  lambda x: x[0, 0].index_add(0, torch.tensor(0), x[1, 1], alpha=3),
-                                  lambda x: x[0, 0].clone().index_fill_(0, torch.tensor(0), x[1, 2]),
-                                  lambda x: x.masked_scatter(x < -100, torch.empty(0))],
-         vals(2, 3), levels=LEVELS),
+    case(
+        "zero_d_and_overloads",
+        [
+            lambda x: x[0, 0].scatter(0, torch.tensor(0), 5.0),
+            lambda x: x[0, 0].clone().scatter_reduce_(0, torch.tensor(0), x[1, 1], "sum"),
+            lambda x: x.scatter(1, torch.tensor([[2], [0]]), 9.0, reduce="add"),
+            lambda x: x.scatter(1, torch.tensor([[2], [0]]), 2.0, reduce="multiply"),
+            lambda x: x.clone().scatter_reduce_(1, torch.tensor([[2], [0]]), x[:, :1], "prod", include_self=False),
+            lambda x: x[0, 0].index_fill(0, torch.tensor([0]), -1.0),
+            lambda x: x[0, 0].index_copy(0, torch.tensor([0]), x[1, 0]),
+            lambda x: x[0, 0].index_add(0, torch.tensor(0), x[1, 1], alpha=3),
+            lambda x: x[0, 0].clone().index_fill_(0, torch.tensor(0), x[1, 2]),
+            lambda x: x.masked_scatter(x < -100, torch.empty(0)),
+        ],
+        vals(2, 3),
+        levels=LEVELS,
+    ),
     # Advanced indices split by a full axis (numpy/PyTorch move the indexed axes first), int32
     # indices, bool masks over two axes and over a later axis.
-    case("index_put_advanced", [lambda x, i, j: torch.ops.aten.index_put(x, [i, None, j], x[0, :, :2].T.clone()),
-                                lambda x, i, j: torch.ops.aten.index_put(x, [i, None, j], x[0, :, :2].T.clone(), True),
-                                lambda x, i, j: x.index_put((i.int(),), x[0]),
-                                lambda x, i, j: x.index_put((x[:, :, 0] > 0,), x[0, 0, :1]),
-                                lambda x, i, j: torch.ops.aten.index_put(x, [None, x[0, :, 0] > 0], x[0, 0, 0]),
-                                lambda x, i, j: x.scatter(2, j.flip(0)[None, None].expand(3, 4, 2), x)],
-         vals(3, 4, 5), fixed(torch.tensor([0, 2])), fixed(torch.tensor([4, 1])), levels=LEVELS),
-    case("index_put_bf16", lambda x, r: x.index_put((r,), x[0], accumulate=True), plain(4, 5), fixed(REP),
-         dtypes=(torch.bfloat16,)),
-]  # fmt: skip
+    case(
+        "index_put_advanced",
+        [
+            lambda x, i, j: torch.ops.aten.index_put(x, [i, None, j], x[0, :, :2].T.clone()),
+            lambda x, i, j: torch.ops.aten.index_put(x, [i, None, j], x[0, :, :2].T.clone(), True),
+            lambda x, i, j: x.index_put((i.int(),), x[0]),
+            lambda x, i, j: x.index_put((x[:, :, 0] > 0,), x[0, 0, :1]),
+            lambda x, i, j: torch.ops.aten.index_put(x, [None, x[0, :, 0] > 0], x[0, 0, 0]),
+            lambda x, i, j: x.scatter(2, j.flip(0)[None, None].expand(3, 4, 2), x),
+        ],
+        vals(3, 4, 5),
+        fixed(torch.tensor([0, 2])),
+        fixed(torch.tensor([4, 1])),
+        levels=LEVELS,
+    ),
+    case(
+        "index_put_bf16",
+        lambda x, r: x.index_put((r,), x[0], accumulate=True),
+        plain(4, 5),
+        fixed(REP),
+        dtypes=(torch.bfloat16,),
+    ),
+]
 
 
 @pytest.mark.parametrize("fn,inputs,levels", CASES)
@@ -236,8 +306,9 @@ DYNAMIC = [
 def test_dynamic_axis(level):
     module = as_module(lambda x, m: tuple(f(x, m) for f in DYNAMIC))
     batch = Dim("batch", min=2, max=32)
-    model, program, _ = convert(module, [rand((5, 6)), rand((5, 6), BOOL)], decomposition=level,
-                                dynamic_shapes=(({0: batch}, {0: batch}),))  # fmt: skip
+    model, program, _ = convert(
+        module, [rand((5, 6)), rand((5, 6), BOOL)], decomposition=level, dynamic_shapes=(({0: batch}, {0: batch}),)
+    )
     assert program.is_dynamic
     for n in (2, 3, 8):
         x, m = rand((n, 6), seed=n), rand((n, 6), BOOL, seed=n + 1)

@@ -46,104 +46,293 @@ def mixed(name, fn, *tensors, levels=AH):
 
 
 VIEWS = [
-    case("view_reshape", [lambda x: x.view(4, 6), lambda x: x.view(-1), lambda x: x.reshape(3, -1, 2),
-                          lambda x: x.view_as(x.new_empty(6, 4))], (2, 3, 4), levels=LEVELS),
+    case(
+        "view_reshape",
+        [
+            lambda x: x.view(4, 6),
+            lambda x: x.view(-1),
+            lambda x: x.reshape(3, -1, 2),
+            lambda x: x.view_as(x.new_empty(6, 4)),
+        ],
+        (2, 3, 4),
+        levels=LEVELS,
+    ),
     case("reshape_noncontig", lambda x: x.t().reshape(-1), (3, 5)),
-    case("reshape_edge", [lambda x, e: x.reshape(()), lambda x, e: e.view(0, 2, 3), lambda x, e: e.reshape(3, 0, 2)],
-         (1, 1), (6, 0)),
-    case("flatten", [lambda x: x.flatten(), lambda x: x.flatten(1), lambda x: torch.flatten(x, 0, 1),
-                     lambda x: x.flatten(-2, -1)], (2, 3, 4)),
+    case(
+        "reshape_edge",
+        [lambda x, e: x.reshape(()), lambda x, e: e.view(0, 2, 3), lambda x, e: e.reshape(3, 0, 2)],
+        (1, 1),
+        (6, 0),
+    ),
+    case(
+        "flatten",
+        [lambda x: x.flatten(), lambda x: x.flatten(1), lambda x: torch.flatten(x, 0, 1), lambda x: x.flatten(-2, -1)],
+        (2, 3, 4),
+    ),
     case("flatten_scalar", lambda x: x.flatten(), ()),
     case("unflatten", [lambda x: x.unflatten(1, (2, -1)), lambda x: x.unflatten(-1, (2, 2, 1))], (2, 6, 4)),
-    case("unsqueeze", [lambda x: x.unsqueeze(0), lambda x: x.unsqueeze(-1), lambda x: x.unsqueeze(1),
-                       lambda x: x[None, :, None]], (3, 4)),
+    case(
+        "unsqueeze",
+        [lambda x: x.unsqueeze(0), lambda x: x.unsqueeze(-1), lambda x: x.unsqueeze(1), lambda x: x[None, :, None]],
+        (3, 4),
+    ),
     case("unsqueeze_scalar", [lambda x: x.unsqueeze(0), lambda x: x.unsqueeze(-1)], ()),
-    case("squeeze", [lambda x: x.squeeze(), lambda x: x.squeeze(2), lambda x: x.squeeze(-2),
-                     lambda x: x.squeeze(1), lambda x: x.squeeze((0, 2))], (1, 3, 1, 4)),
-]  # fmt: skip
+    case(
+        "squeeze",
+        [
+            lambda x: x.squeeze(),
+            lambda x: x.squeeze(2),
+            lambda x: x.squeeze(-2),
+            lambda x: x.squeeze(1),
+            lambda x: x.squeeze((0, 2)),
+        ],
+        (1, 3, 1, 4),
+    ),
+]
 
 PERMUTES = [
-    case("permute", [lambda x: x.permute(2, 0, 1), lambda x: x.permute(-1, -3, -2), lambda x: x.permute(0, 1, 2)],
-         (2, 3, 4)),
-    case("transpose", [lambda x: x.transpose(0, 2), lambda x: x.transpose(-1, -2), lambda x: x.transpose(1, 1),
-                       lambda x: x.swapaxes(0, 1), lambda x: x.mT, lambda x: x.movedim(0, -1),
-                       lambda x: x.movedim((0, 1), (2, 0))], (2, 3, 4)),
+    case(
+        "permute",
+        [lambda x: x.permute(2, 0, 1), lambda x: x.permute(-1, -3, -2), lambda x: x.permute(0, 1, 2)],
+        (2, 3, 4),
+    ),
+    case(
+        "transpose",
+        [
+            lambda x: x.transpose(0, 2),
+            lambda x: x.transpose(-1, -2),
+            lambda x: x.transpose(1, 1),
+            lambda x: x.swapaxes(0, 1),
+            lambda x: x.mT,
+            lambda x: x.movedim(0, -1),
+            lambda x: x.movedim((0, 1), (2, 0)),
+        ],
+        (2, 3, 4),
+    ),
     case("t", [lambda x, v: x.t(), lambda x, v: v.t(), lambda x, v: x.T], (3, 5), (5,)),
-]  # fmt: skip
+]
 
 EXPANDS = [
-    case("expand", [lambda x: x.expand(3, 2, 4), lambda x: x.expand(-1, 5), lambda x: x.expand(2, 1),
-                    lambda x: x.expand(3, 2, 4).reshape(6, 4)], (2, 1)),
+    case(
+        "expand",
+        [
+            lambda x: x.expand(3, 2, 4),
+            lambda x: x.expand(-1, 5),
+            lambda x: x.expand(2, 1),
+            lambda x: x.expand(3, 2, 4).reshape(6, 4),
+        ],
+        (2, 1),
+    ),
     case("expand_scalar", lambda x: x.expand(2, 3), ()),
     case("expand_as", [lambda x, y: x.expand_as(y), lambda x, y: torch.broadcast_to(x, (2, 3, 4))], (1, 4), (3, 4)),
-]  # fmt: skip
+]
 
 SLICES = [
-    case("slice", [lambda x: x[1:5:2], lambda x: x[-3:], lambda x: x[:-2], lambda x: x[-5:-1:3],
-                   lambda x: x[2:100], lambda x: x[-100:2], lambda x: x[::3], lambda x: x[1:50:4],
-                   lambda x: x[:, :]], (8, 3), levels=LEVELS),
-    case("slice_empty", [lambda x: x[5:2], lambda x: x[10:20], lambda x: x[-1:-3], lambda x: x[:, 3:1],
-                         lambda x: torch.cat([x[:, 3:1], x], 1)], (8, 3)),
-    case("slice_axes", [lambda x: x[:, 1:-1:2], lambda x: x[..., 1:], lambda x: x[1:, ::2, -2:],
-                        lambda x: x.narrow(1, 1, 3), lambda x: x.narrow(-1, -3, 2)], (4, 7, 3)),
-    case("select", [lambda x: x[:, -1], lambda x: x[0], lambda x: x[-1, 2], lambda x: x[:, 1, :],
-                    lambda x: torch.select(x, -1, -2), lambda x: x[1:, None, ..., 0]], (3, 4, 5)),
-]  # fmt: skip
+    case(
+        "slice",
+        [
+            lambda x: x[1:5:2],
+            lambda x: x[-3:],
+            lambda x: x[:-2],
+            lambda x: x[-5:-1:3],
+            lambda x: x[2:100],
+            lambda x: x[-100:2],
+            lambda x: x[::3],
+            lambda x: x[1:50:4],
+            lambda x: x[:, :],
+        ],
+        (8, 3),
+        levels=LEVELS,
+    ),
+    case(
+        "slice_empty",
+        [
+            lambda x: x[5:2],
+            lambda x: x[10:20],
+            lambda x: x[-1:-3],
+            lambda x: x[:, 3:1],
+            lambda x: torch.cat([x[:, 3:1], x], 1),
+        ],
+        (8, 3),
+    ),
+    case(
+        "slice_axes",
+        [
+            lambda x: x[:, 1:-1:2],
+            lambda x: x[..., 1:],
+            lambda x: x[1:, ::2, -2:],
+            lambda x: x.narrow(1, 1, 3),
+            lambda x: x.narrow(-1, -3, 2),
+        ],
+        (4, 7, 3),
+    ),
+    case(
+        "select",
+        [
+            lambda x: x[:, -1],
+            lambda x: x[0],
+            lambda x: x[-1, 2],
+            lambda x: x[:, 1, :],
+            lambda x: torch.select(x, -1, -2),
+            lambda x: x[1:, None, ..., 0],
+        ],
+        (3, 4, 5),
+    ),
+]
 
 SPLITS = [
-    case("split_int", [lambda x: torch.split(x, 2, dim=1), lambda x: x.split(2), lambda x: x.split(10),
-                       lambda x: x.split(1, -1)], (4, 5), levels=LEVELS),
-    case("split_list", [lambda x: torch.split(x, [1, 3, 1], dim=-1), lambda x: torch.split(x, [0, 2, 2], dim=0),
-                        lambda x: x.split_with_sizes([5], 1)], (4, 5)),
-    case("chunk", [lambda x: x.chunk(3, dim=1), lambda x: x.chunk(4), lambda x: torch.chunk(x, 2, -1),
-                   lambda x: x.chunk(1)], (6, 5)),
+    case(
+        "split_int",
+        [lambda x: torch.split(x, 2, dim=1), lambda x: x.split(2), lambda x: x.split(10), lambda x: x.split(1, -1)],
+        (4, 5),
+        levels=LEVELS,
+    ),
+    case(
+        "split_list",
+        [
+            lambda x: torch.split(x, [1, 3, 1], dim=-1),
+            lambda x: torch.split(x, [0, 2, 2], dim=0),
+            lambda x: x.split_with_sizes([5], 1),
+        ],
+        (4, 5),
+    ),
+    case(
+        "chunk",
+        [lambda x: x.chunk(3, dim=1), lambda x: x.chunk(4), lambda x: torch.chunk(x, 2, -1), lambda x: x.chunk(1)],
+        (6, 5),
+    ),
     case("unbind", [lambda x: x.unbind(1), lambda x: torch.unbind(x, -1), lambda x: x.unbind()], (2, 3, 4)),
-    case("tensor_split_sections", [lambda x: torch.tensor_split(x, 3, dim=1), lambda x: torch.tensor_split(x, 4),
-                                   lambda x: x.tensor_split(7, -1)], (3, 7)),
-    case("tensor_split_indices", [lambda x: torch.tensor_split(x, [1, 4], dim=-1),
-                                  lambda x: torch.tensor_split(x, [2, 1, 9]), lambda x: x.tensor_split([-2], 1),
-                                  lambda x: x.tensor_split([5, -6], 1), lambda x: x.tensor_split([], 1)], (5, 7),
-         levels=LEVELS),
+    case(
+        "tensor_split_sections",
+        [
+            lambda x: torch.tensor_split(x, 3, dim=1),
+            lambda x: torch.tensor_split(x, 4),
+            lambda x: x.tensor_split(7, -1),
+        ],
+        (3, 7),
+    ),
+    case(
+        "tensor_split_indices",
+        [
+            lambda x: torch.tensor_split(x, [1, 4], dim=-1),
+            lambda x: torch.tensor_split(x, [2, 1, 9]),
+            lambda x: x.tensor_split([-2], 1),
+            lambda x: x.tensor_split([5, -6], 1),
+            lambda x: x.tensor_split([], 1),
+        ],
+        (5, 7),
+        levels=LEVELS,
+    ),
     case("hsplit_vsplit", [lambda x: torch.hsplit(x, [1]), lambda x: torch.vsplit(x, 2)], (2, 3), levels=("high",)),
-]  # fmt: skip
+]
 
 CATS = [
-    case("cat", [lambda x, y, z: torch.cat([x, y]), lambda x, y, z: torch.cat((x, z, x), 1),
-                 lambda x, y, z: torch.cat([x[None], y[None, :2]], -1), lambda x, y, z: torch.cat([x]),
-                 lambda x, y, z: torch.cat([x, x], 0)], (2, 3), (4, 3), (2, 1), levels=LEVELS),
+    case(
+        "cat",
+        [
+            lambda x, y, z: torch.cat([x, y]),
+            lambda x, y, z: torch.cat((x, z, x), 1),
+            lambda x, y, z: torch.cat([x[None], y[None, :2]], -1),
+            lambda x, y, z: torch.cat([x]),
+            lambda x, y, z: torch.cat([x, x], 0),
+        ],
+        (2, 3),
+        (4, 3),
+        (2, 1),
+        levels=LEVELS,
+    ),
     case("cat_zero_extent", [lambda x, y: torch.cat([x, y], 1), lambda x, y: torch.cat([y, x, y], 1)], (2, 0), (2, 3)),
-    case("stack", [lambda x, y: torch.stack([x, y]), lambda x, y: torch.stack([x, y, x], 1),
-                   lambda x, y: torch.stack([x, y], -1), lambda x, y: torch.stack([x], 1)], (2, 3), (2, 3)),
-    case("hstack_vstack", [lambda x, y, v: torch.hstack([x, y]), lambda x, y, v: torch.vstack([v, v])], (2, 3), (2, 1),
-         (3,), levels=("high",)),
-]  # fmt: skip
+    case(
+        "stack",
+        [
+            lambda x, y: torch.stack([x, y]),
+            lambda x, y: torch.stack([x, y, x], 1),
+            lambda x, y: torch.stack([x, y], -1),
+            lambda x, y: torch.stack([x], 1),
+        ],
+        (2, 3),
+        (2, 3),
+    ),
+    case(
+        "hstack_vstack",
+        [lambda x, y, v: torch.hstack([x, y]), lambda x, y, v: torch.vstack([v, v])],
+        (2, 3),
+        (2, 1),
+        (3,),
+        levels=("high",),
+    ),
+]
 
 # Mixed dtypes promote like torch.result_type; a 1-d empty tensor is skipped whatever the rank.
 MIXED_CATS = [
     mixed("cat_f32_i64", lambda x, y: torch.cat([x, y]), rand((2, 3), F32), rand((1, 3), I64)),
     mixed("cat_i64_bool", lambda x, y: torch.cat([x, y], 1), rand((2, 3), I64), rand((2, 2), BOOL)),
     mixed("cat_f16_f32", lambda x, y: torch.cat([x, y]), rand((2, 3), F16), rand((1, 3), F32)),
-    mixed("cat_i32_i64_bool_f16", [lambda a, b, c, d: torch.cat([a, b]), lambda a, b, c, d: torch.cat([c, d, c]),
-                                   lambda a, b, c, d: torch.cat([c, a])],
-          rand((2,), I32), rand((3,), I64), rand((2,), BOOL), rand((3,), F16)),
-    mixed("cat_empty_1d", [lambda x, e: torch.cat([x, e, x], 1), lambda x, e: torch.cat([e, x]),
-                           lambda x, e: torch.cat([e, x[0]]), lambda x, e: torch.cat([e, e])],
-          rand((2, 3)), torch.empty(0), levels=LEVELS),
+    mixed(
+        "cat_i32_i64_bool_f16",
+        [
+            lambda a, b, c, d: torch.cat([a, b]),
+            lambda a, b, c, d: torch.cat([c, d, c]),
+            lambda a, b, c, d: torch.cat([c, a]),
+        ],
+        rand((2,), I32),
+        rand((3,), I64),
+        rand((2,), BOOL),
+        rand((3,), F16),
+    ),
+    mixed(
+        "cat_empty_1d",
+        [
+            lambda x, e: torch.cat([x, e, x], 1),
+            lambda x, e: torch.cat([e, x]),
+            lambda x, e: torch.cat([e, x[0]]),
+            lambda x, e: torch.cat([e, e]),
+        ],
+        rand((2, 3)),
+        torch.empty(0),
+        levels=LEVELS,
+    ),
     mixed("cat_empty_1d_promotes", lambda x, e: torch.cat([x, e]), rand((2, 3), I64), torch.empty(0)),
     mixed("stack_f32_i64", lambda x, y: torch.stack([x, y]), rand((2, 3), F32), rand((2, 3), I64)),
-]  # fmt: skip
+]
 
 PADS = [
-    case("pad", [lambda x: F.pad(x, (1, 2)), lambda x: F.pad(x, (1, 1, 2, 0)), lambda x: F.pad(x, (0, 1, 1, 0), value=1),
-                 lambda x: F.pad(x, (1, 0, 0, 1, 1, 1)), lambda x: F.pad(x, (0, 0)),
-                 lambda x: torch.constant_pad_nd(x, [1, 1], 0)], (2, 3, 4)),
-    case("pad_crop", [lambda x: F.pad(x, (-1, 2)), lambda x: F.pad(x, (0, 0, -1, -1)), lambda x: F.pad(x, (-2, 1, 1, -1)),
-                      lambda x: F.pad(x, (-5, 0))], (3, 5), levels=LEVELS),
-    case("pad_float_value", [lambda x: F.pad(x, (2, 1), value=-2.5), lambda x: F.pad(x, (1, 1), value=float("-inf")),
-                             lambda x: F.pad(x, (1, 0), value=float("nan"))], (2, 3), dtypes=(F32, F16)),
+    case(
+        "pad",
+        [
+            lambda x: F.pad(x, (1, 2)),
+            lambda x: F.pad(x, (1, 1, 2, 0)),
+            lambda x: F.pad(x, (0, 1, 1, 0), value=1),
+            lambda x: F.pad(x, (1, 0, 0, 1, 1, 1)),
+            lambda x: F.pad(x, (0, 0)),
+            lambda x: torch.constant_pad_nd(x, [1, 1], 0),
+        ],
+        (2, 3, 4),
+    ),
+    case(
+        "pad_crop",
+        [
+            lambda x: F.pad(x, (-1, 2)),
+            lambda x: F.pad(x, (0, 0, -1, -1)),
+            lambda x: F.pad(x, (-2, 1, 1, -1)),
+            lambda x: F.pad(x, (-5, 0)),
+        ],
+        (3, 5),
+        levels=LEVELS,
+    ),
+    case(
+        "pad_float_value",
+        [
+            lambda x: F.pad(x, (2, 1), value=-2.5),
+            lambda x: F.pad(x, (1, 1), value=float("-inf")),
+            lambda x: F.pad(x, (1, 0), value=float("nan")),
+        ],
+        (2, 3),
+        dtypes=(F32, F16),
+    ),
     case("pad_int_value", lambda x: F.pad(x, (1, 1), value=7), (2, 3), dtypes=(I64, I32)),
     mixed("pad_u8", lambda x: F.pad(x, (1, 1), value=200), torch.arange(6, dtype=torch.uint8)),
-]  # fmt: skip
+]
 
 
 def _gather_index(shape, high, seed):
@@ -151,40 +340,98 @@ def _gather_index(shape, high, seed):
 
 
 INDEXING = [
-    case("index_select", [lambda x, i: x.index_select(0, i), lambda x, i: torch.index_select(x, 1, i[:2]),
-                          lambda x, i: x.index_select(-1, i), lambda x, i: x.index_select(0, i[:0])],
-         (4, 5, 4), idx(3, 0, 0, 2)),
+    case(
+        "index_select",
+        [
+            lambda x, i: x.index_select(0, i),
+            lambda x, i: torch.index_select(x, 1, i[:2]),
+            lambda x, i: x.index_select(-1, i),
+            lambda x, i: x.index_select(0, i[:0]),
+        ],
+        (4, 5, 4),
+        idx(3, 0, 0, 2),
+    ),
     case("index_select_i32", lambda x, i: x.index_select(1, i), (4, 3), idx(2, 1, dtype=I32)),
     case("index_select_0d_index", lambda x, i: x.index_select(1, i), (4, 3), torch.tensor(2)),
     # The index may be smaller than the input on the other axes, and longer along the gather axis.
-    case("gather", [lambda x, i, j, k: torch.gather(x, 0, i), lambda x, i, j, k: x.gather(1, j),
-                    lambda x, i, j, k: x.gather(2, k), lambda x, i, j, k: x.gather(-1, k[:2, :3])],
-         (4, 5, 6), _gather_index((3, 2, 4), 4, 1), _gather_index((2, 7, 3), 5, 2), _gather_index((4, 5, 1), 6, 3),
-         levels=LEVELS),
-    case("take_along_dim", lambda x, i: torch.take_along_dim(x, i, 1), (3, 4), torch.tensor([[3, 0], [1, 1], [2, 3]]),
-         levels=("high",)),
-    case("adv_index", [lambda x, i, m: x[i], lambda x, i, m: x[m], lambda x, i, m: x[i, 1:], lambda x, i, m: x[1:, i[1:3]]],
-         (5, 4), idx(4, -1, 0, -5), idx([0, 1], [-2, 4])),
-    case("adv_index_axis1", [lambda x, i: x[:, i], lambda x, i: x[..., i], lambda x, i: x[:, :, i[:1]]], (2, 5, 3),
-         idx(2, -1, 2)),
-    case("adv_index_pair", [lambda x, i, j, c: x[i, j], lambda x, i, j, c: x[c, j], lambda x, i, j, c: x[:, c, j]],
-         (4, 5, 5, 2), idx(0, 3, -1), idx(4, -5, 2), idx([0], [3])),
+    case(
+        "gather",
+        [
+            lambda x, i, j, k: torch.gather(x, 0, i),
+            lambda x, i, j, k: x.gather(1, j),
+            lambda x, i, j, k: x.gather(2, k),
+            lambda x, i, j, k: x.gather(-1, k[:2, :3]),
+        ],
+        (4, 5, 6),
+        _gather_index((3, 2, 4), 4, 1),
+        _gather_index((2, 7, 3), 5, 2),
+        _gather_index((4, 5, 1), 6, 3),
+        levels=LEVELS,
+    ),
+    case(
+        "take_along_dim",
+        lambda x, i: torch.take_along_dim(x, i, 1),
+        (3, 4),
+        torch.tensor([[3, 0], [1, 1], [2, 3]]),
+        levels=("high",),
+    ),
+    case(
+        "adv_index",
+        [lambda x, i, m: x[i], lambda x, i, m: x[m], lambda x, i, m: x[i, 1:], lambda x, i, m: x[1:, i[1:3]]],
+        (5, 4),
+        idx(4, -1, 0, -5),
+        idx([0, 1], [-2, 4]),
+    ),
+    case(
+        "adv_index_axis1",
+        [lambda x, i: x[:, i], lambda x, i: x[..., i], lambda x, i: x[:, :, i[:1]]],
+        (2, 5, 3),
+        idx(2, -1, 2),
+    ),
+    case(
+        "adv_index_pair",
+        [lambda x, i, j, c: x[i, j], lambda x, i, j, c: x[c, j], lambda x, i, j, c: x[:, c, j]],
+        (4, 5, 5, 2),
+        idx(0, 3, -1),
+        idx(4, -5, 2),
+        idx([0], [3]),
+    ),
     # Non-adjacent advanced indices move the broadcast index axes to the front.
-    case("adv_index_nonadjacent", [lambda x, i, j, c: x[i, :, j], lambda x, i, j, c: x[c, :, j],
-                                   lambda x, i, j, c: x[i, :, :, j[:1]], lambda x, i, j, c: x[c, 1:, j, 1]],
-         (4, 3, 5, 2), idx(1, -1, 0), idx(0, 1, -2), idx([1], [2]), levels=LEVELS),
+    case(
+        "adv_index_nonadjacent",
+        [
+            lambda x, i, j, c: x[i, :, j],
+            lambda x, i, j, c: x[c, :, j],
+            lambda x, i, j, c: x[i, :, :, j[:1]],
+            lambda x, i, j, c: x[c, 1:, j, 1],
+        ],
+        (4, 3, 5, 2),
+        idx(1, -1, 0),
+        idx(0, 1, -2),
+        idx([1], [2]),
+        levels=LEVELS,
+    ),
     case("adv_index_const", lambda x: x[torch.tensor([2, -1, 0])], (4, 3), levels=("high", "core")),
-]  # fmt: skip
+]
 
 # An index tensor built inside forward (lifted constant, aten.detach_ at the aten level).
 CONST_INDEX = [case("adv_index_const_aten", lambda x: x[torch.tensor([2, -1, 0])], (4, 3), levels=("aten",))]
 
 # Known gaps: strict, so a fix shows up as an XPASS to move into the tables above.
 XFAILS = [
-    case("index_0d_tensor", lambda x, i: x[i], (4, 3), torch.tensor(-2), levels=("high",),
-         marks=pytest.mark.xfail(reason="a 0-d integer tensor index becomes aten._local_scalar_dense + select "
-                                 "at a data-dependent position, which a static Program cannot express", strict=True)),
-]  # fmt: skip
+    case(
+        "index_0d_tensor",
+        lambda x, i: x[i],
+        (4, 3),
+        torch.tensor(-2),
+        levels=("high",),
+        marks=pytest.mark.xfail(
+            reason="a 0-d integer tensor index becomes aten._local_scalar_dense + select "
+            "at a data-dependent position, which a static Program cannot express",
+            strict=True,
+        ),
+    ),
+]
 
 ALL = VIEWS + PERMUTES + EXPANDS + SLICES + SPLITS + CATS + MIXED_CATS + PADS + INDEXING + CONST_INDEX + XFAILS
 

@@ -19,7 +19,9 @@ from helpers import rand, with_specials
 def fused(case, *passes: str):
     """The program after folding, packing, alias removal and ``passes`` (fusion by default)."""
     keep = passes or ("fusion",)
-    return pipeline.optimize(case.program, case.weights, only("constant_folding", "weight_packing", "alias", "dead_code", *keep))
+    return pipeline.optimize(
+        case.program, case.weights, only("constant_folding", "weight_packing", "alias", "dead_code", *keep)
+    )
 
 
 class ConvBnRelu(nn.Module):

@@ -102,7 +102,9 @@ def test_dynamic_plans_are_cached_per_binding(setting):
         return
     # Weights folded and packed once, on the program as written, and shared by every binding's plan.
     plans = list(runtime._by_binding.values())
-    packed = [{w.name: id(p._base[1 + len(p.program.inputs) + k]) for k, w in enumerate(p.program.weights)} for p in plans]
+    packed = [
+        {w.name: id(p._base[1 + len(p.program.inputs) + k]) for k, w in enumerate(p.program.weights)} for p in plans
+    ]
     once = set(packed[0]) & set(packed[1]) & set(runtime._plan_weights)  # not per-binding ones (arange(seq))
     assert any("permute" in n for n in once)  # a packed weight
     assert all(packed[0][n] == packed[1][n] == id(runtime._plan_weights[n]) for n in once)
@@ -115,7 +117,23 @@ def test_run_cli_disable_pass(tmp_path, capsys):
     np.save(x, inputs[0].numpy())
     from rlx.cli import main
 
-    assert main(["run", str(tmp_path / "m"), "--input", f"x={x}", "--disable-pass", "fusion", "--disable-pass", "alias", "-o", str(tmp_path / "o")]) == 0
+    assert (
+        main(
+            [
+                "run",
+                str(tmp_path / "m"),
+                "--input",
+                f"x={x}",
+                "--disable-pass",
+                "fusion",
+                "--disable-pass",
+                "alias",
+                "-o",
+                str(tmp_path / "o"),
+            ]
+        )
+        == 0
+    )
     with torch.no_grad():
         np.testing.assert_allclose(np.load(tmp_path / "o" / "out0.npy"), model(*inputs).numpy(), rtol=1e-5, atol=1e-6)
     assert main(["run", str(tmp_path / "m"), "--input", f"x={x}", "--disable-pass", "nope"]) != 0

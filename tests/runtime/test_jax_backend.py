@@ -96,20 +96,35 @@ BINARY_INT = [
 
 def _reductions(x):
     return (
-        x.sum(1), x.mean((0, 2), keepdim=True), x.prod(2), x.amax(1), x.amin((1, 2)), x.var(1), x.std(2, correction=0),
-        x.sum(), torch.argmax(x, 1), torch.argmin(x, 2, keepdim=True), torch.argmax(x),
-    )  # fmt: skip
+        x.sum(1),
+        x.mean((0, 2), keepdim=True),
+        x.prod(2),
+        x.amax(1),
+        x.amin((1, 2)),
+        x.var(1),
+        x.std(2, correction=0),
+        x.sum(),
+        torch.argmax(x, 1),
+        torch.argmin(x, 2, keepdim=True),
+        torch.argmax(x),
+    )
 
 
 def _conv_module(d):
     torch.manual_seed(0)
-    return nn.ModuleList([
-        nn.Conv1d(4, 6, 3, stride=2, padding=1, dilation=2),
-        nn.Conv2d(4, 6, 3, padding=1, groups=2),
-        nn.Conv3d(4, 2, 2, stride=(1, 2, 1), bias=False),
-        nn.ConvTranspose2d(4, 6, 3, stride=2, padding=1, output_padding=1, groups=2, dilation=1),
-        nn.ConvTranspose1d(4, 2, 3, stride=3, padding=2, dilation=2),
-    ]).to(d).eval()  # fmt: skip
+    return (
+        nn.ModuleList(
+            [
+                nn.Conv1d(4, 6, 3, stride=2, padding=1, dilation=2),
+                nn.Conv2d(4, 6, 3, padding=1, groups=2),
+                nn.Conv3d(4, 2, 2, stride=(1, 2, 1), bias=False),
+                nn.ConvTranspose2d(4, 6, 3, stride=2, padding=1, output_padding=1, groups=2, dilation=1),
+                nn.ConvTranspose1d(4, 2, 3, stride=3, padding=2, dilation=2),
+            ]
+        )
+        .to(d)
+        .eval()
+    )
 
 
 class Convs(nn.Module):
@@ -177,58 +192,146 @@ def _attention(q, k, v, kv, fmask):
 
 def _shapes(x, idx):
     return (
-        x.view(3, 2, 4).permute(2, 0, 1), x[:, None, :4].expand(2, 3, 4), x[:, 1:4:2], torch.cat([x, x * 2], 1),
-        F.pad(x, (2, -1, 1, 0), value=5), torch.index_select(x, 1, idx.abs()), torch.gather(x, 1, idx.abs()[None].expand(2, 3)),
-        x[:, idx], x[idx[:2] % 2 - 2], x[idx[:2] % 2, idx[1:]], torch.stack([x, x]).flatten(0, 1),
-    )  # fmt: skip
+        x.view(3, 2, 4).permute(2, 0, 1),
+        x[:, None, :4].expand(2, 3, 4),
+        x[:, 1:4:2],
+        torch.cat([x, x * 2], 1),
+        F.pad(x, (2, -1, 1, 0), value=5),
+        torch.index_select(x, 1, idx.abs()),
+        torch.gather(x, 1, idx.abs()[None].expand(2, 3)),
+        x[:, idx],
+        x[idx[:2] % 2 - 2],
+        x[idx[:2] % 2, idx[1:]],
+        torch.stack([x, x]).flatten(0, 1),
+    )
 
 
 def _selects(x, y):
     return (
-        torch.where(x > 0, x, y), x.masked_fill(y > 0, -INF), torch.clamp(x, -1, 1), torch.clamp(x, min=y),
-        torch.clamp(x, max=0.5), F.leaky_relu(x, 0.1), x.to(I32), x.to(torch.float16), x.to(BOOL), (x > y).to(F32),
-        x.to(F64) * 3, torch.full((2, 4), 2.5) * x, torch.zeros_like(x) + y, torch.ones(4, dtype=torch.int64),
-        torch.arange(4) * 3, torch.arange(0.5, 2.5, 0.5) * x, torch.arange(x.shape[-1], dtype=torch.float64),
-    )  # fmt: skip
+        torch.where(x > 0, x, y),
+        x.masked_fill(y > 0, -INF),
+        torch.clamp(x, -1, 1),
+        torch.clamp(x, min=y),
+        torch.clamp(x, max=0.5),
+        F.leaky_relu(x, 0.1),
+        x.to(I32),
+        x.to(torch.float16),
+        x.to(BOOL),
+        (x > y).to(F32),
+        x.to(F64) * 3,
+        torch.full((2, 4), 2.5) * x,
+        torch.zeros_like(x) + y,
+        torch.ones(4, dtype=torch.int64),
+        torch.arange(4) * 3,
+        torch.arange(0.5, 2.5, 0.5) * x,
+        torch.arange(x.shape[-1], dtype=torch.float64),
+    )
 
 
 SLOW = pytest.mark.slow
 CASES = [
     ("unary-f32", {C.Unary}, UNARY_FLOAT, (specials((4, 12)),), (F32,)),
-    ("unary-f64", {C.Unary}, [torch.exp, torch.log1p, torch.tanh, torch.sigmoid, torch.erf, torch.round, torch.rsqrt],
-     (specials((4, 12)),), (F64,)),
+    (
+        "unary-f64",
+        {C.Unary},
+        [torch.exp, torch.log1p, torch.tanh, torch.sigmoid, torch.erf, torch.round, torch.rsqrt],
+        (specials((4, 12)),),
+        (F64,),
+    ),
     ("unary-f64-all", {C.Unary}, UNARY_FLOAT, (specials((4, 12)),), (F64,), ("high",), SLOW),
-    ("unary-half", {C.Unary}, [torch.exp, torch.sigmoid, lambda x: F.gelu(x.clamp(max=50)), torch.tanh, torch.sqrt, torch.erf, F.silu,
-                               torch.neg, torch.abs, torch.round, F.softplus], (specials((3, 8)),), (F16, BF16)),
-    ("unary-int-bool", {C.Unary}, [torch.neg, torch.abs, torch.sign, torch.bitwise_not, torch.square],
-     ((2, 9),), (I64, I32)),
+    (
+        "unary-half",
+        {C.Unary},
+        [
+            torch.exp,
+            torch.sigmoid,
+            lambda x: F.gelu(x.clamp(max=50)),
+            torch.tanh,
+            torch.sqrt,
+            torch.erf,
+            F.silu,
+            torch.neg,
+            torch.abs,
+            torch.round,
+            F.softplus,
+        ],
+        (specials((3, 8)),),
+        (F16, BF16),
+    ),
+    (
+        "unary-int-bool",
+        {C.Unary},
+        [torch.neg, torch.abs, torch.sign, torch.bitwise_not, torch.square],
+        ((2, 9),),
+        (I64, I32),
+    ),
     ("unary-bool", {C.Unary}, [torch.logical_not, torch.bitwise_not], ((2, 9),), (BOOL,)),
     ("binary-float", {C.Binary}, BINARY_FLOAT, (specials((4, 10)), specials((10,), seed=1)), (F32, BF16)),
     ("binary-f64-f16", {C.Binary}, BINARY_FLOAT[:9], (specials((4, 10)), specials((10,), seed=1)), (F64, F16)),
     ("binary-int", {C.Binary}, BINARY_INT, (nonzero((3, 7), seed=2), nonzero((3, 7), seed=3)), (I64, I32)),
-    ("binary-bool", {C.Binary}, [torch.logical_and, torch.logical_or, torch.logical_xor, torch.bitwise_xor, torch.eq],
-     ((3, 5), (3, 5)), (BOOL,)),
-    ("int64-beyond-int32", {C.Binary}, [lambda x: x * (2**40) + 7, lambda x: (x * (2**40)) // 3],
-     ((3, 4),), (I64,)),
-    ("select-cast-produce", {C.Where, C.Clamp, C.LeakyRelu, C.Cast, C.Full, C.Arange},
-     [_selects], (specials((2, 4)), specials((2, 4), seed=1)), (F32,)),
-    ("shapes-index", {C.Reshape, C.Permute, C.Expand, C.Slice, C.Concat, C.Pad, C.IndexSelect, C.Gather, C.Index},
-     [_shapes], ((2, 12), fixed(torch.tensor([2, -1, 0]))), (F32, I64, BOOL)),
+    (
+        "binary-bool",
+        {C.Binary},
+        [torch.logical_and, torch.logical_or, torch.logical_xor, torch.bitwise_xor, torch.eq],
+        ((3, 5), (3, 5)),
+        (BOOL,),
+    ),
+    ("int64-beyond-int32", {C.Binary}, [lambda x: x * (2**40) + 7, lambda x: (x * (2**40)) // 3], ((3, 4),), (I64,)),
+    (
+        "select-cast-produce",
+        {C.Where, C.Clamp, C.LeakyRelu, C.Cast, C.Full, C.Arange},
+        [_selects],
+        (specials((2, 4)), specials((2, 4), seed=1)),
+        (F32,),
+    ),
+    (
+        "shapes-index",
+        {C.Reshape, C.Permute, C.Expand, C.Slice, C.Concat, C.Pad, C.IndexSelect, C.Gather, C.Index},
+        [_shapes],
+        ((2, 12), fixed(torch.tensor([2, -1, 0]))),
+        (F32, I64, BOOL),
+    ),
     # aten.linear reaches the Program as Linear only undecomposed (level aten).
-    ("linalg", {C.MatMul, C.Linear}, [torch.matmul, lambda a, b: a[0] @ b[:, 0], lambda a, b: F.linear(a, b.mT),
-                                      lambda a, b: F.linear(a, b.mT, b[0]), lambda a, b: torch.bmm(a[None], b[None])],
-     ((3, 5), (5, 4)), (F32, F64, F16, BF16), ("aten",)),
+    (
+        "linalg",
+        {C.MatMul, C.Linear},
+        [
+            torch.matmul,
+            lambda a, b: a[0] @ b[:, 0],
+            lambda a, b: F.linear(a, b.mT),
+            lambda a, b: F.linear(a, b.mT, b[0]),
+            lambda a, b: torch.bmm(a[None], b[None]),
+        ],
+        ((3, 5), (5, 4)),
+        (F32, F64, F16, BF16),
+        ("aten",),
+    ),
     ("linalg-int", {C.MatMul}, [torch.matmul], ((3, 5), (5, 4)), (I64,)),
     ("reduce", {C.Reduce, C.ArgReduce}, [_reductions], (specials((3, 4, 5)),), (F32, F64, F16, BF16)),
-    ("reduce-int-bool", {C.Reduce, C.ArgReduce}, [lambda x: (x.sum(1), x.amax(0), x.prod(), torch.argmin(x, 1))],
-     ((3, 5),), (I64, I32)),
+    (
+        "reduce-int-bool",
+        {C.Reduce, C.ArgReduce},
+        [lambda x: (x.sum(1), x.amax(0), x.prod(), torch.argmin(x, 1))],
+        ((3, 5),),
+        (I64, I32),
+    ),
     ("any-all", {C.Reduce}, [lambda x: (x.any(1), x.all(), x.any())], ((3, 5),), (BOOL,)),
-    ("softmax", {C.Softmax}, [lambda x: (x.softmax(-1), x.log_softmax(1), x.masked_fill(x > 1, -INF).softmax(-1))],
-     (specials((3, 6), low=-4, high=2),), (F32, F16, BF16)),
+    (
+        "softmax",
+        {C.Softmax},
+        [lambda x: (x.softmax(-1), x.log_softmax(1), x.masked_fill(x > 1, -INF).softmax(-1))],
+        (specials((3, 6), low=-4, high=2),),
+        (F32, F16, BF16),
+    ),
     ("pools", {C.MaxPool, C.AvgPool, C.AdaptiveAvgPool}, [_pools], (specials((2, 3, 9, 11)),), (F32, BF16)),
-    ("attention", {C.Attention}, [_attention],
-     ((1, 4, 6, 8), (1, 4, 6, 8), (1, 4, 6, 8), (1, 2, 6, 8), (1, 1, 6, 6)), (F32, F16)),
-]  # fmt: skip
+    (
+        "attention",
+        {C.Attention},
+        [_attention],
+        ((1, 4, 6, 8), (1, 4, 6, 8), (1, 4, 6, 8), (1, 2, 6, 8), (1, 1, 6, 6)),
+        (F32, F16),
+    ),
+]
 
 
 def _params(cases):
@@ -291,8 +394,9 @@ def test_dynamic_shapes_compile_once_per_binding():
 
     module, (ids,) = load_example("decoder_lm").get_model()
     dim = torch.export.Dim
-    model, program, _ = convert(module, (ids,), backend="jax",
-                                dynamic_shapes={"input_ids": {0: dim("batch", max=8), 1: dim("seq", max=64)}})  # fmt: skip
+    model, program, _ = convert(
+        module, (ids,), backend="jax", dynamic_shapes={"input_ids": {0: dim("batch", max=8), 1: dim("seq", max=64)}}
+    )
     assert program.is_dynamic
     backend = model._jax
     for batch, seq in [(1, 5), (3, 17), (2, 9), (3, 17), (1, 5)]:
@@ -331,7 +435,9 @@ def test_unknown_backend():
         convert(lambda x: x + 1, (torch.randn(2),), backend="tpu")
 
 
-BLOCK_JAX = BLOCK_TORCH.replace('name == "torch" or name.startswith("torch.")', 'name.split(".")[0] in ("torch", "jax")')
+BLOCK_JAX = BLOCK_TORCH.replace(
+    'name == "torch" or name.startswith("torch.")', 'name.split(".")[0] in ("torch", "jax")'
+)
 
 
 @pytest.fixture(scope="module")

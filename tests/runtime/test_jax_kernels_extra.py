@@ -128,13 +128,23 @@ def only_x(*inputs: Any) -> list[Any]:
 SLOW = pytest.mark.slow
 
 
-def case(name: str, variants: list[V], *makers: Callable, dtypes: tuple = (F32,), fast: tuple | None = None,
-         tol: tuple | None = None) -> list:  # fmt: skip
+def case(
+    name: str,
+    variants: list[V],
+    *makers: Callable,
+    dtypes: tuple = (F32,),
+    fast: tuple | None = None,
+    tol: tuple | None = None,
+) -> list:
     """One test per dtype; all ``variants`` run in one jit on the same inputs. Compiling is what
     costs, so only the ``fast`` dtypes (default: the first) run by default, the rest with -m slow."""
     fast = dtypes[:1] if fast is None else fast
-    return [pytest.param(variants, makers, dt, tol, id=f"{name}-{str(dt).removeprefix('torch.')}",
-                         marks=() if dt in fast else SLOW) for dt in dtypes]  # fmt: skip
+    return [
+        pytest.param(
+            variants, makers, dt, tol, id=f"{name}-{str(dt).removeprefix('torch.')}", marks=() if dt in fast else SLOW
+        )
+        for dt in dtypes
+    ]
 
 
 def assert_same_bits(got: np.ndarray, want: np.ndarray, what: str, ulps: int = 0) -> None:
@@ -170,14 +180,21 @@ def run_jax(calls: list[Call], operands: list[list[Any]]) -> list[np.ndarray]:
 
 # ── ordering and scans ───────────────────────────────────────────────────────
 def sort_v(axis: int, descending: bool) -> V:
-    return V(C.ArgSort(X, axis, descending, True), only_x,
-             lambda x: torch.sort(x, dim=axis, descending=descending, stable=True).indices)  # fmt: skip
+    return V(
+        C.ArgSort(X, axis, descending, True),
+        only_x,
+        lambda x: torch.sort(x, dim=axis, descending=descending, stable=True).indices,
+    )
 
 
 def topk_v(k: int, axis: int, largest: bool, values: bool = False) -> V:
     view = (lambda r, x: np.take_along_axis(x, r, axis)) if values else None
-    return V(C.ArgTopK(X, k, axis, largest, True), only_x,
-             lambda x: torch.topk(x, k, axis, largest)[0 if values else 1], view)  # fmt: skip
+    return V(
+        C.ArgTopK(X, k, axis, largest, True),
+        only_x,
+        lambda x: torch.topk(x, k, axis, largest)[0 if values else 1],
+        view,
+    )
 
 
 _SCAN = {"sum": torch.cumsum, "prod": torch.cumprod, "logsumexp": torch.logcumsumexp,
@@ -197,43 +214,75 @@ SORTS = [sort_v(a, d) for a in (0, 1) for d in (False, True)]
 TOPK_INDICES = [topk_v(3, 1, True), topk_v(2, 0, False), topk_v(10, 1, False), topk_v(0, 1, True)]
 TOPK_VALUES = [topk_v(7, 1, True, True), topk_v(4, 0, False, True), topk_v(20, 1, True, True)]
 SCANS = [scan_v(f, a) for f in ("sum", "prod", "max", "min") for a in (0, 1)] + [
-    scan_v("max", 1, True), scan_v("min", 0, True), scan_v("max", 0, True), scan_v("min", 1, True)]  # fmt: skip
+    scan_v("max", 1, True),
+    scan_v("min", 0, True),
+    scan_v("max", 0, True),
+    scan_v("min", 1, True),
+]
 LOGCUMSUMEXP = [scan_v("logsumexp", 0), scan_v("logsumexp", 1)]
 # Bool scans: the lowering casts to int64 before a sum/prod (PyTorch's result type), so the Call's
 # own bool sum/prod has no PyTorch twin; max/min do.
 BOOL_SCANS = [scan_v("sum", 1, torch_too=False), scan_v("prod", 0, torch_too=False), scan_v("max", 1),
               scan_v("min", 0), scan_v("max", 1, True), scan_v("min", 0, True)]  # fmt: skip
 MOVES = [V(C.Flip(X, axes), only_x, lambda x, axes=axes: torch.flip(x, axes)) for axes in ((0,), (1, 2), (0, 1, 2), ())]
-MOVES += [V(C.Roll(X, s, a), only_x, lambda x, s=s, a=a: torch.roll(x, s, a or None))
-          for s, a in (((2,), (1,)), ((1, -2), (0, 2)), ((-7,), ()), ((0,), (0,)), ((13,), (2,)), ((4, 1, -9), (2, 0, 1)))]  # fmt: skip
-INT64_BIG = torch.tensor([[2**53 + 1, 2**53, 2**53 + 3, -(2**63), 2**63 - 1, 2**53 + 2, -(2**53) - 1, -(2**53)],
-                          [7, 2**62 + 1, 2**62, 2**62 + 1, -1, 2**62 - 1, 0, 2**62]])  # fmt: skip
+MOVES += [
+    V(C.Roll(X, s, a), only_x, lambda x, s=s, a=a: torch.roll(x, s, a or None))
+    for s, a in (((2,), (1,)), ((1, -2), (0, 2)), ((-7,), ()), ((0,), (0,)), ((13,), (2,)), ((4, 1, -9), (2, 0, 1)))
+]
+INT64_BIG = torch.tensor(
+    [
+        [2**53 + 1, 2**53, 2**53 + 3, -(2**63), 2**63 - 1, 2**53 + 2, -(2**53) - 1, -(2**53)],
+        [7, 2**62 + 1, 2**62, 2**62 + 1, -1, 2**62 - 1, 0, 2**62],
+    ]
+)
 
 ORDERING = [
     *case("argsort", SORTS, specials(5, 20), dtypes=(*FLOATS, I64, I32, BOOL), fast=(F32, BF16, BOOL)),
-    *case("argsort_int64_big", SORTS + [topk_v(3, 1, False), scan_v("sum", 1), scan_v("max", 1, True)],
-          fixed(INT64_BIG), dtypes=(I64,)),
+    *case(
+        "argsort_int64_big",
+        SORTS + [topk_v(3, 1, False), scan_v("sum", 1), scan_v("max", 1, True)],
+        fixed(INT64_BIG),
+        dtypes=(I64,),
+    ),
     *case("topk_indices", TOPK_INDICES, distinct(4, 10), dtypes=(*FLOATS, I64)),
     *case("topk_values", TOPK_VALUES, specials(6, 20), dtypes=(*FLOATS, I64), fast=(F16,)),
     *case("scans", SCANS, specials(5, 8, high=4), dtypes=(*FLOATS, I64), fast=(F32, I64)),
     *case("scans_bool", BOOL_SCANS, ties(5, 8), dtypes=(BOOL,)),
     *case("logcumsumexp", LOGCUMSUMEXP, uniform(5, 8, planted=True), dtypes=FLOATS),
-    *case("logcumsumexp_edges", LOGCUMSUMEXP, fixed(torch.tensor([[-INF, -INF, 1.0, INF, INF, -INF, 2.0],
-                                                                 [NAN, 0.0, -INF, 3.0, INF, -INF, INF],
-                                                                 [80.0, 90.0, -80.0, 1e-3, 88.0, -INF, 0.5]]))),  # fmt: skip
+    *case(
+        "logcumsumexp_edges",
+        LOGCUMSUMEXP,
+        fixed(
+            torch.tensor(
+                [
+                    [-INF, -INF, 1.0, INF, INF, -INF, 2.0],
+                    [NAN, 0.0, -INF, 3.0, INF, -INF, INF],
+                    [80.0, 90.0, -80.0, 1e-3, 88.0, -INF, 0.5],
+                ]
+            )
+        ),
+    ),
     # Long float sums: PyTorch accumulates float32 in float64 and halves in float32.
-    *case("cumsum_long", [scan_v("sum", 0), scan_v("prod", 0)], uniform(3000, low=0.999, high=1.001),
-          dtypes=(F32, F16, BF16), fast=(F16,)),
+    *case(
+        "cumsum_long",
+        [scan_v("sum", 0), scan_v("prod", 0)],
+        uniform(3000, low=0.999, high=1.001),
+        dtypes=(F32, F16, BF16),
+        fast=(F16,),
+    ),
     *case("scans_empty", [scan_v("sum", 1), scan_v("max", 1, True), scan_v("min", 1)], fixed(torch.empty(2, 0))),
     *case("flip_roll", MOVES, specials(3, 4, 5), dtypes=(F32, BF16, I64, BOOL), fast=(F32, BOOL)),
-]  # fmt: skip
+]
 
 
 # ── resampling ───────────────────────────────────────────────────────────────
 def up_v(mode: str, size: tuple, scales: tuple | None = None, align: bool = False, aa: bool = False) -> V:
     scales = scales or (None,) * len(size)
-    return V(C.Upsample(X, mode, size, scales, align, aa), only_x, functools.partial(torch_upsample, mode, size, scales,
-             align, aa))  # fmt: skip
+    return V(
+        C.Upsample(X, mode, size, scales, align, aa),
+        only_x,
+        functools.partial(torch_upsample, mode, size, scales, align, aa),
+    )
 
 
 def torch_upsample(mode: str, size: tuple, scales: tuple, align: bool, aa: bool, x: torch.Tensor) -> torch.Tensor:
@@ -244,8 +293,9 @@ def torch_upsample(mode: str, size: tuple, scales: tuple, align: bool, aa: bool,
     if mode == "nearest_exact":
         return getattr(aten, f"_upsample_nearest_exact{nd}d").default(x, size, *scales)
     if aa:
-        return getattr(aten, f"_upsample_{'bilinear' if mode == 'linear' else 'bicubic'}2d_aa").default(x, size, align,
-                                                                                                      *scales)  # fmt: skip
+        return getattr(aten, f"_upsample_{'bilinear' if mode == 'linear' else 'bicubic'}2d_aa").default(
+            x, size, align, *scales
+        )
     name = {1: "linear1d", 2: "bilinear2d", 3: "trilinear3d"}[nd] if mode == "linear" else "bicubic2d"
     return getattr(aten, f"upsample_{name}").default(x, size, align, *scales)
 
@@ -270,18 +320,34 @@ TRILINEAR = [up_v("linear", (4, 6, 7), (1.5, 1.5, 1.5)), up_v("linear", (2, 7, 3
 # H + W > 128: PyTorch's generic kernels.
 LARGE_2D = [up_v("nearest", (10, 133), (2.1, 1.9)), up_v("nearest_exact", (10, 133), (2.1, 1.9)),
             up_v("linear", (7, 140), (1.5, 2.0)), up_v("bicubic", (7, 140), (1.5, 2.0), True)]  # fmt: skip
-ANTIALIAS = [up_v(m, size, s, a, aa=True) for m in ("linear", "bicubic")
-             for size, s, a in (((6, 5), (0.5, 0.5), False), ((3, 3), (0.3, 0.3), False), ((3, 5), None, False),
-                                ((19, 16), (1.5, 1.5), False), ((5, 11), (0.4, 1.0), False), ((4, 2), None, True))]  # fmt: skip
+ANTIALIAS = [
+    up_v(m, size, s, a, aa=True)
+    for m in ("linear", "bicubic")
+    for size, s, a in (
+        ((6, 5), (0.5, 0.5), False),
+        ((3, 3), (0.3, 0.3), False),
+        ((3, 5), None, False),
+        ((19, 16), (1.5, 1.5), False),
+        ((5, 11), (0.4, 1.0), False),
+        ((4, 2), None, True),
+    )
+]
 
 
 def grid_v(mode: str, padding: str, align: bool) -> V:
-    return V(C.GridSample(X, Y, mode, padding, align), lambda x, g: [x, g],
-             lambda x, g: F.grid_sample(x, g, mode=mode, padding_mode=padding, align_corners=align))  # fmt: skip
+    return V(
+        C.GridSample(X, Y, mode, padding, align),
+        lambda x, g: [x, g],
+        lambda x, g: F.grid_sample(x, g, mode=mode, padding_mode=padding, align_corners=align),
+    )
 
 
-GRID_2D = [grid_v(m, p, a) for m in ("bilinear", "nearest", "bicubic") for p in ("zeros", "border", "reflection")
-           for a in (False, True)]  # fmt: skip
+GRID_2D = [
+    grid_v(m, p, a)
+    for m in ("bilinear", "nearest", "bicubic")
+    for p in ("zeros", "border", "reflection")
+    for a in (False, True)
+]
 GRID_3D = [
     grid_v(m, p, a) for m in ("bilinear", "nearest") for p in ("zeros", "border", "reflection") for a in (False, True)
 ]
@@ -306,22 +372,53 @@ RESAMPLE = [
     *case("upsample_antialias", ANTIALIAS, uniform(2, 3, 13, 11, planted=True), dtypes=(F32, F64), fast=()),
     # Bilinear and bicubic filters differ only in their weights, built at trace time by the numpy helpers.
     *case("upsample_antialias_some", ANTIALIAS[1:9:2], uniform(2, 3, 13, 11, planted=True)),
-    *case("grid_sample_2d", GRID_2D, uniform(2, 3, 5, 7, planted=True), uniform(2, 4, 6, 2, low=-1.6, high=1.6, seed=7),
-          dtypes=FLOATS),
-    *case("grid_sample_3d", GRID_3D, uniform(2, 2, 3, 4, 5), uniform(2, 2, 3, 4, 3, low=-1.6, high=1.6, seed=7),
-          dtypes=(F32, F16, F64), fast=()),
-    *case("grid_sample_3d_bilinear", GRID_3D[1:6:2], uniform(2, 2, 3, 4, 5),
-          uniform(2, 2, 3, 4, 3, low=-1.6, high=1.6, seed=7)),
+    *case(
+        "grid_sample_2d",
+        GRID_2D,
+        uniform(2, 3, 5, 7, planted=True),
+        uniform(2, 4, 6, 2, low=-1.6, high=1.6, seed=7),
+        dtypes=FLOATS,
+    ),
+    *case(
+        "grid_sample_3d",
+        GRID_3D,
+        uniform(2, 2, 3, 4, 5),
+        uniform(2, 2, 3, 4, 3, low=-1.6, high=1.6, seed=7),
+        dtypes=(F32, F16, F64),
+        fast=(),
+    ),
+    *case(
+        "grid_sample_3d_bilinear",
+        GRID_3D[1:6:2],
+        uniform(2, 2, 3, 4, 5),
+        uniform(2, 2, 3, 4, 3, low=-1.6, high=1.6, seed=7),
+    ),
     *case("grid_sample_far", GRID_2D, uniform(1, 2, 4, 3), uniform(1, 5, 5, 2, low=-9, high=9, seed=3), fast=()),
     # Half precision picks pixels in half precision: the reflections (longest arithmetic) by default.
-    *case("grid_sample_2d_half", [grid_v(m, "reflection", a) for m in ("bilinear", "bicubic") for a in (False, True)],
-          uniform(2, 3, 5, 7, planted=True), uniform(2, 4, 6, 2, low=-1.6, high=1.6, seed=7), dtypes=(F16, BF16)),
-    *case("grid_sample_ties", [grid_v("nearest", p, True) for p in ("zeros", "border", "reflection")],
-          uniform(1, 2, 5, 5), tie_grid, dtypes=(F32, BF16), fast=(BF16,)),
+    *case(
+        "grid_sample_2d_half",
+        [grid_v(m, "reflection", a) for m in ("bilinear", "bicubic") for a in (False, True)],
+        uniform(2, 3, 5, 7, planted=True),
+        uniform(2, 4, 6, 2, low=-1.6, high=1.6, seed=7),
+        dtypes=(F16, BF16),
+    ),
+    *case(
+        "grid_sample_ties",
+        [grid_v("nearest", p, True) for p in ("zeros", "border", "reflection")],
+        uniform(1, 2, 5, 5),
+        tie_grid,
+        dtypes=(F32, BF16),
+        fast=(BF16,),
+    ),
     # A single pixel: reflection about an empty span (align_corners) or a one-pixel one.
-    *case("grid_sample_1px", [v for k, v in enumerate(GRID_2D) if k % 6 >= 2], uniform(1, 2, 1, 1),
-          uniform(1, 2, 3, 2, low=-1.6, high=1.6, seed=7), fast=()),
-]  # fmt: skip
+    *case(
+        "grid_sample_1px",
+        [v for k, v in enumerate(GRID_2D) if k % 6 >= 2],
+        uniform(1, 2, 1, 1),
+        uniform(1, 2, 3, 2, low=-1.6, high=1.6, seed=7),
+        fast=(),
+    ),
+]
 
 
 # ── scatter and diagonals ────────────────────────────────────────────────────
@@ -388,8 +485,13 @@ INDEX_PUT_3D = [
 ]
 
 
-def scatter_v(axis: int, src: Callable[..., Any], reduce: str = "none", include_self: bool = True,
-              index: Callable[..., Any] = lambda x, i, s: i) -> V:  # fmt: skip
+def scatter_v(
+    axis: int,
+    src: Callable[..., Any],
+    reduce: str = "none",
+    include_self: bool = True,
+    index: Callable[..., Any] = lambda x, i, s: i,
+) -> V:
     def operands(x: Any, i: Any, s: Any) -> list[Any]:
         value = src(x, i, s)  # a number is a literal of x's dtype in a real program
         return [x, index(x, i, s), value if isinstance(value, np.ndarray) else np.asarray(value, x.dtype)]
@@ -418,15 +520,21 @@ REDUCES = [
     for how in ("sum", "prod", "amax", "amin", "mean")
     for inc in (True, False)
 ]
-REDUCES_AXIS1 = [scatter_v(1, lambda x, i, s: s[:4], how, inc, index=lambda x, i, s: i[:4, :3] % 5)
-                 for how in ("sum", "amax", "mean") for inc in (True, False)]  # fmt: skip
+REDUCES_AXIS1 = [
+    scatter_v(1, lambda x, i, s: s[:4], how, inc, index=lambda x, i, s: i[:4, :3] % 5)
+    for how in ("sum", "amax", "mean")
+    for inc in (True, False)
+]
 BOOL_REDUCES = [scatter_v(0, lambda x, i, s: s, how, inc) for how in ("sum", "amax", "amin") for inc in (True, False)]
 
 
 def plain(*shape: int, seed: int = 1) -> Callable[[torch.dtype], torch.Tensor]:
     """Small integers (0/1 for bool), exact in every dtype."""
-    return lambda dt: (torch.randint(0, 2, shape, generator=_gen(seed)).bool() if dt == BOOL
-                       else torch.randint(-5, 6, shape, generator=_gen(seed)).to(dt))  # fmt: skip
+    return lambda dt: (
+        torch.randint(0, 2, shape, generator=_gen(seed)).bool()
+        if dt == BOOL
+        else torch.randint(-5, 6, shape, generator=_gen(seed)).to(dt)
+    )
 
 
 def vals(*shape: int, seed: int = 0) -> Callable[[torch.dtype], torch.Tensor]:
@@ -441,32 +549,74 @@ def vals(*shape: int, seed: int = 0) -> Callable[[torch.dtype], torch.Tensor]:
     return make
 
 
-DIAGS = [V(C.Diagonal(X, o, a1, a2), only_x, lambda x, o=o, a1=a1, a2=a2: torch.diagonal(x, o, a1, a2))
-         for o, a1, a2 in ((0, 0, 1), (1, 0, 1), (-2, 2, 0), (0, 2, 1), (7, 0, 1), (1, 1, 2), (-1, 0, 2))]  # fmt: skip
+DIAGS = [
+    V(C.Diagonal(X, o, a1, a2), only_x, lambda x, o=o, a1=a1, a2=a2: torch.diagonal(x, o, a1, a2))
+    for o, a1, a2 in ((0, 0, 1), (1, 0, 1), (-2, 2, 0), (0, 2, 1), (7, 0, 1), (1, 1, 2), (-1, 0, 2))
+]
 
 SCATTER = [
     *case("index_put", INDEX_PUT, vals(4, 5), *PUT_INPUTS, dtypes=(F32, F16, BF16, I64, BOOL)),
-    *case("index_put_accumulate", INDEX_PUT_ACC, vals(4, 5), *PUT_INPUTS, dtypes=(F32, F16, BF16, F64, I64, I32),
-          fast=(F16,)),
+    *case(
+        "index_put_accumulate",
+        INDEX_PUT_ACC,
+        vals(4, 5),
+        *PUT_INPUTS,
+        dtypes=(F32, F16, BF16, F64, I64, I32),
+        fast=(F16,),
+    ),
     *case("index_put_accumulate_bool", INDEX_PUT_ACC, plain(4, 5), *PUT_INPUTS, dtypes=(BOOL,), fast=()),
-    *case("index_put_3d", INDEX_PUT_3D, vals(3, 4, 5), fixed(torch.tensor([0, 2])), fixed(torch.tensor([4, -4])),
-          dtypes=(F32, I64)),
-    *case("scatter", SCATTERS + SCATTER_VALUE, vals(4, 5), fixed(SCATTER_IDX), plain(3, 5, seed=2),
-          dtypes=(F32, F16, BF16, I64, BOOL), fast=(I64,)),
-    *case("scatter_reduce", REDUCES + REDUCES_AXIS1, vals(4, 5), fixed(REP_IDX), vals(5, 5, seed=2),
-          dtypes=(F32, F64, BF16, I64)),
+    *case(
+        "index_put_3d",
+        INDEX_PUT_3D,
+        vals(3, 4, 5),
+        fixed(torch.tensor([0, 2])),
+        fixed(torch.tensor([4, -4])),
+        dtypes=(F32, I64),
+    ),
+    *case(
+        "scatter",
+        SCATTERS + SCATTER_VALUE,
+        vals(4, 5),
+        fixed(SCATTER_IDX),
+        plain(3, 5, seed=2),
+        dtypes=(F32, F16, BF16, I64, BOOL),
+        fast=(I64,),
+    ),
+    *case(
+        "scatter_reduce",
+        REDUCES + REDUCES_AXIS1,
+        vals(4, 5),
+        fixed(REP_IDX),
+        vals(5, 5, seed=2),
+        dtypes=(F32, F64, BF16, I64),
+    ),
     *case("scatter_reduce_f16", REDUCES, plain(4, 5), fixed(REP_IDX), plain(5, 5, seed=2), dtypes=(F16,), fast=()),
-    *case("scatter_reduce_bool", BOOL_REDUCES, plain(4, 5), fixed(REP_IDX), plain(5, 5, seed=2), dtypes=(BOOL,), fast=()),
+    *case(
+        "scatter_reduce_bool", BOOL_REDUCES, plain(4, 5), fixed(REP_IDX), plain(5, 5, seed=2), dtypes=(BOOL,), fast=()
+    ),
     # NaN in x and in src at repeated positions, with and without self.
-    *case("scatter_reduce_nan", REDUCES, fixed(torch.tensor([[1.0, NAN, 3.0], [4.0, 5.0, 6.0]])),
-          fixed(torch.tensor([[1, 0, 0], [0, 0, 1]])), fixed(torch.tensor([[NAN, 2.0, 7.0], [-1.0, NAN, 0.0]]))),
+    *case(
+        "scatter_reduce_nan",
+        REDUCES,
+        fixed(torch.tensor([[1.0, NAN, 3.0], [4.0, 5.0, 6.0]])),
+        fixed(torch.tensor([[1, 0, 0], [0, 0, 1]])),
+        fixed(torch.tensor([[NAN, 2.0, 7.0], [-1.0, NAN, 0.0]])),
+    ),
     # Thousands of float16 values summed into three slots (PyTorch rounds each add to float16).
-    *case("accumulate_f16_long", [put_v(lambda x, i, v: [i], lambda x, i, v: v, True),
-                                  scatter_v(0, lambda x, i, v: v, "sum"), scatter_v(0, lambda x, i, v: v, "mean")],
-          fixed(torch.zeros(3, dtype=F16)), fixed(torch.randint(0, 3, (3000,), generator=_gen(5))),
-          fixed(torch.rand(3000, generator=_gen(6)).to(F16)), dtypes=(F16,)),
+    *case(
+        "accumulate_f16_long",
+        [
+            put_v(lambda x, i, v: [i], lambda x, i, v: v, True),
+            scatter_v(0, lambda x, i, v: v, "sum"),
+            scatter_v(0, lambda x, i, v: v, "mean"),
+        ],
+        fixed(torch.zeros(3, dtype=F16)),
+        fixed(torch.randint(0, 3, (3000,), generator=_gen(5))),
+        fixed(torch.rand(3000, generator=_gen(6)).to(F16)),
+        dtypes=(F16,),
+    ),
     *case("diagonal", DIAGS, vals(3, 4, 5), dtypes=(F32, BF16, I64, BOOL), fast=(BOOL,)),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize("variants,makers,dt,tol", ORDERING + RESAMPLE + SCATTER)
@@ -490,8 +640,11 @@ def test_kernels_match_numpy_and_torch(variants: list[V], makers: tuple, dt: tor
         # And the sign of every zero (not of top-k values: PyTorch picks among tied ±0 its own way).
         if v.view is None and (mine.dtype.kind == "f" or mine.dtype == dtypes.to_numpy("bf16")):
             zero = (mine.astype(np.float64) == 0) & (ref.astype(np.float64) == 0)
-            np.testing.assert_array_equal(np.signbit(mine[zero].astype(np.float64)),
-                                          np.signbit(ref[zero].astype(np.float64)), f"{call}: signed zeros")  # fmt: skip
+            np.testing.assert_array_equal(
+                np.signbit(mine[zero].astype(np.float64)),
+                np.signbit(ref[zero].astype(np.float64)),
+                f"{call}: signed zeros",
+            )
 
 
 # ── lowered programs ─────────────────────────────────────────────────────────
@@ -546,7 +699,7 @@ PROGRAMS = [
         *sweep(RESAMPLE_FNS, [uniform(2, 3, 5, 7, planted=True), uniform(2, 4, 6, 2, low=-1.6, high=1.6)], (F32,)),
         "aten",
         id="resample",
-    ),  # fmt: skip
+    ),
     # PyTorch's CPU antialiasing takes float32/float64 only.
     pytest.param(
         *sweep(
@@ -557,7 +710,7 @@ PROGRAMS = [
         "high",
         id="resample-f16",
         marks=SLOW,
-    ),  # fmt: skip
+    ),
     pytest.param(*sweep(SCATTER_FNS, [plain(4, 5), fixed(torch.tensor([3, 0, 2]))], (F32,)), "high", id="scatter"),
     pytest.param(
         *sweep(SCATTER_FNS, [plain(4, 5), fixed(torch.tensor([3, 0, 2]))], (I64,)),

@@ -73,7 +73,9 @@ CONVS = [  # x shape, weight shape, stride, padding, dilation, groups
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("x_shape,w_shape,stride,padding,dilation,groups", CONVS)
-def test_bound_conv_matches_generic_kernel_and_torch(x_shape, w_shape, stride, padding, dilation, groups, dtype) -> None:
+def test_bound_conv_matches_generic_kernel_and_torch(
+    x_shape, w_shape, stride, padding, dilation, groups, dtype
+) -> None:
     g = torch.Generator().manual_seed(len(x_shape) + groups)
     x, w, b = torch.randn(x_shape, generator=g, dtype=dtype), torch.randn(w_shape, generator=g, dtype=dtype), \
         torch.randn(w_shape[0], generator=g, dtype=dtype)  # fmt: skip
@@ -85,7 +87,9 @@ def test_bound_conv_matches_generic_kernel_and_torch(x_shape, w_shape, stride, p
     fast = _bound(call, ref, xs, ws, bs)(xs, ws, bs)
     np.testing.assert_array_equal(fast, generic)
     assert fast.shape == ref.shape and fast.dtype == ref.dtype
-    np.testing.assert_allclose(fast, ref, rtol=1e-5 if dtype == torch.float32 else 1e-12, atol=1e-5 if dtype == torch.float32 else 1e-12)
+    np.testing.assert_allclose(
+        fast, ref, rtol=1e-5 if dtype == torch.float32 else 1e-12, atol=1e-5 if dtype == torch.float32 else 1e-12
+    )
 
 
 POOLS = [  # x shape, kernel, stride, padding, dilation, ceil_mode
@@ -114,7 +118,11 @@ def test_bound_max_pool_matches_generic_kernel_and_torch(x_shape, kernel, stride
 @pytest.mark.parametrize("shape,ndim", [((2, 5, 16), 1), ((3, 4, 6), 2), ((1, 64), 1)])
 def test_bound_norms_match_generic_kernel_and_torch(shape, ndim, rms) -> None:
     g = torch.Generator().manual_seed(ndim)
-    x, w, b = torch.randn(shape, generator=g) * 3 + 1, torch.randn(shape[-ndim:], generator=g), torch.randn(shape[-ndim:], generator=g)
+    x, w, b = (
+        torch.randn(shape, generator=g) * 3 + 1,
+        torch.randn(shape[-ndim:], generator=g),
+        torch.randn(shape[-ndim:], generator=g),
+    )
     if rms:
         ref = torch.nn.functional.rms_norm(x, shape[-ndim:], w, eps=1e-6).numpy()
         call, operands = C.RmsNorm(Ref("x"), Ref("w"), ndim, 1e-6), (x.numpy(), w.numpy())

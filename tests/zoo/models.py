@@ -54,8 +54,12 @@ def _live_convnet(model: nn.Module, seed: int = 0) -> nn.Module:
                 fan_in = m.weight[0].numel() if isinstance(m, nn.Conv2d) else m.weight[:, 0].numel()
                 m.weight.copy_(torch.randn(m.weight.shape, generator=g) * (2.0 / fan_in) ** 0.5)
             elif isinstance(m, nn.BatchNorm2d):
-                for t, lo, hi in ((m.running_mean, -0.2, 0.2), (m.running_var, 0.5, 2.0), (m.weight, 0.5, 1.5),
-                                  (m.bias, -0.2, 0.2)):  # fmt: skip
+                for t, lo, hi in (
+                    (m.running_mean, -0.2, 0.2),
+                    (m.running_var, 0.5, 2.0),
+                    (m.weight, 0.5, 1.5),
+                    (m.bias, -0.2, 0.2),
+                ):
                     t.copy_(torch.rand(t.shape, generator=g) * (hi - lo) + lo)
     return model.eval()
 
@@ -63,8 +67,14 @@ def _live_convnet(model: nn.Module, seed: int = 0) -> nn.Module:
 # Hugging Face initialises with std 0.02, which leaves attention nearly uniform at width 32; 0.2 gives
 # peaked attention patterns, so a wrong mask or softmax shows up in the outputs.
 INIT = 0.2
-TRANSFORMER = dict(vocab_size=VOCAB, hidden_size=WIDTH, num_hidden_layers=LAYERS, num_attention_heads=HEADS,
-                   intermediate_size=FFN, initializer_range=INIT)  # fmt: skip
+TRANSFORMER = dict(
+    vocab_size=VOCAB,
+    hidden_size=WIDTH,
+    num_hidden_layers=LAYERS,
+    num_attention_heads=HEADS,
+    intermediate_size=FFN,
+    initializer_range=INIT,
+)
 
 
 # ── encoders ─────────────────────────────────────────────────────────────────
@@ -92,8 +102,18 @@ def gpt2(attn: str = "eager") -> Built:
     """GPT-2 with its own (eager) attention, the one implementation it exports at every level."""
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    config = GPT2Config(vocab_size=VOCAB, n_positions=32, n_embd=WIDTH, n_layer=LAYERS, n_head=HEADS, bos_token_id=0,
-                        eos_token_id=0, initializer_range=INIT, use_cache=False, attn_implementation=attn)  # fmt: skip
+    config = GPT2Config(
+        vocab_size=VOCAB,
+        n_positions=32,
+        n_embd=WIDTH,
+        n_layer=LAYERS,
+        n_head=HEADS,
+        bos_token_id=0,
+        eos_token_id=0,
+        initializer_range=INIT,
+        use_cache=False,
+        attn_implementation=attn,
+    )
     return _hf(GPT2LMHeadModel, config), (_ids(BATCH, SEQ),), {"attention_mask": _padding_mask()}
 
 
@@ -103,8 +123,14 @@ def gpt2_sdpa() -> Built:
 
 
 def _decoder_lm_config(config_cls: Any, **extra: Any) -> Any:
-    return config_cls(**TRANSFORMER, num_key_value_heads=2, max_position_embeddings=64, use_cache=False,
-                      attn_implementation="sdpa", **extra)  # fmt: skip
+    return config_cls(
+        **TRANSFORMER,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        use_cache=False,
+        attn_implementation="sdpa",
+        **extra,
+    )
 
 
 def llama() -> Built:
@@ -132,9 +158,18 @@ def qwen2() -> Built:
 def t5() -> Built:
     from transformers import T5Config, T5Model
 
-    config = T5Config(vocab_size=VOCAB, d_model=WIDTH, d_kv=8, d_ff=FFN, num_layers=1, num_decoder_layers=1,
-                      num_heads=HEADS, relative_attention_num_buckets=8, relative_attention_max_distance=16,
-                      use_cache=False)  # fmt: skip
+    config = T5Config(
+        vocab_size=VOCAB,
+        d_model=WIDTH,
+        d_kv=8,
+        d_ff=FFN,
+        num_layers=1,
+        num_decoder_layers=1,
+        num_heads=HEADS,
+        relative_attention_num_buckets=8,
+        relative_attention_max_distance=16,
+        use_cache=False,
+    )
     model = _hf(T5Model, config)
     return model, (_ids(BATCH, SEQ),), {"attention_mask": _padding_mask(), "decoder_input_ids": _ids(BATCH, 5, seed=3)}
 
@@ -142,9 +177,20 @@ def t5() -> Built:
 def bart() -> Built:
     from transformers import BartConfig, BartModel
 
-    config = BartConfig(vocab_size=VOCAB, d_model=WIDTH, encoder_layers=1, decoder_layers=1, encoder_attention_heads=HEADS,
-                        decoder_attention_heads=HEADS, encoder_ffn_dim=FFN, decoder_ffn_dim=FFN,
-                        max_position_embeddings=32, init_std=INIT, use_cache=False, attn_implementation="sdpa")  # fmt: skip
+    config = BartConfig(
+        vocab_size=VOCAB,
+        d_model=WIDTH,
+        encoder_layers=1,
+        decoder_layers=1,
+        encoder_attention_heads=HEADS,
+        decoder_attention_heads=HEADS,
+        encoder_ffn_dim=FFN,
+        decoder_ffn_dim=FFN,
+        max_position_embeddings=32,
+        init_std=INIT,
+        use_cache=False,
+        attn_implementation="sdpa",
+    )
     model = _hf(BartModel, config)
     return model, (_ids(BATCH, SEQ),), {"attention_mask": _padding_mask(), "decoder_input_ids": _ids(BATCH, 5, seed=3)}
 
@@ -153,16 +199,34 @@ def bart() -> Built:
 def vit() -> Built:
     from transformers import ViTConfig, ViTModel
 
-    config = ViTConfig(hidden_size=WIDTH, num_hidden_layers=LAYERS, num_attention_heads=HEADS, intermediate_size=FFN,
-                       image_size=32, patch_size=8, num_channels=3, initializer_range=INIT, attn_implementation="sdpa")  # fmt: skip
+    config = ViTConfig(
+        hidden_size=WIDTH,
+        num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS,
+        intermediate_size=FFN,
+        image_size=32,
+        patch_size=8,
+        num_channels=3,
+        initializer_range=INIT,
+        attn_implementation="sdpa",
+    )
     return _hf(ViTModel, config), (_randn(1, 3, 32, 32),), {}
 
 
 def swin() -> Built:
     from transformers import SwinConfig, SwinModel
 
-    config = SwinConfig(image_size=32, patch_size=2, num_channels=3, embed_dim=16, depths=[2, 1], num_heads=[2, 4],
-                        window_size=4, mlp_ratio=2.0, initializer_range=INIT)  # fmt: skip
+    config = SwinConfig(
+        image_size=32,
+        patch_size=2,
+        num_channels=3,
+        embed_dim=16,
+        depths=[2, 1],
+        num_heads=[2, 4],
+        window_size=4,
+        mlp_ratio=2.0,
+        initializer_range=INIT,
+    )
     return _hf(SwinModel, config), (_randn(1, 3, 32, 32),), {}
 
 
@@ -195,10 +259,27 @@ def mobilenet_v2() -> Built:
 def clip() -> Built:
     from transformers import CLIPConfig, CLIPModel
 
-    text = dict(vocab_size=VOCAB, hidden_size=WIDTH, intermediate_size=FFN, num_hidden_layers=1, num_attention_heads=HEADS,
-                max_position_embeddings=16, projection_dim=16, bos_token_id=0, eos_token_id=2, pad_token_id=1)  # fmt: skip
-    vision = dict(hidden_size=WIDTH, intermediate_size=FFN, num_hidden_layers=1, num_attention_heads=HEADS,
-                  image_size=32, patch_size=8, projection_dim=16)  # fmt: skip
+    text = dict(
+        vocab_size=VOCAB,
+        hidden_size=WIDTH,
+        intermediate_size=FFN,
+        num_hidden_layers=1,
+        num_attention_heads=HEADS,
+        max_position_embeddings=16,
+        projection_dim=16,
+        bos_token_id=0,
+        eos_token_id=2,
+        pad_token_id=1,
+    )
+    vision = dict(
+        hidden_size=WIDTH,
+        intermediate_size=FFN,
+        num_hidden_layers=1,
+        num_attention_heads=HEADS,
+        image_size=32,
+        patch_size=8,
+        projection_dim=16,
+    )
     config = CLIPConfig(text_config=text, vision_config=vision, projection_dim=16, attn_implementation="sdpa")
     model = _hf(CLIPModel, config)
     return model, (_ids(BATCH, SEQ),), {"pixel_values": _randn(BATCH, 3, 32, 32), "attention_mask": _padding_mask()}
@@ -207,11 +288,26 @@ def clip() -> Built:
 def whisper_encoder() -> Built:
     from transformers import WhisperConfig, WhisperModel
 
-    config = WhisperConfig(vocab_size=VOCAB, num_mel_bins=16, d_model=WIDTH, encoder_layers=LAYERS,
-                           encoder_attention_heads=HEADS, decoder_layers=1, decoder_attention_heads=HEADS,
-                           encoder_ffn_dim=FFN, decoder_ffn_dim=FFN, max_source_positions=16, max_target_positions=16,
-                           pad_token_id=0, bos_token_id=1, eos_token_id=2, decoder_start_token_id=1, init_std=INIT, use_cache=False,
-                           attn_implementation="sdpa")  # fmt: skip
+    config = WhisperConfig(
+        vocab_size=VOCAB,
+        num_mel_bins=16,
+        d_model=WIDTH,
+        encoder_layers=LAYERS,
+        encoder_attention_heads=HEADS,
+        decoder_layers=1,
+        decoder_attention_heads=HEADS,
+        encoder_ffn_dim=FFN,
+        decoder_ffn_dim=FFN,
+        max_source_positions=16,
+        max_target_positions=16,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+        decoder_start_token_id=1,
+        init_std=INIT,
+        use_cache=False,
+        attn_implementation="sdpa",
+    )
     encoder = _hf(WhisperModel, config).get_encoder()
     return encoder, (_randn(1, 16, 32),), {}  # [batch, mel bins, 2 * max_source_positions frames]
 
@@ -219,10 +315,21 @@ def whisper_encoder() -> Built:
 def wav2vec2() -> Built:
     from transformers import Wav2Vec2Config, Wav2Vec2Model
 
-    config = Wav2Vec2Config(hidden_size=WIDTH, num_hidden_layers=LAYERS, num_attention_heads=HEADS, intermediate_size=FFN,
-                            conv_dim=(16, 16), conv_stride=(5, 2), conv_kernel=(10, 3), num_conv_pos_embeddings=8,
-                            num_conv_pos_embedding_groups=4, feat_extract_norm="group", do_stable_layer_norm=False, initializer_range=INIT,
-                            attn_implementation="sdpa")  # fmt: skip
+    config = Wav2Vec2Config(
+        hidden_size=WIDTH,
+        num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS,
+        intermediate_size=FFN,
+        conv_dim=(16, 16),
+        conv_stride=(5, 2),
+        conv_kernel=(10, 3),
+        num_conv_pos_embeddings=8,
+        num_conv_pos_embedding_groups=4,
+        feat_extract_norm="group",
+        do_stable_layer_norm=False,
+        initializer_range=INIT,
+        attn_implementation="sdpa",
+    )
     return _hf(Wav2Vec2Model, config), (_randn(1, 400),), {}
 
 
@@ -233,8 +340,15 @@ class Seq2Seq(nn.Module):
     def __init__(self, vocab: int = VOCAB, dim: int = WIDTH) -> None:
         super().__init__()
         self.embed = nn.Embedding(vocab, dim)
-        self.transformer = nn.Transformer(dim, nhead=HEADS, num_encoder_layers=1, num_decoder_layers=1,
-                                          dim_feedforward=FFN, dropout=0.0, batch_first=True)  # fmt: skip
+        self.transformer = nn.Transformer(
+            dim,
+            nhead=HEADS,
+            num_encoder_layers=1,
+            num_decoder_layers=1,
+            dim_feedforward=FFN,
+            dropout=0.0,
+            batch_first=True,
+        )
         self.head = nn.Linear(dim, vocab)
 
     def forward(self, src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:

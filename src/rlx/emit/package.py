@@ -174,7 +174,9 @@ def write_package(
     (pkg / "_ops" / "__init__.py").write_text(ops_init(sorted(code.kernels), style, modules), encoding="utf-8")
     init = JAX_INIT if style == "jax" else INIT
     (pkg / "__init__.py").write_text(init.format(name=program.name, version=__version__), encoding="utf-8")
-    (pkg / "__main__.py").write_text(MAIN.format(package=name, inputs=[v.name for v in program.inputs]), encoding="utf-8")
+    (pkg / "__main__.py").write_text(
+        MAIN.format(package=name, inputs=[v.name for v in program.inputs]), encoding="utf-8"
+    )
     needed = {w.key: weights[w.key] for w in program.weights}
     safetensors_io.write(pkg / "weights.safetensors", needed)
     (root / "pyproject.toml").write_text(_pyproject(name, program.name, style), encoding="utf-8")

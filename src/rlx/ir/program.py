@@ -22,7 +22,6 @@ PROGRAM_FORMAT = "rlx-program"
 PROGRAM_VERSION = 1
 
 
-
 @dataclass(frozen=True)
 class Ref:
     """A reference to a named value (input, weight or instruction result)."""
@@ -162,7 +161,9 @@ class Program:
             "name": self.name,
             "source_format": self.source_format,
             "inputs": [_value_json(v) for v in self.inputs],
-            "weights": [{"name": w.name, "key": w.key, "shape": _shape_json(w.shape), "dtype": w.dtype} for w in self.weights],
+            "weights": [
+                {"name": w.name, "key": w.key, "shape": _shape_json(w.shape), "dtype": w.dtype} for w in self.weights
+            ],
             "instrs": [
                 {
                     "result": i.result,

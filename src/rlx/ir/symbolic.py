@@ -94,9 +94,28 @@ def parse(expr: str) -> ast.Expression:
     except SyntaxError:
         raise SchemaError(f"invalid symbolic expression {expr!r}") from None
     for node in ast.walk(tree):
-        ok = isinstance(node, (ast.Expression, ast.Name, ast.Load, ast.BinOp, ast.UnaryOp, ast.USub, ast.UAdd,
-                               ast.Not, ast.Compare, ast.BoolOp, ast.And, ast.Or, ast.Call)) or type(node) in _BINOPS or (
-            type(node) in _CMPOPS)  # fmt: skip
+        ok = (
+            isinstance(
+                node,
+                (
+                    ast.Expression,
+                    ast.Name,
+                    ast.Load,
+                    ast.BinOp,
+                    ast.UnaryOp,
+                    ast.USub,
+                    ast.UAdd,
+                    ast.Not,
+                    ast.Compare,
+                    ast.BoolOp,
+                    ast.And,
+                    ast.Or,
+                    ast.Call,
+                ),
+            )
+            or type(node) in _BINOPS
+            or (type(node) in _CMPOPS)
+        )
         if isinstance(node, ast.Constant):
             ok = isinstance(node.value, (int, float, bool))
         if isinstance(node, ast.Call):

@@ -391,8 +391,10 @@ def parse(doc: Any, source: str = "torch-ir.json") -> TorchIR:
         shape = r.sym_shape(d, at)
         dyn = d.get("dynamic")
         if dyn is not None:
-            if not isinstance(dyn, list) or len(dyn) != len(shape) or not all(
-                isinstance(s, int) and not isinstance(s, bool) and -1 <= s < MAX_SYMBOLS for s in dyn
+            if (
+                not isinstance(dyn, list)
+                or len(dyn) != len(shape)
+                or not all(isinstance(s, int) and not isinstance(s, bool) and -1 <= s < MAX_SYMBOLS for s in dyn)
             ):
                 raise r.fail(f"{at}.dynamic", "expected one int per axis: a symbol id or -1")
             for s, dim in zip(dyn, shape):

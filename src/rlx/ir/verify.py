@@ -30,7 +30,9 @@ def verify(program: Program, source: str = "program") -> None:
         if any(isinstance(d, int) and d < 0 for d in ins.shape):
             raise SchemaError(f"{where}: negative dimension in {list(ins.shape)}")
         if is_static(ins.shape) and math.prod(ins.shape) > MAX_ELEMENTS:
-            raise SchemaError(f"{where}: declares {math.prod(ins.shape):,} elements, more than rlx allows ({MAX_ELEMENTS:,})")
+            raise SchemaError(
+                f"{where}: declares {math.prod(ins.shape):,} elements, more than rlx allows ({MAX_ELEMENTS:,})"
+            )
         _check_call(ins.call, ins.shape, ins.dtype, known, where)
         defined.add(ins.result)
     for k, o in enumerate(program.outputs):

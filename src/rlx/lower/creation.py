@@ -19,9 +19,23 @@ def fill_value(value: bool | int | float, dtype: str) -> bool | int | float:
     return scalar_as(value, dtype)
 
 
-@lowers("aten.full", "aten.full_like", "aten.new_full", "aten.zeros", "aten.zeros_like", "aten.new_zeros",
-        "aten.ones", "aten.ones_like", "aten.new_ones", "aten.empty", "aten.empty_like", "aten.new_empty",
-        "aten.empty_strided", "aten.new_empty_strided", "aten.empty_permuted")  # fmt: skip
+@lowers(
+    "aten.full",
+    "aten.full_like",
+    "aten.new_full",
+    "aten.zeros",
+    "aten.zeros_like",
+    "aten.new_zeros",
+    "aten.ones",
+    "aten.ones_like",
+    "aten.new_ones",
+    "aten.empty",
+    "aten.empty_like",
+    "aten.new_empty",
+    "aten.empty_strided",
+    "aten.new_empty_strided",
+    "aten.empty_permuted",
+)
 def full(node: Node, b: Builder) -> Operand:
     out = node.meta
     if node.base in _FILL_ARG:

@@ -348,8 +348,15 @@ def to_dtype(node: Node, b: Builder) -> Operand:
     return b.cast(b.input(node, 0), node.meta.dtype)
 
 
-@lowers("aten.clone", "aten.contiguous", "aten.detach", "aten.detach_", "aten.alias", "aten.lift_fresh_copy",
-        "aten.lift_fresh")  # fmt: skip
+@lowers(
+    "aten.clone",
+    "aten.contiguous",
+    "aten.detach",
+    "aten.detach_",
+    "aten.alias",
+    "aten.lift_fresh_copy",
+    "aten.lift_fresh",
+)
 def identity(node: Node, b: Builder) -> Operand:
     # detach_ shows up at the aten level after lift_fresh_copy, for tensors built in forward().
     return b.input(node, 0)

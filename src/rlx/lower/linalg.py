@@ -198,8 +198,13 @@ def _pair_rows(b: Builder, n: int, pairs: int) -> tuple[Ref, Ref]:
     i = b.emit(Cast(b.emit(Clamp(guess, Lit(0.0, "f64"), Lit(float(n - 2), "f64")), v, "f64"), "i64"), v, "i64")
     # One step either way repairs a guess that float rounding put on a neighbouring row.
     up = op("le", start(op("add", i, Lit(1, "i64"))), k, "bool")
-    i = op("add", i, b.emit(Cast(b.emit(Binary("logical_and", up, op("lt", i, Lit(n - 2, "i64"), "bool")), v, "bool"),
-                                 "i64"), v, "i64"))  # fmt: skip
+    i = op(
+        "add",
+        i,
+        b.emit(
+            Cast(b.emit(Binary("logical_and", up, op("lt", i, Lit(n - 2, "i64"), "bool")), v, "bool"), "i64"), v, "i64"
+        ),
+    )
     down = op("gt", start(i), k, "bool")
     i = op("sub", i, b.emit(Cast(down, "i64"), v, "i64"))
     j = op("add", op("sub", k, start(i)), op("add", i, Lit(1, "i64")))

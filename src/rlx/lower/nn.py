@@ -28,7 +28,7 @@ from rlx.ir.calls import (
     Scatter,
     Softmax,
     Unary,
-)  # fmt: skip
+)
 from rlx.ir.program import Operand, Ref
 from rlx.ir.torch_ir import Node, TensorMeta
 from rlx.lower.registry import Builder, lowers
@@ -91,8 +91,13 @@ def rms_norm(node: Node, b: Builder) -> Operand | tuple[Operand, None]:
     return (y, None) if node.multi else y
 
 
-@lowers("aten.batch_norm", "aten.native_batch_norm", "aten._native_batch_norm_legit",
-        "aten._native_batch_norm_legit_no_training", "aten._native_batch_norm_legit_functional")  # fmt: skip
+@lowers(
+    "aten.batch_norm",
+    "aten.native_batch_norm",
+    "aten._native_batch_norm_legit",
+    "aten._native_batch_norm_legit_no_training",
+    "aten._native_batch_norm_legit_functional",
+)
 def batch_norm(node: Node, b: Builder) -> Operand | tuple[Operand | None, ...]:
     x = b.input(node, 0)
     w, bias = b.optional_input(node, 1, "weight"), b.optional_input(node, 2, "bias")
@@ -132,9 +137,15 @@ def _saved_stats(node: Node, b: Builder, mean: Ref, var: Ref, eps: float, batch_
         elif tuple(meta.shape) == (0,):
             saved.append(b.emit(Full(0, (0,), meta.dtype), (0,), meta.dtype))
         elif batch_stats:
-            stat = mean if k == 1 else b.emit(
-                Unary("rsqrt", b.emit(Binary("add", var, b.lit(eps, b.dtype(var))), b.shape(var), b.dtype(var))),
-                b.shape(var), b.dtype(var))  # fmt: skip
+            stat = (
+                mean
+                if k == 1
+                else b.emit(
+                    Unary("rsqrt", b.emit(Binary("add", var, b.lit(eps, b.dtype(var))), b.shape(var), b.dtype(var))),
+                    b.shape(var),
+                    b.dtype(var),
+                )
+            )
             saved.append(b.cast(stat, meta.dtype))
         else:
             saved.append(None)
@@ -182,9 +193,13 @@ def embedding(node: Node, b: Builder) -> Operand:
     return b.emit_like(IndexSelect(b.input(node, 0), 0, b.input(node, 1)), node.meta)
 
 
-@lowers("aten.scaled_dot_product_attention", "aten._scaled_dot_product_attention_math",
-        "aten._scaled_dot_product_flash_attention", "aten._scaled_dot_product_flash_attention_for_cpu",
-        "aten._scaled_dot_product_efficient_attention")  # fmt: skip
+@lowers(
+    "aten.scaled_dot_product_attention",
+    "aten._scaled_dot_product_attention_math",
+    "aten._scaled_dot_product_flash_attention",
+    "aten._scaled_dot_product_flash_attention_for_cpu",
+    "aten._scaled_dot_product_efficient_attention",
+)
 def attention(node: Node, b: Builder) -> Operand | tuple[Operand | None, ...]:
     q, k, v = b.input(node, 0), b.input(node, 1), b.input(node, 2)
     if node.base in ("scaled_dot_product_attention", "_scaled_dot_product_attention_math"):
@@ -253,8 +268,9 @@ def conv_nd(node: Node, b: Builder) -> Operand:
                 padding = (0,) * nd
             else:
                 padding = tuple(t // 2 for t in total)
-    return _conv(node, b, x, w, b.optional_input(node, 2, "bias"), stride, ints(padding, nd), dilation, groups,
-                 False, (0,) * nd)  # fmt: skip
+    return _conv(
+        node, b, x, w, b.optional_input(node, 2, "bias"), stride, ints(padding, nd), dilation, groups, False, (0,) * nd
+    )
 
 
 @lowers("aten.conv_transpose1d", "aten.conv_transpose2d", "aten.conv_transpose3d")
@@ -271,8 +287,19 @@ def conv_transpose(node: Node, b: Builder) -> Operand:
     )
 
 
-def _conv(node: Node, b: Builder, x: Ref, w: Ref, bias: Ref | None, stride: tuple[int, ...], padding: tuple[int, ...],
-          dilation: tuple[int, ...], groups: int, transposed: bool, output_padding: tuple[int, ...]) -> Operand:  # fmt: skip
+def _conv(
+    node: Node,
+    b: Builder,
+    x: Ref,
+    w: Ref,
+    bias: Ref | None,
+    stride: tuple[int, ...],
+    padding: tuple[int, ...],
+    dilation: tuple[int, ...],
+    groups: int,
+    transposed: bool,
+    output_padding: tuple[int, ...],
+) -> Operand:
     conv = Conv(x, w, bias, stride, padding, dilation, groups, transposed, output_padding)
     out = node.meta
     if len(out.shape) == b.rank(x):
@@ -304,8 +331,14 @@ def _pool_args(node: Node, nd: int) -> tuple[tuple[int, ...], tuple[int, ...], t
     return kernel, stride, ints(node.arg(3, "padding", 0), nd)
 
 
-@lowers("aten.max_pool1d", "aten.max_pool2d", "aten.max_pool3d", "aten.max_pool2d_with_indices",
-        "aten.max_pool3d_with_indices", "aten.max_pool1d_with_indices")  # fmt: skip
+@lowers(
+    "aten.max_pool1d",
+    "aten.max_pool2d",
+    "aten.max_pool3d",
+    "aten.max_pool2d_with_indices",
+    "aten.max_pool3d_with_indices",
+    "aten.max_pool1d_with_indices",
+)
 def max_pool(node: Node, b: Builder) -> Operand | tuple[Operand, Operand]:
     x = b.input(node, 0)
     nd = _spatial_rank(node)
@@ -328,8 +361,13 @@ def avg_pool(node: Node, b: Builder) -> Operand:
     return b.emit_like(AvgPool(x, kernel, stride, padding, ceil_mode, count_include_pad, divisor), node.meta)
 
 
-@lowers("aten.adaptive_avg_pool1d", "aten.adaptive_avg_pool2d", "aten._adaptive_avg_pool2d",
-        "aten.adaptive_avg_pool3d", "aten._adaptive_avg_pool3d")  # fmt: skip
+@lowers(
+    "aten.adaptive_avg_pool1d",
+    "aten.adaptive_avg_pool2d",
+    "aten._adaptive_avg_pool2d",
+    "aten.adaptive_avg_pool3d",
+    "aten._adaptive_avg_pool3d",
+)
 def adaptive_avg_pool(node: Node, b: Builder) -> Operand:
     x = b.input(node, 0)
     nd = _spatial_rank(node)

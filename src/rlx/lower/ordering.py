@@ -172,8 +172,9 @@ def _nanmedian_index(b: Builder, x: Ref, axis: int) -> Ref:
     finite = b.emit(Unary("logical_not", nan), b.shape(x), "bool")
     count = reduce_value(b, "sum", finite, (axis,), True, "i64")
     below = b.emit(Binary("sub", count, Lit(1, "i64")), keep, "i64")
-    pos = b.emit(Binary("floor_divide", b.emit(Binary("maximum", below, Lit(0, "i64")), keep, "i64"), Lit(2, "i64")),
-                 keep, "i64")  # fmt: skip
+    pos = b.emit(
+        Binary("floor_divide", b.emit(Binary("maximum", below, Lit(0, "i64")), keep, "i64"), Lit(2, "i64")), keep, "i64"
+    )
     return b.emit(Gather(order, axis, pos), keep, "i64")
 
 
@@ -290,8 +291,11 @@ def roll(node: Node, b: Builder) -> Operand:
     else:
         dims = tuple(norm_axis(d, len(shape)) for d in dims)
         sizes = tuple(shape[d] for d in dims)
-    keep = [(s % n if isinstance(n, int) else s, d) for s, n, d in zip(shifts, sizes, dims or (None,))
-            if not (isinstance(n, int) and (n == 0 or s % n == 0))]  # fmt: skip
+    keep = [
+        (s % n if isinstance(n, int) else s, d)
+        for s, n, d in zip(shifts, sizes, dims or (None,))
+        if not (isinstance(n, int) and (n == 0 or s % n == 0))
+    ]
     if not keep or not shape:
         return x
     return b.emit_like(Roll(x, tuple(s for s, _ in keep), tuple(d for _, d in keep if d is not None)), node.meta)
@@ -332,8 +336,10 @@ def repeat_value(b: Builder, x: Ref, repeats: tuple[int, ...], out_shape: tuple[
 @lowers("aten.repeat", "aten.tile")
 def repeat(node: Node, b: Builder) -> Operand:
     x = b.input(node, 0)
-    reps = tuple(_static_int(node, r, "a repeat count") for r in b.scalar(node, 1, "repeats" if node.base == "repeat"
-                                                                         else "dims"))  # fmt: skip
+    reps = tuple(
+        _static_int(node, r, "a repeat count")
+        for r in b.scalar(node, 1, "repeats" if node.base == "repeat" else "dims")
+    )
     if node.base == "tile":  # tile pads the repeats with leading 1s; repeat requires them all
         reps = (1,) * (b.rank(x) - len(reps)) + reps
     return repeat_value(b, x, reps, node.meta.shape)
@@ -360,8 +366,11 @@ def repeat_interleave(node: Node, b: Builder) -> Operand:
     shape = b.shape(x)
     y = reshape_to(b, x, shape[: axis + 1] + (1,) + shape[axis + 1 :])
     if r != 1:
-        y = b.emit(Expand(y, shape[: axis + 1] + (r,) + shape[axis + 1 :]), shape[: axis + 1] + (r,) + shape[axis + 1 :],
-                   b.dtype(x))  # fmt: skip
+        y = b.emit(
+            Expand(y, shape[: axis + 1] + (r,) + shape[axis + 1 :]),
+            shape[: axis + 1] + (r,) + shape[axis + 1 :],
+            b.dtype(x),
+        )
     return reshape_to(b, y, node.meta.shape)
 
 

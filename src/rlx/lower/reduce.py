@@ -17,8 +17,9 @@ from rlx.lower.shape import reshape_to
 from rlx.lower.shapes import norm_axes, norm_axis
 
 
-def reduce_value(b: Builder, fn: str, x: Ref, axes: tuple[int, ...], keepdim: bool, dtype: str,
-                 correction: float = 0.0) -> Ref:  # fmt: skip
+def reduce_value(
+    b: Builder, fn: str, x: Ref, axes: tuple[int, ...], keepdim: bool, dtype: str, correction: float = 0.0
+) -> Ref:
     """Reduce ``x`` (cast to ``dtype`` first) over ``axes`` — all axes when empty."""
     x = b.cast(x, dtype)
     shape = b.shape(x)
@@ -128,8 +129,10 @@ def logsumexp(node: Node, b: Builder) -> Operand:
     axes, keepdim = _axes_and_keepdim(node, b, x)
     shape = b.shape(x)
     if 0 in shape:  # PyTorch: sum(exp(x)).log(), which is -inf over an empty axis
-        return b.emit_like(Unary("log", reduce_value(b, "sum", b.emit(Unary("exp", x), shape, out.dtype), axes,
-                                                     keepdim, out.dtype)), out)  # fmt: skip
+        return b.emit_like(
+            Unary("log", reduce_value(b, "sum", b.emit(Unary("exp", x), shape, out.dtype), axes, keepdim, out.dtype)),
+            out,
+        )
     maxes = reduce_value(b, "amax", x, axes, True, out.dtype)
     kept = b.shape(maxes)
     infinite = b.emit(Unary("isinf", maxes), kept, "bool")
@@ -195,8 +198,11 @@ def p_norm(b: Builder, x: Ref, p: float, axes: tuple[int, ...], keepdim: bool, d
         return reshape_to(b, absolute, kept)
     even = p % 2 == 0
     base = x if even else b.emit(Unary("abs", x), shape, compute)
-    powered = b.emit(Unary("square", base), shape, compute) if p == 2 else (
-        base if p == 1 else b.emit(Binary("pow", base, b.lit(p, compute)), shape, compute))  # fmt: skip
+    powered = (
+        b.emit(Unary("square", base), shape, compute)
+        if p == 2
+        else (base if p == 1 else b.emit(Binary("pow", base, b.lit(p, compute)), shape, compute))
+    )
     total = reduce_value(b, "sum", powered, axes, keepdim, compute)
     if p == 1:
         return total

@@ -175,8 +175,9 @@ class Builder:
         while name in self._names:
             name += "_"
         self._names.add(name)
-        ins = Instr(name, call, tuple(d if isinstance(d, Sym) else int(d) for d in shape), dtype,
-                    node.id if node else "", "")  # fmt: skip
+        ins = Instr(
+            name, call, tuple(d if isinstance(d, Sym) else int(d) for d in shape), dtype, node.id if node else "", ""
+        )
         self._emitted.append(ins)
         self.info[name] = Value(name, ins.shape, dtype)
         return Ref(name)

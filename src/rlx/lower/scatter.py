@@ -135,8 +135,14 @@ _REDUCE = {None: "none", "add": "sum", "multiply": "prod", "sum": "sum", "prod":
            "amax": "amax", "amin": "amin"}  # fmt: skip
 
 
-@lowers("aten.scatter", "aten.scatter_", "aten.scatter_add", "aten.scatter_add_", "aten.scatter_reduce",
-        "aten.scatter_reduce_")  # fmt: skip
+@lowers(
+    "aten.scatter",
+    "aten.scatter_",
+    "aten.scatter_add",
+    "aten.scatter_add_",
+    "aten.scatter_reduce",
+    "aten.scatter_reduce_",
+)
 def scatter(node: Node, b: Builder) -> Operand:
     x = b.input(node, 0)
     dt = b.dtype(x)
@@ -175,8 +181,9 @@ def masked_scatter(node: Node, b: Builder) -> Operand:
     if tuple(b.shape(mask)) != shape:
         mask = b.emit(Expand(mask, shape), shape, "bool")
     counts = b.emit(CumReduce("sum", b.emit(Cast(reshape_to(b, mask, (n,)), "i64"), (n,), "i64"), 0), (n,), "i64")
-    pos = b.emit(Binary("maximum", b.emit(Binary("sub", counts, b.lit(1, "i64")), (n,), "i64"), b.lit(0, "i64")),
-                 (n,), "i64")  # fmt: skip
+    pos = b.emit(
+        Binary("maximum", b.emit(Binary("sub", counts, b.lit(1, "i64")), (n,), "i64"), b.lit(0, "i64")), (n,), "i64"
+    )
     flat = reshape_to(b, source, (symbolic.numel(b.shape(source)),))
     taken = reshape_to(b, b.emit(IndexSelect(flat, 0, pos), (n,), b.dtype(source)), shape)
     return b.emit_like(Where(mask, b.cast(taken, out.dtype), x), out)

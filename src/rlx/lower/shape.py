@@ -16,9 +16,21 @@ def reshape_to(b: Builder, x: Ref, shape: tuple[int, ...]) -> Ref:
     return x if b.shape(x) == tuple(shape) else b.emit(Reshape(x, tuple(shape)), shape, b.dtype(x))
 
 
-@lowers("aten.view", "aten._unsafe_view", "aten.reshape", "aten.flatten", "aten.unflatten", "aten.unsqueeze",
-        "aten.squeeze", "aten.view_as", "aten.reshape_as", "aten.squeeze_copy", "aten.unsqueeze_copy",
-        "aten.view_copy", "aten._reshape_alias")  # fmt: skip
+@lowers(
+    "aten.view",
+    "aten._unsafe_view",
+    "aten.reshape",
+    "aten.flatten",
+    "aten.unflatten",
+    "aten.unsqueeze",
+    "aten.squeeze",
+    "aten.view_as",
+    "aten.reshape_as",
+    "aten.squeeze_copy",
+    "aten.unsqueeze_copy",
+    "aten.view_copy",
+    "aten._reshape_alias",
+)
 def view(node: Node, b: Builder) -> Operand:
     # Every view-like op is a reshape to the shape torch recorded for the result.
     return reshape_to(b, b.input(node, 0), node.meta.shape)
@@ -38,8 +50,17 @@ def permute(node: Node, b: Builder) -> Operand:
     return permute_value(b, x, tuple(norm_axis(d, rank) for d in node.arg(1, "dims")))
 
 
-@lowers("aten.transpose", "aten.swapaxes", "aten.swapdims", "aten.t", "aten.numpy_T", "aten.transpose_copy",
-        "aten.mT", "aten.mH", "aten.adjoint")  # fmt: skip
+@lowers(
+    "aten.transpose",
+    "aten.swapaxes",
+    "aten.swapdims",
+    "aten.t",
+    "aten.numpy_T",
+    "aten.transpose_copy",
+    "aten.mT",
+    "aten.mH",
+    "aten.adjoint",
+)
 def transpose(node: Node, b: Builder) -> Operand:
     x = b.input(node, 0)
     rank = b.rank(x)
@@ -122,8 +143,15 @@ def _split(b: Builder, x: Ref, axis: int, sizes: list[Dim]) -> tuple[Ref, ...]:
     return tuple(parts)
 
 
-@lowers("aten.split", "aten.split_with_sizes", "aten.chunk", "aten.unsafe_split", "aten.split_copy",
-        "aten.split_with_sizes_copy", "aten.unsafe_split_with_sizes")  # fmt: skip
+@lowers(
+    "aten.split",
+    "aten.split_with_sizes",
+    "aten.chunk",
+    "aten.unsafe_split",
+    "aten.split_copy",
+    "aten.split_with_sizes_copy",
+    "aten.unsafe_split_with_sizes",
+)
 def split(node: Node, b: Builder) -> tuple[Ref, ...]:
     x = b.input(node, 0)
     axis = norm_axis(node.arg(2, "dim", 0), b.rank(x))

@@ -32,8 +32,17 @@ def _axes(node: Node, b: Builder, x: Ref, dims: object) -> tuple[int, ...]:
     return axes
 
 
-def _fft(b: Builder, node: Node, x: Ref, kind: str, axes: tuple[int, ...], norm: str, forward: bool,
-         onesided: bool = True, last_size: int | None = None) -> Ref:  # fmt: skip
+def _fft(
+    b: Builder,
+    node: Node,
+    x: Ref,
+    kind: str,
+    axes: tuple[int, ...],
+    norm: str,
+    forward: bool,
+    onesided: bool = True,
+    last_size: int | None = None,
+) -> Ref:
     if kind == "r2c" and not dtypes.is_float(b.dtype(x)):
         raise LoweringError(f"node {node.id}: a real-to-complex FFT needs a floating-point input, found {b.dtype(x)}")
     if kind != "r2c" and not dtypes.is_complex(b.dtype(x)):
@@ -114,8 +123,9 @@ def _resize(b: Builder, x: Ref, axes: tuple[int, ...], sizes: tuple[int, ...]) -
     return x
 
 
-def _shape_and_axes(node: Node, b: Builder, x: Ref, default_dims: tuple[int, ...] | None
-                    ) -> tuple[tuple[int, ...], tuple[int, ...] | None]:  # fmt: skip
+def _shape_and_axes(
+    node: Node, b: Builder, x: Ref, default_dims: tuple[int, ...] | None
+) -> tuple[tuple[int, ...], tuple[int, ...] | None]:
     """``canonicalize_fft_shape_and_dim_args`` for the 1-d, 2-d and n-d forms: the axes and the
     signal sizes requested along them (``None`` where ``n``/``s`` was not given)."""
     if node.base in _ONE_D:  # (self, n=None, dim=-1, norm=None)
@@ -139,10 +149,26 @@ _ONE_D = {"fft_fft", "fft_ifft", "fft_rfft", "fft_irfft", "fft_hfft", "fft_ihfft
 _TWO_D = {"fft_fft2", "fft_ifft2", "fft_rfft2", "fft_irfft2", "fft_hfft2", "fft_ihfft2"}
 
 
-@lowers("aten.fft_fft", "aten.fft_ifft", "aten.fft_fft2", "aten.fft_ifft2", "aten.fft_fftn", "aten.fft_ifftn",
-        "aten.fft_rfft", "aten.fft_ihfft", "aten.fft_rfft2", "aten.fft_ihfft2", "aten.fft_rfftn", "aten.fft_ihfftn",
-        "aten.fft_irfft", "aten.fft_hfft", "aten.fft_irfft2", "aten.fft_hfft2", "aten.fft_irfftn",
-        "aten.fft_hfftn")  # fmt: skip
+@lowers(
+    "aten.fft_fft",
+    "aten.fft_ifft",
+    "aten.fft_fft2",
+    "aten.fft_ifft2",
+    "aten.fft_fftn",
+    "aten.fft_ifftn",
+    "aten.fft_rfft",
+    "aten.fft_ihfft",
+    "aten.fft_rfft2",
+    "aten.fft_ihfft2",
+    "aten.fft_rfftn",
+    "aten.fft_ihfftn",
+    "aten.fft_irfft",
+    "aten.fft_hfft",
+    "aten.fft_irfft2",
+    "aten.fft_hfft2",
+    "aten.fft_irfftn",
+    "aten.fft_hfftn",
+)
 def fft_function(node: Node, b: Builder) -> Operand:
     kind_name = node.base.removeprefix("fft_").rstrip("n2")  # fft, ifft, rfft, irfft, hfft, ihfft
     forward = kind_name in ("fft", "rfft", "hfft")
@@ -187,8 +213,7 @@ def fftshift(node: Node, b: Builder) -> Operand:
     return b.emit_like(Roll(x, tuple(s for s, _ in keep), tuple(a for _, a in keep)), node.meta)
 
 
-@lowers("aten._conj", "aten.conj", "aten.conj_physical", "aten._conj_physical", "aten.resolve_conj",
-        "aten._conj_copy")  # fmt: skip
+@lowers("aten._conj", "aten.conj", "aten.conj_physical", "aten._conj_physical", "aten.resolve_conj", "aten._conj_copy")
 def conj(node: Node, b: Builder) -> Operand:
     """Complex conjugate. PyTorch's ``_conj``/``conj`` are lazy views (a conjugate bit) that
     ``resolve_conj`` materialises; values carry no such bit here, so the view is the conjugate

@@ -36,6 +36,8 @@ def _fresh(call: Call) -> bool:
     if isinstance(call, C.Clamp):
         return call.lo is not None or call.hi is not None
     return isinstance(call, FRESH)
+
+
 _FLOATS = ("f32", "f64")
 _ITEMSIZE = {"f32": 4, "f64": 8}
 MIN_BYTES = 64 * 1024
@@ -115,7 +117,9 @@ def _reusable_form(ins: Instr, values: dict[str, Value]) -> C.Gemm | C.Fused | N
         return None
     if isinstance(c, (C.Gemm, C.Fused)):
         return c if c.reuse is None else None
-    if isinstance(c, C.MatMul) and all(len(values[r.name].shape) >= 2 and values[r.name].dtype == ins.dtype for r in (c.x, c.y)):
+    if isinstance(c, C.MatMul) and all(
+        len(values[r.name].shape) >= 2 and values[r.name].dtype == ins.dtype for r in (c.x, c.y)
+    ):
         return C.Gemm(c.x, c.y, None, "")
     if isinstance(c, C.Unary) and c.fn in _UNARY_OK and _dtype(c.x, values) == ins.dtype:
         return C.Fused((c.x,), (f"{c.fn} 0",), (ins.dtype,))

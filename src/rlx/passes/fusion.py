@@ -35,15 +35,36 @@ from rlx.passes.rewrite import Names, rename_all, use_counts
 
 # Unary functions a Gemm may apply to its product (float in, same float out).
 ACTIVATIONS = frozenset(
-    {"relu", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh", "relu6", "hardswish", "hardsigmoid", "mish",
-     "softplus", "elu", "selu"}
-)  # fmt: skip
+    {
+        "relu",
+        "gelu",
+        "gelu_tanh",
+        "silu",
+        "sigmoid",
+        "tanh",
+        "relu6",
+        "hardswish",
+        "hardsigmoid",
+        "mish",
+        "softplus",
+        "elu",
+        "selu",
+    }
+)
 _FLOATS = ("f32", "f64")
 
 
 def fuse(program: Program) -> Program:
-    for rewrite in (_batchnorm_into_conv, _gemm_bias, _gemm_hoist_reshape, _gemm_bias, _gemm_activation, _gemm_siblings,
-                    _attention_gqa, _elementwise_chains):  # fmt: skip
+    for rewrite in (
+        _batchnorm_into_conv,
+        _gemm_bias,
+        _gemm_hoist_reshape,
+        _gemm_bias,
+        _gemm_activation,
+        _gemm_siblings,
+        _attention_gqa,
+        _elementwise_chains,
+    ):
         program = rewrite(program)
     return program
 
@@ -114,9 +135,9 @@ def _emitter(out: list[Instr], names: Names, like: Instr, note: str) -> Callable
 # ── 2. Gemm ──────────────────────────────────────────────────────────────────
 def _is_float_product(ins: Instr, values: dict[str, Value]) -> bool:
     c = ins.call
-    return (
-        ins.dtype in _FLOATS
-        and all(values[r.name].dtype == ins.dtype and len(values[r.name].shape) >= 2 for r in (c.x, getattr(c, "w", None) or c.y))
+    return ins.dtype in _FLOATS and all(
+        values[r.name].dtype == ins.dtype and len(values[r.name].shape) >= 2
+        for r in (c.x, getattr(c, "w", None) or c.y)
     )
 
 
@@ -179,7 +200,9 @@ def _gemm_hoist_reshape(program: Program) -> Program:
             if len(x0.shape) > 2 and is_static(x0.shape) and x0.shape[-1] == values[c.x.name].shape[-1]:
                 shape = tuple(x0.shape[:-1]) + (ins.shape[-1],)
                 product = names(ins.result)
-                instrs.append(Instr(product, dataclasses.replace(c, x=src.call.x), shape, ins.dtype, ins.node, ins.note))
+                instrs.append(
+                    Instr(product, dataclasses.replace(c, x=src.call.x), shape, ins.dtype, ins.node, ins.note)
+                )
                 instrs.append(dataclasses.replace(ins, call=C.Reshape(Ref(product), tuple(ins.shape))))
                 hoisted[ins.result] = (product, shape)
                 continue
@@ -206,7 +229,9 @@ def _gemm_siblings(program: Program) -> Program:
             ins = dataclasses.replace(ins, call=c)
         if not isinstance(c, C.Gemm) or c.w.name not in const or ins.dtype not in _FLOATS or not is_static(ins.shape):
             continue
-        if len(values[c.w.name].shape) != 2 or (c.bias is not None and (not isinstance(c.bias, Ref) or c.bias.name not in const)):
+        if len(values[c.w.name].shape) != 2 or (
+            c.bias is not None and (not isinstance(c.bias, Ref) or c.bias.name not in const)
+        ):
             continue
         if c.bias is not None and tuple(values[c.bias.name].shape) != (values[c.w.name].shape[1],):
             continue
@@ -276,7 +301,9 @@ def _gemm_activation(program: Program) -> Program:
     return rename_all(dataclasses.replace(program, instrs=instrs), alias)
 
 
-def _activation(ins: Instr, producer: dict[str, Instr], uses: dict[str, int]) -> tuple[str, Ref, int, tuple[str, ...]] | None:
+def _activation(
+    ins: Instr, producer: dict[str, Instr], uses: dict[str, int]
+) -> tuple[str, Ref, int, tuple[str, ...]] | None:
     """(function, the value it applies to, that value's expected readers, instructions it absorbs)."""
     c = ins.call
     if isinstance(c, C.Unary) and c.fn in ACTIVATIONS and isinstance(c.x, Ref):

@@ -32,7 +32,11 @@ def pack_weights(program: Program) -> Program:
             if w.name not in packed:
                 packed[w.name] = names(f"{w.name}_packed")
                 note = f"{w.name} packed as [in, out] for the GEMM"
-                instrs.append(Instr(packed[w.name], C.Permute(c.weight, (1, 0)), (w.shape[1], w.shape[0]), w.dtype, ins.node, note))
+                instrs.append(
+                    Instr(
+                        packed[w.name], C.Permute(c.weight, (1, 0)), (w.shape[1], w.shape[0]), w.dtype, ins.node, note
+                    )
+                )
             ins = dataclasses.replace(ins, call=C.Gemm(c.x, Ref(packed[w.name]), c.bias, ""))
             changed = True
         instrs.append(ins)

@@ -80,5 +80,7 @@ def optimize(program: Program, weights: Weights, disabled: Iterable[str] = ()) -
         except RlxError:
             raise
         except Exception as e:  # a pass only trips on a program whose declared shapes/dtypes disagree
-            raise BundleError(f"program.json: the {name} pass cannot rewrite {program.name}: {type(e).__name__}: {e}") from e
+            raise BundleError(
+                f"program.json: the {name} pass cannot rewrite {program.name}: {type(e).__name__}: {e}"
+            ) from e
     return program, weights

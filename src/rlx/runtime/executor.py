@@ -77,7 +77,9 @@ class Executor:
                 items = v if isinstance(v, tuple) else (v,)
                 for item in items:
                     if isinstance(item, Ref) and item.name not in slots:
-                        raise BundleError(f"program.json: instruction {ins.result!r} reads undefined value {item.name!r}")
+                        raise BundleError(
+                            f"program.json: instruction {ins.result!r} reads undefined value {item.name!r}"
+                        )
                     slot, arg = operand(item)
                     flat.append(slot)
                     args.append(arg)
@@ -114,10 +116,14 @@ class Executor:
         for s, k in last.items():
             if s not in pinned:
                 frees.setdefault(k, []).append(s)
-        self._steps = [(fn, get, out, tuple(frees.get(k, ())), single) for k, (fn, get, out, _, single) in enumerate(self._steps)]
+        self._steps = [
+            (fn, get, out, tuple(frees.get(k, ())), single) for k, (fn, get, out, _, single) in enumerate(self._steps)
+        ]
 
     @staticmethod
-    def _bind(ins: Instr, kern: Callable[..., Any], args: tuple[Arg | None, ...], layout: list[int], label: str) -> Callable[..., Any]:
+    def _bind(
+        ins: Instr, kern: Callable[..., Any], args: tuple[Arg | None, ...], layout: list[int], label: str
+    ) -> Callable[..., Any]:
         binder = BINDERS.get(type(ins.call))
         if binder is not None and is_static(ins.shape) and all(a is None or a.shape is not None for a in args):
             fast = binder(Site(ins.call, tuple(ins.shape), dtypes.to_numpy(ins.dtype), args))
@@ -176,8 +182,9 @@ def _no_args(env: list[Any]) -> tuple[()]:
     return ()
 
 
-def _generic(kern: Callable[..., Any], call: Any, layout: list[int], dtype: np.dtype, shape: tuple[Any, ...],
-             label: str) -> Callable[..., Any]:  # fmt: skip
+def _generic(
+    kern: Callable[..., Any], call: Any, layout: list[int], dtype: np.dtype, shape: tuple[Any, ...], label: str
+) -> Callable[..., Any]:
     """The generic kernel with its Call applied, the operands regrouped into the Call's fields, and
     the result checked against the declared dtype and shape."""
     grouped = any(n >= 0 for n in layout)
@@ -198,7 +205,9 @@ def _generic(kern: Callable[..., Any], call: Any, layout: list[int], dtype: np.d
         if out.dtype != dtype:
             out = out.astype(dtype)
         if out.shape != shape:
-            raise RlxError(f"runtime error in {label}: produced shape {list(out.shape)}, program declares {list(shape)}")
+            raise RlxError(
+                f"runtime error in {label}: produced shape {list(out.shape)}, program declares {list(shape)}"
+            )
         return out
 
     return run
@@ -239,7 +248,9 @@ def run_instructions(instrs: Iterable[Instr], env: dict[str, np.ndarray]) -> dic
             except RlxError:
                 raise
             except Exception as e:
-                raise RlxError(f"runtime error in {ins.result} = {ins.call.op} [{ins.note}]: {type(e).__name__}: {e}") from e
+                raise RlxError(
+                    f"runtime error in {ins.result} = {ins.call.op} [{ins.note}]: {type(e).__name__}: {e}"
+                ) from e
     return env
 
 

@@ -213,7 +213,9 @@ def _reuse(buf: np.ndarray | None, shape: tuple[int, ...], dtype: np.dtype) -> n
 @fused_kernel(C.Gemm)
 def gemm(c: C.Gemm, x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, reuse: np.ndarray | None) -> np.ndarray:
     """The generic kernel: exactly the unfused MatMul → add → Unary sequence."""
-    fast = _bind_gemm(c, Arg(x.shape, x.dtype), Arg(w.shape, w.dtype), None if bias is None else Arg(bias.shape, bias.dtype))
+    fast = _bind_gemm(
+        c, Arg(x.shape, x.dtype), Arg(w.shape, w.dtype), None if bias is None else Arg(bias.shape, bias.dtype)
+    )
     if fast is not None:
         return fast(x, w, bias, reuse)
     out = nb.matmul(C.MatMul(c.x, c.w), x, w)
@@ -224,7 +226,9 @@ def gemm(c: C.Gemm, x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, reuse
     return out
 
 
-def _bind_gemm(c: C.Gemm | C.MatMul | C.Linear, x: Arg, w: Arg, bias: Arg | None, transposed: bool = False) -> Fn | None:
+def _bind_gemm(
+    c: C.Gemm | C.MatMul | C.Linear, x: Arg, w: Arg, bias: Arg | None, transposed: bool = False
+) -> Fn | None:
     """One GEMM over the merged leading axes of ``x`` when ``w`` is a matrix; bias and activation
     applied in place on the product. Float32/float64 operands of one dtype only."""
     dt = x.dtype
@@ -288,6 +292,7 @@ def bind_linear(site: Site) -> Fn | None:
 
 
 # ── Fused elementwise chains ─────────────────────────────────────────────────
+
 
 @dataclass(frozen=True)
 class Step:
@@ -367,7 +372,9 @@ def _fast_step(step: Step, types: list[Arg]) -> Fn | None:
     ins = [types[a] for a in step.args if a is not None]
     dt = step.dtype
     if step.fn in ("softmax", "log_softmax"):
-        return _softmax_inplace(int(step.param), step.fn == "log_softmax") if ins[0].dtype == dt in _FAST_FLOATS else None
+        return (
+            _softmax_inplace(int(step.param), step.fn == "log_softmax") if ins[0].dtype == dt in _FAST_FLOATS else None
+        )
     if step.fn == "clamp":
         if any(t.dtype != dt for t in ins) or dt in nb._LOW_PRECISION:
             return None

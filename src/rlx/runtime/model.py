@@ -152,9 +152,7 @@ def check_input(spec: Value, value: Any) -> np.ndarray:
             arr = np.asarray(value, dtype=want)
         except (TypeError, ValueError) as e:
             raise InputError(f"input {spec.name!r}: cannot convert {type(value).__name__} to {want}: {e}") from None
-    if arr.ndim != len(spec.shape) or any(
-        isinstance(d, int) and d != n for d, n in zip(spec.shape, arr.shape)
-    ):
+    if arr.ndim != len(spec.shape) or any(isinstance(d, int) and d != n for d, n in zip(spec.shape, arr.shape)):
         expected = "[" + ", ".join(str(d) for d in spec.shape) + "]"
         raise InputError(f"input {spec.name!r} has shape {list(arr.shape)}, expected {expected}")
     # One memory layout for every caller, so equal values always give bit-identical outputs.
@@ -181,7 +179,9 @@ def check_tree(tree: Any, n_outputs: int, where: str) -> None:
             for k, item in enumerate(v):
                 walk(item, f"{path}.{kind}[{k}]", depth + 1)
         elif kind == "dict":
-            if not isinstance(v, list) or not all(isinstance(p, list) and len(p) == 2 and isinstance(p[0], (str, int)) for p in v):
+            if not isinstance(v, list) or not all(
+                isinstance(p, list) and len(p) == 2 and isinstance(p[0], (str, int)) for p in v
+            ):
                 raise BundleError(f"{where}{path}.dict: expected a list of [key, value] pairs")
             for k, (_key, item) in enumerate(v):
                 walk(item, f"{path}.dict[{k}]", depth + 1)

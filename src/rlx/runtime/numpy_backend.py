@@ -84,7 +84,9 @@ def _erfc_scaled_fit() -> tuple[np.float32, ...]:
     the caller needs erfc(a) = exp(−a²)·R to an absolute 2e-8 (a quarter of an ulp of 1), not R itself."""
     nodes = (np.cos(np.pi * (np.arange(1000) + 0.5) / 1000) + 1) / 2  # Chebyshev nodes on (0, 1)
     a = (1 / nodes - 1) * 2
-    scaled = [math.erfc(v) * math.exp(v * v) if v < 25 else 1 / (v * math.sqrt(math.pi)) * (1 - 0.5 / (v * v)) for v in a]
+    scaled = [
+        math.erfc(v) * math.exp(v * v) if v < 25 else 1 / (v * math.sqrt(math.pi)) * (1 - 0.5 / (v * v)) for v in a
+    ]
     weight = np.exp(-np.minimum(a * a, 700.0)) + 1e-12
     return tuple(np.float32(c) for c in np.polyfit(nodes, scaled, _GELU_FIT_DEGREE, w=weight))
 
@@ -413,7 +415,9 @@ def layer_norm(c: C.LayerNorm, x: np.ndarray, w: np.ndarray | None, b: np.ndarra
 @kernel(C.RmsNorm)
 def rms_norm(c: C.RmsNorm, x: np.ndarray, w: np.ndarray | None) -> np.ndarray:
     xw = widen(x)
-    return norm_plan(xw.shape, xw.dtype, c.ndim, c.eps, rms=True)(xw, None if w is None else widen(w)).astype(x.dtype, copy=False)
+    return norm_plan(xw.shape, xw.dtype, c.ndim, c.eps, rms=True)(xw, None if w is None else widen(w)).astype(
+        x.dtype, copy=False
+    )
 
 
 @lru_cache(maxsize=64)
@@ -486,8 +490,9 @@ def _pad_spatial(x: np.ndarray, pads: list[tuple[int, int]], value: float | int 
     return out
 
 
-def _windows(x: np.ndarray, kernel_: tuple[int, ...], stride: tuple[int, ...], dilation: tuple[int, ...],
-             out: tuple[int, ...]) -> np.ndarray:  # fmt: skip
+def _windows(
+    x: np.ndarray, kernel_: tuple[int, ...], stride: tuple[int, ...], dilation: tuple[int, ...], out: tuple[int, ...]
+) -> np.ndarray:
     """Sliding windows over the trailing ``len(kernel_)`` axes: shape ``[..., *out, *kernel]``."""
     nd = len(kernel_)
     extent = tuple(d * (k - 1) + 1 for k, d in zip(kernel_, dilation))
@@ -546,11 +551,15 @@ def conv_plan(c: C.Conv, x_shape: tuple[int, ...], w_shape: tuple[int, ...], dty
     # xp[.., o·stride + κ·dilation], inside xp because out_sp comes from conv_out_size.
     plane = tuple(np.dtype(dtype).itemsize * math.prod(padded_shape[i + 1 :]) for i in range(len(padded_shape)))
     win_shape = (n, cin) + ksp + out_sp
-    win_strides = plane[:2] + tuple(d * st for d, st in zip(c.dilation, plane[2:])) + tuple(
-        s * st for s, st in zip(c.stride, plane[2:])
+    win_strides = (
+        plane[:2]
+        + tuple(d * st for d, st in zip(c.dilation, plane[2:]))
+        + tuple(s * st for s, st in zip(c.stride, plane[2:]))
     )
-    if any(o > 0 and (o - 1) * s + (kk - 1) * d >= e
-           for o, s, kk, d, e in zip(out_sp, c.stride, ksp, c.dilation, padded_shape[2:])):  # fmt: skip
+    if any(
+        o > 0 and (o - 1) * s + (kk - 1) * d >= e
+        for o, s, kk, d, e in zip(out_sp, c.stride, ksp, c.dilation, padded_shape[2:])
+    ):
         raise ValueError(f"conv windows {out_sp} x {ksp} do not fit the padded input {padded_shape[2:]}")
     padded = any(c.padding)
 
@@ -627,9 +636,14 @@ def _conv_transpose(c: C.Conv, x: np.ndarray, w: np.ndarray, b: np.ndarray | Non
     return out.astype(x.dtype, copy=False)
 
 
-def pool_geometry(shape: tuple[int, ...], kernel_: tuple[int, ...], stride: tuple[int, ...],
-                  padding: tuple[int, ...], dilation: tuple[int, ...],
-                  ceil_mode: bool) -> tuple[tuple[int, ...], list[tuple[int, int]]]:  # fmt: skip
+def pool_geometry(
+    shape: tuple[int, ...],
+    kernel_: tuple[int, ...],
+    stride: tuple[int, ...],
+    padding: tuple[int, ...],
+    dilation: tuple[int, ...],
+    ceil_mode: bool,
+) -> tuple[tuple[int, ...], list[tuple[int, int]]]:
     """Output extents (PyTorch's rule) and per-axis (left, right) padding; the right padding grows
     so ceil_mode's last partial window fits. Shape arithmetic only: the JAX backend uses it too."""
     nd = len(kernel_)

@@ -69,8 +69,9 @@ def _floorf(x: np.ndarray) -> np.ndarray:
     return np.floor(x.astype(_F32)).astype(np.int64)
 
 
-def _nearest_index(size_in: int, size_out: int, scale: float | None, exact: bool, legacy: bool,
-                   dt: np.dtype) -> np.ndarray:  # fmt: skip
+def _nearest_index(
+    size_in: int, size_out: int, scale: float | None, exact: bool, legacy: bool, dt: np.dtype
+) -> np.ndarray:
     """Source index of every output index along one axis.
 
     ``legacy`` is the channels-last kernel's ``nearest_idx`` (PyTorch uses it for small 2-d outputs):
@@ -97,8 +98,9 @@ def _nearest_index(size_in: int, size_out: int, scale: float | None, exact: bool
     return np.minimum(idx, size_in - 1)
 
 
-def _linear_taps(size_in: int, size_out: int, scale: float | None, align_corners: bool, dt: np.dtype,
-                 store: np.dtype) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+def _linear_taps(
+    size_in: int, size_out: int, scale: float | None, align_corners: bool, dt: np.dtype, store: np.dtype
+) -> tuple[np.ndarray, np.ndarray]:
     """(indices, weights), each ``[size_out, 2]`` (``compute_source_index_and_lambda``); the
     weights are rounded to ``store``, the second one before the first is derived from it."""
     if size_in == size_out:  # PyTorch copies whatever the scale factor or align_corners
@@ -139,12 +141,17 @@ def _cubic_coefficients(f: np.ndarray, grid: bool = False) -> list[np.ndarray]:
         near, far, last = (False, True), (False, False, False), t(2) - f
     else:
         near, far, last = (True, False), (True, True, False), g + t(1)
-    return [_keys_far(f + t(1), -0.75, far), _keys_near(f, -0.75, near), _keys_near(g, -0.75, near),
-            _keys_far(last, -0.75, far)]  # fmt: skip
+    return [
+        _keys_far(f + t(1), -0.75, far),
+        _keys_near(f, -0.75, near),
+        _keys_near(g, -0.75, near),
+        _keys_far(last, -0.75, far),
+    ]
 
 
-def _cubic_taps(size_in: int, size_out: int, scale: float | None, align_corners: bool, dt: np.dtype,
-                store: np.dtype) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+def _cubic_taps(
+    size_in: int, size_out: int, scale: float | None, align_corners: bool, dt: np.dtype, store: np.dtype
+) -> tuple[np.ndarray, np.ndarray]:
     """(indices, weights), each ``[size_out, 4]``; taps beyond the border repeat the edge pixel."""
     real = _source_index(_area_scale(size_in, size_out, align_corners, scale, dt), size_out, align_corners, True)
     i0 = np.minimum(_floorf(real), size_in - 1)
@@ -153,8 +160,9 @@ def _cubic_taps(size_in: int, size_out: int, scale: float | None, align_corners:
     return idx, np.stack(_cubic_coefficients(f), 1).astype(store).astype(dt)
 
 
-def _aa_taps(size_in: int, size_out: int, scale: float | None, align_corners: bool, cubic: bool,
-             dt: np.dtype) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
+def _aa_taps(
+    size_in: int, size_out: int, scale: float | None, align_corners: bool, cubic: bool, dt: np.dtype
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Antialiased (PIL-style) filter: (indices, weights) ``[size_out, taps]`` and the number of
     taps each output uses. The filter widens by the downscaling factor and sums to one."""
     t = dt.type

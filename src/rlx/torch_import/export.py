@@ -57,8 +57,14 @@ def export(
     model_name: str | None = None,
 ) -> Exported:
     """Export ``model`` and write ``torch-ir.json``, ``weights.safetensors``, ``reference.safetensors``."""
-    result = capture(model, example_inputs, example_kwargs=example_kwargs, decomposition=decomposition,
-                     dynamic_shapes=dynamic_shapes, model_name=model_name)  # fmt: skip
+    result = capture(
+        model,
+        example_inputs,
+        example_kwargs=example_kwargs,
+        decomposition=decomposition,
+        dynamic_shapes=dynamic_shapes,
+        model_name=model_name,
+    )
     write(result, out_dir)
     return result
 
@@ -125,8 +131,9 @@ def capture(
 MAX_DECOMPOSE_ROUNDS = 4
 
 
-def _auto_decompose(ep: ExportedProgram, ir: TorchIR, weights: dict[str, np.ndarray],
-                    record: Any) -> tuple[ExportedProgram, TorchIR, dict[str, np.ndarray], list[str]]:  # fmt: skip
+def _auto_decompose(
+    ep: ExportedProgram, ir: TorchIR, weights: dict[str, np.ndarray], record: Any
+) -> tuple[ExportedProgram, TorchIR, dict[str, np.ndarray], list[str]]:
     """Decompose the ops the registry lacks with torch's own decomposition table, then re-record.
 
     A decomposition is kept only if it applies to this graph and leaves no op rlx lacks that was
@@ -256,8 +263,9 @@ class _Recorder:
         return int(d)
 
     def finished_symbols(self) -> list[Symbol]:
-        return [Symbol(s.name, s.min, s.max, self._hints.get(s.name, s.min)) for s in self.symbols
-                if s.name in self._hints]  # fmt: skip
+        return [
+            Symbol(s.name, s.min, s.max, self._hints.get(s.name, s.min)) for s in self.symbols if s.name in self._hints
+        ]
 
     def meta(self, val: Any) -> TensorMeta | ScalarMeta | None:
         if isinstance(val, torch.Tensor):
@@ -318,7 +326,9 @@ def _graph_to_ir(
         if not isinstance(tensor, torch.Tensor):
             raise ExportError(f"weight {spec.target!r} is not a tensor (found {type(tensor).__name__})")
         arr = tensor_to_numpy(tensor)
-        weights.append(Weight(name, spec.target, tuple(arr.shape), torch_dtype_token(tensor.dtype), kinds[spec.kind.name]))
+        weights.append(
+            Weight(name, spec.target, tuple(arr.shape), torch_dtype_token(tensor.dtype), kinds[spec.kind.name])
+        )
         tensors[spec.target] = arr
 
     nodes: list[Node] = []

@@ -61,7 +61,9 @@ class JaxExecutor:
                 label = f"{ins.result} = {ins.call.op} [{ins.note or ins.node}]"
                 call = ins.call
                 try:
-                    out = kernels[type(call)](call, *[resolve_operand(getattr(call, f), env) for f in call.operand_fields()])
+                    out = kernels[type(call)](
+                        call, *[resolve_operand(getattr(call, f), env) for f in call.operand_fields()]
+                    )
                 except RlxError:
                     raise
                 except Exception as e:  # a kernel failure is reported with the instruction

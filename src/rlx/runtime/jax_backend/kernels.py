@@ -407,28 +407,54 @@ def conv(c: C.Conv, x: Array, w: Array, b: Array | None) -> Array:
             (d * (k - 1) - p, d * (k - 1) - p + op) for k, p, d, op in zip(ksp, c.padding, c.dilation, c.output_padding)
         ]
         out = lax.conv_general_dilated(
-            xw, ww, (1,) * nd, pads, lhs_dilation=c.stride, rhs_dilation=c.dilation,
-            dimension_numbers=_conv_dims(nd), feature_group_count=g, precision=HIGHEST,
-        )  # fmt: skip
+            xw,
+            ww,
+            (1,) * nd,
+            pads,
+            lhs_dilation=c.stride,
+            rhs_dilation=c.dilation,
+            dimension_numbers=_conv_dims(nd),
+            feature_group_count=g,
+            precision=HIGHEST,
+        )
     else:
         out = lax.conv_general_dilated(
-            xw, ww, tuple(c.stride), [(p, p) for p in c.padding], rhs_dilation=tuple(c.dilation),
-            dimension_numbers=_conv_dims(nd), feature_group_count=c.groups, precision=HIGHEST,
-        )  # fmt: skip
+            xw,
+            ww,
+            tuple(c.stride),
+            [(p, p) for p in c.padding],
+            rhs_dilation=tuple(c.dilation),
+            dimension_numbers=_conv_dims(nd),
+            feature_group_count=c.groups,
+            precision=HIGHEST,
+        )
     if b is not None:
         out = out + widen(b).reshape((-1,) + (1,) * nd)
     return out.astype(x.dtype)
 
 
-def _reduce_window(x: Array, init: Any, op: Callable[..., Array], kernel_: tuple[int, ...], stride: tuple[int, ...],
-                   dilation: tuple[int, ...], pads: list[tuple[int, int]], out: tuple[int, ...]) -> Array:  # fmt: skip
+def _reduce_window(
+    x: Array,
+    init: Any,
+    op: Callable[..., Array],
+    kernel_: tuple[int, ...],
+    stride: tuple[int, ...],
+    dilation: tuple[int, ...],
+    pads: list[tuple[int, int]],
+    out: tuple[int, ...],
+) -> Array:
     """``op`` over windows of the trailing spatial axes, padding with ``init``; exactly ``out`` windows."""
     lead = x.ndim - len(kernel_)
     one = (1,) * lead
     y = lax.reduce_window(
-        x, jnp.asarray(init, x.dtype), op, one + tuple(kernel_), one + tuple(stride), [(0, 0)] * lead + list(pads),
+        x,
+        jnp.asarray(init, x.dtype),
+        op,
+        one + tuple(kernel_),
+        one + tuple(stride),
+        [(0, 0)] * lead + list(pads),
         window_dilation=one + tuple(dilation),
-    )  # fmt: skip
+    )
     return y[(slice(None),) * lead + tuple(slice(0, o) for o in out)]
 
 
@@ -464,9 +490,14 @@ def max_pool(c: C.MaxPool, x: Array) -> Array:
     return jnp.take_along_axis(table, arg[..., None], axis=-1)[..., 0]
 
 
-def _window_positions(sizes: tuple[int, ...], kernel_: tuple[int, ...], stride: tuple[int, ...],
-                      dilation: tuple[int, ...], pads: list[tuple[int, int]],
-                      out: tuple[int, ...]) -> np.ndarray:  # fmt: skip
+def _window_positions(
+    sizes: tuple[int, ...],
+    kernel_: tuple[int, ...],
+    stride: tuple[int, ...],
+    dilation: tuple[int, ...],
+    pads: list[tuple[int, int]],
+    out: tuple[int, ...],
+) -> np.ndarray:
     """For each output window, the flat positions in the unpadded plane of its elements (−1 in the
     padding): a static table ``[*out, prod(kernel)]`` computed with numpy while tracing."""
     nd = len(sizes)

@@ -282,8 +282,12 @@ def grid_sample(c: C.GridSample, x: Array, grid: Array) -> Array:
                 order = list(reversed(range(nd)))
             # Both neighbours along every axis, [N, P, 2, …, 2] together: one gather for all corners.
             pair = np.array([0, 1], dt)
-            near = gather([(b[..., None] + pair).reshape(b.shape + tuple(2 if k == a else 1 for k in range(nd)))
-                           for a, b in enumerate(base)])  # fmt: skip
+            near = gather(
+                [
+                    (b[..., None] + pair).reshape(b.shape + tuple(2 if k == a else 1 for k in range(nd)))
+                    for a, b in enumerate(base)
+                ]
+            )
             values, weights = [], []
             for corner in itertools.product((0, 1), repeat=nd):
                 w = ws[order[0]][corner[order[0]]]
@@ -315,8 +319,12 @@ def _grid_cubic_coefficients(f: Array) -> list[Array]:
     ``f = x - floor(x)``; its last distance is ``2 - f`` (upsampling spells it ``(1 - f) + 1``)."""
     t = f.dtype.type
     near = (False, True)
-    return [_keys_far(f + t(1), -0.75), _keys_near(f, -0.75, near), _keys_near(t(1) - f, -0.75, near),
-            _keys_far(t(2) - f, -0.75)]  # fmt: skip
+    return [
+        _keys_far(f + t(1), -0.75),
+        _keys_near(f, -0.75, near),
+        _keys_near(t(1) - f, -0.75, near),
+        _keys_far(t(2) - f, -0.75),
+    ]
 
 
 def _bicubic(raw: list[Array], sizes: tuple[int, ...], c: C.GridSample, gather: _Gather) -> Array:

@@ -159,10 +159,13 @@ def scatter(c: C.Scatter, x: Array, index: Array, src: Array) -> Array:
     # index may be smaller than src (and than x on the other axes): only its positions count.
     src = src[tuple(slice(0, n) for n in index.shape)]
     coords = [
-        index if a == c.axis else jnp.broadcast_to(
-            jnp.arange(n, dtype=_I64).reshape((1,) * a + (n,) + (1,) * (index.ndim - a - 1)), index.shape)
+        index
+        if a == c.axis
+        else jnp.broadcast_to(
+            jnp.arange(n, dtype=_I64).reshape((1,) * a + (n,) + (1,) * (index.ndim - a - 1)), index.shape
+        )
         for a, n in enumerate(index.shape)
-    ]  # fmt: skip
+    ]
     lin = _flat_positions(coords, tuple(x.shape)).reshape(-1)
     if c.reduce == "none":
         return _last_write(x, lin, src.astype(x.dtype))

@@ -14,7 +14,7 @@ import torch
 import rlx
 from rlx.cli import main
 from rlx.debug import debug
-from rlx.runtime import numpy_backend
+from rlx.runtime.numpy_engine.namespace import NUMPY
 
 from helpers import BLOCK_TORCH, load_example
 
@@ -62,8 +62,8 @@ def test_hand_edited_bundle_is_diagnosed(transformer_out, tmp_path, capsys):
 
 
 def test_kernel_bug_is_found_and_reproduced(monkeypatch, tmp_path):
-    real = numpy_backend.UNARY["gelu"]
-    monkeypatch.setitem(numpy_backend.UNARY, "gelu", lambda x: real(x) * np.float32(1.001))
+    real = NUMPY.unary["gelu"]
+    monkeypatch.setitem(NUMPY.unary, "gelu", lambda x: real(x) * np.float32(1.001))
     model, inputs = load_example("mlp").get_model()
     report = debug(model, inputs, tmp_path / "o")
     assert report.first_divergent is not None

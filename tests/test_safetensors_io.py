@@ -13,7 +13,7 @@ from safetensors.torch import load_file, save_file
 from rlx import safetensors_io
 from rlx.errors import WeightsError
 from rlx.ir import dtypes
-from rlx.torch_import.dtypes import numpy_to_tensor, tensor_to_numpy
+from rlx.torch_import.tensors import numpy_to_tensor, tensor_to_numpy
 
 
 @pytest.mark.parametrize("tok", dtypes.DTYPES)

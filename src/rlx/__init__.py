@@ -8,11 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
-__version__ = "0.1.0"
-
-from rlx.errors import RlxError  # noqa: E402
-from rlx.runtime import Model, load  # noqa: E402
-from rlx.verify import verify_bundle  # noqa: E402
+from rlx.errors import RlxError
+from rlx.runtime import Model, load
+from rlx.verify import verify_bundle
+from rlx.version import __version__
 
 
 def from_torch(*args: Any, **kwargs: Any) -> Any:

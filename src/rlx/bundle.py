@@ -1,4 +1,6 @@
-"""The bundle: ``program.json`` + ``weights.safetensors`` + ``meta.json`` — everything the runtime needs."""
+"""The bundle: ``program.json`` + ``weights.safetensors`` + ``meta.json`` — everything the runtime needs.
+
+The writer (``write_bundle``) and the reader (``read_bundle``), side by side."""
 
 from __future__ import annotations
 
@@ -11,10 +13,14 @@ from typing import Any
 
 import numpy as np
 
-from rlx import __version__, safetensors_io
+from rlx import safetensors_io
+from rlx.errors import BundleError
+from rlx.ir import dtypes
 from rlx.ir.program import Lit, Program, Ref, dumps_json
 from rlx.ir.symbolic import dim_json
+from rlx.ir.validate import validate
 from rlx.util import atomic_write_text
+from rlx.version import __version__
 
 BUNDLE_FORMAT = "rlx-bundle"
 BUNDLE_VERSION = 1
@@ -69,3 +75,82 @@ def write_bundle(
 
 def read_meta(bundle_dir: Path) -> dict[str, Any]:
     return json.loads((bundle_dir / "meta.json").read_text(encoding="utf-8"))
+
+
+# ── reading ──────────────────────────────────────────────────────────────────
+BUNDLE_FILES = ("program.json", "meta.json", "weights.safetensors")
+MAX_JSON_BYTES = 256 * 1024 * 1024
+
+
+def read_bundle(bundle_dir: str | Path) -> tuple[Program, dict[str, np.ndarray], dict[str, Any]]:
+    """The program, its weights (memory-mapped) by value name, and meta.json of a bundle directory,
+    every size, shape and dtype checked; nothing outside the directory is read."""
+    bundle_dir = Path(bundle_dir)
+    if (bundle_dir / "bundle" / "program.json").is_file():  # an OUT directory from `rlx import`
+        bundle_dir = bundle_dir / "bundle"
+    if not bundle_dir.is_dir():
+        raise BundleError(f"{bundle_dir}: not a directory; pass the bundle directory written by `rlx import`")
+    paths = {name: inside(bundle_dir, name) for name in BUNDLE_FILES}
+    program = Program.from_json(read_json(paths["program.json"]), "program.json")
+    validate(program, "program.json")
+    meta = read_json(paths["meta.json"])
+    check_meta(meta, program, paths["meta.json"])
+    tensors, _ = safetensors_io.read(paths["weights.safetensors"])
+    extra = sorted(set(tensors) - {w.key for w in program.weights})
+    if extra:
+        more = f" and {len(extra) - 3} more" if len(extra) > 3 else ""
+        raise BundleError(
+            f"{paths['weights.safetensors']}: tensor(s) {', '.join(map(repr, extra[:3]))}{more} are not used by the "
+            "program; the bundle's files do not belong together"
+        )
+    weights = bind_weights(program, tensors, paths["weights.safetensors"])
+    return program, weights, meta
+
+
+def inside(directory: Path, name: str) -> Path:
+    """``directory/name``, refusing a path that resolves outside ``directory`` (symlinks included)."""
+    path = directory / name
+    root = directory.resolve()
+    if not path.resolve().is_relative_to(root):
+        raise BundleError(f"{path}: resolves outside the bundle directory ({path.resolve()}); refusing to read it")
+    return path
+
+
+def check_meta(meta: Any, program: Program, source: Path) -> None:
+    """meta.json must describe the same inputs as program.json (a mismatch means mixed-up files)."""
+    if not isinstance(meta, dict) or meta.get("format") != BUNDLE_FORMAT:
+        raise BundleError(f"{source}: not an rlx bundle meta.json (format must be {BUNDLE_FORMAT!r})")
+    if meta.get("version") != BUNDLE_VERSION:
+        raise BundleError(f"{source}: this rlx reads bundle version {BUNDLE_VERSION}, found {meta.get('version')!r}")
+    inputs = meta.get("inputs")
+    declared = [{"name": v.name, "shape": [dim_json(d) for d in v.shape], "dtype": v.dtype} for v in program.inputs]
+    if inputs != declared:
+        raise BundleError(f"{source}: inputs {inputs!r} do not match program.json's {declared!r}")
+
+
+def bind_weights(program: Program, tensors: Mapping[str, np.ndarray], source: Path | str) -> dict[str, np.ndarray]:
+    """Weights by program value name, checking every declared shape and dtype."""
+    out = {}
+    for w in program.weights:
+        if w.key not in tensors:
+            raise BundleError(f"{source}: tensor {w.key!r} is missing (the program needs it as {w.name})")
+        arr = tensors[w.key]
+        if dtypes.from_numpy(arr.dtype) != w.dtype or tuple(arr.shape) != w.shape:
+            raise BundleError(
+                f"{source}: tensor {w.key!r} is {dtypes.from_numpy(arr.dtype)}{list(arr.shape)}, "
+                f"the program declares {w.dtype}{list(w.shape)}"
+            )
+        out[w.name] = arr
+    return out
+
+
+def read_json(path: Path) -> Any:
+    try:
+        size = path.stat().st_size
+        if size > MAX_JSON_BYTES:
+            raise BundleError(f"{path}: {size} bytes is more than the {MAX_JSON_BYTES}-byte limit for a JSON file")
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise BundleError(f"{path}: missing; is {path.parent} a bundle written by `rlx import`?") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+        raise BundleError(f"{path}: not valid JSON: {e}") from None

@@ -18,10 +18,10 @@ from typing import Any
 
 import numpy as np
 
-from rlx import __version__
 from rlx.errors import InputError, RlxError, UsageError
 from rlx.ir.symbolic import format_shape, format_symbol
 from rlx.passes.pipeline import PASS_NAMES
+from rlx.version import __version__
 
 EXIT_OK, EXIT_PARITY, EXIT_USAGE = 0, 1, 2
 
@@ -326,8 +326,8 @@ def _fmt_hist(title: str, hist: dict[str, int]) -> list[str]:
 
 
 def _inspect_bundle(path: Path) -> None:
+    from rlx.bundle import read_json
     from rlx.ir.program import Program
-    from rlx.runtime.model import read_json
 
     program = Program.from_json(read_json(path / "program.json"), str(path / "program.json"))
     meta = read_json(path / "meta.json")

@@ -21,17 +21,18 @@ from typing import Any
 import numpy as np
 
 from rlx import safetensors_io
-from rlx.bundle import write_bundle
+from rlx.bundle import bind_weights, write_bundle
 from rlx.emit.package import check_style, package_name, write_package
 from rlx.errors import OutputError, UsageError, WeightsError
 from rlx.ir import dtypes, torch_ir
 from rlx.ir.program import Program, dumps_json
-from rlx.ir.torch_ir import TorchIR, Weight
-from rlx.ir.verify import verify as verify_program
+from rlx.ir.torch_ir import TorchIR, TorchWeight
+from rlx.ir.validate import validate
 from rlx.lower import lower
-from rlx.passes import DEFAULT_PASSES
+from rlx.passes import BUILD_PASSES
 from rlx.report import write_report
-from rlx.runtime.model import Model, bind_weights, check_backend
+from rlx.runtime.engines import check_engine
+from rlx.runtime.model import Model
 from rlx.util import StagedDir, atomic_write_text, check_writable_target, replace_dir
 from rlx.verify import ParityReport, check_parity
 
@@ -90,9 +91,9 @@ class ConvertReport:
 def build_program(ir: TorchIR) -> Program:
     """Lower and optimise a parsed torch-ir graph, then verify the result."""
     program = lower(ir)
-    for run_pass in DEFAULT_PASSES:
+    for run_pass in BUILD_PASSES:
         program = run_pass(program)
-    verify_program(program)
+    validate(program)
     return program
 
 
@@ -113,7 +114,7 @@ def reconcile_weight_dtypes(ir: TorchIR, tensors: Mapping[str, np.ndarray]) -> l
         stored = dtypes.from_numpy(arr.dtype)
         if stored != w.dtype:
             changed.append(f"{w.key} ({w.dtype}→{stored})")
-            ir.weights[k] = Weight(w.id, w.key, w.shape, stored, w.kind)
+            ir.weights[k] = TorchWeight(w.id, w.key, w.shape, stored, w.kind)
     if not changed:
         return []
     more = f" and {len(changed) - 3} more" if len(changed) > 3 else ""
@@ -146,7 +147,7 @@ def _check_emit(emit: Sequence[str], emit_style: str = "numpy", backend: str = "
         raise UsageError(f"unknown --emit value(s) {', '.join(sorted(unknown))}; choose from {', '.join(EMITS)}")
     if emit_style != "numpy" or "package" in emit:
         check_style(emit_style)
-    check_backend(backend)
+    check_engine(backend)
 
 
 def _lower_write_verify(

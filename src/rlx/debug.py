@@ -27,8 +27,8 @@ from rlx.ir import dtypes, torch_ir
 from rlx.ir.program import Program, Ref, dumps_json, specialize
 from rlx.ir.torch_ir import Input, Node, Output, TensorMeta, TorchIR
 from rlx.runtime.binding import bind_symbols
-from rlx.runtime.executor import run_instructions
 from rlx.runtime.model import load
+from rlx.runtime.numpy_engine.executor import run_instructions
 from rlx.util import StagedDir, atomic_write_text
 from rlx.verify import OutputParity, compare
 

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
-from rlx.errors import WeightsError
-from rlx.ir import dtypes
+from .errors import WeightsError
+from .ir import dtypes
 
 # safetensors dtype names ↔ rlx tokens.
 ST_TO_TOKEN = {

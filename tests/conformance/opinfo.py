@@ -30,12 +30,13 @@ import numpy as np
 import torch
 from torch.utils import _pytree as pytree
 
+from rlx.bundle import bind_weights
 from rlx.convert import build_program
 from rlx.errors import RlxError
 from rlx.ir import dtypes
-from rlx.runtime.model import Model, bind_weights
+from rlx.runtime.model import Model
 from rlx.torch_import import capture
-from rlx.torch_import.dtypes import tensor_to_numpy
+from rlx.torch_import.tensors import tensor_to_numpy
 
 from .known_failures import GRAPH_DIFFERS_FROM_EAGER, TOLERANCES, declared
 from helpers import TOLERANCES as TOLERANCES_BY_DTYPE

@@ -93,7 +93,7 @@ def test_core_call_programs_as_packages(tmp_path):
 
     from rlx.convert import build_program
     from rlx.torch_import import capture
-    from rlx.torch_import.dtypes import tensor_to_numpy
+    from rlx.torch_import.tensors import tensor_to_numpy
 
     from helpers import as_module, assert_arrays_match, sweep
 

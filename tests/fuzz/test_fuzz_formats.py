@@ -23,11 +23,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import rlx
+from rlx.bundle import bind_weights
 from rlx.convert import build_program
 from rlx.errors import RlxError
 from rlx.ir import torch_ir
 from rlx.ir.dtypes import to_numpy
-from rlx.runtime.model import Model, bind_weights
+from rlx.runtime.model import Model
 
 from helpers import load_example
 

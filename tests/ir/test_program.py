@@ -10,7 +10,7 @@ import torch
 from rlx.errors import SchemaError
 from rlx.ir.calls import Binary, Cast, Reshape
 from rlx.ir.program import Instr, Lit, Program, Ref, Value
-from rlx.ir.verify import verify
+from rlx.ir.validate import validate
 
 from helpers import convert
 
@@ -53,7 +53,7 @@ def test_non_finite_literals_survive_json():
 )
 def test_verifier_rejects(instrs, message):
     with pytest.raises(SchemaError) as info:
-        verify(tiny_program(instrs))
+        validate(tiny_program(instrs))
     assert message in str(info.value)
 
 

@@ -25,8 +25,8 @@ import torch.nn.functional as F
 from torch.utils import _pytree as pytree
 
 from rlx.ir.program import Program
-from rlx.torch_import.dtypes import tensor_to_numpy
 from rlx.torch_import.levels import HIGH_LEVEL_OPS
+from rlx.torch_import.tensors import tensor_to_numpy
 
 from helpers import LEVELS, assert_converts_and_matches, convert, rand, with_specials
 

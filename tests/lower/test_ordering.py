@@ -18,7 +18,7 @@ from torch.export import Dim
 from torch.utils import _pytree as pytree
 
 from rlx.errors import RlxError
-from rlx.torch_import.dtypes import tensor_to_numpy
+from rlx.torch_import.tensors import tensor_to_numpy
 
 from helpers import (
     LEVELS,

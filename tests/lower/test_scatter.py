@@ -11,7 +11,7 @@ import torch
 from torch.export import Dim
 from torch.utils import _pytree as pytree
 
-from rlx.torch_import.dtypes import tensor_to_numpy
+from rlx.torch_import.tensors import tensor_to_numpy
 
 from helpers import LEVELS, as_module, assert_arrays_match, assert_converts_and_matches, convert, rand, sweep
 

@@ -11,14 +11,15 @@ from typing import Any
 import numpy as np
 import torch
 
+from rlx.bundle import bind_weights
 from rlx.convert import build_program
 from rlx.ir.program import Program
-from rlx.ir.verify import verify
+from rlx.ir.validate import validate
 from rlx.passes import pipeline
-from rlx.runtime.executor import Executor
-from rlx.runtime.model import Model, bind_weights
+from rlx.runtime.model import Model
+from rlx.runtime.numpy_engine.executor import Executor
 from rlx.torch_import import capture
-from rlx.torch_import.dtypes import tensor_to_numpy
+from rlx.torch_import.tensors import tensor_to_numpy
 
 from helpers import as_module, assert_arrays_match, load_example
 
@@ -45,7 +46,7 @@ class Case:
 
     def run_program(self, program: Program, weights: dict[str, np.ndarray] | None = None) -> list[np.ndarray]:
         """Run a rewritten program as it is (no further passes), after verifying it."""
-        verify(program, "rewritten program")
+        validate(program, "rewritten program")
         return Executor(program, weights if weights is not None else self.weights).run(list(self.inputs))
 
 

@@ -11,7 +11,7 @@ from torch import nn
 from rlx.ir.program import Program
 from rlx.passes import pipeline
 from rlx.passes.buffers import MIN_BYTES, reuse_buffers
-from rlx.runtime.executor import Executor
+from rlx.runtime.numpy_engine.executor import Executor
 
 from helpers import rand
 

@@ -105,9 +105,9 @@ def test_dynamic_plans_are_cached_per_binding(setting):
     packed = [
         {w.name: id(p._base[1 + len(p.program.inputs) + k]) for k, w in enumerate(p.program.weights)} for p in plans
     ]
-    once = set(packed[0]) & set(packed[1]) & set(runtime._plan_weights)  # not per-binding ones (arange(seq))
+    once = set(packed[0]) & set(packed[1]) & set(runtime.engine.weights)  # not per-binding ones (arange(seq))
     assert any("permute" in n for n in once)  # a packed weight
-    assert all(packed[0][n] == packed[1][n] == id(runtime._plan_weights[n]) for n in once)
+    assert all(packed[0][n] == packed[1][n] == id(runtime.engine.weights[n]) for n in once)
 
 
 def test_run_cli_disable_pass(tmp_path, capsys):

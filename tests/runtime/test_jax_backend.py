@@ -21,9 +21,10 @@ import torch.nn.functional as F
 from torch import nn
 
 import rlx
+from rlx.bundle import bind_weights
 from rlx.errors import UsageError
 from rlx.ir import calls as C
-from rlx.runtime.model import Model, bind_weights
+from rlx.runtime.model import Model
 
 from helpers import (
     BLOCK_TORCH,
@@ -43,7 +44,7 @@ F16, BF16, F32, F64 = torch.float16, torch.bfloat16, torch.float32, torch.float6
 I32, I64, BOOL = torch.int32, torch.int64, torch.bool
 NAN, INF = float("nan"), float("inf")
 EXAMPLES = ("mlp", "transformer", "cnn", "decoder_lm")
-# The Calls this file covers: all of numpy_backend.py's own kernels.
+# The Calls this file covers: the core families (elementwise, movement, linalg, reduce, nn).
 CORE_CALLS = {
     C.Unary, C.Binary, C.Where, C.Clamp, C.LeakyRelu, C.Cast, C.Full, C.Arange, C.Reshape, C.Permute, C.Expand,
     C.Slice, C.Concat, C.Pad, C.IndexSelect, C.Gather, C.Index, C.MatMul, C.Linear, C.Reduce, C.ArgReduce,
@@ -358,15 +359,6 @@ def test_conv_and_norm_modules(dtype):
     assert {C.Conv, C.BatchNorm, C.GroupNorm, C.LayerNorm, C.RmsNorm} <= used
 
 
-def test_every_call_a_program_can_hold_has_a_jax_kernel():
-    # numpy_backend.KERNELS lists what program.json may hold (the numpy-only fused Calls live apart).
-    from rlx.runtime.jax_backend import load_kernels
-    from rlx.runtime.numpy_backend import KERNELS
-
-    missing = sorted(t.__name__ for t in KERNELS if t not in load_kernels())
-    assert not missing, f"no JAX kernel for {missing}"
-
-
 def test_every_core_call_is_covered():
     covered = set().union(*(c[1] for c in CASES)) | {C.Conv, C.BatchNorm, C.GroupNorm, C.LayerNorm, C.RmsNorm}
     assert CORE_CALLS <= covered, sorted(c.__name__ for c in CORE_CALLS - covered)
@@ -398,7 +390,7 @@ def test_dynamic_shapes_compile_once_per_binding():
         module, (ids,), backend="jax", dynamic_shapes={"input_ids": {0: dim("batch", max=8), 1: dim("seq", max=64)}}
     )
     assert program.is_dynamic
-    backend = model._jax
+    backend = model.engine
     for batch, seq in [(1, 5), (3, 17), (2, 9), (3, 17), (1, 5)]:
         x = torch.randint(0, 100, (batch, seq), generator=torch.Generator().manual_seed(seq))
         got = model(x.numpy())
@@ -423,9 +415,9 @@ def test_user_jax_settings_are_left_alone():
 
 
 def test_missing_kernel_names_the_call(monkeypatch):
-    from rlx.runtime.jax_backend.registry import JAX_KERNELS
+    from rlx.runtime.jax_engine.kernels import KERNELS
 
-    monkeypatch.delitem(JAX_KERNELS, C.Softmax)
+    monkeypatch.delitem(KERNELS, "Softmax")
     with pytest.raises(UsageError, match=r"^the JAX backend has no kernel for Softmax ×1 \(first: "):
         convert(lambda x: x.softmax(-1), (torch.randn(2, 3),), backend="jax")
 

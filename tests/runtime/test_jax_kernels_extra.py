@@ -33,20 +33,16 @@ from torch.utils import _pytree as pytree
 
 from rlx.ir import calls as C
 from rlx.ir import dtypes
-from rlx.ir.program import Call, Ref
-from rlx.runtime import ordering_kernels, resample_kernels, scatter_kernels  # noqa: F401  (registers them)
-from rlx.runtime.executor import resolve_operand
+from rlx.ir.program import Call, Ref, resolve_operand
 from rlx.runtime.model import Model
-from rlx.runtime.numpy_backend import KERNELS
-from rlx.torch_import.dtypes import tensor_to_numpy
+from rlx.runtime.numpy_engine.kernels import KERNELS
+from rlx.torch_import.tensors import tensor_to_numpy
 
 from helpers import as_module, assert_arrays_match, convert, rand, sweep, with_specials
 
 jax = pytest.importorskip("jax")
 
-from rlx.runtime.jax_backend import load_kernels  # noqa: E402  (needs jax)
-
-JAX_KERNELS = load_kernels()
+from rlx.runtime.jax_engine.kernels import KERNELS as JAX_KERNELS  # noqa: E402  (needs jax)
 
 F16, BF16, F32, F64 = torch.float16, torch.bfloat16, torch.float32, torch.float64
 I32, I64, U8, BOOL = torch.int32, torch.int64, torch.uint8, torch.bool
@@ -172,7 +168,7 @@ def assert_same_bits(got: np.ndarray, want: np.ndarray, what: str, ulps: int = 0
 
 def run_jax(calls: list[Call], operands: list[list[Any]]) -> list[np.ndarray]:
     """Every Call on its operands, all in one ``jax.jit`` (64-bit types on, as the backend runs)."""
-    fns = [functools.partial(JAX_KERNELS[type(c)], c) for c in calls]
+    fns = [functools.partial(JAX_KERNELS[c.op], c) for c in calls]
     with jax.enable_x64(True):
         outs = jax.jit(lambda ops: [f(*o) for f, o in zip(fns, ops)])(operands)
         return [np.asarray(o) for o in outs]
@@ -628,7 +624,7 @@ def test_kernels_match_numpy_and_torch(variants: list[V], makers: tuple, dt: tor
     got = run_jax(calls, operands)
     for v, call, ops, g in zip(variants, calls, operands, got):
         with np.errstate(all="ignore"):
-            want = np.asarray(KERNELS[type(call)](call, *ops))
+            want = np.asarray(KERNELS[call.op](call, *ops))
         assert_same_bits(g, want, repr(call), v.ulps)
         if v.torch is None:
             continue
@@ -744,7 +740,7 @@ def test_lowered_programs(fn: Callable, inputs: tuple, level: str) -> None:
     with np.errstate(all="ignore"):
         for ins in program.instrs:
             ops = [resolve_operand(getattr(ins.call, f), env) for f in ins.call.operand_fields()]
-            env[ins.result] = np.asarray(KERNELS[type(ins.call)](ins.call, *ops)).astype(dtypes.to_numpy(ins.dtype))
+            env[ins.result] = np.asarray(KERNELS[ins.call.op](ins.call, *ops)).astype(dtypes.to_numpy(ins.dtype))
             if isinstance(ins.call, OURS):
                 mine.append(ins)
                 operands.append(ops)

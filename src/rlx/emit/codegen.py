@@ -16,28 +16,15 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from rlx import __version__
 from rlx.ir import calls as C
 from rlx.ir.program import Call, Instr, Lit, Program, Ref
 from rlx.ir.symbolic import Sym, format_shape
+from rlx.kernels import elementwise
+from rlx.version import __version__
 
 _FLOAT_NP = {"f32": "np.float32", "f64": "np.float64", "f16": "np.float16", "bf16": "_ops.bfloat16"}
 _NP_TYPE = {**_FLOAT_NP, "i64": "np.int64", "i32": "np.int32", "i16": "np.int16", "i8": "np.int8", "u8": "np.uint8",
             "bool": "np.bool_", "c64": "np.complex64"}  # fmt: skip
-# Binary functions with an exact numpy spelling (identical to the kernel outside half precision).
-_BINARY_OPS = {"add": "+", "sub": "-", "mul": "*", "div": "/", "pow": "**", "floor_divide": "//", "remainder": "%",
-               "eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">=", "bitwise_and": "&",
-               "bitwise_or": "|", "bitwise_xor": "^"}  # fmt: skip
-_BINARY_FUNCS = {"maximum": "np.maximum", "minimum": "np.minimum", "fmax": "np.fmax", "fmin": "np.fmin",
-                 "atan2": "np.arctan2", "fmod": "np.fmod", "logical_and": "np.logical_and",
-                 "logical_or": "np.logical_or", "logical_xor": "np.logical_xor"}  # fmt: skip
-_UNARY_FUNCS = {"abs": "np.abs", "exp": "np.exp", "expm1": "np.expm1", "log": "np.log", "log1p": "np.log1p",
-                "log2": "np.log2", "log10": "np.log10", "sqrt": "np.sqrt", "sin": "np.sin", "cos": "np.cos",
-                "tan": "np.tan", "tanh": "np.tanh", "floor": "np.floor", "ceil": "np.ceil", "trunc": "np.trunc",
-                "logical_not": "np.logical_not", "isnan": "np.isnan", "isinf": "np.isinf", "isfinite": "np.isfinite"}  # fmt: skip
-# Spelled exactly as the kernel computes them.
-_UNARY_EXPRS = {"rsqrt": "1 / np.sqrt({x})", "reciprocal": "1 / {x}", "square": "{x} * {x}",
-                "sigmoid": "1 / (1 + np.exp(-{x}))"}  # fmt: skip
 SYMBOLIC_FUNCS = ("Max", "Min", "Mod", "PythonMod", "FloorDiv", "CeilDiv", "floor", "ceiling", "FloorToInt",
                   "CeilToInt", "TruncToInt", "IntTrueDiv", "ToFloat", "Abs")  # fmt: skip
 
@@ -61,10 +48,6 @@ class NumpyWriter:
     """The numpy style; ``JaxWriter`` overrides the spelling tables and the imports."""
 
     TYPES = _NP_TYPE
-    BINARY_OPS = _BINARY_OPS
-    BINARY_FUNCS = _BINARY_FUNCS
-    UNARY_FUNCS = _UNARY_FUNCS
-    UNARY_EXPRS = _UNARY_EXPRS
     IMPORTS = {"np": "import numpy as np"}  # name used in the code → its import
 
     def __init__(self, program: Program) -> None:
@@ -116,22 +99,28 @@ class NumpyWriter:
         half = ins.dtype in ("f16", "bf16") or any(
             isinstance(r, (Ref, Lit)) and self.dtype_of(r) in ("f16", "bf16") for r in _operands(c)
         )
-        if isinstance(c, C.Binary) and not half:
-            x, y = self.operand(c.x), self.operand(c.y)
-            if c.fn in self.BINARY_OPS:
-                return f"{x} {self.BINARY_OPS[c.fn]} {y}"
-            if c.fn in self.BINARY_FUNCS:
-                return f"{self.BINARY_FUNCS[c.fn]}({x}, {y})"
-        if isinstance(c, C.Unary) and not half:
-            x = self.operand(c.x)
-            if c.fn == "neg":
-                return f"-{x}"
-            if c.fn == "identity":
-                return x
-            if c.fn in self.UNARY_FUNCS:
-                return f"{self.UNARY_FUNCS[c.fn]}({x})"
-            if c.fn in self.UNARY_EXPRS:
-                return self.UNARY_EXPRS[c.fn].format(x=x)
+        # Half precision computes in float32 and rounds once: only the kernels do that.
+        spelled = None if half else self.arithmetic(c)
+        return spelled or self.structural(c) or self.kernel_call(c)
+
+    def arithmetic(self, c: Call) -> str | None:
+        """Elementwise functions and products as array expressions (float32/float64, integers, bools)."""
+        if isinstance(c, (C.Unary, C.Binary)):
+            # The shared table's spelling, which is the very expression the engines run.
+            table = elementwise.UNARY if isinstance(c, C.Unary) else elementwise.BINARY
+            spelling = table[c.fn].spelling
+            operands = [self.operand(v) for v in ((c.x,) if isinstance(c, C.Unary) else (c.x, c.y))]
+            return spelling.format(*operands, xp=self.array_module) if spelling else None
+        if isinstance(c, C.MatMul):
+            return self.matmul(self.operand(c.x), self.operand(c.y))
+        if isinstance(c, C.Linear):
+            out = self.matmul(self.operand(c.x), f"{self.operand(c.weight)}.T")
+            return out if c.bias is None else f"{out} + {self.operand(c.bias)}"
+        return None
+
+    def structural(self, c: Call) -> str | None:
+        """Casts, producers and data movement as array expressions (exact in every dtype)."""
+        xp = self.array_module
         if isinstance(c, C.Cast):
             return f"{self.operand(c.x)}.astype({self.TYPES[c.dtype]})"
         if isinstance(c, C.Reshape):
@@ -139,25 +128,19 @@ class NumpyWriter:
         if isinstance(c, C.Permute):
             return f"{self.operand(c.x)}.transpose({', '.join(map(str, c.perm))})"
         if isinstance(c, C.Expand):
-            return f"{self.array_module}.broadcast_to({self.operand(c.x)}, {self.literal(tuple(c.shape))})"
+            return f"{xp}.broadcast_to({self.operand(c.x)}, {self.literal(tuple(c.shape))})"
         if isinstance(c, C.Slice):
             stop = "" if c.stop == 2**63 - 1 else self.dim(c.stop)
             start = "" if c.start == 0 else self.dim(c.start)
             step = "" if c.step == 1 else f":{c.step}"
             return f"{self.operand(c.x)}[{':, ' * c.axis}{start}:{stop}{step}]"
-        xp = self.array_module
         if isinstance(c, C.Concat):
             return f"{xp}.concatenate({self.operand(c.xs)}, axis={c.axis})"
         if isinstance(c, C.Where):
             return f"{xp}.where({self.operand(c.cond)}, {self.operand(c.x)}, {self.operand(c.y)})"
         if isinstance(c, C.Full):
             return f"{xp}.full({self.literal(tuple(c.shape))}, {self.literal(c.value)}, {self.TYPES[c.dtype]})"
-        if isinstance(c, C.MatMul) and not half:
-            return self.matmul(self.operand(c.x), self.operand(c.y))
-        if isinstance(c, C.Linear) and not half:
-            out = self.matmul(self.operand(c.x), f"{self.operand(c.weight)}.T")
-            return out if c.bias is None else f"{out} + {self.operand(c.bias)}"
-        return self.kernel_call(c)
+        return None
 
     array_module = "np"
 
@@ -255,12 +238,6 @@ class JaxWriter(NumpyWriter):
     ``precision="highest"`` as the kernels do (float32 stays float32 on GPUs and TPUs too)."""
 
     TYPES = {tok: t.replace("np.", "jnp.").replace("_ops.", "jnp.") for tok, t in _NP_TYPE.items()}
-    # `**` is left to the kernel: PyTorch's integer pow and pow(-inf, 0.5) differ from jnp.power.
-    BINARY_OPS = {fn: op for fn, op in _BINARY_OPS.items() if fn != "pow"}
-    BINARY_FUNCS = {fn: f.replace("np.", "jnp.") for fn, f in _BINARY_FUNCS.items()}
-    UNARY_FUNCS = {fn: f.replace("np.", "jnp.") for fn, f in _UNARY_FUNCS.items()}
-    UNARY_EXPRS = {"rsqrt": "1 / jnp.sqrt({x})", "reciprocal": "1 / {x}", "square": "{x} * {x}",
-                   "sigmoid": "jax.nn.sigmoid({x})", "relu": "jnp.maximum({x}, 0)"}  # fmt: skip
     IMPORTS = {"jax": "import jax", "jnp": "import jax.numpy as jnp"}
     array_module = "jnp"
 
@@ -292,24 +269,18 @@ _SYMBOLIC_HELPERS = [
 ]
 
 
-def ops_init(kernel_names: Sequence[str], style: str = "numpy", modules: Sequence[str] = ()) -> str:
+def ops_init(kernel_names: Sequence[str], style: str = "numpy") -> str:
     """``_ops/__init__.py``: one plain function per kernel the forward calls, plus what generated
-    code refers to.
-
-    ``modules`` are the vendored module names; for the JAX style, importing its kernel modules
-    (``jax_*``) is what registers their kernels.
-    """
+    code refers to. The kernels are the engine's table, vendored under ``_ops/runtime/``."""
     if style == "jax":
-        kernel_mods = [m for m in modules if m.startswith("jax_") and m != "jax_registry"]
         head = [
             '"""Helpers for the generated forward: the rlx JAX backend\'s kernels, callable with plain arguments."""',
             "",
             "import math",
             "from types import SimpleNamespace",
             "",
-            f"from . import {', '.join(kernel_mods)}  # noqa: F401  (importing a module registers its kernels)",
-            "from .jax_kernels import x64  # noqa: F401  (the 64-bit scope load() runs the model in)",
-            "from .jax_registry import JAX_KERNELS as KERNELS",
+            "from .runtime.jax_engine.kernels import KERNELS",
+            "from .runtime.jax_engine.kernels import x64  # noqa: F401  (the 64-bit scope load() runs the model in)",
             "from .safetensors_io import read as read_safetensors  # noqa: F401  (used by the package's load())",
         ]
     else:
@@ -321,7 +292,7 @@ def ops_init(kernel_names: Sequence[str], style: str = "numpy", modules: Sequenc
             "",
             "import ml_dtypes",
             "",
-            "from .numpy_backend import KERNELS",
+            "from .runtime.numpy_engine.kernels import KERNELS",
             "from .safetensors_io import read as read_safetensors  # noqa: F401  (used by the package's load())",
             "",
             "bfloat16 = ml_dtypes.bfloat16",

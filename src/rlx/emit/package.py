@@ -22,11 +22,12 @@ from pathlib import Path
 
 import numpy as np
 
-from rlx import __version__, safetensors_io
+from rlx import safetensors_io
 from rlx.emit.codegen import ops_init, snake, writer
 from rlx.emit.vendor import STYLES, vendor_ops
 from rlx.errors import UsageError
 from rlx.ir.program import Program
+from rlx.version import __version__
 
 INIT = '''"""{name}: a PyTorch model converted by rlx {version}; runs with numpy only."""
 
@@ -143,9 +144,9 @@ def check_style(style: str) -> None:
     if style not in STYLES:
         raise UsageError(f"unknown package style {style!r}; choose one of {', '.join(STYLES)}")
     if style == "jax":
-        from rlx.runtime.jax_backend import load_kernels
+        from rlx.runtime.jax_engine import require_jax
 
-        load_kernels()  # UsageError saying how to install jax when it is missing
+        require_jax()  # UsageError saying how to install jax when it is missing
 
 
 def write_package(
@@ -159,7 +160,7 @@ def write_package(
     """Write the package for ``program`` into ``out_dir/rlx_<name>/`` and return that directory."""
     check_style(style)
     if style == "jax":  # refuse a program using a Call the JAX kernels lack, naming it
-        from rlx.runtime.jax_backend import check_coverage
+        from rlx.runtime.jax_engine.executor import check_coverage
 
         check_coverage(program)
     name = package_name(program.name)
@@ -168,10 +169,10 @@ def write_package(
     if root.exists():
         shutil.rmtree(root)
     pkg.mkdir(parents=True)
-    modules = vendor_ops(pkg / "_ops", style)
+    vendor_ops(pkg / "_ops", style)
     code = writer(program, style)
     (pkg / "model.py").write_text(code.module(decomposition), encoding="utf-8")
-    (pkg / "_ops" / "__init__.py").write_text(ops_init(sorted(code.kernels), style, modules), encoding="utf-8")
+    (pkg / "_ops" / "__init__.py").write_text(ops_init(sorted(code.kernels), style), encoding="utf-8")
     init = JAX_INIT if style == "jax" else INIT
     (pkg / "__init__.py").write_text(init.format(name=program.name, version=__version__), encoding="utf-8")
     (pkg / "__main__.py").write_text(

@@ -478,15 +478,25 @@ class Gemm(Call):
 
 
 @dataclass(frozen=True)
+class Step:
+    """One step of a ``Fused`` chain: ``fn`` applied to registers ``args``, giving ``dtype``.
+
+    ``fn`` is a Unary or Binary function name, ``where``, ``clamp``, ``cast``, ``leaky_relu``
+    (``param``: the slope), or — as the last step only — ``softmax`` / ``log_softmax`` of the
+    chain so far (``param``: the axis). Register ``i < len(inputs)`` is ``inputs[i]``,
+    ``len(inputs) + j`` the result of step ``j``; ``None`` is an open clamp bound."""
+
+    fn: str
+    args: tuple[int | None, ...]
+    dtype: str
+    param: float | int | None = None
+
+
+@dataclass(frozen=True)
 class Fused(Call):
-    """An elementwise chain run as one step. ``steps[k]`` is ``"fn a b …"``: a Unary or Binary
-    function name, ``where``, ``clamp`` (``_`` for an open bound), ``cast`` or ``leaky_relu:<slope>``,
-    applied to operands by index — ``i < len(inputs)`` is ``inputs[i]``, ``len(inputs) + j`` the result
-    of ``steps[j]`` — giving ``dtypes[k]``. The last step may instead be ``softmax:<axis>`` or
-    ``log_softmax:<axis>`` of the chain so far (the scale + mask + softmax of attention). The result is
-    the last step's."""
+    """An elementwise chain run as one step (the scale + mask + softmax of attention, residual
+    adds, RMSNorm's scale …); the result is the last step's."""
 
     inputs: tuple[Operand, ...]
-    steps: tuple[str, ...]
-    dtypes: tuple[str, ...]
+    steps: tuple[Step, ...]
     reuse: Ref | None = None

@@ -10,9 +10,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from collections.abc import Iterator
+import types
+import typing
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
+
+import numpy as np
 
 from rlx.errors import SchemaError
 from rlx.ir import dtypes
@@ -58,7 +62,8 @@ class Call:
         """Fields holding operands (values read at run time), in declaration order."""
         cached = cls.__dict__.get("_operand_fields")
         if cached is None:
-            cached = tuple(f.name for f in dataclasses.fields(cls) if "Ref" in str(f.type) or "Operand" in str(f.type))
+            hints = typing.get_type_hints(cls)
+            cached = tuple(f.name for f in dataclasses.fields(cls) if _holds_operands(hints[f.name]))
             cls._operand_fields = cached  # type: ignore[attr-defined]
         return cached
 
@@ -71,6 +76,29 @@ class Call:
         """A copy with references renamed through ``mapping`` (used by passes)."""
         changes = {f.name: _replace_in(getattr(self, f.name), mapping) for f in dataclasses.fields(self)}
         return dataclasses.replace(self, **changes)
+
+
+def _holds_operands(t: Any) -> bool:
+    """Whether a field of type ``t`` holds values read at run time (a Ref or Lit, maybe in a tuple)."""
+    return t in (Ref, Lit) or any(_holds_operands(a) for a in typing.get_args(t))
+
+
+def field_types(cls: type[Call]) -> dict[str, Any]:
+    """The resolved type of every field of a Call class."""
+    hints = typing.get_type_hints(cls)
+    return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
+
+
+def resolve_operand(v: Any, env: Mapping[str, Any]) -> Any:
+    """A Call operand from a value environment: Refs looked up, literals as 0-d numpy arrays,
+    tuples as lists, absent optionals as None — the form every engine's kernels receive."""
+    if isinstance(v, Ref):
+        return env[v.name]
+    if isinstance(v, Lit):
+        return np.asarray(v.value, dtype=dtypes.to_numpy(v.dtype))
+    if isinstance(v, tuple):
+        return [resolve_operand(x, env) for x in v]
+    return None
 
 
 def _refs_in(v: Any) -> Iterator[Ref]:
@@ -231,6 +259,8 @@ def encode(v: Any) -> Any:
         return {"sym": v.expr}
     if isinstance(v, tuple):
         return [encode(x) for x in v]
+    if dataclasses.is_dataclass(v) and not isinstance(v, type):  # a record field (a fused step)
+        return {"record": {f.name: encode(getattr(v, f.name)) for f in dataclasses.fields(v)}}
     if isinstance(v, float):
         return encode_float(v) if not math.isfinite(v) else v
     return v
@@ -257,6 +287,8 @@ def _decode(v: Any, where: str) -> Any:
             if not isinstance(raw, int) or isinstance(raw, bool):
                 raise SchemaError(f"{where}: integer literal expected, found {raw!r}")
             return Lit(raw, tok)
+        if set(v) == {"record"} and isinstance(v["record"], dict):
+            return _Record({k: _decode(x, f"{where}.{k}") for k, x in v["record"].items()})
         raise SchemaError(f"{where}: unexpected object {sorted(v)}")
     if isinstance(v, list):
         return tuple(_decode(x, f"{where}[{k}]") for k, x in enumerate(v))
@@ -265,84 +297,89 @@ def _decode(v: Any, where: str) -> Any:
     return v
 
 
-def _split_top(annotation: str, sep: str) -> list[str]:
-    """Split ``annotation`` on ``sep`` outside brackets."""
-    parts, depth, cur = [], 0, ""
-    i = 0
-    while i < len(annotation):
-        ch = annotation[i]
-        depth += ch == "["
-        depth -= ch == "]"
-        if depth == 0 and annotation.startswith(sep, i):
-            parts.append(cur.strip())
-            cur, i = "", i + len(sep)
-            continue
-        cur += ch
-        i += 1
-    parts.append(cur.strip())
-    return parts
+def type_name(t: Any) -> str:
+    """``int | Sym``, ``tuple[int, ...]``: a field type as the error messages spell it."""
+    args = typing.get_args(t)
+    if _is_union(t):
+        return " | ".join(type_name(a) for a in args)
+    if typing.get_origin(t) is tuple:
+        return "tuple[" + ", ".join("..." if a is Ellipsis else type_name(a) for a in args) + "]"
+    return "None" if t is type(None) else getattr(t, "__name__", str(t))
 
 
-def conform(value: Any, annotation: str, where: str) -> Any:
-    """Check a decoded call field against its annotation (``tuple[Dim, ...]``, ``Ref | None`` …),
-    so a hand-edited or hostile program.json fails here with its JSON path, not in a kernel."""
+def _is_union(t: Any) -> bool:
+    return isinstance(t, types.UnionType) or typing.get_origin(t) is typing.Union
+
+
+def conform(value: Any, t: Any, where: str) -> Any:
+    """Check a decoded call field against its type (``tuple[Dim, ...]``, ``Ref | None`` …), so a
+    hand-edited or hostile program.json fails here with its JSON path, not in a kernel."""
+    if not _is_union(t):
+        return _conform_one(value, t, where)
     errors = []
-    for option in _split_top(annotation, "|"):
+    for option in typing.get_args(t):
         try:
             return _conform_one(value, option, where)
         except SchemaError as e:
             errors.append(e)
-    if len(errors) == 1:
-        raise errors[0]
-    raise SchemaError(f"{where}: expected {annotation}, found {value!r}"[:300])
+    raise SchemaError(f"{where}: expected {type_name(t)}, found {value!r}"[:300])
 
 
-def _conform_one(value: Any, t: str, where: str) -> Any:
+@dataclass(frozen=True)
+class _Record:
+    """A decoded record field, before its type (known from the Call's annotation) builds it."""
+
+    fields: dict[str, Any]
+
+
+def _conform_record(value: Any, t: type, where: str) -> Any:
+    hints = typing.get_type_hints(t)
+    names = [f.name for f in dataclasses.fields(t)]
+    if not isinstance(value, _Record) or set(value.fields) != set(names):
+        raise SchemaError(f"{where}: expected a {t.__name__} record with fields {names}, found {value!r}"[:300])
+    return t(**{n: conform(value.fields[n], hints[n], f"{where}.{n}") for n in names})
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+# Scalar field types: the check a decoded value must pass, and what it becomes.
+_SCALARS: dict[Any, tuple[Callable[[Any], bool], Callable[[Any], Any]]] = {
+    type(None): (lambda v: v is None, lambda v: v),
+    Ref: (lambda v: isinstance(v, Ref), lambda v: v),
+    Lit: (lambda v: isinstance(v, Lit), lambda v: v),
+    Sym: (lambda v: isinstance(v, Sym), lambda v: v),
+    int: (_is_int, lambda v: v),
+    float: (lambda v: _is_int(v) or isinstance(v, float), float),
+    bool: (lambda v: isinstance(v, bool), lambda v: v),
+    str: (lambda v: isinstance(v, str), lambda v: v),
+}
+
+
+def _conform_one(value: Any, t: Any, where: str) -> Any:
     def bad() -> SchemaError:
-        return SchemaError(f"{where}: expected {t}, found {value!r}"[:300])
+        return SchemaError(f"{where}: expected {type_name(t)}, found {value!r}"[:300])
 
-    if t == "None":
-        if value is not None:
+    if t in _SCALARS:
+        check, convert = _SCALARS[t]
+        if not check(value):
             raise bad()
-        return None
-    if t == "Ref":
-        if not isinstance(value, Ref):
-            raise bad()
-        return value
-    if t == "Operand":
-        if not isinstance(value, (Ref, Lit)):
-            raise bad()
-        return value
-    if t == "Dim":
-        if isinstance(value, Sym) or (isinstance(value, int) and not isinstance(value, bool)):
-            return value
-        raise bad()
-    if t == "int":
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        raise bad()
-    if t == "float":
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        raise bad()
-    if t == "bool":
-        if isinstance(value, bool):
-            return value
-        raise bad()
-    if t == "str":
-        if isinstance(value, str):
-            return value
-        raise bad()
-    if t.startswith("tuple[") and t.endswith("]"):
-        inner = _split_top(t[6:-1], ",")
+        return convert(value)
+    if _is_union(t):
+        return conform(value, t, where)
+    if dataclasses.is_dataclass(t) and isinstance(t, type):
+        return _conform_record(value, t, where)
+    if typing.get_origin(t) is tuple:
+        inner = typing.get_args(t)
         if not isinstance(value, tuple):
             raise bad()
-        if len(inner) == 2 and inner[1] == "...":
+        if len(inner) == 2 and inner[1] is Ellipsis:
             return tuple(conform(v, inner[0], f"{where}[{k}]") for k, v in enumerate(value))
         if len(value) != len(inner):
             raise bad()
         return tuple(conform(v, ti, f"{where}[{k}]") for k, (v, ti) in enumerate(zip(value, inner)))
-    raise SchemaError(f"{where}: cannot check annotation {t!r}")
+    raise SchemaError(f"{where}: a {type_name(t)} field cannot be read from JSON")
 
 
 def _or_schema(fn: Any, raw: Any, where: str) -> Any:
@@ -414,7 +451,7 @@ def _program_from_json(doc: Any, where: str) -> Program:
         names = {f.name for f in dataclasses.fields(cls)}
         if set(args) != names:
             raise SchemaError(f"{at}.args: {op} takes {sorted(names)}, found {sorted(args)}")
-        hints = {f.name: str(f.type) for f in dataclasses.fields(cls)}
+        hints = field_types(cls)
         call = cls(**{n: conform(_decode(args[n], f"{at}.args.{n}"), hints[n], f"{at}.args.{n}") for n in names})
         instrs.append(
             Instr(

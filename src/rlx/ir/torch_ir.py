@@ -53,7 +53,7 @@ class Input:
 
 
 @dataclass(frozen=True)
-class Weight:
+class TorchWeight:
     id: str
     key: str
     shape: tuple[int, ...]
@@ -110,7 +110,7 @@ class Output:
 class TorchIR:
     model_name: str
     inputs: list[Input]
-    weights: list[Weight]
+    weights: list[TorchWeight]
     nodes: list[Node]
     outputs: list[Output]
     producer: str = ""
@@ -417,7 +417,7 @@ def parse(doc: Any, source: str = "torch-ir.json") -> TorchIR:
         kind = d.get("kind", "param")
         if kind not in ("param", "buffer", "const"):
             raise r.fail(f"{at}.kind", f"expected param, buffer or const, found {kind!r}")
-        w = Weight(
+        w = TorchWeight(
             r.field(d, "id", at, str),
             r.field(d, "key", at, str),
             r.shape(d.get("shape"), f"{at}.shape"),

@@ -23,9 +23,9 @@ from rlx.ir.calls import (
 from rlx.ir.program import Lit, Operand, Ref
 from rlx.ir.symbolic import Dim
 from rlx.ir.torch_ir import Node
+from rlx.lower.movement import reshape_to
 from rlx.lower.reduce import reduce_value
 from rlx.lower.registry import Builder, lowers
-from rlx.lower.shape import reshape_to
 
 
 @lowers("aten.mm", "aten.bmm", "aten.matmul", "aten.mv", "aten.dot", "aten.vdot")

@@ -12,8 +12,8 @@ from rlx.ir import symbolic
 from rlx.ir.calls import Arange, Binary, Concat, Expand, Full, IndexSelect, Permute, Reduce, Reshape, Slice, Unary
 from rlx.ir.program import Operand, Ref
 from rlx.ir.torch_ir import Node
+from rlx.lower.movement import reshape_to, take_slice
 from rlx.lower.registry import Builder, lowers
-from rlx.lower.shape import reshape_to, take_slice
 from rlx.lower.shapes import norm_axis
 
 

@@ -31,8 +31,8 @@ from rlx.ir.calls import (
 )
 from rlx.ir.program import Operand, Ref
 from rlx.ir.torch_ir import Node, TensorMeta
+from rlx.lower.movement import reshape_to
 from rlx.lower.registry import Builder, lowers
-from rlx.lower.shape import reshape_to
 from rlx.lower.shapes import ints, norm_axis
 
 

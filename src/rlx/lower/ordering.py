@@ -35,9 +35,9 @@ from rlx.ir.program import Lit, Operand, Ref
 from rlx.ir.symbolic import Dim, Sym
 from rlx.ir.torch_ir import Node, TensorMeta
 from rlx.lower.creation import fill_value
+from rlx.lower.movement import reshape_to, take_slice
 from rlx.lower.reduce import reduce_value
 from rlx.lower.registry import Builder, lowers
-from rlx.lower.shape import reshape_to, take_slice
 from rlx.lower.shapes import norm_axis
 
 

@@ -12,8 +12,8 @@ from rlx.ir.calls import ArgReduce, Binary, Reduce, Unary, Where
 from rlx.ir.program import Operand, Ref
 from rlx.ir.torch_ir import Node, TensorMeta
 from rlx.lower.elementwise import binary
+from rlx.lower.movement import reshape_to
 from rlx.lower.registry import Builder, lowers
-from rlx.lower.shape import reshape_to
 from rlx.lower.shapes import norm_axes, norm_axis
 
 

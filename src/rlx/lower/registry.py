@@ -84,7 +84,19 @@ def op_table_markdown() -> str:
 
 def _load_families() -> None:
     # Importing the family modules runs their @lowers decorators.
-    from rlx.lower import creation, elementwise, linalg, misc, nn, ordering, reduce, resample, scatter, shape, spectral  # noqa: F401
+    from rlx.lower import (  # noqa: F401
+        creation,
+        elementwise,
+        linalg,
+        misc,
+        movement,
+        nn,
+        ordering,
+        reduce,
+        resample,
+        scatter,
+        spectral,
+    )
 
 
 class Builder:
@@ -166,7 +178,7 @@ class Builder:
         return len(self.shape(x))
 
     # ── emitting ─────────────────────────────────────────────────────────────
-    def emit(self, call: Call, shape: Sequence[int], dtype: str) -> Ref:
+    def emit(self, call: Call, shape: Sequence[Dim], dtype: str) -> Ref:
         """Append ``call`` and return its result. Names are ``<node>__<k>`` until the handler
         returns; the value it returns is then renamed to the node id."""
         node = self._node

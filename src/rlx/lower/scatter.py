@@ -27,8 +27,8 @@ from rlx.ir.program import Operand, Ref
 from rlx.ir.symbolic import Sym
 from rlx.ir.torch_ir import Node
 from rlx.lower.creation import fill_value
+from rlx.lower.movement import reshape_to
 from rlx.lower.registry import Builder, lowers
-from rlx.lower.shape import reshape_to
 from rlx.lower.shapes import norm_axis, slice_bounds
 
 

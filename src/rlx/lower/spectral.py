@@ -14,8 +14,8 @@ from rlx.ir import dtypes
 from rlx.ir.calls import Conj, Fft, Pad, Roll
 from rlx.ir.program import Operand, Ref
 from rlx.ir.torch_ir import Node
+from rlx.lower.movement import take_slice
 from rlx.lower.registry import Builder, lowers
-from rlx.lower.shape import take_slice
 from rlx.lower.shapes import norm_axis
 
 # PyTorch's fft_norm_mode: the integer ``normalization`` argument of the _fft_* ops.

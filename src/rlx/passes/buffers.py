@@ -122,10 +122,10 @@ def _reusable_form(ins: Instr, values: dict[str, Value]) -> C.Gemm | C.Fused | N
     ):
         return C.Gemm(c.x, c.y, None, "")
     if isinstance(c, C.Unary) and c.fn in _UNARY_OK and _dtype(c.x, values) == ins.dtype:
-        return C.Fused((c.x,), (f"{c.fn} 0",), (ins.dtype,))
+        return C.Fused((c.x,), (C.Step(c.fn, (0,), ins.dtype),))
     if isinstance(c, C.Binary) and c.fn in _BINARY_OK and _dtype(c.x, values) == _dtype(c.y, values) == ins.dtype:
         inputs = (c.x,) if c.x == c.y else (c.x, c.y)
-        return C.Fused(inputs, (f"{c.fn} 0 {0 if c.x == c.y else 1}",), (ins.dtype,))
+        return C.Fused(inputs, (C.Step(c.fn, (0, 0 if c.x == c.y else 1), ins.dtype),))
     return None
 
 

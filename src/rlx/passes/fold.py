@@ -21,7 +21,7 @@ import numpy as np
 
 from rlx.ir.program import Instr, Lit, Program, Ref, Weight
 from rlx.ir.symbolic import Sym, is_static
-from rlx.runtime.executor import run_instruction
+from rlx.runtime.numpy_engine.executor import run_instruction
 
 FOLDED_KEY = "rlx:folded:"  # the key of a folded weight: it lives in memory, never in a file
 # A folded result may take this many bytes even when its inputs are smaller (a constant mask, an

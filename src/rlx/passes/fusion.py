@@ -364,21 +364,21 @@ def _unrepeated(r: Ref, producer: dict[str, Instr], values: dict[str, Value]) ->
 _ELEMENTWISE = (C.Unary, C.Binary, C.Where, C.Clamp, C.LeakyRelu, C.Cast)
 
 
-def _step(call: Call, reg: Callable[[Operand | None], str]) -> str:
+def _step(call: Call, dtype: str, reg: Callable[[Operand | None], int | None]) -> C.Step:
     if isinstance(call, C.Unary):
-        return f"{call.fn} {reg(call.x)}"
+        return C.Step(call.fn, (reg(call.x),), dtype)
     if isinstance(call, C.Binary):
-        return f"{call.fn} {reg(call.x)} {reg(call.y)}"
+        return C.Step(call.fn, (reg(call.x), reg(call.y)), dtype)
     if isinstance(call, C.Where):
-        return f"where {reg(call.cond)} {reg(call.x)} {reg(call.y)}"
+        return C.Step("where", (reg(call.cond), reg(call.x), reg(call.y)), dtype)
     if isinstance(call, C.Clamp):
-        return f"clamp {reg(call.x)} {reg(call.lo)} {reg(call.hi)}"
+        return C.Step("clamp", (reg(call.x), reg(call.lo), reg(call.hi)), dtype)
     if isinstance(call, C.LeakyRelu):
-        return f"leaky_relu:{call.slope!r} {reg(call.x)}"
+        return C.Step("leaky_relu", (reg(call.x),), dtype, call.slope)
     if isinstance(call, C.Cast):
-        return f"cast {reg(call.x)}"
+        return C.Step("cast", (reg(call.x),), dtype)
     if isinstance(call, C.Softmax):
-        return f"{'log_softmax' if call.log else 'softmax'}:{call.axis} {reg(call.x)}"
+        return C.Step("log_softmax" if call.log else "softmax", (reg(call.x),), dtype, call.axis)
     raise TypeError(call)
 
 
@@ -442,19 +442,17 @@ def _chain(members: list[Instr]) -> Instr:
                 inputs.append(v)
     n_in = len(inputs)
 
-    def reg(v: Operand | None) -> str:
+    def reg(v: Operand | None) -> int | None:
         if v is None:
-            return "_"
+            return None
         if isinstance(v, Ref) and v.name in index:
-            return str(n_in + index[v.name])
-        return str(inputs.index(v))
+            return n_in + index[v.name]
+        return inputs.index(v)
 
-    steps = tuple(_step(m.call, reg) for m in members)
+    steps = tuple(_step(m.call, m.dtype, reg) for m in members)
     last = members[-1]
     note = " + ".join(m.call.op if not hasattr(m.call, "fn") else m.call.fn for m in members)
-    return dataclasses.replace(
-        last, call=C.Fused(tuple(inputs), steps, tuple(m.dtype for m in members)), note=f"fused {note}; {last.note}"
-    )
+    return dataclasses.replace(last, call=C.Fused(tuple(inputs), steps), note=f"fused {note}; {last.note}")
 
 
 def _dtype(v: Operand, values: dict[str, Value]) -> str:

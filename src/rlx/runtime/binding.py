@@ -24,6 +24,24 @@ def bind_symbols(program: Program, arrays: Sequence[np.ndarray]) -> dict[str, in
     """The value of every input symbol, checked for consistency, ranges and torch's guards."""
     bindings: dict[str, int] = {}
     origin: dict[str, str] = {}
+    derived = _bind_plain(program, arrays, bindings, origin)
+    for name, axis, dim, size in derived:
+        _bind_derived(f"input {name!r} axis {axis} ({dim.expr})", dim, size, bindings, origin)
+    _check_ranges(program, bindings, origin)
+    for guard in program.guards:
+        try:
+            ok = bool(symbolic.evaluate(guard, bindings))
+        except KeyError:
+            continue  # a guard over symbols no input carries cannot be checked here
+        if not ok:
+            raise InputError(f"input shapes violate the export guard {guard} (with {_fmt(bindings)})")
+    return bindings
+
+
+def _bind_plain(
+    program: Program, arrays: Sequence[np.ndarray], bindings: dict[str, int], origin: dict[str, str]
+) -> list[tuple[str, int, Sym, int]]:
+    """Bind every axis that is a bare symbol; return the axes whose extent is an expression."""
     derived: list[tuple[str, int, Sym, int]] = []
     for spec, arr in zip(program.inputs, arrays):
         for axis, (dim, size) in enumerate(zip(spec.shape, arr.shape)):
@@ -39,23 +57,29 @@ def bind_symbols(program: Program, arrays: Sequence[np.ndarray]) -> dict[str, in
                 )
             else:
                 bindings[dim.expr] = size
-                origin.setdefault(dim.expr, f"{where}")
-    for name, axis, dim, size in derived:
-        where = f"input {name!r} axis {axis} ({dim.expr})"
-        unbound = symbolic.names(dim.expr) - set(bindings)
-        if len(unbound) == 1:  # a symbol seen only through a derived extent: solve a·s + b = size
-            (sym,) = unbound
-            b = symbolic.eval_dim(dim, {**bindings, sym: 0})
-            a = symbolic.eval_dim(dim, {**bindings, sym: 1}) - b
-            if a == 0 or (size - b) % a:
-                raise InputError(f"{where} = {size}: no integer {sym} satisfies {dim.expr} = {size}")
-            bindings[sym] = (size - b) // a
-            origin[sym] = where
-        elif unbound:
-            raise InputError(f"{where}: cannot bind {', '.join(sorted(unbound))} from this extent alone")
-        want = symbolic.eval_dim(dim, bindings)
-        if want != size:
-            raise InputError(f"{where} = {size}, but {dim.expr} = {want} with {_fmt(bindings)}")
+                origin.setdefault(dim.expr, where)
+    return derived
+
+
+def _bind_derived(where: str, dim: Sym, size: int, bindings: dict[str, int], origin: dict[str, str]) -> None:
+    """Check an extent given by an expression; a symbol seen only there is solved from it."""
+    unbound = symbolic.names(dim.expr) - set(bindings)
+    if len(unbound) == 1:  # solve a·s + b = size
+        (sym,) = unbound
+        b = symbolic.eval_dim(dim, {**bindings, sym: 0})
+        a = symbolic.eval_dim(dim, {**bindings, sym: 1}) - b
+        if a == 0 or (size - b) % a:
+            raise InputError(f"{where} = {size}: no integer {sym} satisfies {dim.expr} = {size}")
+        bindings[sym] = (size - b) // a
+        origin[sym] = where
+    elif unbound:
+        raise InputError(f"{where}: cannot bind {', '.join(sorted(unbound))} from this extent alone")
+    want = symbolic.eval_dim(dim, bindings)
+    if want != size:
+        raise InputError(f"{where} = {size}, but {dim.expr} = {want} with {_fmt(bindings)}")
+
+
+def _check_ranges(program: Program, bindings: dict[str, int], origin: dict[str, str]) -> None:
     for s in program.symbols:
         value = bindings.get(s.name)
         if value is None:
@@ -63,11 +87,3 @@ def bind_symbols(program: Program, arrays: Sequence[np.ndarray]) -> dict[str, in
         if value < s.min or (s.max is not None and value > s.max):
             hi = "" if s.max is None else str(s.max)
             raise InputError(f"{origin[s.name]} (symbol {s.name}) = {value}, outside {s.min}..{hi}")
-    for guard in program.guards:
-        try:
-            ok = bool(symbolic.evaluate(guard, bindings))
-        except KeyError:
-            continue  # a guard over symbols no input carries cannot be checked here
-        if not ok:
-            raise InputError(f"input shapes violate the export guard {guard} (with {_fmt(bindings)})")
-    return bindings

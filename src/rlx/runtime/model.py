@@ -1,8 +1,7 @@
-"""``rlx.load(bundle_dir)`` → a callable ``Model`` that runs with numpy only."""
+"""``rlx.load(bundle_dir)`` → a callable ``Model`` that runs with numpy only (or on another engine)."""
 
 from __future__ import annotations
 
-import json
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
@@ -11,16 +10,12 @@ from typing import Any
 
 import numpy as np
 
-from rlx import safetensors_io
-from rlx.bundle import BUNDLE_FORMAT, BUNDLE_VERSION
-from rlx.errors import BundleError, InputError, RlxError, UsageError
+from rlx.bundle import read_bundle
+from rlx.errors import BundleError, InputError, RlxError
 from rlx.ir import dtypes
 from rlx.ir.program import Program, Value, specialize
-from rlx.ir.symbolic import dim_json
-from rlx.ir.verify import verify as verify_program
-from rlx.passes import pipeline
 from rlx.runtime.binding import bind_symbols
-from rlx.runtime.executor import Executor
+from rlx.runtime.engines import Executor, create_engine
 
 
 class Model:
@@ -43,18 +38,11 @@ class Model:
         self.output_tree = program.output_tree
         check_tree(self.output_tree, len(program.outputs), "output_tree")
         self._weights = weights
-        # Static programs have one executor; dynamic ones get one per binding of the symbols.
-        self._optimize = optimize  # constant folding at load; off for debugging (`rlx run --no-opt`)
         self.backend = backend
-        self._jax = _jax_backend(backend, program, weights)  # None for numpy: jax is imported only when asked for
-        # The numpy backend's passes (rlx.passes.pipeline; `rlx run --no-opt` / `--disable-pass NAME`).
-        # A dynamic program is optimised once as written — weights folded and packed once, shared by
-        # every binding — and then again per binding, once its shapes are known.
-        self._disabled = pipeline.check_names(disable_passes) if optimize else frozenset(pipeline.PASS_NAMES)
-        self._plan_source, self._plan_weights = program, weights
-        if self._jax is None and program.is_dynamic:
-            self._plan_source, self._plan_weights = pipeline.optimize(program, weights, self._disabled)
-        self._static = None if program.is_dynamic else self._new_executor(program)
+        # The numpy engine's passes (rlx.passes.pipeline) run unless `optimize=False` (`rlx run --no-opt`).
+        self.engine = create_engine(backend, program, weights, disable_passes if optimize else None)
+        # Static programs have one executor; dynamic ones get one per binding of the symbols.
+        self._static = None if program.is_dynamic else self.engine.compile(program)
         self._by_binding: OrderedDict[tuple[tuple[str, int], ...], Executor] = OrderedDict()
         self._lock = threading.Lock()  # guards the plan cache; running a plan needs no lock
 
@@ -101,40 +89,15 @@ class Model:
             if executor is not None:
                 self._by_binding.move_to_end(key)
                 return executor
-        executor = self._new_executor(specialize(self._plan_source, bindings))
+        executor = self.engine.compile(specialize(self.engine.source, bindings))
         with self._lock:
             self._by_binding[key] = executor
             if len(self._by_binding) > PLAN_CACHE_SIZE:
                 self._by_binding.popitem(last=False)
         return executor
 
-    def _new_executor(self, program: Program) -> Executor:
-        if self._jax is not None:  # one XLA compilation of the whole (specialised) program; same run()
-            return self._jax(program)
-        return Executor(*pipeline.optimize(program, self._plan_weights, self._disabled))
-
 
 PLAN_CACHE_SIZE = 16  # evaluated plans kept per model, least recently used first out
-BACKENDS = ("numpy", "jax")
-
-
-def check_backend(backend: str) -> None:
-    """A known backend that can run here: UsageError otherwise (for jax: how to install it)."""
-    if backend not in BACKENDS:
-        raise UsageError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
-    if backend == "jax":
-        from rlx.runtime.jax_backend import load_kernels
-
-        load_kernels()
-
-
-def _jax_backend(backend: str, program: Program, weights: Mapping[str, np.ndarray]) -> Any:
-    check_backend(backend)
-    if backend == "numpy":
-        return None
-    from rlx.runtime import jax_backend
-
-    return jax_backend.backend(program, weights)
 
 
 def check_input(spec: Value, value: Any) -> np.ndarray:
@@ -161,34 +124,38 @@ def check_input(spec: Value, value: Any) -> np.ndarray:
 
 def check_tree(tree: Any, n_outputs: int, where: str) -> None:
     """Validate an output structure before it is trusted: every leaf names an existing output."""
+    _check_node(tree, n_outputs, where, 0)
 
-    def walk(t: Any, path: str, depth: int) -> None:
-        if depth > 100:
-            raise BundleError(f"{where}: output structure nested more than 100 levels")
-        if t is None:
-            return
-        if not isinstance(t, dict) or len(t) != 1:
-            raise BundleError(f"{where}{path}: expected one of out/const/tuple/list/dict, found {t!r}"[:300])
-        ((kind, v),) = t.items()
-        if kind == "out":
-            if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v < n_outputs:
-                raise BundleError(f"{where}{path}.out: {v!r} is not an output index below {n_outputs}")
-        elif kind in ("tuple", "list"):
-            if not isinstance(v, list):
-                raise BundleError(f"{where}{path}.{kind}: expected a list")
-            for k, item in enumerate(v):
-                walk(item, f"{path}.{kind}[{k}]", depth + 1)
-        elif kind == "dict":
-            if not isinstance(v, list) or not all(
-                isinstance(p, list) and len(p) == 2 and isinstance(p[0], (str, int)) for p in v
-            ):
-                raise BundleError(f"{where}{path}.dict: expected a list of [key, value] pairs")
-            for k, (_key, item) in enumerate(v):
-                walk(item, f"{path}.dict[{k}]", depth + 1)
-        elif kind != "const":
-            raise BundleError(f"{where}{path}: unknown output-structure node {kind!r}")
 
-    walk(tree, "", 0)
+def _children(kind: str, v: Any, at: str) -> list[tuple[str, Any]]:
+    """The sub-structures of one node (``at`` names it in errors), after checking its form."""
+    if kind in ("tuple", "list"):
+        if not isinstance(v, list):
+            raise BundleError(f"{at}.{kind}: expected a list")
+        return [(f".{kind}[{k}]", item) for k, item in enumerate(v)]
+    if not isinstance(v, list) or not all(
+        isinstance(p, list) and len(p) == 2 and isinstance(p[0], (str, int)) for p in v
+    ):
+        raise BundleError(f"{at}.dict: expected a list of [key, value] pairs")
+    return [(f".dict[{k}]", item) for k, (_key, item) in enumerate(v)]
+
+
+def _check_node(t: Any, n_outputs: int, at: str, depth: int) -> None:
+    if depth > 100:
+        raise BundleError(f"{at}: output structure nested more than 100 levels")
+    if t is None:
+        return
+    if not isinstance(t, dict) or len(t) != 1:
+        raise BundleError(f"{at}: expected one of out/const/tuple/list/dict, found {t!r}"[:300])
+    ((kind, v),) = t.items()
+    if kind == "out":
+        if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v < n_outputs:
+            raise BundleError(f"{at}.out: {v!r} is not an output index below {n_outputs}")
+    elif kind in ("tuple", "list", "dict"):
+        for path, item in _children(kind, v, at):
+            _check_node(item, n_outputs, at + path, depth + 1)
+    elif kind != "const":
+        raise BundleError(f"{at}: unknown output-structure node {kind!r}")
 
 
 def unflatten(tree: Any, flat: list[Any]) -> Any:
@@ -208,10 +175,6 @@ def unflatten(tree: Any, flat: list[Any]) -> Any:
     raise BundleError(f"output structure has an unknown node {sorted(tree)}")
 
 
-BUNDLE_FILES = ("program.json", "meta.json", "weights.safetensors")
-MAX_JSON_BYTES = 256 * 1024 * 1024
-
-
 def load(
     bundle_dir: str | Path, *, optimize: bool = True, backend: str = "numpy", disable_passes: Iterable[str] = ()
 ) -> Model:
@@ -221,75 +184,8 @@ def load(
     symlink leading out of it is refused), and every size, shape and dtype is checked before use.
     ``backend="jax"`` runs the program as one XLA computation per input-shape binding (needs jax).
     """
-    bundle_dir = Path(bundle_dir)
-    if (bundle_dir / "bundle" / "program.json").is_file():  # an OUT directory from `rlx import`
-        bundle_dir = bundle_dir / "bundle"
-    if not bundle_dir.is_dir():
-        raise BundleError(f"{bundle_dir}: not a directory; pass the bundle directory written by `rlx import`")
-    paths = {name: inside(bundle_dir, name) for name in BUNDLE_FILES}
-    program = Program.from_json(read_json(paths["program.json"]), "program.json")
-    verify_program(program, "program.json")
-    meta = read_json(paths["meta.json"])
-    check_meta(meta, program, paths["meta.json"])
-    tensors, _ = safetensors_io.read(paths["weights.safetensors"])
-    extra = sorted(set(tensors) - {w.key for w in program.weights})
-    if extra:
-        more = f" and {len(extra) - 3} more" if len(extra) > 3 else ""
-        raise BundleError(
-            f"{paths['weights.safetensors']}: tensor(s) {', '.join(map(repr, extra[:3]))}{more} are not used by the "
-            "program; the bundle's files do not belong together"
-        )
-    weights = bind_weights(program, tensors, paths["weights.safetensors"])
+    program, weights, meta = read_bundle(bundle_dir)
     return Model(program, weights, meta, optimize=optimize, backend=backend, disable_passes=disable_passes)
-
-
-def inside(directory: Path, name: str) -> Path:
-    """``directory/name``, refusing a path that resolves outside ``directory`` (symlinks included)."""
-    path = directory / name
-    root = directory.resolve()
-    if not path.resolve().is_relative_to(root):
-        raise BundleError(f"{path}: resolves outside the bundle directory ({path.resolve()}); refusing to read it")
-    return path
-
-
-def check_meta(meta: Any, program: Program, source: Path) -> None:
-    """meta.json must describe the same inputs as program.json (a mismatch means mixed-up files)."""
-    if not isinstance(meta, dict) or meta.get("format") != BUNDLE_FORMAT:
-        raise BundleError(f"{source}: not an rlx bundle meta.json (format must be {BUNDLE_FORMAT!r})")
-    if meta.get("version") != BUNDLE_VERSION:
-        raise BundleError(f"{source}: this rlx reads bundle version {BUNDLE_VERSION}, found {meta.get('version')!r}")
-    inputs = meta.get("inputs")
-    declared = [{"name": v.name, "shape": [dim_json(d) for d in v.shape], "dtype": v.dtype} for v in program.inputs]
-    if inputs != declared:
-        raise BundleError(f"{source}: inputs {inputs!r} do not match program.json's {declared!r}")
-
-
-def bind_weights(program: Program, tensors: Mapping[str, np.ndarray], source: Path | str) -> dict[str, np.ndarray]:
-    """Weights by program value name, checking every declared shape and dtype."""
-    out = {}
-    for w in program.weights:
-        if w.key not in tensors:
-            raise BundleError(f"{source}: tensor {w.key!r} is missing (the program needs it as {w.name})")
-        arr = tensors[w.key]
-        if dtypes.from_numpy(arr.dtype) != w.dtype or tuple(arr.shape) != w.shape:
-            raise BundleError(
-                f"{source}: tensor {w.key!r} is {dtypes.from_numpy(arr.dtype)}{list(arr.shape)}, "
-                f"the program declares {w.dtype}{list(w.shape)}"
-            )
-        out[w.name] = arr
-    return out
-
-
-def read_json(path: Path) -> Any:
-    try:
-        size = path.stat().st_size
-        if size > MAX_JSON_BYTES:
-            raise BundleError(f"{path}: {size} bytes is more than the {MAX_JSON_BYTES}-byte limit for a JSON file")
-        return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise BundleError(f"{path}: missing; is {path.parent} a bundle written by `rlx import`?") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
-        raise BundleError(f"{path}: not valid JSON: {e}") from None
 
 
 __all__ = ["Model", "RlxError", "load", "unflatten"]

@@ -28,9 +28,9 @@ from rlx import safetensors_io
 from rlx.errors import ExportError, RlxError, UsageError
 from rlx.ir.program import Ref
 from rlx.ir.symbolic import Dim, Sym, Symbol
-from rlx.ir.torch_ir import DtypeArg, Input, Node, Output, ScalarMeta, TensorMeta, TorchIR, Weight
-from rlx.torch_import.dtypes import tensor_to_numpy, torch_dtype_token
+from rlx.ir.torch_ir import DtypeArg, Input, Node, Output, ScalarMeta, TensorMeta, TorchIR, TorchWeight
 from rlx.torch_import.levels import LEVELS, decompose
+from rlx.torch_import.tensors import tensor_to_numpy, torch_dtype_token
 from rlx.util import atomic_write_text
 
 
@@ -306,7 +306,7 @@ def _graph_to_ir(
 ) -> tuple[TorchIR, dict[str, np.ndarray]]:
     rec = _Recorder(ep, user_names)
     inputs: list[Input] = []
-    weights: list[Weight] = []
+    weights: list[TorchWeight] = []
     tensors: dict[str, np.ndarray] = {}
     kinds = {"PARAMETER": "param", "BUFFER": "buffer", "CONSTANT_TENSOR": "const"}
     placeholders = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
@@ -327,7 +327,7 @@ def _graph_to_ir(
             raise ExportError(f"weight {spec.target!r} is not a tensor (found {type(tensor).__name__})")
         arr = tensor_to_numpy(tensor)
         weights.append(
-            Weight(name, spec.target, tuple(arr.shape), torch_dtype_token(tensor.dtype), kinds[spec.kind.name])
+            TorchWeight(name, spec.target, tuple(arr.shape), torch_dtype_token(tensor.dtype), kinds[spec.kind.name])
         )
         tensors[spec.target] = arr
 

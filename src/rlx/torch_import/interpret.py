@@ -12,7 +12,7 @@ import torch
 from torch.export import ExportedProgram
 
 from rlx.errors import BundleError
-from rlx.torch_import.dtypes import numpy_to_tensor, tensor_to_numpy
+from rlx.torch_import.tensors import numpy_to_tensor, tensor_to_numpy
 
 EXPORTED_FILE = "exported.pt2"
 

@@ -13,7 +13,7 @@ from rlx.ir.symbolic import is_static
 MAX_ELEMENTS = 2**36  # per value; far beyond any real model, small enough to refuse absurd headers
 
 
-def verify(program: Program, source: str = "program") -> None:
+def validate(program: Program, source: str = "program") -> None:
     """Raise ``SchemaError`` naming the first instruction that breaks an invariant."""
     known = program.values()
     defined = {v.name for v in program.inputs} | {w.name for w in program.weights}

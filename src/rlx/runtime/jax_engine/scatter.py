@@ -1,6 +1,6 @@
-"""JAX kernels for scatter Calls (IndexPut, Scatter, Diagonal).
+"""The JAX engine's scatter kernels (IndexPut, Scatter).
 
-The same results as the numpy kernels (``rlx.runtime.scatter_kernels``). Every write is reduced to
+The same results as the numpy kernels (``rlx.runtime.numpy_engine.scatter``). Every write is reduced to
 one flat form: the target's flat position for every element written (negative indices wrap as in
 numpy; a position still outside the tensor is dropped) and the values in the same order. Then
 
@@ -19,18 +19,20 @@ match. Needs ``jax_enable_x64`` for int64.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import jax.numpy as jnp
 import numpy as np
 
-from rlx.ir import calls as C
-from rlx.ir import dtypes
-from rlx.runtime.jax_backend.registry import kernel
+from ...kernels.precision import HALF, highest, lowest
+from .overrides import override
+
+if TYPE_CHECKING:
+    from ...ir.calls import IndexPut, Scatter
 
 Array = jnp.ndarray
 _I64 = np.dtype(np.int64)
 _F32 = np.dtype(np.float32)
-_HALF = (np.dtype(np.float16), dtypes.to_numpy("bf16"))
 
 
 def _flat_positions(coords: list[Array], shape: tuple[int, ...]) -> Array:
@@ -110,8 +112,8 @@ def _index_grid(indices: list[Array | None], shape: tuple[int, ...]) -> tuple[li
     return grid, r_shape, len(before) + nb - 1
 
 
-@kernel(C.IndexPut)
-def index_put(c: C.IndexPut, x: Array, indices: list[Array | None], values: Array) -> Array:
+@override("IndexPut")
+def index_put(c: IndexPut, x: Array, indices: list[Array | None], values: Array) -> Array:
     shape = tuple(x.shape)
     idx, padded = _expand_masks(list(indices), shape)
     grid, r_shape, mask_dim = _index_grid(idx, shape)
@@ -138,21 +140,13 @@ def index_put(c: C.IndexPut, x: Array, indices: list[Array | None], values: Arra
 def _widen(x: Array) -> Array:
     """float16/bfloat16 → float32 (accumulate there, round once); bool → int32 (its or/and are the
     integer sum/product/max/min read back as bool)."""
-    if x.dtype in _HALF:
+    if x.dtype in HALF:
         return x.astype(_F32)
     return x.astype(np.int32) if x.dtype == np.bool_ else x
 
 
-def _lowest(dt: np.dtype) -> object:
-    return -np.inf if dt.kind == "f" else np.iinfo(dt).min
-
-
-def _highest(dt: np.dtype) -> object:
-    return np.inf if dt.kind == "f" else np.iinfo(dt).max
-
-
-@kernel(C.Scatter)
-def scatter(c: C.Scatter, x: Array, index: Array, src: Array) -> Array:
+@override("Scatter")
+def scatter(c: Scatter, x: Array, index: Array, src: Array) -> Array:
     src = jnp.asarray(src)
     if src.ndim == 0:
         src = jnp.broadcast_to(src, index.shape)
@@ -175,7 +169,7 @@ def scatter(c: C.Scatter, x: Array, index: Array, src: Array) -> Array:
     touched = jnp.zeros(acc.shape, bool).at[lin].set(True, mode="drop")
     if not c.include_self:
         # Entries written to start from the reduction's identity: only the scattered values count.
-        start = {"sum": 0, "mean": 0, "prod": 1, "amax": _lowest(dt), "amin": _highest(dt)}[c.reduce]
+        start = {"sum": 0, "mean": 0, "prod": 1, "amax": lowest(dt), "amin": highest(dt)}[c.reduce]
         acc = jnp.where(touched, jnp.asarray(start, dt), acc)
     at = acc.at[lin]
     if c.reduce in ("sum", "mean"):
@@ -196,9 +190,3 @@ def scatter(c: C.Scatter, x: Array, index: Array, src: Array) -> Array:
         else:
             acc = jnp.where(touched, jnp.floor_divide(acc, count.astype(dt)), acc)
     return acc.reshape(x.shape).astype(x.dtype)
-
-
-# ── Diagonal ─────────────────────────────────────────────────────────────────
-@kernel(C.Diagonal)
-def diagonal(c: C.Diagonal, x: Array) -> Array:
-    return jnp.diagonal(x, c.offset, c.axis1, c.axis2)

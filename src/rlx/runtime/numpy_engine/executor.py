@@ -1,7 +1,7 @@
 """Runs a Program on numpy arrays through a plan compiled once, at load.
 
 The plan is a flat list of steps ``(fn, get, out, free)``: ``fn`` is a callable bound to its
-instruction at load (a fast path from ``fused_kernels.BINDERS`` — often a bare ufunc or a method —
+instruction at load (a fast path from ``fused.BINDERS`` — often a bare ufunc or a method —
 or the generic kernel with its Call already applied), ``get`` an ``operator.itemgetter`` over the
 value slots, ``out`` the result slot, ``free`` the slots whose last reader this step is. Weights,
 literals and ``None`` live in slots filled once, so running is a list copy and one tight loop with
@@ -20,11 +20,61 @@ import numpy as np
 
 from rlx.errors import BundleError, RlxError
 from rlx.ir import dtypes
-from rlx.ir.program import Instr, Lit, Program, Ref
+from rlx.ir.program import Instr, Lit, Program, Ref, resolve_operand
 from rlx.ir.symbolic import is_static
-from rlx.runtime.fused_kernels import BINDERS, Arg, Site, kernel_for
+from rlx.runtime.numpy_engine.fused import BINDERS, Site, TensorType, kernel_for
 
 _NONE_SLOT = 0  # always holds None: an absent optional operand reads it
+
+
+class _Slots:
+    """The value slots of a plan: inputs, weights, literals (one slot per distinct literal) and
+    results, each with its static type; slot 0 always holds None (an absent optional operand)."""
+
+    def __init__(self) -> None:
+        self.base: list[Any] = [None]
+        self.index: dict[str, int] = {}
+        self.types: dict[str, TensorType | None] = {}
+        self._consts: dict[tuple[Any, str, type], int] = {}
+
+    def define(self, name: str, shape: Any, dtype: str, value: Any = None) -> int:
+        if name in self.index:
+            raise BundleError(f"program.json: value {name!r} is defined twice")
+        self.base.append(value)
+        self.index[name], self.types[name] = len(self.base) - 1, _arg(shape, dtype)
+        return self.index[name]
+
+    def operand(self, v: Any) -> tuple[int, TensorType | None]:
+        if v is None:
+            return _NONE_SLOT, None
+        if isinstance(v, Lit):
+            key = (v.value, v.dtype, type(v.value))
+            if key not in self._consts:
+                self.base.append(np.asarray(v.value, dtype=dtypes.to_numpy(v.dtype)))
+                self._consts[key] = len(self.base) - 1
+            return self._consts[key], TensorType((), dtypes.to_numpy(v.dtype))
+        return self.index[v.name], self.types[v.name]
+
+    def operands(self, ins: Instr) -> tuple[list[int], list[TensorType | None], list[int]]:
+        """The slots and types of ``ins``'s operands in the kernels' flat order, and the layout
+        that regroups them into fields (-1: one operand, n: a tuple of n)."""
+        flat: list[int] = []
+        types: list[TensorType | None] = []
+        layout: list[int] = []
+        for f in ins.call.operand_fields():
+            v = getattr(ins.call, f)
+            items = v if isinstance(v, tuple) else (v,)
+            for item in items:
+                if isinstance(item, Ref) and item.name not in self.index:
+                    raise BundleError(f"program.json: instruction {ins.result!r} reads undefined value {item.name!r}")
+                slot, t = self.operand(item)
+                flat.append(slot)
+                types.append(t)
+            layout.append(len(items) if isinstance(v, tuple) else -1)
+        return flat, types, layout
+
+
+Step = tuple[Callable[..., Any], Callable[[list[Any]], Any], int, tuple[int, ...], bool]
 
 
 class Executor:
@@ -32,99 +82,53 @@ class Executor:
 
     def __init__(self, program: Program, weights: Mapping[str, np.ndarray]) -> None:
         self.program = program
-        slots: dict[str, int] = {}
-        base: list[Any] = [None]
-        types: dict[str, Arg | None] = {}
-
-        def new_slot(value: Any = None) -> int:
-            base.append(value)
-            return len(base) - 1
-
+        slots = _Slots()
         for v in program.inputs:
-            slots[v.name] = new_slot()
-            types[v.name] = _arg(v.shape, v.dtype)
+            slots.define(v.name, v.shape, v.dtype)
         for w in program.weights:
-            if w.name in slots:
-                raise BundleError(f"program.json: value {w.name!r} is defined twice")
-            slots[w.name] = new_slot(weights[w.name])
-            types[w.name] = _arg(w.shape, w.dtype)
-        consts: dict[tuple[Any, str], int] = {}
-
-        def operand(v: Any) -> tuple[int, Arg | None]:
-            if v is None:
-                return _NONE_SLOT, None
-            if isinstance(v, Lit):
-                key = (v.value, v.dtype, type(v.value))
-                if key not in consts:
-                    consts[key] = new_slot(np.asarray(v.value, dtype=dtypes.to_numpy(v.dtype)))
-                return consts[key], Arg((), dtypes.to_numpy(v.dtype))
-            return slots[v.name], types[v.name]
-
-        self._steps: list[tuple[Callable[..., Any], Callable[[list[Any]], Any], int, tuple[int, ...], bool]] = []
+            slots.define(w.name, w.shape, w.dtype, weights[w.name])
+        self._steps: list[Step] = []
         self._labels: list[str] = []
-        reads: list[list[int]] = []
-        for ins in program.instrs:
-            if ins.result in slots:
-                raise BundleError(f"program.json: value {ins.result!r} is defined twice")
-            kern = kernel_for(type(ins.call))
-            if kern is None:
-                raise BundleError(f"program.json: the numpy backend has no kernel for {ins.call.op}")
-            flat: list[int] = []
-            args: list[Arg | None] = []
-            layout: list[int] = []  # per operand field: -1 for one operand, else how many a tuple holds
-            for f in ins.call.operand_fields():
-                v = getattr(ins.call, f)
-                items = v if isinstance(v, tuple) else (v,)
-                for item in items:
-                    if isinstance(item, Ref) and item.name not in slots:
-                        raise BundleError(
-                            f"program.json: instruction {ins.result!r} reads undefined value {item.name!r}"
-                        )
-                    slot, arg = operand(item)
-                    flat.append(slot)
-                    args.append(arg)
-                layout.append(len(items) if isinstance(v, tuple) else -1)
-            label = f"{ins.result} = {ins.call.op} [{ins.note or ins.node}]"
-            try:
-                fn = self._bind(ins, kern, tuple(args), layout, label)
-            except RlxError:
-                raise
-            except Exception as e:  # shapes or dtypes that contradict each other: a damaged program
-                raise BundleError(f"program.json: cannot plan {label}: {type(e).__name__}: {e}") from e
-            slots[ins.result] = new_slot()
-            types[ins.result] = _arg(ins.shape, ins.dtype)
-            reads.append(flat)
-            single = len(flat) == 1
-            getter = itemgetter(*flat) if flat else _no_args
-            self._steps.append((fn, getter, slots[ins.result], (), single))
-            self._labels.append(label)
-        self._base = base
-        self._input_slots = [slots[v.name] for v in program.inputs]
-        self._outputs: list[int] = [operand(o)[0] for o in program.outputs]
+        reads = [self._plan(ins, slots) for ins in program.instrs]
+        self._base = slots.base
+        self._input_slots = [slots.index[v.name] for v in program.inputs]
+        self._outputs: list[int] = [slots.operand(o)[0] for o in program.outputs]
         # An output that is a weight, a literal or an input itself is copied on the way out: the
         # caller owns what it gets back, and must not be able to write into what every run shares.
         produced = {step[2] for step in self._steps}
         self._copy_out = [s not in produced for s in self._outputs]
         # Free each intermediate after its last reader (weights, literals and outputs stay).
-        pinned = set(range(len(base))) - {slots[i.result] for i in program.instrs}
-        pinned |= set(self._outputs)
-        last: dict[int, int] = {}
-        for k, flat in enumerate(reads):
-            for s in flat:
-                last[s] = k
-        frees: dict[int, list[int]] = {}
-        for s, k in last.items():
-            if s not in pinned:
-                frees.setdefault(k, []).append(s)
+        frees = _last_reads(reads, pinned=(set(range(len(slots.base))) - produced) | set(self._outputs))
         self._steps = [
             (fn, get, out, tuple(frees.get(k, ())), single) for k, (fn, get, out, _, single) in enumerate(self._steps)
         ]
 
+    def _plan(self, ins: Instr, slots: _Slots) -> list[int]:
+        """Append the step of ``ins``; the slots it reads."""
+        if ins.result in slots.index:
+            raise BundleError(f"program.json: value {ins.result!r} is defined twice")
+        kern = kernel_for(ins.call.op)
+        if kern is None:
+            raise BundleError(f"program.json: the numpy backend has no kernel for {ins.call.op}")
+        flat, types, layout = slots.operands(ins)
+        label = f"{ins.result} = {ins.call.op} [{ins.note or ins.node}]"
+        try:
+            fn = self._bind(ins, kern, tuple(types), layout, label)
+        except RlxError:
+            raise
+        except Exception as e:  # shapes or dtypes that contradict each other: a damaged program
+            raise BundleError(f"program.json: cannot plan {label}: {type(e).__name__}: {e}") from e
+        out = slots.define(ins.result, ins.shape, ins.dtype)
+        getter = itemgetter(*flat) if flat else _no_args
+        self._steps.append((fn, getter, out, (), len(flat) == 1))
+        self._labels.append(label)
+        return flat
+
     @staticmethod
     def _bind(
-        ins: Instr, kern: Callable[..., Any], args: tuple[Arg | None, ...], layout: list[int], label: str
+        ins: Instr, kern: Callable[..., Any], args: tuple[TensorType | None, ...], layout: list[int], label: str
     ) -> Callable[..., Any]:
-        binder = BINDERS.get(type(ins.call))
+        binder = BINDERS.get(ins.call.op)
         if binder is not None and is_static(ins.shape) and all(a is None or a.shape is not None for a in args):
             fast = binder(Site(ins.call, tuple(ins.shape), dtypes.to_numpy(ins.dtype), args))
             if fast is not None:
@@ -174,8 +178,21 @@ class Executor:
         return [(label, float(np.median(t))) for label, t in zip(self._labels, times)]
 
 
-def _arg(shape: Any, dtype: str) -> Arg:
-    return Arg(tuple(shape) if is_static(shape) else None, dtypes.to_numpy(dtype))  # type: ignore[arg-type]
+def _last_reads(reads: list[list[int]], pinned: set[int]) -> dict[int, list[int]]:
+    """Step index → the slots whose last reader it is (pinned slots are never freed)."""
+    last: dict[int, int] = {}
+    for k, flat in enumerate(reads):
+        for s in flat:
+            last[s] = k
+    frees: dict[int, list[int]] = {}
+    for s, k in last.items():
+        if s not in pinned:
+            frees.setdefault(k, []).append(s)
+    return frees
+
+
+def _arg(shape: Any, dtype: str) -> TensorType:
+    return TensorType(tuple(shape) if is_static(shape) else None, dtypes.to_numpy(dtype))  # type: ignore[arg-type]
 
 
 def _no_args(env: list[Any]) -> tuple[()]:
@@ -213,20 +230,9 @@ def _generic(
     return run
 
 
-def resolve_operand(v: Any, env: Mapping[str, Any]) -> Any:
-    """A Call operand from a value environment: Refs looked up, literals as 0-d arrays, tuples as lists."""
-    if isinstance(v, Ref):
-        return env[v.name]
-    if isinstance(v, Lit):
-        return np.asarray(v.value, dtype=dtypes.to_numpy(v.dtype))
-    if isinstance(v, tuple):
-        return [resolve_operand(x, env) for x in v]
-    return None
-
-
 def run_instruction(ins: Instr, env: Mapping[str, np.ndarray]) -> np.ndarray:
     """One instruction through its generic kernel, the result in its declared dtype."""
-    kern = kernel_for(type(ins.call))
+    kern = kernel_for(ins.call.op)
     if kern is None:
         raise BundleError(f"program.json: the numpy backend has no kernel for {ins.call.op}")
     out = kern(ins.call, *[resolve_operand(getattr(ins.call, f), env) for f in ins.call.operand_fields()])

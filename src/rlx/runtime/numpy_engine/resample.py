@@ -1,4 +1,4 @@
-"""numpy kernels for resampling Calls (Upsample, GridSample).
+"""The numpy engine's resampling kernels (Upsample, GridSample).
 
 They follow PyTorch's CPU kernels step by step, because a coordinate that lands a rounding error
 away from a pixel boundary picks a different pixel (nearest) or moves a weight by far more than
@@ -8,10 +8,10 @@ the output's own rounding (linear, cubic):
   the half types, float64 for float64), with C's float32 ``floorf`` even on doubles; the generic
   kernel interpolates the last axis first, keeps partial sums in opmath and stores weights in the
   tensor dtype (rounding them for half types); small 2-d outputs take PyTorch's channels-last
-  kernels instead, whose nearest index rule differs (see ``_nearest_index``);
+  kernels instead, whose nearest index rule differs (see ``nearest_index``);
 - grid_sample computes in the tensor dtype itself, as PyTorch does, half types included;
 - where PyTorch's x86-64 build fuses a multiply and an add into one rounding (an FMA), the
-  kernels do too in float32 (``_fma``). With all this, float32 and half-precision results match
+  kernels do too in float32 (``fma``). With all this, float32 and half-precision results match
   PyTorch 2.13's x86-64 (AVX-512) CPU kernels bit for bit in the tests; float64 ones, which are
   not fused here, agree to a few ulps. Elsewhere only the last bit or two may differ.
 
@@ -21,181 +21,24 @@ Everything is vectorised over pixels; the only Python loops run over spatial axe
 from __future__ import annotations
 
 import itertools
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from rlx.ir import calls as C
-from rlx.runtime.numpy_backend import kernel
+from ...kernels.resample_tables import aa_taps, cubic_coefficients, cubic_taps, fma, linear_taps, nearest_index, opmath
+from .overrides import override
+
+if TYPE_CHECKING:
+    from ...ir.calls import GridSample, Upsample
 
 _F32, _F64 = np.dtype(np.float32), np.dtype(np.float64)
 
 
-def _opmath(dtype: np.dtype) -> np.dtype:
-    return _F64 if dtype == _F64 else _F32
-
-
-def _fma(a: np.ndarray, b: np.ndarray | np.generic, c: np.ndarray | np.generic) -> np.ndarray:
-    """``a·b + c`` rounded once for float32 (through float64, which holds the product exactly), as
-    the compiled kernels compute it; other dtypes round the product and the sum."""
-    a = np.asarray(a)
-    if a.dtype == _F32:
-        return (a.astype(_F64) * np.asarray(b, _F64) + np.asarray(c, _F64)).astype(_F32)
-    return a * b + c
-
-
-# ── Upsample ─────────────────────────────────────────────────────────────────
-def _area_scale(size_in: int, size_out: int, align_corners: bool, scale: float | None, dt: np.dtype) -> np.generic:
-    """``area_pixel_compute_scale``: output → input coordinate ratio, in ``dt``."""
-    t = dt.type
-    if align_corners:
-        return t(size_in - 1) / t(size_out - 1) if size_out > 1 else t(0)
-    if scale is not None and scale > 0:
-        return t(1.0 / scale)
-    return t(size_in) / t(size_out)
-
-
-def _source_index(scale: np.generic, size_out: int, align_corners: bool, cubic: bool) -> np.ndarray:
-    """``area_pixel_compute_source_index`` for every output index, in the dtype of ``scale``."""
-    t = type(scale)
-    i = np.arange(size_out).astype(t)
-    if align_corners:
-        return scale * i
-    src = _fma(i + t(0.5), scale, t(-0.5))
-    return src if cubic else np.where(src < 0, t(0), src)
-
-
-def _floorf(x: np.ndarray) -> np.ndarray:
-    """C's ``floorf``: the argument is rounded to float32 first (PyTorch calls it on doubles too)."""
-    return np.floor(x.astype(_F32)).astype(np.int64)
-
-
-def _nearest_index(
-    size_in: int, size_out: int, scale: float | None, exact: bool, legacy: bool, dt: np.dtype
-) -> np.ndarray:
-    """Source index of every output index along one axis.
-
-    ``legacy`` is the channels-last kernel's ``nearest_idx`` (PyTorch uses it for small 2-d outputs):
-    it copies when the extent is unchanged and halves indices when it exactly doubles, whatever
-    the scale factor; the generic kernel always applies the scale.
-    """
-    i = np.arange(size_out)
-    if legacy:
-        s = _area_scale(size_in, size_out, False, scale, _F32)
-        if exact:
-            idx = _floorf((i + 0.5) * np.float64(s))
-        elif size_out == size_in:
-            idx = i
-        elif size_out == 2 * size_in:
-            idx = i >> 1
-        else:
-            idx = _floorf(i.astype(_F32) * s)
-    else:
-        s = _area_scale(size_in, size_out, False, scale, dt)
-        if exact:
-            idx = _floorf(_source_index(s, size_out, False, False).astype(_F64) + 0.5)
-        else:
-            idx = _floorf(_source_index(s, size_out, True, False))
-    return np.minimum(idx, size_in - 1)
-
-
-def _linear_taps(
-    size_in: int, size_out: int, scale: float | None, align_corners: bool, dt: np.dtype, store: np.dtype
-) -> tuple[np.ndarray, np.ndarray]:
-    """(indices, weights), each ``[size_out, 2]`` (``compute_source_index_and_lambda``); the
-    weights are rounded to ``store``, the second one before the first is derived from it."""
-    if size_in == size_out:  # PyTorch copies whatever the scale factor or align_corners
-        i = np.arange(size_out)
-        return np.stack([i, i], 1), np.stack([np.ones(size_out, dt), np.zeros(size_out, dt)], 1)
-    real = _source_index(_area_scale(size_in, size_out, align_corners, scale, dt), size_out, align_corners, False)
-    i0 = np.minimum(_floorf(real), size_in - 1)
-    lam1 = np.clip(real - i0.astype(dt), 0, 1).astype(store).astype(dt)
-    lam0 = (dt.type(1) - lam1).astype(store).astype(dt)
-    i1 = i0 + (i0 < size_in - 1)
-    return np.stack([i0, i1], 1), np.stack([lam0, lam1], 1)
-
-
-def _keys_near(x: np.ndarray, a: float, fused: tuple[bool, bool] = (False, False)) -> np.ndarray:
-    """Keys' cubic convolution kernel for |x| <= 1: ``u·x·x + 1`` with ``u = (a + 2)·x - (a + 3)``.
-    ``fused`` says which of the two multiply-adds PyTorch's compiled kernel rounds once."""
-    t = x.dtype.type
-    u = _fma(x, t(a) + t(2), -(t(a) + t(3))) if fused[0] else (t(a) + t(2)) * x - (t(a) + t(3))
-    return _fma(u * x, x, t(1)) if fused[1] else u * x * x + t(1)
-
-
-def _keys_far(x: np.ndarray, a: float, fused: tuple[bool, bool, bool] = (False, False, False)) -> np.ndarray:
-    """… and for 1 < |x| < 2: ``((a·x - 5a)·x + 8a)·x - 4a`` (``fused``: per multiply-add)."""
-    t = x.dtype.type
-    a = t(a)
-    u = _fma(x, a, -(t(5) * a)) if fused[0] else a * x - t(5) * a
-    u = _fma(u, x, t(8) * a) if fused[1] else u * x + t(8) * a
-    return _fma(u, x, -(t(4) * a)) if fused[2] else u * x - t(4) * a
-
-
-def _cubic_coefficients(f: np.ndarray, grid: bool = False) -> list[np.ndarray]:
-    """Weights (A = -0.75) of the taps at offsets -1, 0, 1, 2 from ``floor(x)``, ``f = x - floor(x)``.
-    The two kernels spell them differently: grid_sample takes ``2 - f`` for the last distance where
-    upsampling takes ``(1 - f) + 1``, and their compiled forms fuse different multiply-adds."""
-    t = f.dtype.type
-    g = t(1) - f
-    if grid:
-        near, far, last = (False, True), (False, False, False), t(2) - f
-    else:
-        near, far, last = (True, False), (True, True, False), g + t(1)
-    return [
-        _keys_far(f + t(1), -0.75, far),
-        _keys_near(f, -0.75, near),
-        _keys_near(g, -0.75, near),
-        _keys_far(last, -0.75, far),
-    ]
-
-
-def _cubic_taps(
-    size_in: int, size_out: int, scale: float | None, align_corners: bool, dt: np.dtype, store: np.dtype
-) -> tuple[np.ndarray, np.ndarray]:
-    """(indices, weights), each ``[size_out, 4]``; taps beyond the border repeat the edge pixel."""
-    real = _source_index(_area_scale(size_in, size_out, align_corners, scale, dt), size_out, align_corners, True)
-    i0 = np.minimum(_floorf(real), size_in - 1)
-    f = np.clip(real - i0.astype(dt), 0, 1).astype(dt)
-    idx = np.clip(i0[:, None] + np.arange(-1, 3), 0, size_in - 1)
-    return idx, np.stack(_cubic_coefficients(f), 1).astype(store).astype(dt)
-
-
-def _aa_taps(
-    size_in: int, size_out: int, scale: float | None, align_corners: bool, cubic: bool, dt: np.dtype
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Antialiased (PIL-style) filter: (indices, weights) ``[size_out, taps]`` and the number of
-    taps each output uses. The filter widens by the downscaling factor and sums to one."""
-    t = dt.type
-    s = _area_scale(size_in, size_out, align_corners, scale, dt)
-    half = 2.0 if cubic else 1.0
-    support = t(half * float(s)) if s >= 1 else t(half)
-    taps = int(np.ceil(support)) * 2 + 1
-    center = (np.float64(s) * (np.arange(size_out) + 0.5)).astype(dt)
-    invscale = t(1.0 / float(s)) if s >= 1 else t(1.0)
-    lo = np.maximum(np.trunc((center - support).astype(_F64) + 0.5).astype(np.int64), 0)
-    hi = np.minimum(np.trunc((center + support).astype(_F64) + 0.5).astype(np.int64), size_in)
-    count = np.clip(hi - lo, 0, taps)
-    j = np.arange(taps)
-    pos = (lo[:, None] + j).astype(dt)
-    x = np.abs(((pos - center[:, None]).astype(_F64) + 0.5) * np.float64(invscale)).astype(dt)
-    if cubic:  # Keys with a = -0.5 (PIL's bicubic), not the -0.75 of the plain kernel
-        near, far = _keys_near(x, -0.5, (True, True)), _keys_far(x, -0.5, (True, True, True))
-        w = np.where(x < 1, near, np.where(x < 2, far, t(0)))
-    else:
-        w = np.where(x < 1, t(1) - x, t(0))
-    w = np.where(j < count[:, None], w, t(0)).astype(dt)
-    total = np.zeros(size_out, dt)
-    for k in range(taps):  # sequential sum, as PyTorch accumulates it
-        total = total + w[:, k]
-    w = np.where(total[:, None] != 0, w / np.where(total == 0, t(1), total)[:, None], w)
-    return np.minimum(lo[:, None] + j, size_in - 1), w, count
-
-
 def _fused_sum(ts: list[np.ndarray], ws: list[np.ndarray]) -> np.ndarray:
     """``Σ t_k·w_k`` as ``fma(t0, w0, t1·w1)``, then ``fma(t_k, w_k, acc)``."""
-    acc = _fma(ts[0], ws[0], ts[1] * ws[1])
+    acc = fma(ts[0], ws[0], ts[1] * ws[1])
     for t, w in zip(ts[2:], ws[2:]):
-        acc = _fma(t, w, acc)
+        acc = fma(t, w, acc)
     return acc
 
 
@@ -209,7 +52,7 @@ def _plain_sum(ts: list[np.ndarray], ws: list[np.ndarray]) -> np.ndarray:
 
 def _first_fused_sum(ts: list[np.ndarray], ws: list[np.ndarray]) -> np.ndarray:
     """``Σ t_k·w_k`` as ``fma(t0, w0, t1·w1)``, then rounded products and sums."""
-    acc = _fma(ts[0], ws[0], ts[1] * ws[1])
+    acc = fma(ts[0], ws[0], ts[1] * ws[1])
     for t, w in zip(ts[2:], ws[2:]):
         acc = acc + t * w
     return acc
@@ -219,7 +62,7 @@ def _chain_sum(ts: list[np.ndarray], ws: list[np.ndarray]) -> np.ndarray:
     """``Σ t_k·w_k`` as ``t0·w0``, then ``fma(t_k, w_k, acc)``."""
     acc = ts[0] * ws[0]
     for t, w in zip(ts[1:], ws[1:]):
-        acc = _fma(t, w, acc)
+        acc = fma(t, w, acc)
     return acc
 
 
@@ -239,22 +82,22 @@ def _apply_taps(
     unrolled = (count - 1) // 4 * 4
     acc = ts[0] * ws[0]
     for k in range(1, len(ts)):
-        step = np.where((k <= unrolled).reshape(bshape), acc + ts[k] * ws[k], _fma(ts[k], ws[k], acc))
+        step = np.where((k <= unrolled).reshape(bshape), acc + ts[k] * ws[k], fma(ts[k], ws[k], acc))
         acc = np.where((k < count).reshape(bshape), step, acc)
     return acc
 
 
-@kernel(C.Upsample)
-def upsample(c: C.Upsample, x: np.ndarray) -> np.ndarray:
+@override("Upsample")
+def upsample(c: Upsample, x: np.ndarray) -> np.ndarray:
     nd = len(c.size)
     lead = x.ndim - nd
     sizes_in = x.shape[lead:]
-    dt = _opmath(x.dtype)
+    dt = opmath(x.dtype)
     if c.mode in ("nearest", "nearest_exact"):
         # PyTorch's 2-d kernel switches to its channels-last implementation for small outputs.
         legacy = nd == 2 and sum(c.size) <= 128
         index = tuple(
-            _nearest_index(n_in, n_out, s, c.mode == "nearest_exact", legacy, dt).reshape((-1,) + (1,) * (nd - 1 - a))
+            nearest_index(n_in, n_out, s, c.mode == "nearest_exact", legacy, dt).reshape((-1,) + (1,) * (nd - 1 - a))
             for a, (n_in, n_out, s) in enumerate(zip(sizes_in, c.size, c.scales))
         )
         return x[(Ellipsis,) + index]
@@ -264,7 +107,7 @@ def upsample(c: C.Upsample, x: np.ndarray) -> np.ndarray:
         return _bilinear_small(c, x, dt)
     # The generic kernel: separable passes, the last axis first, partial sums kept in opmath and
     # weights stored in the tensor dtype (so rounded for half types).
-    taps = _linear_taps if c.mode == "linear" else _cubic_taps
+    taps = linear_taps if c.mode == "linear" else cubic_taps
     out = x.astype(dt)
     for a in reversed(range(nd)):
         idx, w = taps(sizes_in[a], c.size[a], c.scales[a], c.align_corners, dt, x.dtype)
@@ -272,11 +115,11 @@ def upsample(c: C.Upsample, x: np.ndarray) -> np.ndarray:
     return out.astype(x.dtype, copy=False)
 
 
-def _bilinear_small(c: C.Upsample, x: np.ndarray, dt: np.dtype) -> np.ndarray:
+def _bilinear_small(c: Upsample, x: np.ndarray, dt: np.dtype) -> np.ndarray:
     """PyTorch's 2-d kernel for small outputs: four corner weights ``w_h·w_w`` kept in opmath and
     summed in corner order (its float16 build fuses the multiply-adds differently)."""
     (hi, hw), (wi, ww) = (
-        _linear_taps(n_in, n_out, s, c.align_corners, dt, dt) for n_in, n_out, s in zip(x.shape[-2:], c.size, c.scales)
+        linear_taps(n_in, n_out, s, c.align_corners, dt, dt) for n_in, n_out, s in zip(x.shape[-2:], c.size, c.scales)
     )
     xw = x.astype(dt)
     corners = list(itertools.product((0, 1), repeat=2))
@@ -286,14 +129,14 @@ def _bilinear_small(c: C.Upsample, x: np.ndarray, dt: np.dtype) -> np.ndarray:
     return total(values, weights).astype(x.dtype, copy=False)
 
 
-def _upsample_aa(c: C.Upsample, x: np.ndarray, nd: int, lead: int, dt: np.dtype) -> np.ndarray:
+def _upsample_aa(c: Upsample, x: np.ndarray, nd: int, lead: int, dt: np.dtype) -> np.ndarray:
     # Separable passes, the last axis first; an axis whose extent does not change is left alone.
     out = x.astype(dt)
     for a in reversed(range(nd)):
         n_in, n_out = x.shape[lead + a], c.size[a]
         if n_in == n_out:
             continue
-        idx, w, count = _aa_taps(n_in, n_out, c.scales[a], c.align_corners, c.mode == "bicubic", dt)
+        idx, w, count = aa_taps(n_in, n_out, c.scales[a], c.align_corners, c.mode == "bicubic", dt)
         out = _apply_taps(out, lead + a, idx, w, count)
     return out.astype(x.dtype, copy=False)
 
@@ -308,7 +151,7 @@ def _unnormalize(g: np.ndarray, size: int, align_corners: bool, nd: int) -> np.n
     if nd == 2:
         if align_corners:
             return (g + t(1)) * (t(size - 1) / t(2))
-        return _fma(g + t(1), t(size) / t(2), t(-0.5))
+        return fma(g + t(1), t(size) / t(2), t(-0.5))
     if align_corners:
         return ((g + t(1)) / t(2)) * t(size - 1)
     return ((g + t(1)) * t(size) - t(1)) / t(2)
@@ -368,8 +211,8 @@ class _Gather:
         return np.where(valid[..., None], vals, self.flat.dtype.type(0))
 
 
-@kernel(C.GridSample)
-def grid_sample(c: C.GridSample, x: np.ndarray, grid: np.ndarray) -> np.ndarray:
+@override("GridSample")
+def grid_sample(c: GridSample, x: np.ndarray, grid: np.ndarray) -> np.ndarray:
     # PyTorch's grid_sample kernels compute in the tensor dtype itself, half types included (every
     # operation rounds to float16/bfloat16); the coordinates even pick pixels in that precision.
     dt = x.dtype
@@ -408,13 +251,13 @@ def grid_sample(c: C.GridSample, x: np.ndarray, grid: np.ndarray) -> np.ndarray:
     return np.moveaxis(out, 2, 1).reshape((n, channels) + tuple(out_sp)).astype(x.dtype, copy=False)
 
 
-def _bicubic(raw: list[np.ndarray], sizes: tuple[int, ...], c: C.GridSample, gather: _Gather) -> np.ndarray:
+def _bicubic(raw: list[np.ndarray], sizes: tuple[int, ...], c: GridSample, gather: _Gather) -> np.ndarray:
     if len(sizes) != 2:
         raise ValueError("bicubic grid sampling needs a 4-d input")
     t = raw[0].dtype.type
     (y, x), (h, w) = raw, sizes
     iy, ix = np.floor(y), np.floor(x)
-    cy, cx = _cubic_coefficients(y - iy, grid=True), _cubic_coefficients(x - ix, grid=True)
+    cy, cx = cubic_coefficients(y - iy, grid=True), cubic_coefficients(x - ix, grid=True)
 
     def tap(dy: int, dx: int) -> np.ndarray:
         # Every tap goes through the padding mode on its own (reflection may fold it back in).

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from rlx.errors import LoweringError
 from rlx.ir import symbolic
 from rlx.ir.calls import Concat, Expand, Gather, Index, IndexSelect, Pad, Permute, Reshape, Slice
@@ -12,7 +14,7 @@ from rlx.lower.registry import Builder, lowers
 from rlx.lower.shapes import chunk_sizes, norm_axis, slice_bounds, split_sizes, tensor_split_bounds
 
 
-def reshape_to(b: Builder, x: Ref, shape: tuple[int, ...]) -> Ref:
+def reshape_to(b: Builder, x: Ref, shape: Sequence[Dim]) -> Ref:
     return x if b.shape(x) == tuple(shape) else b.emit(Reshape(x, tuple(shape)), shape, b.dtype(x))
 
 

@@ -4,7 +4,7 @@
 Weights go to the device once and are passed as arguments (closing over them would bake every
 weight into the compiled program as a constant: slow to compile, twice the memory). Dynamic programs
 are specialised per binding of their shape symbols by ``rlx.runtime.model.Model``, which keeps the
-compiled executors in its LRU cache; a ``JaxBackend`` counts the compilations.
+compiled executors in its LRU cache; a ``JaxEngine`` counts the compilations.
 """
 
 from __future__ import annotations
@@ -17,32 +17,46 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rlx.errors import RlxError
+from rlx.errors import RlxError, UsageError
 from rlx.ir import dtypes
-from rlx.ir.program import Program, Ref
-from rlx.runtime.executor import resolve_operand
-from rlx.runtime.jax_backend import check_coverage, load_kernels
-from rlx.runtime.jax_backend.kernels import x64
+from rlx.ir.program import Program, Ref, resolve_operand
+from rlx.runtime.jax_engine.kernels import KERNELS, x64
 
 
-class JaxBackend:
-    """A program's weights on the JAX device, shared by the compiled executor of every binding.
+class JaxEngine:
+    """A program's weights on the JAX device, shared by the compiled executor of every binding."""
 
-    ``backend(program)`` compiles ``program`` (the one given here, or a specialisation of it).
-    """
+    name = "jax"
 
     def __init__(self, program: Program, weights: Mapping[str, np.ndarray]) -> None:
         check_coverage(program)
+        self._source = program
         with x64():  # keeps int64/float64 weights 64-bit
             self.weights = {w.name: jax.device_put(np.asarray(weights[w.name])) for w in program.weights}
         self.compilations = 0
         self._lock = threading.Lock()
 
-    def __call__(self, program: Program) -> JaxExecutor:
+    @property
+    def source(self) -> Program:
+        return self._source
+
+    def compile(self, program: Program) -> JaxExecutor:
+        """One XLA compilation of the whole (specialised) program."""
         executor = JaxExecutor(program, self.weights)
         with self._lock:
             self.compilations += 1
         return executor
+
+
+def check_coverage(program: Program) -> None:
+    """Every Call of ``program`` must have a JAX kernel: say which ones do not, all at once."""
+    missing: dict[str, list[str]] = {}
+    for ins in program.instrs:
+        if ins.call.op not in KERNELS:
+            missing.setdefault(ins.call.op, []).append(ins.result)
+    if missing:
+        listed = ", ".join(f"{op} ×{len(r)} (first: {r[0]})" for op, r in sorted(missing.items()))
+        raise UsageError(f"the JAX backend has no kernel for {listed}; run this model with backend='numpy'")
 
 
 class JaxExecutor:
@@ -50,7 +64,6 @@ class JaxExecutor:
 
     def __init__(self, program: Program, weights: Mapping[str, Any]) -> None:
         self.program = program
-        kernels = load_kernels()
         self._weights = [weights[w.name] for w in program.weights]
         names = [w.name for w in program.weights] + [v.name for v in program.inputs]
 
@@ -61,7 +74,7 @@ class JaxExecutor:
                 label = f"{ins.result} = {ins.call.op} [{ins.note or ins.node}]"
                 call = ins.call
                 try:
-                    out = kernels[type(call)](
+                    out = KERNELS[call.op](
                         call, *[resolve_operand(getattr(call, f), env) for f in call.operand_fields()]
                     )
                 except RlxError:

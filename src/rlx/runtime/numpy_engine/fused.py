@@ -32,8 +32,14 @@ from rlx.errors import BundleError
 from rlx.ir import calls as C
 from rlx.ir import dtypes
 from rlx.ir.program import Call, Ref
-from rlx.runtime import numpy_backend as nb
-from rlx.runtime.numpy_backend import KERNELS, Kernel
+from rlx.kernels import geometry
+from rlx.kernels.elementwise import BINARY as SHARED_BINARY
+from rlx.kernels.elementwise import UNARY as SHARED_UNARY
+from rlx.kernels.precision import HALF
+from rlx.kernels.registry import Kernel, overrides
+from rlx.runtime.numpy_engine.kernels import KERNELS, NUMPY
+from rlx.runtime.numpy_engine.namespace import erf64, gelu_float32, relu
+from rlx.runtime.numpy_engine.nn import conv_output_shape, conv_plan, max_pool_plan, norm_plan
 
 Fn = Callable[..., np.ndarray]
 _F32, _F64 = np.dtype(np.float32), np.dtype(np.float64)
@@ -43,7 +49,7 @@ INPLACE_MIN_BYTES = 64 * 1024
 
 
 @dataclass(frozen=True)
-class Arg:
+class TensorType:
     """Static type of one operand: its shape and numpy dtype."""
 
     shape: tuple[int, ...]
@@ -58,38 +64,22 @@ class Site:
     call: Call
     shape: tuple[int, ...]
     dtype: np.dtype
-    operands: tuple[Arg | None, ...]
+    operands: tuple[TensorType | None, ...]
 
 
 Binder = Callable[[Site], Fn | None]
-BINDERS: dict[type[Call], Binder] = {}
+BINDERS: dict[str, Binder] = {}
 # Generic kernels of the fused Calls (constant folding and the debugger run a rewritten program
-# through them). Kept apart from numpy_backend.KERNELS, which lists what program.json may hold and
+# through them). Kept apart from the engine's KERNELS, which lists what program.json may hold and
 # what a generated package vendors: fused Calls never reach either.
-FUSED_KERNELS: dict[type[Call], Kernel] = {}
+FUSED_KERNELS: dict[str, Kernel] = {}
+fused_kernel = overrides(FUSED_KERNELS)
+binds = overrides(BINDERS)
 
 
-def fused_kernel(*call_types: type[Call]) -> Callable[[Kernel], Kernel]:
-    def register(fn: Kernel) -> Kernel:
-        for t in call_types:
-            FUSED_KERNELS[t] = fn
-        return fn
-
-    return register
-
-
-def kernel_for(call_type: type[Call]) -> Kernel | None:
-    """The generic kernel of a plain or fused Call."""
-    return KERNELS.get(call_type) or FUSED_KERNELS.get(call_type)
-
-
-def binds(*call_types: type[Call]) -> Callable[[Binder], Binder]:
-    def register(fn: Binder) -> Binder:
-        for t in call_types:
-            BINDERS[t] = fn
-        return fn
-
-    return register
+def kernel_for(op: str) -> Kernel | None:
+    """The generic kernel of a plain or fused Call, by Call name."""
+    return KERNELS.get(op) or FUSED_KERNELS.get(op)
 
 
 def _static(shape: Sequence[Any]) -> bool:
@@ -97,7 +87,7 @@ def _static(shape: Sequence[Any]) -> bool:
 
 
 # ── elementwise functions writing into ``out`` ───────────────────────────────
-# Each one computes exactly what numpy_backend.UNARY[fn] computes (same operations, same order) and
+# Each one computes exactly what the shared definition of ``fn`` computes (same operations, same order) and
 # is safe with ``out`` being ``x`` itself. Only for float32/float64.
 def _sigmoid(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     out = np.negative(x, out=out)
@@ -124,8 +114,8 @@ def _gelu_tanh(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
 
 def _gelu(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     if x.dtype == _F32:
-        return nb.gelu_float32(x, out)
-    e = nb.erf64(np.multiply(x, 1 / math.sqrt(2)))
+        return gelu_float32(x, out)
+    e = erf64(np.multiply(x, 1 / math.sqrt(2)))
     np.add(1, e, out=e)
     out = np.multiply(x, 0.5, out=out)
     return np.multiply(out, e, out=out)
@@ -168,7 +158,7 @@ _UFUNC_UNARY = {
 FLOAT_UNARY: dict[str, Fn] = {
     **_UFUNC_UNARY,
     "rsqrt": _rsqrt, "reciprocal": lambda x, out=None: np.divide(1, x, out=out),
-    "sigmoid": _sigmoid, "relu": nb.relu, "silu": _silu, "gelu": _gelu, "gelu_tanh": _gelu_tanh,
+    "sigmoid": _sigmoid, "relu": relu, "silu": _silu, "gelu": _gelu, "gelu_tanh": _gelu_tanh,
     "square": lambda x, out=None: np.multiply(x, x, out=out), "relu6": _clip(0, 6),
     "hardsigmoid": _hardsigmoid, "hardswish": _hardswish,
 }  # fmt: skip
@@ -193,9 +183,9 @@ def fast_unary(fn: str, dtype: np.dtype) -> Fn | None:
 
 def fast_binary(fn: str, a: np.dtype, b: np.dtype, result: np.dtype) -> np.ufunc | None:
     """The ufunc computing Binary ``fn`` for these dtypes exactly as the generic kernel, or None.
-    It is ``numpy_backend.BINARY[fn]`` itself, when that is a bare ufunc."""
+    Tests hold each ufunc to the shared definition of ``fn`` on every dtype kind it is listed for."""
     ufunc, kinds = _UFUNC_BINARY.get(fn, (None, ""))
-    if nb.BINARY.get(fn) is not ufunc or a != b or a.kind not in kinds or a in nb._LOW_PRECISION:
+    if ufunc is None or a != b or a.kind not in kinds or a in HALF:
         return None
     return ufunc if ufunc.resolve_dtypes((a, b, None))[2] == result else None
 
@@ -210,43 +200,56 @@ def _reuse(buf: np.ndarray | None, shape: tuple[int, ...], dtype: np.dtype) -> n
     return buf.reshape(shape) if buf.size == math.prod(shape) else None
 
 
-@fused_kernel(C.Gemm)
+@fused_kernel("Gemm")
 def gemm(c: C.Gemm, x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, reuse: np.ndarray | None) -> np.ndarray:
     """The generic kernel: exactly the unfused MatMul → add → Unary sequence."""
     fast = _bind_gemm(
-        c, Arg(x.shape, x.dtype), Arg(w.shape, w.dtype), None if bias is None else Arg(bias.shape, bias.dtype)
+        c,
+        TensorType(x.shape, x.dtype),
+        TensorType(w.shape, w.dtype),
+        None if bias is None else TensorType(bias.shape, bias.dtype),
     )
     if fast is not None:
         return fast(x, w, bias, reuse)
-    out = nb.matmul(C.MatMul(c.x, c.w), x, w)
+    out = KERNELS["MatMul"](C.MatMul(c.x, c.w), x, w)
     if bias is not None:
-        out = nb.binary(C.Binary("add", c.x, c.x), out, bias).astype(out.dtype, copy=False)
+        out = KERNELS["Binary"](C.Binary("add", c.x, c.x), out, bias).astype(out.dtype, copy=False)
     if c.activation:
-        out = nb.unary(C.Unary(c.activation, c.x), out).astype(out.dtype, copy=False)
+        out = KERNELS["Unary"](C.Unary(c.activation, c.x), out).astype(out.dtype, copy=False)
     return out
 
 
-def _bind_gemm(
-    c: C.Gemm | C.MatMul | C.Linear, x: Arg, w: Arg, bias: Arg | None, transposed: bool = False
-) -> Fn | None:
-    """One GEMM over the merged leading axes of ``x`` when ``w`` is a matrix; bias and activation
-    applied in place on the product. Float32/float64 operands of one dtype only."""
+def _gemm_shape(x: TensorType, w: TensorType, bias: TensorType | None) -> tuple[int, ...] | None:
+    """The product's shape when the fast GEMM applies: static float32/float64 operands of one
+    dtype, both at least 2-d, a bias that broadcasts to the product without growing it."""
     dt = x.dtype
     if dt not in _FAST_FLOATS or w.dtype != dt or (bias is not None and bias.dtype != dt):
         return None
     if len(x.shape) < 2 or len(w.shape) < 2 or not _static(x.shape) or not _static(w.shape):
         return None
-    act_name = getattr(c, "activation", "")
-    act = fast_unary(act_name, dt) if act_name else None
-    if act_name and act is None:
-        return None
-    if transposed:
-        w = Arg(w.shape[:-2] + (w.shape[-1], w.shape[-2]), dt)
     try:
         out_shape = np.broadcast_shapes(x.shape[:-2], w.shape[:-2]) + (x.shape[-2], w.shape[-1])
         if bias is not None and np.broadcast_shapes(out_shape, bias.shape) != out_shape:
             return None
     except ValueError:
+        return None
+    return out_shape
+
+
+def _bind_gemm(
+    c: C.Gemm | C.MatMul | C.Linear, x: TensorType, w: TensorType, bias: TensorType | None, transposed: bool = False
+) -> Fn | None:
+    """One GEMM over the merged leading axes of ``x`` when ``w`` is a matrix; bias and activation
+    applied in place on the product. Float32/float64 operands of one dtype only."""
+    dt = x.dtype
+    act_name = getattr(c, "activation", "")
+    act = fast_unary(act_name, dt) if act_name else None
+    if act_name and act is None:
+        return None
+    if transposed:
+        w = TensorType(w.shape[:-2] + (w.shape[-1], w.shape[-2]), w.dtype)
+    out_shape = _gemm_shape(x, w, bias)
+    if out_shape is None:
         return None
     collapse = len(w.shape) == 2 and len(x.shape) > 2
     k, n = x.shape[-1], w.shape[-1]
@@ -275,18 +278,18 @@ def _bind_gemm(
     return run
 
 
-@binds(C.Gemm)
+@binds("Gemm")
 def bind_gemm(site: Site) -> Fn | None:
     x, w, bias = site.operands[:3]
     return _bind_gemm(site.call, x, w, bias)
 
 
-@binds(C.MatMul)
+@binds("MatMul")
 def bind_matmul(site: Site) -> Fn | None:
     return _bind_gemm(site.call, *site.operands[:2], None)
 
 
-@binds(C.Linear)
+@binds("Linear")
 def bind_linear(site: Site) -> Fn | None:
     return _bind_gemm(site.call, *site.operands[:3], transposed=True)
 
@@ -295,50 +298,45 @@ def bind_linear(site: Site) -> Fn | None:
 
 
 @dataclass(frozen=True)
-class Step:
-    """One parsed step of a ``Fused`` chain."""
+class CheckedStep:
+    """One step of a ``Fused`` chain, checked, with its numpy dtype."""
 
     fn: str
-    param: str  # after the colon: a slope, a softmax axis
+    param: float | int | None  # leaky_relu's slope, softmax's axis
     args: tuple[int | None, ...]  # register indices (None: an open clamp bound)
     dtype: np.dtype
 
 
-def parse_steps(c: C.Fused) -> list[Step]:
-    if len(c.steps) != len(c.dtypes) or not c.steps:
-        raise BundleError(f"Fused: {len(c.steps)} steps with {len(c.dtypes)} dtypes")
+def check_steps(c: C.Fused) -> list[CheckedStep]:
+    """The chain's steps, refusing one that reads a register it cannot see."""
+    if not c.steps:
+        raise BundleError("Fused: a chain needs at least one step")
     out = []
-    for k, text in enumerate(c.steps):
-        head, *args = text.split()
-        fn, _, param = head.partition(":")
-        try:
-            regs = tuple(None if a == "_" else int(a) for a in args)
-        except ValueError:
-            raise BundleError(f"Fused: step {text!r} has a malformed operand") from None
-        if not regs or any(r is not None and not 0 <= r < len(c.inputs) + k for r in regs):
-            raise BundleError(f"Fused: step {k} ({text!r}) reads a register it cannot see")
-        out.append(Step(fn, param, regs, dtypes.to_numpy(dtypes.check(c.dtypes[k], "Fused.dtypes"))))
+    for k, st in enumerate(c.steps):
+        if not st.args or any(r is not None and not 0 <= r < len(c.inputs) + k for r in st.args):
+            raise BundleError(f"Fused: step {k} ({st.fn} {st.args}) reads a register it cannot see")
+        out.append(CheckedStep(st.fn, st.param, st.args, dtypes.to_numpy(dtypes.check(st.dtype, "Fused.steps.dtype"))))
     return out
 
 
-def _generic_step(step: Step) -> Fn:
+def _generic_step(step: CheckedStep) -> Fn:
     """The step through the generic kernel of the Call it came from (exact for every dtype)."""
     r = Ref("_")  # the generic kernels read only the Call's attributes, never its operands
     if step.fn == "where":
-        call, kern = C.Where(r, r, r), KERNELS[C.Where]
+        call, kern = C.Where(r, r, r), KERNELS["Where"]
     elif step.fn == "clamp":
         call = C.Clamp(r, None if step.args[1] is None else r, None if step.args[2] is None else r)
-        kern = KERNELS[C.Clamp]
+        kern = KERNELS["Clamp"]
     elif step.fn == "leaky_relu":
-        call, kern = C.LeakyRelu(r, float(step.param)), KERNELS[C.LeakyRelu]
+        call, kern = C.LeakyRelu(r, float(step.param)), KERNELS["LeakyRelu"]
     elif step.fn == "cast":
-        call, kern = C.Cast(r, dtypes.from_numpy(step.dtype)), KERNELS[C.Cast]
+        call, kern = C.Cast(r, dtypes.from_numpy(step.dtype)), KERNELS["Cast"]
     elif step.fn in ("softmax", "log_softmax"):
-        call, kern = C.Softmax(r, int(step.param), step.fn == "log_softmax"), KERNELS[C.Softmax]
-    elif step.fn in C.UNARY_FNS and len(step.args) == 1:
-        call, kern = C.Unary(step.fn, r), KERNELS[C.Unary]
-    elif step.fn in C.BINARY_FNS and len(step.args) == 2:
-        call, kern = C.Binary(step.fn, r, r), KERNELS[C.Binary]
+        call, kern = C.Softmax(r, int(step.param), step.fn == "log_softmax"), KERNELS["Softmax"]
+    elif step.fn in SHARED_UNARY and len(step.args) == 1:
+        call, kern = C.Unary(step.fn, r), KERNELS["Unary"]
+    elif step.fn in SHARED_BINARY and len(step.args) == 2:
+        call, kern = C.Binary(step.fn, r, r), KERNELS["Binary"]
     else:
         raise BundleError(f"Fused: unknown step {step.fn!r} with {len(step.args)} operands")
     dt = step.dtype
@@ -354,7 +352,7 @@ def _generic_step(step: Step) -> Fn:
 
 
 def _softmax_inplace(axis: int, log: bool) -> Fn:
-    """numpy_backend.softmax_array on float32/float64, overwriting ``out`` (which may be ``x``)."""
+    """The shared softmax definition on float32/float64, overwriting ``out`` (which may be ``x``)."""
 
     def run(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         if out is None:
@@ -368,7 +366,7 @@ def _softmax_inplace(axis: int, log: bool) -> Fn:
     return run
 
 
-def _fast_step(step: Step, types: list[Arg]) -> Fn | None:
+def _fast_step(step: CheckedStep, types: list[TensorType]) -> Fn | None:
     ins = [types[a] for a in step.args if a is not None]
     dt = step.dtype
     if step.fn in ("softmax", "log_softmax"):
@@ -376,7 +374,7 @@ def _fast_step(step: Step, types: list[Arg]) -> Fn | None:
             _softmax_inplace(int(step.param), step.fn == "log_softmax") if ins[0].dtype == dt in _FAST_FLOATS else None
         )
     if step.fn == "clamp":
-        if any(t.dtype != dt for t in ins) or dt in nb._LOW_PRECISION:
+        if any(t.dtype != dt for t in ins) or dt in HALF:
             return None
         lo, hi = step.args[1] is not None, step.args[2] is not None
 
@@ -387,29 +385,41 @@ def _fast_step(step: Step, types: list[Arg]) -> Fn | None:
             return np.minimum(x, b, out=out)
 
         return clamp
-    if len(step.args) == 1 and step.fn in C.UNARY_FNS:
+    if len(step.args) == 1 and step.fn in SHARED_UNARY:
         return fast_unary(step.fn, ins[0].dtype) if ins[0].dtype == dt else None
-    if len(step.args) == 2 and step.fn in C.BINARY_FNS:
+    if len(step.args) == 2 and step.fn in SHARED_BINARY:
         return fast_binary(step.fn, ins[0].dtype, ins[1].dtype, dt)
     return None
 
 
-def _bind_fused(c: C.Fused, operands: Sequence[Arg | None]) -> Fn:
+def _register_types(
+    steps: list[CheckedStep], inputs: Sequence[TensorType | None]
+) -> tuple[list[TensorType], dict[int, int]]:
+    """The type of every register (inputs, then one per step) and the step that reads each last."""
+    types: list[TensorType] = []
+    for t in inputs:
+        if t is None:
+            raise BundleError("Fused: an input of the chain is missing")
+        types.append(t)
+    last_read: dict[int, int] = {}
+    for k, st in enumerate(steps):
+        shapes = [types[a].shape for a in st.args if a is not None]
+        shape = shapes[0] if st.fn in ("softmax", "log_softmax") else np.broadcast_shapes(*shapes)
+        types.append(TensorType(tuple(shape), st.dtype))
+        for a in st.args:
+            if a is not None:
+                last_read[a] = k
+    return types, last_read
+
+
+def _bind_fused(c: C.Fused, operands: Sequence[TensorType | None]) -> Fn:
     """Run the chain over a register file: the inputs, the ``reuse`` buffer, one register per step,
     and one that holds None. Each step is a closure of fixed arity over it. A step with a fast path
     on a large result writes into a register of its shape and dtype that the chain created and no
     longer needs (the last step: into the ``reuse`` buffer); everything else allocates."""
-    steps = parse_steps(c)
+    steps = check_steps(c)
     n_in, n_steps = len(c.inputs), len(steps)
-    types: list[Arg] = list(operands[:n_in])  # type: ignore[arg-type]
-    last_read = {}
-    for k, st in enumerate(steps):
-        shapes = [types[a].shape for a in st.args if a is not None]
-        shape = shapes[0] if st.fn in ("softmax", "log_softmax") else np.broadcast_shapes(*shapes)
-        types.append(Arg(tuple(shape), st.dtype))
-        for a in st.args:
-            if a is not None:
-                last_read[a] = k
+    types, last_read = _register_types(steps, operands[:n_in])
     final = types[-1]
     reuse, none = n_in, n_in + 1 + n_steps  # register layout: inputs, reuse, steps, None
 
@@ -474,20 +484,20 @@ def _caller(fn: Fn, args: tuple[int, ...], dest: int | None) -> Callable[[list[A
     return lambda r: fn(*[r[i] for i in args], r[dest])
 
 
-@binds(C.Fused)
+@binds("Fused")
 def bind_fused(site: Site) -> Fn | None:
     if not all(t is not None and _static(t.shape) for t in site.operands[: len(site.call.inputs)]):
         return None
     return _bind_fused(site.call, site.operands)
 
 
-@fused_kernel(C.Fused)
+@fused_kernel("Fused")
 def fused(c: C.Fused, inputs: list[np.ndarray], reuse: np.ndarray | None) -> np.ndarray:
-    return _bind_fused(c, [Arg(x.shape, x.dtype) for x in inputs])(*inputs, reuse)
+    return _bind_fused(c, [TensorType(x.shape, x.dtype) for x in inputs])(*inputs, reuse)
 
 
 # ── fast paths for the plain Calls that dominate a step count ────────────────
-@binds(C.Binary)
+@binds("Binary")
 def bind_binary(site: Site) -> Fn | None:
     x, y = site.operands
     if not site.shape:
@@ -495,17 +505,17 @@ def bind_binary(site: Site) -> Fn | None:
     return fast_binary(site.call.fn, x.dtype, y.dtype, site.dtype)
 
 
-@binds(C.Unary)
+@binds("Unary")
 def bind_unary(site: Site) -> Fn | None:
-    """The generic kernel's own function from ``numpy_backend.UNARY`` (looked up now, at load), minus
-    the kernel's dispatch: for a float32/float64 operand of the result's dtype that is all it does."""
+    """The engine's function for ``fn`` (looked up now, at load), minus the kernel's dispatch: for a
+    float32/float64 operand of the result's dtype that is all the generic kernel does."""
     (x,) = site.operands
     if not site.shape or x.dtype != site.dtype or x.dtype not in _FAST_FLOATS:
         return None
-    return nb.UNARY.get(site.call.fn)
+    return fast_unary(site.call.fn, x.dtype) or NUMPY.unary.get(site.call.fn)
 
 
-@binds(C.Reduce)
+@binds("Reduce")
 def bind_reduce(site: Site) -> Fn | None:
     """sum / mean / amax / amin of a float32/float64 tensor to a non-0-d result: the generic
     kernel's ``np.sum`` is ``np.add.reduce``, its mean that sum divided by the count."""
@@ -526,7 +536,7 @@ def bind_reduce(site: Site) -> Fn | None:
     return None
 
 
-@binds(C.LayerNorm, C.RmsNorm)
+@binds("LayerNorm", "RmsNorm")
 def bind_norm(site: Site) -> Fn | None:
     """LayerNorm / RmsNorm of float32/float64 with weight and bias of the normalised shape: the
     generic kernel's own plan, built once."""
@@ -538,29 +548,29 @@ def bind_norm(site: Site) -> Fn | None:
         return None
     if any(a is not None and (a.dtype != x.dtype or a.shape != trailing) for a in (w, b)):
         return None
-    return nb.norm_plan(x.shape, x.dtype, c.ndim, c.eps, rms=isinstance(c, C.RmsNorm))
+    return norm_plan(x.shape, x.dtype, c.ndim, c.eps, rms=isinstance(c, C.RmsNorm))
 
 
-@binds(C.Softmax)
+@binds("Softmax")
 def bind_softmax(site: Site) -> Fn | None:
     c = site.call
     (x,) = site.operands
     if x.dtype not in _FAST_FLOATS or site.dtype != x.dtype or not x.shape or 0 in x.shape:
         return None
-    return lambda x: nb.softmax_array(x, c.axis, c.log)
+    return _softmax_inplace(c.axis, c.log)
 
 
-@binds(C.Reshape)
+@binds("Reshape")
 def bind_reshape(site: Site) -> Fn | None:
     return operator.methodcaller("reshape", site.shape) if _static(site.shape) else None
 
 
-@binds(C.Permute)
+@binds("Permute")
 def bind_permute(site: Site) -> Fn | None:
     return operator.methodcaller("transpose", site.call.perm)
 
 
-@binds(C.Slice)
+@binds("Slice")
 def bind_slice(site: Site) -> Fn | None:
     c = site.call
     if not all(isinstance(v, int) for v in (c.start, c.stop)):
@@ -568,13 +578,13 @@ def bind_slice(site: Site) -> Fn | None:
     return operator.itemgetter((slice(None),) * c.axis + (slice(c.start, c.stop, c.step),))
 
 
-@binds(C.Expand)
+@binds("Expand")
 def bind_expand(site: Site) -> Fn | None:
     shape = site.shape
     return (lambda x: np.broadcast_to(x, shape)) if _static(shape) else None
 
 
-@binds(C.Conv)
+@binds("Conv")
 def bind_conv(site: Site) -> Fn | None:
     """A float32/float64 forward convolution with its geometry worked out at load."""
     c = site.call
@@ -583,20 +593,20 @@ def bind_conv(site: Site) -> Fn | None:
         return None
     if (b is not None and b.dtype != x.dtype) or len(x.shape) != len(w.shape):
         return None
-    if site.shape != nb.conv_output_shape(c, x.shape, w.shape):
+    if site.shape != conv_output_shape(c, x.shape, w.shape):
         return None  # a shape the program declares wrongly: the generic kernel reports it
-    plan = nb.conv_plan(c, x.shape, w.shape, x.dtype)
+    plan = conv_plan(c, x.shape, w.shape, x.dtype)
     return lambda x, w, b=None: plan(x, w, b)
 
 
-@binds(C.MaxPool)
+@binds("MaxPool")
 def bind_max_pool(site: Site) -> Fn | None:
     """Float32/float64 max pooling (values, not indices) with its geometry worked out at load."""
     (x,) = site.operands
     c = site.call
     if c.indices or x.dtype not in _FAST_FLOATS or site.dtype != x.dtype:
         return None
-    out, _ = nb.pool_geometry(x.shape, c.kernel, c.stride, c.padding, c.dilation, c.ceil_mode)
+    out, _ = geometry.pool_geometry(x.shape, c.kernel, c.stride, c.padding, c.dilation, c.ceil_mode)
     if site.shape != x.shape[: len(x.shape) - len(out)] + out:
         return None  # a shape the program declares wrongly: the generic kernel reports it
-    return nb.max_pool_plan(c, x.shape, x.dtype)
+    return max_pool_plan(c, x.shape, x.dtype)

@@ -1,4 +1,4 @@
-"""numpy kernels for scatter Calls (IndexPut, Scatter, Diagonal).
+"""The numpy engine's scatter kernels (IndexPut, Scatter): in-place writes on a copy, ``ufunc.at`` for reductions.
 
 Repeated positions: accumulating writes (``IndexPut(accumulate)``, ``Scatter`` with a reduction)
 combine every value (``ufunc.at``); plain overwrites keep numpy's last write, one of the results
@@ -7,10 +7,15 @@ PyTorch allows (it leaves that case unspecified).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
-from rlx.ir import calls as C
-from rlx.runtime.numpy_backend import kernel, widen
+from ...kernels.precision import widen
+from .overrides import override
+
+if TYPE_CHECKING:
+    from ...ir.calls import IndexPut, Scatter
 
 
 def _int_indices(indices: list[np.ndarray | None]) -> tuple[object, ...]:
@@ -26,8 +31,8 @@ def _int_indices(indices: list[np.ndarray | None]) -> tuple[object, ...]:
     return tuple(out)
 
 
-@kernel(C.IndexPut)
-def index_put(c: C.IndexPut, x: np.ndarray, indices: list[np.ndarray | None], values: np.ndarray) -> np.ndarray:
+@override("IndexPut")
+def index_put(c: IndexPut, x: np.ndarray, indices: list[np.ndarray | None], values: np.ndarray) -> np.ndarray:
     out = x.copy()
     idx = _int_indices(indices)
     values = np.asarray(values).astype(x.dtype, copy=False)
@@ -42,8 +47,8 @@ _IDENTITY = {"sum": 0, "mean": 0, "prod": 1}
 _UFUNC = {"sum": np.add, "mean": np.add, "prod": np.multiply, "amax": np.maximum, "amin": np.minimum}
 
 
-@kernel(C.Scatter)
-def scatter(c: C.Scatter, x: np.ndarray, index: np.ndarray, src: np.ndarray) -> np.ndarray:
+@override("Scatter")
+def scatter(c: Scatter, x: np.ndarray, index: np.ndarray, src: np.ndarray) -> np.ndarray:
     src = np.asarray(src)
     if src.ndim == 0:
         src = np.broadcast_to(src, index.shape)
@@ -75,8 +80,3 @@ def scatter(c: C.Scatter, x: np.ndarray, index: np.ndarray, src: np.ndarray) -> 
         else:
             acc = np.where(touched, acc // count, acc)
     return acc.astype(x.dtype, copy=False)
-
-
-@kernel(C.Diagonal)
-def diagonal(c: C.Diagonal, x: np.ndarray) -> np.ndarray:
-    return np.ascontiguousarray(np.diagonal(x, c.offset, c.axis1, c.axis2))

@@ -1,6 +1,6 @@
-"""JAX kernels for resampling Calls (Upsample, GridSample).
+"""The JAX engine's resampling kernels (Upsample, GridSample).
 
-They compute what the numpy kernels (``rlx.runtime.resample_kernels``) compute, operation for
+They compute what the numpy kernels (``rlx.runtime.numpy_engine.resample``) compute, operation for
 operation, so both backends follow PyTorch's CPU kernels to the bit (see that module for why the
 order of roundings matters). Upsample's source indices and filter weights depend only on extents
 and scale factors, which are Call fields: they are built once, at trace time, by the numpy
@@ -22,17 +22,19 @@ Needs ``jax_enable_x64``.
 from __future__ import annotations
 
 import itertools
+from typing import TYPE_CHECKING
 
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from rlx.ir import calls as C
-from rlx.runtime.jax_backend.registry import kernel
-
 # The trace-time tables: pure functions of extents, scales and dtypes, shared with the numpy
-# backend so the two cannot pick different pixels or weights.
-from rlx.runtime.resample_kernels import _aa_taps, _cubic_taps, _linear_taps, _nearest_index, _opmath
+# engine so the two cannot pick different pixels or weights.
+from ...kernels.resample_tables import aa_taps, cubic_taps, linear_taps, nearest_index, opmath
+from .overrides import override
+
+if TYPE_CHECKING:
+    from ...ir.calls import GridSample, Upsample
 
 _F32, _F64 = np.dtype(np.float32), np.dtype(np.float64)
 Array = jnp.ndarray
@@ -118,19 +120,19 @@ def _apply_taps(x: Array, axis: int, idx: np.ndarray, w: np.ndarray, count: np.n
     return acc
 
 
-@kernel(C.Upsample)
-def upsample(c: C.Upsample, x: Array) -> Array:
+@override("Upsample")
+def upsample(c: Upsample, x: Array) -> Array:
     nd = len(c.size)
     lead = x.ndim - nd
     sizes_in = x.shape[lead:]
     xdt = np.dtype(x.dtype)
-    dt = _opmath(xdt)
+    dt = opmath(xdt)
     if c.mode in ("nearest", "nearest_exact"):
         # PyTorch's 2-d kernel switches to its channels-last implementation for small outputs.
         legacy = nd == 2 and sum(c.size) <= 128
         out = x
         for a, (n_in, n_out, s) in enumerate(zip(sizes_in, c.size, c.scales)):
-            index = _nearest_index(n_in, n_out, s, c.mode == "nearest_exact", legacy, dt)
+            index = nearest_index(n_in, n_out, s, c.mode == "nearest_exact", legacy, dt)
             out = jnp.take(out, index, axis=lead + a)  # one axis at a time: no broadcast index grid
         return out
     if c.antialias:
@@ -139,7 +141,7 @@ def upsample(c: C.Upsample, x: Array) -> Array:
         return _bilinear_small(c, x, dt)
     # The generic kernel: separable passes, the last axis first, partial sums kept in opmath and
     # weights stored in the tensor dtype (so rounded for half types).
-    taps = _linear_taps if c.mode == "linear" else _cubic_taps
+    taps = linear_taps if c.mode == "linear" else cubic_taps
     out = x.astype(dt)
     for a in reversed(range(nd)):
         idx, w = taps(sizes_in[a], c.size[a], c.scales[a], c.align_corners, dt, xdt)
@@ -147,11 +149,11 @@ def upsample(c: C.Upsample, x: Array) -> Array:
     return out.astype(xdt)
 
 
-def _bilinear_small(c: C.Upsample, x: Array, dt: np.dtype) -> Array:
+def _bilinear_small(c: Upsample, x: Array, dt: np.dtype) -> Array:
     """PyTorch's 2-d kernel for small outputs: four corner weights ``w_h·w_w`` kept in opmath and
     summed in corner order (its float16 build fuses the multiply-adds differently)."""
     (hi, hw), (wi, ww) = (
-        _linear_taps(n_in, n_out, s, c.align_corners, dt, dt) for n_in, n_out, s in zip(x.shape[-2:], c.size, c.scales)
+        linear_taps(n_in, n_out, s, c.align_corners, dt, dt) for n_in, n_out, s in zip(x.shape[-2:], c.size, c.scales)
     )
     xw = x.astype(dt)
     lead = x.shape[:-2]
@@ -164,14 +166,14 @@ def _bilinear_small(c: C.Upsample, x: Array, dt: np.dtype) -> Array:
     return total(values, weights).astype(x.dtype)
 
 
-def _upsample_aa(c: C.Upsample, x: Array, nd: int, lead: int, dt: np.dtype) -> Array:
+def _upsample_aa(c: Upsample, x: Array, nd: int, lead: int, dt: np.dtype) -> Array:
     # Separable passes, the last axis first; an axis whose extent does not change is left alone.
     out = x.astype(dt)
     for a in reversed(range(nd)):
         n_in, n_out = x.shape[lead + a], c.size[a]
         if n_in == n_out:
             continue
-        idx, w, count = _aa_taps(n_in, n_out, c.scales[a], c.align_corners, c.mode == "bicubic", dt)
+        idx, w, count = aa_taps(n_in, n_out, c.scales[a], c.align_corners, c.mode == "bicubic", dt)
         out = _apply_taps(out, lead + a, idx, w, count)
     return out.astype(x.dtype)
 
@@ -252,8 +254,8 @@ class _Gather:
         return jnp.where(valid[..., None], vals, self.flat.dtype.type(0))
 
 
-@kernel(C.GridSample)
-def grid_sample(c: C.GridSample, x: Array, grid: Array) -> Array:
+@override("GridSample")
+def grid_sample(c: GridSample, x: Array, grid: Array) -> Array:
     # PyTorch's grid_sample kernels compute in the tensor dtype itself, half types included (every
     # operation rounds to float16/bfloat16); the coordinates even pick pixels in that precision.
     dt = np.dtype(x.dtype)
@@ -327,7 +329,7 @@ def _grid_cubic_coefficients(f: Array) -> list[Array]:
     ]
 
 
-def _bicubic(raw: list[Array], sizes: tuple[int, ...], c: C.GridSample, gather: _Gather) -> Array:
+def _bicubic(raw: list[Array], sizes: tuple[int, ...], c: GridSample, gather: _Gather) -> Array:
     if len(sizes) != 2:
         raise ValueError("bicubic grid sampling needs a 4-d input")
     (y, x), (h, w) = raw, sizes

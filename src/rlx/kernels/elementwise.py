@@ -1,0 +1,230 @@
+"""Elementwise functions and Calls: one table that the engines, the fuser and the code generator read.
+
+Each function is defined once. Where it is one array expression, the expression *is* the
+definition: ``spelling`` is what generated code prints (``{xp}`` becomes ``np`` or ``jnp``,
+``{0}``/``{1}`` the operands) and the engines run the same text compiled once, so the generated
+package and the runtime cannot drift apart. The rest are functions over an array namespace and
+appear in generated code as kernel calls. An engine may replace a function with its own algorithm
+(numpy's float32 GELU, its ReLU against cached zeros); ``bind`` applies those overrides, and tests
+hold every override to the shared definition.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..ir import dtypes as ir_dtypes
+from .precision import HALF, widen
+from .registry import kernel
+
+if TYPE_CHECKING:
+    from ..ir import calls as C
+    from .namespace import ArrayNamespace
+
+
+@dataclass(frozen=True)
+class Elementwise:
+    """One elementwise function: ``spelling`` (an expression) or ``define`` (``fn(xp, *arrays)``).
+
+    ``exact``: computes integers, bools and half-precision floats exactly in their own dtype, so a
+    Unary never widens them; ``predicate``: a Binary whose result is bool (never widened either)."""
+
+    name: str
+    arity: int
+    spelling: str = ""
+    define: Callable[..., Any] | None = None
+    exact: bool = False
+    predicate: bool = False
+
+    def on(self, xp: ArrayNamespace) -> Callable[..., Any]:
+        """The definition on namespace ``xp``, a function of the arrays alone."""
+        define = self.define
+        if define is not None:
+            return (lambda x: define(xp, x)) if self.arity == 1 else (lambda x, y: define(xp, x, y))
+        args = [f"a{i}" for i in range(self.arity)]
+        # The spelling is a constant of this module, not input: compiling it is what makes the
+        # generated code's expression and the engines' computation one and the same.
+        return eval(f"lambda {', '.join(args)}: {self.spelling.format(*args, xp='xp')}", {"xp": xp})  # noqa: S307
+
+
+def _sign(xp: ArrayNamespace, x: Any) -> Any:
+    # PyTorch's sign is (0 < x) - (x < 0): NaN maps to 0, unlike numpy.sign.
+    if x.dtype == np.bool_:
+        return x.copy()
+    return ((x > 0).astype(x.dtype) - (x < 0).astype(x.dtype)).astype(x.dtype)
+
+
+def _integral(fn: str) -> Callable[..., Any]:
+    """floor/ceil/round/trunc: integers and bools are already integral and stay as they are."""
+
+    def run(xp: ArrayNamespace, x: Any) -> Any:
+        return getattr(xp, fn)(x) if x.dtype.kind in "fc" else x
+
+    run.__name__ = fn
+    return run
+
+
+def _gelu(xp: ArrayNamespace, x: Any) -> Any:
+    """Exact GELU, x·½·(1 + erf(x/√2)), with erf rounded to x's dtype as PyTorch's formula does."""
+    return x * 0.5 * (1 + xp.erf(x * (1 / math.sqrt(2))).astype(x.dtype))
+
+
+def _erf(xp: ArrayNamespace, x: Any) -> Any:
+    return xp.erf(x).astype(x.dtype)
+
+
+def _mish(xp: ArrayNamespace, x: Any) -> Any:
+    return x * xp.tanh(xp.unary["softplus"](x))
+
+
+def _trunc_divide(xp: ArrayNamespace, x: Any, y: Any) -> Any:
+    if x.dtype.kind == "f":
+        return xp.trunc(x / y)
+    q = xp.floor_divide(x, y)
+    return xp.where((q < 0) & (q * y != x), q + 1, q).astype(q.dtype)
+
+
+def _pow(xp: ArrayNamespace, x: Any, y: Any) -> Any:
+    x, y = xp.asarray(x), xp.asarray(y)
+    if x.dtype.kind in "iu":
+        # PyTorch's integer pow: a negative exponent gives 0, except for bases 1 and -1.
+        negative = y < 0
+        out = xp.power(x, xp.where(negative, 0, y).astype(y.dtype))
+        one = xp.ones((), out.dtype)
+        signed = xp.where(y % 2 == 0, one, -one) if out.dtype.kind == "i" else one
+        return xp.where(negative, xp.where(x == 1, one, xp.where(x == -1, signed, 0)), out).astype(out.dtype)
+    out = xp.power(x, y)
+    if x.dtype.kind == "f":
+        # numpy computes x ** 0.5 as sqrt; C's pow (PyTorch's) has pow(-inf, 0.5) = +inf, pow(-0, 0.5) = +0.
+        out = xp.where(y == 0.5, xp.where(xp.isneginf(x), np.inf, out + 0), out).astype(out.dtype)
+    return out
+
+
+_SELU = "1.0507009873554805 * {xp}.where({0} > 0, {0}, 1.6732632423543772 * {xp}.expm1({xp}.minimum({0}, 0)))"
+_SOFTPLUS = "{xp}.where({0} > 20, {0}, {xp}.log1p({xp}.exp({xp}.minimum({0}, 20))))"
+_HARD = "{xp}.minimum({xp}.maximum({0} + 3, 0), 6)"
+_GELU_TANH = "0.5 * {0} * (1 + {xp}.tanh(0.7978845608028654 * ({0} + 0.044715 * {0} * {0} * {0})))"
+
+
+def _unary(name: str, spelling: str = "", define: Callable[..., Any] | None = None, exact: bool = False) -> Elementwise:
+    return Elementwise(name, 1, spelling, define, exact)
+
+
+def _binary(
+    name: str, spelling: str = "", define: Callable[..., Any] | None = None, predicate: bool = False
+) -> Elementwise:
+    return Elementwise(name, 2, spelling, define, predicate=predicate)
+
+
+def _call(fn: str) -> str:
+    return "{xp}." + fn + "({0})"
+
+
+UNARY: dict[str, Elementwise] = {
+    e.name: e
+    for e in [
+        _unary("neg", "-{0}", exact=True),
+        _unary("abs", _call("abs"), exact=True),
+        *(_unary(n, _call(n)) for n in ("exp", "expm1", "exp2", "log", "log1p", "log2", "log10", "sqrt")),
+        *(_unary(n, _call(n)) for n in ("sin", "cos", "tan", "sinh", "cosh", "tanh")),
+        *(_unary(n, _call("arc" + n[1:])) for n in ("asin", "acos", "atan", "asinh", "acosh", "atanh")),
+        _unary("rsqrt", "1 / {xp}.sqrt({0})"),
+        _unary("reciprocal", "1 / {0}"),
+        _unary("square", "{0} * {0}"),
+        _unary("sigmoid", "1 / (1 + {xp}.exp(-{0}))"),
+        _unary("silu", "{0} * (1 / (1 + {xp}.exp(-{0})))"),
+        _unary("relu", "{xp}.maximum({0}, 0)"),
+        _unary("relu6", "{xp}.minimum({xp}.maximum({0}, 0), 6)"),
+        _unary("hardsigmoid", _HARD + " / 6"),
+        _unary("hardswish", "{0} * " + _HARD + " / 6"),
+        _unary("elu", "{xp}.where({0} > 0, {0}, {xp}.expm1({xp}.minimum({0}, 0)))"),
+        _unary("selu", _SELU),
+        _unary("softplus", _SOFTPLUS),
+        _unary("mish", define=_mish),
+        _unary("gelu", define=_gelu),
+        _unary("gelu_tanh", _GELU_TANH),
+        _unary("erf", define=_erf),
+        *(_unary(n, define=_integral(n)) for n in ("floor", "ceil", "round", "trunc")),
+        _unary("sign", define=_sign, exact=True),
+        _unary("logical_not", _call("logical_not"), exact=True),
+        _unary("bitwise_not", "~{0}", exact=True),
+        *(_unary(n, _call(n), exact=True) for n in ("isnan", "isinf", "isfinite")),
+        _unary("identity", "{0}", exact=True),
+    ]
+}
+
+BINARY: dict[str, Elementwise] = {
+    e.name: e
+    for e in [
+        _binary("add", "{0} + {1}"),
+        _binary("sub", "{0} - {1}"),
+        _binary("mul", "{0} * {1}"),
+        _binary("div", "{0} / {1}"),
+        _binary("floor_divide", "{0} // {1}"),
+        _binary("trunc_divide", define=_trunc_divide),
+        _binary("remainder", "{0} % {1}"),
+        _binary("pow", define=_pow),
+        *(_binary(n, "{xp}." + n + "({0}, {1})") for n in ("fmod", "maximum", "minimum", "fmax", "fmin")),
+        _binary("atan2", "{xp}.arctan2({0}, {1})"),
+        *(_binary(n, "{0} " + op + " {1}", predicate=True) for n, op in [("eq", "=="), ("ne", "!="), ("lt", "<")]),
+        *(_binary(n, "{0} " + op + " {1}", predicate=True) for n, op in [("le", "<="), ("gt", ">"), ("ge", ">=")]),
+        *(_binary(n, "{xp}." + n + "({0}, {1})", predicate=True) for n in ("logical_and", "logical_or", "logical_xor")),
+        _binary("bitwise_and", "{0} & {1}"),
+        _binary("bitwise_or", "{0} | {1}"),
+        _binary("bitwise_xor", "{0} ^ {1}"),
+    ]
+}
+
+
+def bind(xp: ArrayNamespace, overrides: Mapping[str, Callable[..., Any]] = {}) -> None:  # noqa: B006
+    """Give ``xp`` its elementwise functions as ``xp.unary[name](x)`` / ``xp.binary[name](x, y)``:
+    the shared definitions, except where the engine brings its own (``fn(x)`` / ``fn(x, y)``)."""
+
+    xp.unary = {name: overrides.get(name) or e.on(xp) for name, e in UNARY.items()}
+    xp.binary = {name: overrides.get(name) or e.on(xp) for name, e in BINARY.items()}
+
+
+# ── the Calls ────────────────────────────────────────────────────────────────
+@kernel("Unary")
+def unary(c: C.Unary, x: Any, *, xp: ArrayNamespace) -> Any:
+    x = xp.asarray(x)
+    fn = xp.unary[c.fn]
+    if UNARY[c.fn].exact or x.dtype not in HALF:
+        return xp.asarray(fn(x))
+    return xp.asarray(fn(widen(x))).astype(x.dtype)
+
+
+@kernel("Binary")
+def binary(c: C.Binary, x: Any, y: Any, *, xp: ArrayNamespace) -> Any:
+    fn = xp.binary[c.fn]
+    if x.dtype in HALF and not BINARY[c.fn].predicate:
+        return xp.asarray(fn(widen(x), widen(y))).astype(x.dtype)
+    return xp.asarray(fn(x, y))
+
+
+@kernel("Where")
+def where(c: C.Where, cond: Any, x: Any, y: Any, *, xp: ArrayNamespace) -> Any:
+    return xp.where(cond, x, y)
+
+
+@kernel("Clamp")
+def clamp(c: C.Clamp, x: Any, lo: Any | None, hi: Any | None, *, xp: ArrayNamespace) -> Any:
+    # maximum/minimum propagate NaN from either side, as torch.clamp does; lo > hi gives hi.
+    out = xp.asarray(x) if lo is None else xp.maximum(x, lo)
+    return xp.asarray(out if hi is None else xp.minimum(out, hi))  # 0-d in, 0-d array out
+
+
+@kernel("LeakyRelu")
+def leaky_relu(c: C.LeakyRelu, x: Any, *, xp: ArrayNamespace) -> Any:
+    xw = widen(xp.asarray(x))
+    return xp.where(xw > 0, xw, xw * c.slope).astype(x.dtype)
+
+
+@kernel("Cast")
+def cast(c: C.Cast, x: Any, *, xp: ArrayNamespace) -> Any:
+    return xp.asarray(x).astype(ir_dtypes.to_numpy(c.dtype))

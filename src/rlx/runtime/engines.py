@@ -1,0 +1,67 @@
+"""What a Model needs of an engine, and the engines there are.
+
+An engine runs Programs with static shapes. ``Engine.source`` is the program that specialisations
+start from (the numpy engine optimises a dynamic program once, as written, so its weights are
+folded and packed once for every binding); ``Engine.compile`` turns one static program into an
+``Executor``. The JAX engine is imported only when asked for, so ``import rlx`` never needs jax.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Protocol
+
+import numpy as np
+
+from rlx.errors import UsageError
+from rlx.ir.program import Program
+
+ENGINES = ("numpy", "jax")
+
+
+class Executor(Protocol):
+    """One static-shaped Program, ready to run many times (from any number of threads)."""
+
+    program: Program
+
+    def run(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        """Run on arrays already checked against the program's inputs (in order)."""
+        ...
+
+
+class Engine(Protocol):
+    name: str
+
+    @property
+    def source(self) -> Program:
+        """The program that input-shape specialisations are made from."""
+        ...
+
+    def compile(self, program: Program) -> Executor:
+        """An executor of ``program`` (``source`` itself, or a specialisation of it)."""
+        ...
+
+
+def check_engine(name: str) -> None:
+    """A known engine that can run here: UsageError otherwise (for jax: how to install it)."""
+    if name not in ENGINES:
+        raise UsageError(f"unknown backend {name!r}; choose one of {', '.join(ENGINES)}")
+    if name == "jax":
+        from rlx.runtime.jax_engine import require_jax
+
+        require_jax()
+
+
+def create_engine(
+    name: str, program: Program, weights: Mapping[str, np.ndarray], disable_passes: Iterable[str] | None = None
+) -> Engine:
+    """The engine ``name`` for ``program`` and its weights. ``disable_passes``: the numpy engine's
+    load-time passes to skip (``None``: all of them)."""
+    check_engine(name)
+    if name == "jax":
+        from rlx.runtime.jax_engine.executor import JaxEngine
+
+        return JaxEngine(program, weights)
+    from rlx.runtime.numpy_engine.engine import NumpyEngine
+
+    return NumpyEngine(program, weights, disable_passes)

@@ -1,0 +1,36 @@
+"""The numpy engine: the load-time passes (``rlx.passes.pipeline``), then a plan-compiled executor."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+import numpy as np
+
+from rlx.ir.program import Program
+from rlx.passes import pipeline
+from rlx.runtime.numpy_engine.executor import Executor
+
+
+class NumpyEngine:
+    """A program's weights and passes. A dynamic program is optimised once as written — weights
+    folded and packed once, shared by every binding — and then again per binding, once its shapes
+    are known."""
+
+    name = "numpy"
+
+    def __init__(
+        self, program: Program, weights: Mapping[str, np.ndarray], disable_passes: Iterable[str] | None = ()
+    ) -> None:
+        self.disabled = (
+            frozenset(pipeline.PASS_NAMES) if disable_passes is None else pipeline.check_names(disable_passes)
+        )
+        self._source, self.weights = program, weights
+        if program.is_dynamic:
+            self._source, self.weights = pipeline.optimize(program, weights, self.disabled)
+
+    @property
+    def source(self) -> Program:
+        return self._source
+
+    def compile(self, program: Program) -> Executor:
+        return Executor(*pipeline.optimize(program, self.weights, self.disabled))

@@ -54,6 +54,7 @@ class ConvertReport:
     parity: ParityReport | None
     timings: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)  # things the user should know (dtype fixes …)
+    node_kind: str = "aten"  # what op_histogram counts: aten nodes, or ONNX nodes
 
     @property
     def passed(self) -> bool:
@@ -77,7 +78,7 @@ class ConvertReport:
     def summary(self) -> str:
         lines = [
             f"model {self.model_name}: {self.n_inputs} input(s), {self.n_params:,} parameters "
-            f"({self.param_bytes / 1e6:.2f} MB), {sum(self.op_histogram.values())} aten nodes → "
+            f"({self.param_bytes / 1e6:.2f} MB), {sum(self.op_histogram.values())} {self.node_kind} nodes → "
             f"{self.n_instructions} instructions",
             f"output: {self.out_dir}",
         ]
@@ -89,7 +90,11 @@ class ConvertReport:
 
 def build_program(ir: TorchIR) -> Program:
     """Lower and optimise a parsed torch-ir graph, then verify the result."""
-    program = lower(ir)
+    return finish_program(lower(ir))
+
+
+def finish_program(program: Program) -> Program:
+    """Run the default passes over a freshly lowered program, then verify the result."""
     for run_pass in DEFAULT_PASSES:
         program = run_pass(program)
     verify_program(program)
@@ -165,15 +170,41 @@ def _lower_write_verify(
     """The shared tail of ``from_torch`` and ``build``: lower, write the bundle into ``dest``
     (a staging directory that becomes ``final_dir``), check parity, write report.json."""
     program = steps("lower", lambda: build_program(ir))
+    source = {"format": "rlx-torch-ir", "version": 1, "producer": ir.producer, "decomposition": ir.decomposition}
+    report = write_and_verify(
+        program, weights, reference, dest, final_dir, emit, steps, weights_file, notes, emit_style, backend,
+        source=source, decomposition=ir.decomposition, op_histogram=ir.op_histogram(),
+        n_params=sum(math.prod(w.shape) for w in ir.weights),
+    )  # fmt: skip
+    return report, program
+
+
+def write_and_verify(
+    program: Program,
+    weights: Mapping[str, np.ndarray],
+    reference: Mapping[str, np.ndarray] | None,
+    dest: Path,
+    final_dir: Path,
+    emit: Sequence[str],
+    steps: _Steps,
+    weights_file: Path | None,
+    notes: list[str],
+    emit_style: str,
+    backend: str,
+    *,
+    source: Mapping[str, Any],
+    decomposition: str,
+    op_histogram: dict[str, int],
+    n_params: int,
+) -> ConvertReport:
+    """Write a lowered program's bundle / package into ``dest``, check parity, write report.json
+    (shared by every front-end: torch, torch-ir directories and ONNX)."""
     if "bundle" in emit:
-        source = {"format": "rlx-torch-ir", "version": 1, "producer": ir.producer, "decomposition": ir.decomposition}
         steps(
             "write", lambda: write_bundle(program, weights, dest / "bundle", source=source, weights_file=weights_file)
         )
     if "package" in emit:
-        steps(
-            "package", lambda: write_package(program, weights, dest, decomposition=ir.decomposition, style=emit_style)
-        )
+        steps("package", lambda: write_package(program, weights, dest, decomposition=decomposition, style=emit_style))
     parity = None
     if reference is not None:
         bound = bind_weights(program, weights, "weights")
@@ -182,19 +213,19 @@ def _lower_write_verify(
         model_name=program.name,
         out_dir=final_dir,
         bundle_dir=final_dir / "bundle" if "bundle" in emit else None,
-        decomposition=ir.decomposition,
+        decomposition=decomposition,
         n_inputs=len(program.inputs),
-        n_params=sum(math.prod(w.shape) for w in ir.weights),
+        n_params=n_params,
         param_bytes=sum(int(np.asarray(a).nbytes) for a in weights.values()),
         n_instructions=len(program.instrs),
-        op_histogram=ir.op_histogram(),
+        op_histogram=op_histogram,
         call_histogram=program.call_histogram(),
         parity=parity,
         timings=steps.timings,
         notes=notes,
     )
     atomic_write_text(dest / "report.json", dumps_json(report.to_json()))
-    return report, program
+    return report
 
 
 def from_torch(

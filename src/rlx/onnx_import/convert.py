@@ -116,11 +116,13 @@ def from_onnx(
     emit_style: str = "numpy",
     backend: str = "numpy",
     on_step: Any = None,
+    freeze_inputs: Mapping[str, Any] | None = None,
 ) -> Any:
     """Convert an ONNX model (a path or an ``onnx.ModelProto``) into ``out_dir``.
 
     ``verify``: True / "auto" checks parity against onnxruntime when it is installed (a note in the
-    report otherwise), "onnxruntime" requires it, False / "none" skips the check.
+    report otherwise), "onnxruntime" requires it, False / "none" skips the check. ``freeze_inputs``
+    fixes inputs to values (they become weights): shape parameters a model takes as inputs.
     """
     from rlx.convert import _check_emit, _Steps, finish_program, write_and_verify
     from rlx.report import write_report
@@ -135,7 +137,8 @@ def from_onnx(
     steps = _Steps(on_step)
     proto = steps("read", lambda: reader.load_proto(model))
     shapes = reader.example_shapes(example_inputs, [i.name for i in proto.graph.input])
-    graph = reader.read(proto, shapes)
+    frozen = {k: np.asarray(v) for k, v in (freeze_inputs or {}).items()}
+    graph = reader.read(proto, shapes, frozen)
     with StagedDir(out_dir, force=force) as staged:
         program, weights = steps("lower", lambda: _lower(graph, finish_program))
         notes: list[str] = []
@@ -143,7 +146,7 @@ def from_onnx(
         if mode != "none":
             if has_onnxruntime():
                 inputs = _example_inputs(graph, example_inputs)
-                outputs = steps("onnxruntime", lambda: run_onnxruntime(proto, inputs))
+                outputs = steps("onnxruntime", lambda: run_onnxruntime(proto, {**inputs, **frozen}))
                 reference = {f"in::{k}": v for k, v in inputs.items()}
                 reference.update({f"out::{i}": v for i, v in enumerate(outputs)})
                 safetensors_io.write(staged.path / "reference.safetensors", reference)

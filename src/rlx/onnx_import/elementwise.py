@@ -270,6 +270,14 @@ def gelu(node: OnnxNode, b: OnnxBuilder) -> Env:
     return unary(b, "gelu_tanh" if node.attr("approximate", "none") == "tanh" else "gelu", b.input(node, 0))
 
 
+@onnx_op("Swish")
+def swish(node: OnnxNode, b: OnnxBuilder) -> Env:
+    x, alpha = b.input(node, 0), node.attr("alpha", 1.0)
+    if alpha == 1.0:
+        return unary(b, "silu", x)
+    return emit_binary(b, "mul", x, unary(b, "sigmoid", emit_binary(b, "mul", x, scalar(b, alpha, x))))
+
+
 @onnx_op("PRelu")
 def prelu(node: OnnxNode, b: OnnxBuilder) -> Env:
     x, slope = b.input(node, 0), b.input(node, 1)

@@ -156,7 +156,7 @@ def conv_transpose(node: OnnxNode, b: OnnxBuilder) -> Env:
         pads = []
         for f, t in zip(full, target):
             total = f - t
-            if auto == "SAME_UPPER" or (auto != "SAME_LOWER" and node.attr("output_shape") is not None):
+            if auto == "SAME_UPPER":
                 pads.append((total // 2, total - total // 2))
             else:
                 pads.append((total - total // 2, total // 2))
@@ -300,13 +300,14 @@ def group_norm(node: OnnxNode, b: OnnxBuilder) -> Env:
 
 @onnx_op("LayerNormalization")
 def layer_norm(node: OnnxNode, b: OnnxBuilder) -> Env:
-    if len([o for o in node.outputs if o]) > 1:
-        raise LoweringError(f"node {node.name} (LayerNormalization): the Mean / InvStdDev outputs are not supported")
     x = b.ref(node, 0)
     shape = b.shape(x)
     axis = norm_axis(node.attr("axis", -1), len(shape))
     trailing = tuple(shape[axis:])
     scale, bias = b.ref(node, 1), b.optional(node, 2)
+    eps = float(node.attr("epsilon", 1e-5))
+    if len([o for o in node.outputs if o]) > 1:
+        return _layer_norm_stats(b, x, axis, scale, bias, eps, node.attr("stash_type", 1))
 
     def full(v: Operand) -> Ref:
         v = b.as_ref(v)
@@ -314,8 +315,40 @@ def layer_norm(node: OnnxNode, b: OnnxBuilder) -> Env:
             return v
         return emit_binary(b, "add", v, b.as_ref(Lit(0.0, b.dtype(v)), trailing))
 
-    call = LayerNorm(x, full(scale), None if bias is None else full(bias), len(trailing), float(node.attr("epsilon", 1e-5)))
+    call = LayerNorm(x, full(scale), None if bias is None else full(bias), len(trailing), eps)
     return b.emit(call, shape, b.dtype(x))
+
+
+def _layer_norm_stats(b: OnnxBuilder, x: Ref, axis: int, scale: Ref, bias: Operand | None, eps: float, stash: int) -> tuple[Ref, Ref, Ref]:
+    """LayerNormalization with its Mean and InvStdDev outputs, composed (in f32 when ``stash_type=1``)."""
+    dt = b.dtype(x)
+    xs = b.cast(x, "f32") if stash == 1 and dt != "f64" else x
+    cdt = b.dtype(xs)
+    axes = tuple(range(axis, b.rank(x)))
+    kept = tuple(1 if k in axes else d for k, d in enumerate(b.shape(x)))
+    mean = b.emit(Reduce("mean", b.as_ref(xs), axes, True), kept, cdt)
+    centered = emit_binary(b, "sub", xs, mean)
+    var = b.emit(Reduce("mean", emit_binary(b, "mul", centered, centered), axes, True), kept, cdt)
+    inv = unary(b, "rsqrt", emit_binary(b, "add", var, b.lit(eps, cdt)))
+    y = b.cast(emit_binary(b, "mul", centered, inv), dt)
+    y = emit_binary(b, "mul", y, scale)
+    if bias is not None:
+        y = emit_binary(b, "add", y, bias)
+    return y, mean, inv
+
+
+@onnx_op("RMSNormalization")
+def rms_norm(node: OnnxNode, b: OnnxBuilder) -> Env:
+    from rlx.ir.calls import RmsNorm
+
+    x = b.ref(node, 0)
+    shape = b.shape(x)
+    axis = norm_axis(node.attr("axis", -1), len(shape))
+    trailing = tuple(shape[axis:])
+    scale = b.ref(node, 1)
+    if tuple(b.shape(scale)) != trailing:
+        scale = emit_binary(b, "add", scale, b.as_ref(Lit(0.0, b.dtype(scale)), trailing))
+    return b.emit(RmsNorm(x, scale, len(trailing), float(node.attr("epsilon", 1e-5))), shape, b.dtype(x))
 
 
 @onnx_op("LpNormalization")

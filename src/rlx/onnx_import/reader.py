@@ -98,12 +98,18 @@ def _check_proto(proto: Any, where: str) -> None:
         raise SchemaError(f"{where}: not an ONNX model (no IR version or no graph outputs); is the file truncated?")
 
 
-def read(model: Any, example_shapes: dict[str, tuple[int, ...]] | None = None) -> OnnxGraph:
-    """Load, check, inline and order a model (``model`` is a path or a ``ModelProto``)."""
+def read(
+    model: Any, example_shapes: dict[str, tuple[int, ...]] | None = None, freeze: dict[str, np.ndarray] | None = None
+) -> OnnxGraph:
+    """Load, check, inline and order a model (``model`` is a path or a ``ModelProto``).
+
+    ``freeze`` fixes inputs to given values: they become initializers, so shape parameters fed as
+    inputs (axes, target shapes, pads) are known while converting."""
     onnx = onnx_module()
     proto = load_proto(model)
     where = str(model) if not isinstance(model, onnx.ModelProto) else (proto.graph.name or "model")
     _check_proto(proto, where)
+    proto = _upgrade(proto, where)
     opsets = _opsets(proto, where)
     if proto.functions:
         try:
@@ -115,10 +121,12 @@ def read(model: Any, example_shapes: dict[str, tuple[int, ...]] | None = None) -
     declared = _declared_types(proto)
     g = proto.graph
     initializers = {t.name: _initializer(t) for t in g.initializer}
+    for name, value in (freeze or {}).items():
+        if name not in {vi.name for vi in g.input}:
+            raise UsageError(f"freeze: the model has no input named {name!r}")
+        initializers[name] = np.asarray(value)
     if g.sparse_initializer:
         raise UnsupportedOpError(f"{where}: sparse initializers are not supported")
-    for node in g.node:  # Constant-like subgraph attributes are fine; control flow is refused by coverage
-        pass
     symbols: dict[str, Symbol] = {}
     inputs = []
     for vi in g.input:
@@ -144,6 +152,19 @@ def read(model: Any, example_shapes: dict[str, tuple[int, ...]] | None = None) -
         declared=declared,
         producer=f"{proto.producer_name} {proto.producer_version}".strip(),
     )
+
+
+def _upgrade(proto: Any, where: str) -> Any:
+    """Models older than opset 7 are converted to opset 7 with onnx's version converter."""
+    version = next((int(i.version) for i in proto.opset_import if i.domain in ("", "ai.onnx")), None)
+    if version is None or version >= MIN_OPSET:
+        return proto
+    from onnx import version_converter
+
+    try:
+        return version_converter.convert_version(proto, MIN_OPSET)
+    except Exception as e:
+        raise SchemaError(f"{where}: opset {version} could not be converted to opset {MIN_OPSET}: {str(e)[:150]}") from None
 
 
 def _opsets(proto: Any, where: str) -> dict[str, int]:

@@ -33,6 +33,29 @@ def reduce(b: OnnxBuilder, fn: str, x: Operand, axes: tuple[int, ...], keep: boo
     return b.emit(Reduce(fn, x, axes, keep), out, b.dtype(x))
 
 
+# What a reduction over nothing gives (ONNX: the identity of the reduction).
+_EMPTY = {"amax": float("-inf"), "amin": float("inf"), "logsumexp": float("-inf"), "logsum": float("-inf"),
+          "sum": 0, "sumsq": 0, "l1": 0, "l2": 0, "prod": 1}  # fmt: skip
+
+
+def _empty(b: OnnxBuilder, x: Ref, axes: tuple[int, ...], keep: bool, value: float) -> Ref:
+    from rlx.ir.calls import Full
+
+    shape = b.shape(x)
+    out = tuple(1 if k in axes else d for k, d in enumerate(shape)) if keep else tuple(
+        d for k, d in enumerate(shape) if k not in axes
+    )
+    dt = b.dtype(x)
+    if dt == "bool":
+        value = value > 0
+    elif not dtypes.is_float(dt) and abs(value) == float("inf"):
+        info = np.iinfo(dtypes.to_numpy(dt))
+        value = int(info.min if value < 0 else info.max)
+    elif not dtypes.is_float(dt):
+        value = int(value)
+    return b.emit(Full(value, out, dt), out, dt)
+
+
 def _float(b: OnnxBuilder, x: Operand) -> tuple[Operand, str]:
     dt = b.dtype(x)
     return (x, dt) if dtypes.is_float(dt) else (b.cast(x, "f64"), dt)
@@ -45,6 +68,8 @@ def _reduction(kind: str):  # noqa: ANN202
         if axes is None:
             return x
         keep = bool(node.attr("keepdims", 1))
+        if any(b.shape(x)[a] == 0 for a in axes) and kind in _EMPTY:
+            return _empty(b, x, axes, keep, _EMPTY[kind])
         if kind in ("sum", "mean", "prod", "amax", "amin"):
             return reduce(b, kind, x, axes, keep)
         if kind == "l1":
@@ -99,16 +124,28 @@ onnx_op("ArgMax")(_arg("argmax"))
 onnx_op("ArgMin")(_arg("argmin"))
 
 
-@onnx_op("CumSum")
-def cumsum(node: OnnxNode, b: OnnxBuilder) -> Env:
-    x = b.ref(node, 0)
-    axis = norm_axis(int(np.asarray(b.const(node, 1)).reshape(-1)[0]), b.rank(x))
-    reverse, exclusive = node.attr("reverse", 0), node.attr("exclusive", 0)
-    y = flip(b, x, (axis,)) if reverse else x
-    s = b.emit(CumReduce("sum", y, axis), b.shape(y), b.dtype(y))
-    if exclusive:
-        s = emit_binary(b, "sub", s, y)
-    return flip(b, s, (axis,)) if reverse else s
+def _scan(fn: str):  # noqa: ANN202
+    def handler(node: OnnxNode, b: OnnxBuilder) -> Env:
+        x = b.ref(node, 0)
+        axis = norm_axis(int(np.asarray(b.const(node, 1)).reshape(-1)[0]), b.rank(x))
+        reverse, exclusive = node.attr("reverse", 0), node.attr("exclusive", 0)
+        y = flip(b, x, (axis,)) if reverse else x
+        if exclusive:  # shift by one along the axis, starting from the identity
+            size = b.shape(y)[axis]
+            pairs = tuple((1, 0) if a == axis else (0, 0) for a in range(b.rank(y)))
+            from rlx.ir.calls import Pad
+
+            padded = b.emit(Pad(y, pairs, 0 if fn == "sum" else 1), tuple(
+                d + 1 if a == axis else d for a, d in enumerate(b.shape(y))), b.dtype(y))  # fmt: skip
+            y = slice_axis(b, padded, axis, 0, size)
+        s = b.emit(CumReduce(fn, y, axis), b.shape(y), b.dtype(y))
+        return flip(b, s, (axis,)) if reverse else s
+
+    return handler
+
+
+onnx_op("CumSum")(_scan("sum"))
+onnx_op("CumProd")(_scan("prod"))
 
 
 @onnx_op("TopK")

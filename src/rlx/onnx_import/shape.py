@@ -516,7 +516,8 @@ def space_to_depth(node: OnnxNode, b: OnnxBuilder) -> Env:
     n, c, h, w = b.shape(x)
     s = node.attr("blocksize")
     h2, w2 = dim_op("floordiv", h, s), dim_op("floordiv", w, s)
-    return _space_depth(b, x, (n, c, h2, s, w2, s), (0, 3, 5, 1, 2, 4), (n, dim_op("mul", c, s * s), h2, w2))
+    perm = (0, 1, 3, 5, 2, 4) if node.attr("mode", "DCR") == "CRD" else (0, 3, 5, 1, 2, 4)
+    return _space_depth(b, x, (n, c, h2, s, w2, s), perm, (n, dim_op("mul", c, s * s), h2, w2))
 
 
 @onnx_op("Trilu")

@@ -38,7 +38,9 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     imp = sub.add_parser("import", help="export a model file, lower it, write a bundle and check parity")
-    imp.add_argument("model_file", help="a .py file exposing `model` and `example_inputs`, or `get_model()`")
+    imp.add_argument(
+        "model_file", help="a .py file exposing `model` and `example_inputs` (or `get_model()`), or an .onnx model"
+    )
     imp.add_argument("-o", "--out", required=True, help="output directory")
     imp.add_argument("--emit", default="bundle", help="comma-separated artifacts to write: bundle, package")
     imp.add_argument(
@@ -47,7 +49,15 @@ def _parser() -> argparse.ArgumentParser:
         default="numpy",
         help="array library of the generated package (default numpy; jax needs rlx[jax])",
     )
-    imp.add_argument("--verify", action=argparse.BooleanOptionalAction, default=True, help="check parity (default on)")
+    imp.add_argument(
+        "--verify",
+        nargs="?",
+        const="auto",
+        default="auto",
+        choices=("auto", "onnxruntime", "none"),
+        help="check parity (default on): against PyTorch, or for .onnx against onnxruntime when installed",
+    )
+    imp.add_argument("--no-verify", dest="verify", action="store_const", const="none", help="skip the parity check")
     imp.add_argument("--decomposition", choices=("aten", "high", "core"), default="high")
     imp.add_argument("--force", action="store_true", help="overwrite an existing output directory")
     imp.add_argument(
@@ -215,11 +225,16 @@ def load_model_file(path: str) -> tuple[Any, tuple[Any, ...], dict[str, Any], An
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    from rlx.convert import from_torch
     from rlx.util import check_writable_target
 
     check_writable_target(args.out, args.force)
     emit = tuple(e.strip() for e in args.emit.split(",") if e.strip())
+    if Path(args.model_file).suffix.lower() == ".onnx":  # the front-end is chosen by the file suffix
+        return _import_onnx(args, emit)
+    from rlx.convert import from_torch
+
+    if args.verify == "onnxruntime":
+        raise UsageError("--verify onnxruntime applies to .onnx models; a PyTorch model is checked against PyTorch")
     _say(f"rlx {__version__}: importing {args.model_file} (decomposition {args.decomposition})")
     dynamic = [parse_dynamic(d) for d in args.dynamic]
     model, inputs, kwargs, dynamic_shapes = load_model_file(args.model_file)
@@ -234,12 +249,34 @@ def cmd_import(args: argparse.Namespace) -> int:
         inputs,
         args.out,
         example_kwargs=kwargs,
-        verify=args.verify,
+        verify=args.verify != "none",
         emit=emit,
         decomposition=args.decomposition,
         force=args.force,
         dynamic_shapes=dynamic_shapes,
         auto_decompose=args.auto_decompose,
+        emit_style=args.emit_style,
+        on_step=lambda name, secs: _say(f"  {labels.get(name, name):<40} {secs:7.2f} s"),
+    )
+    _say("")
+    _say(report.summary())
+    return EXIT_OK if report.passed else EXIT_PARITY
+
+
+def _import_onnx(args: argparse.Namespace, emit: tuple[str, ...]) -> int:
+    from rlx.onnx_import.convert import from_onnx
+
+    if args.dynamic:
+        raise UsageError("--dynamic applies to PyTorch models; an ONNX model's dim_param axes are dynamic already")
+    _say(f"rlx {__version__}: importing {args.model_file} (ONNX)")
+    labels = {"read": "read the ONNX model", "lower": "lowered to the rlx program", "write": f"wrote {args.out}",
+              "onnxruntime": "ran onnxruntime for the reference", "verify": "checked parity against onnxruntime"}  # fmt: skip
+    report = from_onnx(
+        args.model_file,
+        args.out,
+        verify=args.verify,
+        emit=emit,
+        force=args.force,
         emit_style=args.emit_style,
         on_step=lambda name, secs: _say(f"  {labels.get(name, name):<40} {secs:7.2f} s"),
     )

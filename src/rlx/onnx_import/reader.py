@@ -83,13 +83,13 @@ def load_proto(model: Any) -> Any:
     except Exception as e:  # DecodeError, RuntimeWarning-as-error, …
         raise SchemaError(f"{path}: not a valid ONNX protobuf ({type(e).__name__}: {str(e)[:120]})") from None
     _check_proto(proto, str(path))
-    try:
-        from onnx.external_data_helper import load_external_data_for_model, uses_external_data
+    from onnx.external_data_helper import uses_external_data
 
-        if any(uses_external_data(t) for t in proto.graph.initializer):
-            load_external_data_for_model(proto, str(path.parent))
-    except (OSError, ValueError) as e:
-        raise SchemaError(f"{path}: cannot read its external data: {e}") from None
+    if any(uses_external_data(t) for t in proto.graph.initializer):
+        try:  # onnx checks that every location stays inside the model's directory
+            proto = onnx.load_model(str(path), load_external_data=True)
+        except Exception as e:
+            raise SchemaError(f"{path}: cannot read its external data: {str(e)[:200]}") from None
     return proto
 
 

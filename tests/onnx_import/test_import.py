@@ -8,9 +8,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from onnx_import.onnx_helpers import TensorProto, helper, model, numpy_helper, onnx, run_onnxruntime
 
 import rlx
+from onnx_import.onnx_helpers import TensorProto, helper, model, numpy_helper, onnx, run_onnxruntime
 from rlx.cli import main
 from rlx.errors import SchemaError, UnsupportedOpError
 
@@ -53,7 +53,14 @@ def test_from_onnx_writes_bundle_and_runs_at_other_sizes(tmp_path):
 def test_external_data_and_cli(tmp_path):
     m = mlp(2, 3)
     path = tmp_path / "ext.onnx"
-    onnx.save_model(mlp(2, 3), str(path), save_as_external_data=True, all_tensors_to_one_file=True, location="w.bin", size_threshold=0)
+    onnx.save_model(
+        mlp(2, 3),
+        str(path),
+        save_as_external_data=True,
+        all_tensors_to_one_file=True,
+        location="w.bin",
+        size_threshold=0,
+    )
     assert (tmp_path / "w.bin").is_file()
     assert main(["import", str(path), "-o", str(tmp_path / "cli"), "--emit", "bundle,package"]) == 0
     out = rlx.load(tmp_path / "cli")

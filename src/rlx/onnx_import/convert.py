@@ -73,7 +73,9 @@ def _example_inputs(graph: OnnxGraph, given: Sequence[Any] | Mapping[str, Any] |
         out = {k: np.asarray(v) for k, v in pairs}
         missing = [n for n in names if n not in out]
         if missing:
-            raise UsageError(f"example_inputs: missing input(s) {', '.join(missing)}; the model takes {', '.join(names)}")
+            raise UsageError(
+                f"example_inputs: missing input(s) {', '.join(missing)}; the model takes {', '.join(names)}"
+            )
         return out
     rng = np.random.default_rng(0)
     hints = {s.name: s.hint for s in graph.symbols}

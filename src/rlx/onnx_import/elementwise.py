@@ -36,7 +36,9 @@ def fold(fn: str, x: np.ndarray, y: np.ndarray) -> np.ndarray | None:
         if fn not in _DIM_FNS and fn != "eq":
             return None
         if fn == "eq":
-            vals = np.frompyfunc(lambda a, b: a == b if (isinstance(a, int) and isinstance(b, int)) or a == b else None, 2, 1)(x, y)
+            vals = np.frompyfunc(
+                lambda a, b: a == b if (isinstance(a, int) and isinstance(b, int)) or a == b else None, 2, 1
+            )(x, y)
             if any(v is None for v in np.asarray(vals).reshape(-1)):
                 return None
             return np.asarray(vals).astype(bool)

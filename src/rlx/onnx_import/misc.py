@@ -36,7 +36,9 @@ def _coeff_fn(mode: str, nearest_mode: str, cubic_a: float, antialias: bool) -> 
     raise LoweringError(f"Resize mode {mode!r} is not supported")
 
 
-def axis_matrix(n_in: int, n_out: int, scale: float, coeffs: Any, roi: list[float] | None, ctm: str, exclude: bool) -> tuple[np.ndarray, np.ndarray]:
+def axis_matrix(
+    n_in: int, n_out: int, scale: float, coeffs: Any, roi: list[float] | None, ctm: str, exclude: bool
+) -> tuple[np.ndarray, np.ndarray]:
     """(W[out, in], E[out]): resizing one axis is ``W @ x + E * extrapolation_value``."""
     from onnx.reference.ops import op_resize as R
 
@@ -46,7 +48,9 @@ def axis_matrix(n_in: int, n_out: int, scale: float, coeffs: Any, roi: list[floa
     return np.asarray(w, np.float64).reshape(n_out, n_in), np.asarray(e, np.float64).reshape(n_out)
 
 
-def resize_axis(b: OnnxBuilder, x: Ref, axis: int, w: np.ndarray, e: np.ndarray, extrapolation: float, name: str) -> Ref:
+def resize_axis(
+    b: OnnxBuilder, x: Ref, axis: int, w: np.ndarray, e: np.ndarray, extrapolation: float, name: str
+) -> Ref:
     shape = list(b.shape(x))
     n_out = w.shape[0]
     shape[axis] = n_out
@@ -62,7 +66,9 @@ def resize_axis(b: OnnxBuilder, x: Ref, axis: int, w: np.ndarray, e: np.ndarray,
     wt = b.as_ref(b.operand(np.ascontiguousarray(w.T).astype(dtypes.to_numpy(compute)), f"{name}_weights{axis}"))
     y = matmul(b, moved, wt)
     if np.any(e) and extrapolation != 0:
-        y = emit_binary(b, "add", y, b.operand((e * extrapolation).astype(dtypes.to_numpy(compute)), f"{name}_extrapolation{axis}"))
+        y = emit_binary(
+            b, "add", y, b.operand((e * extrapolation).astype(dtypes.to_numpy(compute)), f"{name}_extrapolation{axis}")
+        )
     inverse = tuple(int(i) for i in np.argsort(perm))
     y = permute(b, y, inverse)
     if compute != dt:
@@ -70,7 +76,16 @@ def resize_axis(b: OnnxBuilder, x: Ref, axis: int, w: np.ndarray, e: np.ndarray,
     return y
 
 
-def resize(b: OnnxBuilder, node: OnnxNode, x: Ref, scales: list[float] | None, sizes: list[int] | None, axes: list[int] | None, roi: list[float] | None, opts: dict[str, Any]) -> Ref:
+def resize(
+    b: OnnxBuilder,
+    node: OnnxNode,
+    x: Ref,
+    scales: list[float] | None,
+    sizes: list[int] | None,
+    axes: list[int] | None,
+    roi: list[float] | None,
+    opts: dict[str, Any],
+) -> Ref:
     shape = b.shape(x)
     rank = len(shape)
     axes = list(range(rank)) if axes is None else [a % rank for a in axes]

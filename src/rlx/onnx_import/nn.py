@@ -75,7 +75,9 @@ def gemm(node: OnnxNode, b: OnnxBuilder) -> Env:
 
 
 # ── convolution ──────────────────────────────────────────────────────────────
-def _pads(node: OnnxNode, in_sizes: list[Dim], kernel: list[int], strides: list[int], dilations: list[int]) -> list[tuple[int, int]]:
+def _pads(
+    node: OnnxNode, in_sizes: list[Dim], kernel: list[int], strides: list[int], dilations: list[int]
+) -> list[tuple[int, int]]:
     n = len(kernel)
     auto = node.attr("auto_pad", "NOTSET")
     if auto in ("SAME_UPPER", "SAME_LOWER"):
@@ -93,7 +95,9 @@ def _pads(node: OnnxNode, in_sizes: list[Dim], kernel: list[int], strides: list[
     return [(int(pads[i]), int(pads[i + n])) for i in range(n)]
 
 
-def _window_attrs(node: OnnxNode, kernel: list[int], in_sizes: list[Dim]) -> tuple[list[int], list[int], list[tuple[int, int]]]:
+def _window_attrs(
+    node: OnnxNode, kernel: list[int], in_sizes: list[Dim]
+) -> tuple[list[int], list[int], list[tuple[int, int]]]:
     n = len(kernel)
     strides = [int(s) for s in node.attr("strides", [1] * n)]
     dilations = [int(d) for d in node.attr("dilations", [1] * n)]
@@ -189,7 +193,9 @@ def _pool_prep(node: OnnxNode, b: OnnxBuilder, fill: float) -> tuple[Ref, list[i
     return x, kernel, strides, dilations, [lo for lo, _ in pads]
 
 
-def _pool_shape(b: OnnxBuilder, x: Ref, kernel: list[int], strides: list[int], dilations: list[int], pads: list[int], ceil: bool) -> tuple[Dim, ...]:
+def _pool_shape(
+    b: OnnxBuilder, x: Ref, kernel: list[int], strides: list[int], dilations: list[int], pads: list[int], ceil: bool
+) -> tuple[Dim, ...]:
     out = []
     for sz, k, s, d, p in zip(b.shape(x)[2:], kernel, strides, dilations, pads):
         o = _conv_out(sz, k, s, d, p, p, ceil)
@@ -243,7 +249,9 @@ def avg_pool(node: OnnxNode, b: OnnxBuilder) -> Env:
     ones = b.emit(Full(1.0, tuple(b.shape(x0)[2:]), b.dtype(x0)), tuple(b.shape(x0)[2:]), b.dtype(x0))
     ones = b.reshape(ones, (1, 1, *b.shape(x0)[2:]))
     onesp = _explicit_pad(b, ones, pads, 0)
-    count = b.emit(AvgPool(onesp, tuple(kernel), tuple(strides), tuple(zero), ceil, False, 1), (1, 1, *shape[2:]), b.dtype(x0))
+    count = b.emit(
+        AvgPool(onesp, tuple(kernel), tuple(strides), tuple(zero), ceil, False, 1), (1, 1, *shape[2:]), b.dtype(x0)
+    )
     return emit_binary(b, "div", total, count)
 
 
@@ -319,7 +327,9 @@ def layer_norm(node: OnnxNode, b: OnnxBuilder) -> Env:
     return b.emit(call, shape, b.dtype(x))
 
 
-def _layer_norm_stats(b: OnnxBuilder, x: Ref, axis: int, scale: Ref, bias: Operand | None, eps: float, stash: int) -> tuple[Ref, Ref, Ref]:
+def _layer_norm_stats(
+    b: OnnxBuilder, x: Ref, axis: int, scale: Ref, bias: Operand | None, eps: float, stash: int
+) -> tuple[Ref, Ref, Ref]:
     """LayerNormalization with its Mean and InvStdDev outputs, composed (in f32 when ``stash_type=1``)."""
     dt = b.dtype(x)
     xs = b.cast(x, "f32") if stash == 1 and dt != "f64" else x
@@ -361,7 +371,9 @@ def lp_norm(node: OnnxNode, b: OnnxBuilder) -> Env:
     if p == 1:
         norm = b.emit(Reduce("sum", unary(b, "abs", x), (axis,), True), tuple(shape), b.dtype(x))
     else:
-        norm = unary(b, "sqrt", b.emit(Reduce("sum", emit_binary(b, "mul", x, x), (axis,), True), tuple(shape), b.dtype(x)))
+        norm = unary(
+            b, "sqrt", b.emit(Reduce("sum", emit_binary(b, "mul", x, x), (axis,), True), tuple(shape), b.dtype(x))
+        )
     return emit_binary(b, "div", x, norm)
 
 
@@ -427,7 +439,9 @@ def lrn(node: OnnxNode, b: OnnxBuilder) -> Env:
     lo, hi = (size - 1) // 2, size - 1 - (size - 1) // 2
     # Sum of squares over a window of channels: pad the channel axis, then sum shifted slices.
     pairs = ((0, 0), (lo, hi)) + ((0, 0),) * (len(shape) - 2)
-    padded = b.emit(Pad(sq, pairs, 0.0), tuple(dim_op("add", d, p0 + p1) for d, (p0, p1) in zip(shape, pairs)), b.dtype(x))
+    padded = b.emit(
+        Pad(sq, pairs, 0.0), tuple(dim_op("add", d, p0 + p1) for d, (p0, p1) in zip(shape, pairs)), b.dtype(x)
+    )
     total: Operand | None = None
     for k in range(size):
         part = slice_axis(b, padded, 1, k, dim_op("add", shape[1], k))

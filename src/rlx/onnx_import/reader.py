@@ -24,7 +24,19 @@ MIN_OPSET = 7
 DEFAULT_HINT = 2  # example extent of a dynamic axis when no example inputs are given
 
 # TensorProto.DataType → rlx dtype token (the types rlx has kernels for).
-ELEM_TYPES = {1: "f32", 2: "u8", 3: "i8", 5: "i16", 6: "i32", 7: "i64", 9: "bool", 10: "f16", 11: "f64", 14: "c64", 16: "bf16"}
+ELEM_TYPES = {
+    1: "f32",
+    2: "u8",
+    3: "i8",
+    5: "i16",
+    6: "i32",
+    7: "i64",
+    9: "bool",
+    10: "f16",
+    11: "f64",
+    14: "c64",
+    16: "bf16",
+}
 _TYPE_NAMES = {
     4: "uint16", 8: "string", 12: "uint32", 13: "uint64", 15: "complex128", 17: "float8e4m3fn", 18: "float8e4m3fnuz",
     19: "float8e5m2", 20: "float8e5m2fnuz", 21: "uint4", 22: "int4", 23: "float4e2m1",
@@ -164,7 +176,9 @@ def _upgrade(proto: Any, where: str) -> Any:
     try:
         return version_converter.convert_version(proto, MIN_OPSET)
     except Exception as e:
-        raise SchemaError(f"{where}: opset {version} could not be converted to opset {MIN_OPSET}: {str(e)[:150]}") from None
+        raise SchemaError(
+            f"{where}: opset {version} could not be converted to opset {MIN_OPSET}: {str(e)[:150]}"
+        ) from None
 
 
 def _opsets(proto: Any, where: str) -> dict[str, int]:
@@ -180,13 +194,15 @@ def _opsets(proto: Any, where: str) -> dict[str, int]:
         opsets[""] = 1
     v = opsets[""]
     if v > newest:
-        raise SchemaError(
-            f"{where}: opset {v} is newer than the installed onnx package knows ({newest}); upgrade onnx"
-        )
+        raise SchemaError(f"{where}: opset {v} is newer than the installed onnx package knows ({newest}); upgrade onnx")
     if v < MIN_OPSET:
-        raise SchemaError(f"{where}: opset {v} is older than rlx reads ({MIN_OPSET}); convert it with onnx.version_converter")
+        raise SchemaError(
+            f"{where}: opset {v} is older than rlx reads ({MIN_OPSET}); convert it with onnx.version_converter"
+        )
     if TRAINING_DOMAIN in opsets and any(n.domain == TRAINING_DOMAIN for n in proto.graph.node):
-        raise UnsupportedOpError(f"{where}: training ops ({TRAINING_DOMAIN}) are not supported; export the inference graph")
+        raise UnsupportedOpError(
+            f"{where}: training ops ({TRAINING_DOMAIN}) are not supported; export the inference graph"
+        )
     return opsets
 
 
@@ -300,7 +316,9 @@ def _ordered_nodes(g: Any, opsets: dict[str, int], known: set[str], where: str) 
     for k, n in enumerate(raw):
         for i in n.input:
             if i and i not in producer and i not in known:
-                raise SchemaError(f"{where}: node {n.name or f'{n.op_type}_{k}'} ({n.op_type}) reads {i!r}, which nothing produces")
+                raise SchemaError(
+                    f"{where}: node {n.name or f'{n.op_type}_{k}'} ({n.op_type}) reads {i!r}, which nothing produces"
+                )
     order: list[int] = []
     state = [0] * len(raw)  # 0 new, 1 on the stack, 2 done
     for root in range(len(raw)):
@@ -315,7 +333,9 @@ def _ordered_nodes(g: Any, opsets: dict[str, int], known: set[str], where: str) 
                 stack.append((k, pos + 1))
                 dep = producer[ins[pos]]
                 if state[dep] == 1:
-                    raise SchemaError(f"{where}: the graph has a cycle through node {raw[dep].name or raw[dep].op_type}")
+                    raise SchemaError(
+                        f"{where}: the graph has a cycle through node {raw[dep].name or raw[dep].op_type}"
+                    )
                 if state[dep] == 0:
                     state[dep] = 1
                     stack.append((dep, 0))
@@ -331,9 +351,7 @@ def _ordered_nodes(g: Any, opsets: dict[str, int], known: set[str], where: str) 
             name += "_"
         names.add(name)
         domain = "" if n.domain in ("", "ai.onnx") else n.domain
-        nodes.append(
-            OnnxNode(name, n.op_type, domain, opsets.get(domain, 1), list(n.input), list(n.output), _attrs(n))
-        )
+        nodes.append(OnnxNode(name, n.op_type, domain, opsets.get(domain, 1), list(n.input), list(n.output), _attrs(n)))
     return nodes
 
 

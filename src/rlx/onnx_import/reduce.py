@@ -27,8 +27,10 @@ def _axes(node: OnnxNode, b: OnnxBuilder, rank: int) -> tuple[int, ...] | None:
 def reduce(b: OnnxBuilder, fn: str, x: Operand, axes: tuple[int, ...], keep: bool) -> Ref:
     x = b.as_ref(x)
     shape = b.shape(x)
-    out = tuple(1 if k in axes else d for k, d in enumerate(shape)) if keep else tuple(
-        d for k, d in enumerate(shape) if k not in axes
+    out = (
+        tuple(1 if k in axes else d for k, d in enumerate(shape))
+        if keep
+        else tuple(d for k, d in enumerate(shape) if k not in axes)
     )
     return b.emit(Reduce(fn, x, axes, keep), out, b.dtype(x))
 
@@ -42,8 +44,10 @@ def _empty(b: OnnxBuilder, x: Ref, axes: tuple[int, ...], keep: bool, value: flo
     from rlx.ir.calls import Full
 
     shape = b.shape(x)
-    out = tuple(1 if k in axes else d for k, d in enumerate(shape)) if keep else tuple(
-        d for k, d in enumerate(shape) if k not in axes
+    out = (
+        tuple(1 if k in axes else d for k, d in enumerate(shape))
+        if keep
+        else tuple(d for k, d in enumerate(shape) if k not in axes)
     )
     dt = b.dtype(x)
     if dt == "bool":
@@ -108,8 +112,10 @@ def _arg(fn: str):  # noqa: ANN202
         shape = b.shape(x)
         axis = norm_axis(node.attr("axis", 0), len(shape))
         keep = bool(node.attr("keepdims", 1))
-        out = tuple(1 if k == axis else d for k, d in enumerate(shape)) if keep else tuple(
-            d for k, d in enumerate(shape) if k != axis
+        out = (
+            tuple(1 if k == axis else d for k, d in enumerate(shape))
+            if keep
+            else tuple(d for k, d in enumerate(shape) if k != axis)
         )
         if not node.attr("select_last_index", 0):
             return b.emit(ArgReduce(fn, x, axis, keep), out, "i64")
@@ -155,7 +161,7 @@ def top_k(node: OnnxNode, b: OnnxBuilder) -> tuple[Env, Env]:
     k = b.ints(node, 1, attr="k") if node.opset < 10 else b.ints(node, 1)
     k = int(k[0])
     axis = norm_axis(node.attr("axis", -1), len(shape))
-    largest, sorted_ = bool(node.attr("largest", 1)), bool(node.attr("sorted", 1))
+    largest = bool(node.attr("largest", 1))  # results are always sorted: a valid order for sorted=0 too
     shape[axis] = k
     idx = b.emit(ArgTopK(x, k, axis, largest, True), tuple(shape), "i64")
     values = b.emit(Gather(x, axis, idx), tuple(shape), b.dtype(x))

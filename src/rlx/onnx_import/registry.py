@@ -123,7 +123,9 @@ def check_coverage(nodes: Sequence[OnnxNode]) -> None:
             first = ", ".join(names[:3]) + (", …" if len(names) > 3 else "")
             parts.append(f"{op} ×{len(names)} (nodes {first})")
         training = any("preview.training" in op for op in missing)
-        hint = "training ops are not supported; export the inference graph" if training else "file an issue with this line"
+        hint = (
+            "training ops are not supported; export the inference graph" if training else "file an issue with this line"
+        )
         raise UnsupportedOpError(f"unsupported ONNX ops ({len(missing)}): {'; '.join(parts)}. {hint}", missing)
 
 
@@ -242,7 +244,9 @@ class OnnxBuilder:
                 return self._materialize(np.asarray(values, np.int64).reshape(arr.shape), name)
             if arr.ndim == 0:
                 return Lit(values[0], "i64")
-            parts = tuple(self.as_ref(Lit(d, "i64") if isinstance(d, Sym) else Lit(int(d), "i64"), (1,)) for d in values)
+            parts = tuple(
+                self.as_ref(Lit(d, "i64") if isinstance(d, Sym) else Lit(int(d), "i64"), (1,)) for d in values
+            )
             flat = self.emit(Concat(parts, 0), (len(values),), "i64")
             return flat if arr.ndim == 1 else self.reshape(flat, arr.shape)
         tok = dtypes.from_numpy(arr.dtype)
@@ -423,7 +427,9 @@ _DIM_OPS: dict[str, Callable[[int, int], Any]] = {
     "sub": lambda a, b: a - b,
     "mul": lambda a, b: a * b,
     "floordiv": lambda a, b: a // b,
-    "truncdiv": lambda a, b: int(a / b) if abs(a) < 2**52 and abs(b) < 2**52 else -(-a // b) if (a < 0) != (b < 0) else a // b,
+    "truncdiv": lambda a, b: (
+        int(a / b) if abs(a) < 2**52 and abs(b) < 2**52 else -(-a // b) if (a < 0) != (b < 0) else a // b
+    ),
     "mod": lambda a, b: a % b,
     "max": max,
     "min": min,

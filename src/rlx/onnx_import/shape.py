@@ -107,7 +107,9 @@ def constant(node: OnnxNode, b: OnnxBuilder) -> Env:
         arr = np.asarray(node.attrs["value"])
         dtypes.from_numpy(arr.dtype)  # refuses strings and types rlx has no kernels for
         return arr
-    raise LoweringError(f"node {node.name} (Constant): only tensor/float/int values are supported, found {sorted(node.attrs)}")
+    raise LoweringError(
+        f"node {node.name} (Constant): only tensor/float/int values are supported, found {sorted(node.attrs)}"
+    )
 
 
 @onnx_op("ConstantOfShape")

@@ -13,7 +13,7 @@ import torch
 
 import rlx
 from rlx.cli import main
-from rlx.debug import debug
+from rlx.convert import debug
 from rlx.runtime.numpy_engine.namespace import NUMPY
 
 from helpers import BLOCK_TORCH, load_example

@@ -1,7 +1,7 @@
 """rlx: convert a PyTorch ``nn.Module`` into a portable model that runs without PyTorch.
 
 ``rlx.load`` and ``rlx.verify_bundle`` need numpy only; ``rlx.from_torch`` and ``rlx.export``
-import torch when called.
+import torch when called; ``rlx.from_onnx`` imports onnx (never torch).
 """
 
 from __future__ import annotations
@@ -28,6 +28,13 @@ def build(*args: Any, **kwargs: Any) -> Any:
     return _build(*args, **kwargs)
 
 
+def from_onnx(*args: Any, **kwargs: Any) -> Any:
+    """See ``rlx.onnx_import.convert.from_onnx`` (needs ``onnx``, never torch)."""
+    from rlx.onnx_import.convert import from_onnx as _from_onnx
+
+    return _from_onnx(*args, **kwargs)
+
+
 def export(*args: Any, **kwargs: Any) -> Any:
     """See ``rlx.torch_import.export``."""
     from rlx.torch_import import export as _export
@@ -35,4 +42,4 @@ def export(*args: Any, **kwargs: Any) -> Any:
     return _export(*args, **kwargs)
 
 
-__all__ = ["Model", "RlxError", "__version__", "build", "export", "from_torch", "load", "verify_bundle"]
+__all__ = ["Model", "RlxError", "__version__", "build", "export", "from_onnx", "from_torch", "load", "verify_bundle"]

@@ -14,12 +14,12 @@ import sys
 import traceback
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
 from rlx.errors import InputError, RlxError, UsageError
-from rlx.ir.symbolic import format_shape, format_symbol
+from rlx.ir.symbolic import Dim, format_shape, format_symbol, static_shape
 from rlx.passes.pipeline import PASS_NAMES
 from rlx.version import __version__
 
@@ -27,7 +27,7 @@ EXIT_OK, EXIT_PARITY, EXIT_USAGE = 0, 1, 2
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # argparse exits 2 as well; keep our one-line format
+    def error(self, message: str) -> NoReturn:  # argparse exits 2 as well; keep our one-line format
         raise UsageError(f"{self.prog}: {message} (see --help)")
 
 
@@ -38,7 +38,9 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     imp = sub.add_parser("import", help="export a model file, lower it, write a bundle and check parity")
-    imp.add_argument("model_file", help="a .py file exposing `model` and `example_inputs`, or `get_model()`")
+    imp.add_argument(
+        "model_file", help="a .py file exposing `model` and `example_inputs` (or `get_model()`), or an .onnx model"
+    )
     imp.add_argument("-o", "--out", required=True, help="output directory")
     imp.add_argument("--emit", default="bundle", help="comma-separated artifacts to write: bundle, package")
     imp.add_argument(
@@ -47,7 +49,15 @@ def _parser() -> argparse.ArgumentParser:
         default="numpy",
         help="array library of the generated package (default numpy; jax needs rlx[jax])",
     )
-    imp.add_argument("--verify", action=argparse.BooleanOptionalAction, default=True, help="check parity (default on)")
+    imp.add_argument(
+        "--verify",
+        nargs="?",
+        const="auto",
+        default="auto",
+        choices=("auto", "onnxruntime", "none"),
+        help="check parity (default on): against PyTorch, or for .onnx against onnxruntime when installed",
+    )
+    imp.add_argument("--no-verify", dest="verify", action="store_const", const="none", help="skip the parity check")
     imp.add_argument("--decomposition", choices=("aten", "high", "core"), default="high")
     imp.add_argument("--force", action="store_true", help="overwrite an existing output directory")
     imp.add_argument(
@@ -215,11 +225,16 @@ def load_model_file(path: str) -> tuple[Any, tuple[Any, ...], dict[str, Any], An
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    from rlx.convert import from_torch
     from rlx.util import check_writable_target
 
     check_writable_target(args.out, args.force)
     emit = tuple(e.strip() for e in args.emit.split(",") if e.strip())
+    if Path(args.model_file).suffix.lower() == ".onnx":  # the front-end is chosen by the file suffix
+        return _import_onnx(args, emit)
+    from rlx.convert import from_torch
+
+    if args.verify == "onnxruntime":
+        raise UsageError("--verify onnxruntime applies to .onnx models; a PyTorch model is checked against PyTorch")
     _say(f"rlx {__version__}: importing {args.model_file} (decomposition {args.decomposition})")
     dynamic = [parse_dynamic(d) for d in args.dynamic]
     model, inputs, kwargs, dynamic_shapes = load_model_file(args.model_file)
@@ -234,12 +249,34 @@ def cmd_import(args: argparse.Namespace) -> int:
         inputs,
         args.out,
         example_kwargs=kwargs,
-        verify=args.verify,
+        verify=args.verify != "none",
         emit=emit,
         decomposition=args.decomposition,
         force=args.force,
         dynamic_shapes=dynamic_shapes,
         auto_decompose=args.auto_decompose,
+        emit_style=args.emit_style,
+        on_step=lambda name, secs: _say(f"  {labels.get(name, name):<40} {secs:7.2f} s"),
+    )
+    _say("")
+    _say(report.summary())
+    return EXIT_OK if report.passed else EXIT_PARITY
+
+
+def _import_onnx(args: argparse.Namespace, emit: tuple[str, ...]) -> int:
+    from rlx.onnx_import.convert import from_onnx
+
+    if args.dynamic:
+        raise UsageError("--dynamic applies to PyTorch models; an ONNX model's dim_param axes are dynamic already")
+    _say(f"rlx {__version__}: importing {args.model_file} (ONNX)")
+    labels = {"read": "read the ONNX model", "lower": "lowered to the rlx program", "write": f"wrote {args.out}",
+              "onnxruntime": "ran onnxruntime for the reference", "verify": "checked parity against onnxruntime"}  # fmt: skip
+    report = from_onnx(
+        args.model_file,
+        args.out,
+        verify=args.verify,
+        emit=emit,
+        force=args.force,
         emit_style=args.emit_style,
         on_step=lambda name, secs: _say(f"  {labels.get(name, name):<40} {secs:7.2f} s"),
     )
@@ -317,8 +354,15 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _fmt_values(title: str, rows: list[tuple[str, Sequence[int], str]]) -> list[str]:
+def _fmt_values(title: str, rows: Sequence[tuple[str, Sequence[Dim], str]]) -> list[str]:
     return [f"{title}:"] + [f"  {name:<24} {format_shape(shape):<20} {dtype}" for name, shape, dtype in rows]
+
+
+def _weight_numel(name: str, shape: Sequence[Dim]) -> int:
+    static = static_shape(shape)
+    if static is None:  # weights are stored tensors: their shapes are static
+        raise InputError(f"weight {name} has the symbolic shape {format_shape(shape)}")
+    return math.prod(static)
 
 
 def _fmt_hist(title: str, hist: dict[str, int]) -> list[str]:
@@ -331,7 +375,7 @@ def _inspect_bundle(path: Path) -> None:
 
     program = Program.from_json(read_json(path / "program.json"), str(path / "program.json"))
     meta = read_json(path / "meta.json")
-    n_params = sum(math.prod(w.shape) for w in program.weights)
+    n_params = sum(_weight_numel(w.name, w.shape) for w in program.weights)
     n_bytes = (path / "weights.safetensors").stat().st_size if (path / "weights.safetensors").exists() else 0
     source = meta.get("source", {}) if isinstance(meta, dict) else {}
     lines = [f"bundle {path}: model {program.name}"]
@@ -357,7 +401,7 @@ def _inspect_torch_ir(path: Path) -> None:
     from rlx.ir import torch_ir
 
     ir = torch_ir.load(path)
-    n_params = sum(math.prod(w.shape) for w in ir.weights)
+    n_params = sum(_weight_numel(w.id, w.shape) for w in ir.weights)
     lines = [f"torch-ir {path}: model {ir.model_name}"]
     if ir.producer or ir.decomposition:
         lines.append(f"producer: {ir.producer or '?'}, decomposition {ir.decomposition or '?'}")

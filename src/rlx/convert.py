@@ -22,6 +22,7 @@ import numpy as np
 
 from rlx import safetensors_io
 from rlx.bundle import bind_weights, write_bundle
+from rlx.debug import DebugReport, compare_nodes, debug_dir, write_debug
 from rlx.emit.package import check_style, package_name, write_package
 from rlx.errors import OutputError, UsageError, WeightsError
 from rlx.ir import dtypes, torch_ir
@@ -55,6 +56,7 @@ class ConvertReport:
     parity: ParityReport | None
     timings: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)  # things the user should know (dtype fixes …)
+    node_kind: str = "aten"  # what op_histogram counts: aten nodes, or ONNX nodes
 
     @property
     def passed(self) -> bool:
@@ -78,7 +80,7 @@ class ConvertReport:
     def summary(self) -> str:
         lines = [
             f"model {self.model_name}: {self.n_inputs} input(s), {self.n_params:,} parameters "
-            f"({self.param_bytes / 1e6:.2f} MB), {sum(self.op_histogram.values())} aten nodes → "
+            f"({self.param_bytes / 1e6:.2f} MB), {sum(self.op_histogram.values())} {self.node_kind} nodes → "
             f"{self.n_instructions} instructions",
             f"output: {self.out_dir}",
         ]
@@ -90,7 +92,11 @@ class ConvertReport:
 
 def build_program(ir: TorchIR) -> Program:
     """Lower and optimise a parsed torch-ir graph, then verify the result."""
-    program = lower(ir)
+    return finish_program(lower(ir))
+
+
+def finish_program(program: Program) -> Program:
+    """Run the default passes over a freshly lowered program, then verify the result."""
     for run_pass in BUILD_PASSES:
         program = run_pass(program)
     validate(program)
@@ -166,15 +172,41 @@ def _lower_write_verify(
     """The shared tail of ``from_torch`` and ``build``: lower, write the bundle into ``dest``
     (a staging directory that becomes ``final_dir``), check parity, write report.json."""
     program = steps("lower", lambda: build_program(ir))
+    source = {"format": "rlx-torch-ir", "version": 1, "producer": ir.producer, "decomposition": ir.decomposition}
+    report = write_and_verify(
+        program, weights, reference, dest, final_dir, emit, steps, weights_file, notes, emit_style, backend,
+        source=source, decomposition=ir.decomposition, op_histogram=ir.op_histogram(),
+        n_params=sum(math.prod(w.shape) for w in ir.weights),
+    )  # fmt: skip
+    return report, program
+
+
+def write_and_verify(
+    program: Program,
+    weights: Mapping[str, np.ndarray],
+    reference: Mapping[str, np.ndarray] | None,
+    dest: Path,
+    final_dir: Path,
+    emit: Sequence[str],
+    steps: _Steps,
+    weights_file: Path | None,
+    notes: list[str],
+    emit_style: str,
+    backend: str,
+    *,
+    source: Mapping[str, Any],
+    decomposition: str,
+    op_histogram: dict[str, int],
+    n_params: int,
+) -> ConvertReport:
+    """Write a lowered program's bundle / package into ``dest``, check parity, write report.json
+    (shared by every front-end: torch, torch-ir directories and ONNX)."""
     if "bundle" in emit:
-        source = {"format": "rlx-torch-ir", "version": 1, "producer": ir.producer, "decomposition": ir.decomposition}
         steps(
             "write", lambda: write_bundle(program, weights, dest / "bundle", source=source, weights_file=weights_file)
         )
     if "package" in emit:
-        steps(
-            "package", lambda: write_package(program, weights, dest, decomposition=ir.decomposition, style=emit_style)
-        )
+        steps("package", lambda: write_package(program, weights, dest, decomposition=decomposition, style=emit_style))
     parity = None
     if reference is not None:
         bound = bind_weights(program, weights, "weights")
@@ -183,19 +215,19 @@ def _lower_write_verify(
         model_name=program.name,
         out_dir=final_dir,
         bundle_dir=final_dir / "bundle" if "bundle" in emit else None,
-        decomposition=ir.decomposition,
+        decomposition=decomposition,
         n_inputs=len(program.inputs),
-        n_params=sum(math.prod(w.shape) for w in ir.weights),
+        n_params=n_params,
         param_bytes=sum(int(np.asarray(a).nbytes) for a in weights.values()),
         n_instructions=len(program.instrs),
-        op_histogram=ir.op_histogram(),
+        op_histogram=op_histogram,
         call_histogram=program.call_histogram(),
         parity=parity,
         timings=steps.timings,
         notes=notes,
     )
     atomic_write_text(dest / "report.json", dumps_json(report.to_json()))
-    return report, program
+    return report
 
 
 def from_torch(
@@ -272,7 +304,6 @@ def from_torch(
 
 
 def _debug_nodes(exported: Any, program: Program, out: Path) -> None:
-    from rlx.debug import compare_nodes, write_debug
     from rlx.torch_import.interpret import node_values
 
     values = node_values(exported.exported_program, exported.inputs)
@@ -312,7 +343,8 @@ def build(
         if not (src / "reference.safetensors").is_file():
             raise UsageError(f"{src}: --verify needs reference.safetensors next to torch-ir.json")
         reference, _ = safetensors_io.read(src / "reference.safetensors")
-    in_place = out_dir is None or Path(out_dir).resolve() == src.resolve()
+    target = src if out_dir is None else Path(out_dir)
+    in_place = target.resolve() == src.resolve()
     if in_place:
         check_writable_target(src / "bundle", force)
         try:
@@ -340,7 +372,7 @@ def build(
         except OSError as e:
             raise OutputError(f"{src}: writing the build output failed: {e.strerror or e}") from e
         return report
-    with StagedDir(out_dir, force=force) as staged:
+    with StagedDir(target, force=force) as staged:
         for name in ("torch-ir.json", "weights.safetensors", "reference.safetensors"):
             if (src / name).is_file():
                 shutil.copyfile(src / name, staged.path / name)
@@ -349,7 +381,7 @@ def build(
             weights,
             reference,
             staged.path,
-            Path(out_dir),
+            target,
             emit,
             steps,
             staged.path / "weights.safetensors",
@@ -359,3 +391,9 @@ def build(
         )
         write_report(staged.path)
     return report
+
+
+def debug(model: Any, example_inputs: Any, out_dir: str | Path, **convert_kwargs: Any) -> DebugReport:
+    """Convert ``model`` into ``out_dir`` (as ``rlx.from_torch`` does) and debug it node by node."""
+    from_torch(model, example_inputs, out_dir, **convert_kwargs)
+    return debug_dir(out_dir)

@@ -177,7 +177,8 @@ def write_repro(node_id: str, ir: TorchIR, torch_values: Mapping[str, Any], dire
         visit(a)
     result = torch_values[node_id]
     parts = result if isinstance(result, tuple) else (result,)
-    nodes, outputs = [Node(node.id, node.op, node.args, node.kwargs, _static(node.out, parts), node.multi)], []
+    nodes = [Node(node.id, node.op, node.args, node.kwargs, _static(node.out, parts), node.multi)]
+    outputs: list[Output] = []
     for k, part in enumerate(parts):
         if not isinstance(part, np.ndarray):
             continue
@@ -235,11 +236,3 @@ def write_debug(report: DebugReport, ir: TorchIR, values: Mapping[str, Any], out
     first = report.first_divergent
     if first is not None:
         write_repro(first.id, ir, values, out / REPRO_DIR)
-
-
-def debug(model: Any, example_inputs: Any, out_dir: str | Path, **convert_kwargs: Any) -> DebugReport:
-    """Convert ``model`` into ``out_dir`` (as ``rlx.from_torch`` does) and debug it node by node."""
-    from rlx.convert import from_torch
-
-    from_torch(model, example_inputs, out_dir, **convert_kwargs)
-    return debug_dir(out_dir)

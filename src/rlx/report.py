@@ -9,6 +9,7 @@ from __future__ import annotations
 import html
 import json
 import math
+from collections.abc import Set as AbstractSet
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +38,7 @@ def _num(v: float | None, spec: str = ".3e") -> str:
     return "-" if v is None else format(v, spec)
 
 
-def _table(headers: list[str], rows: list[list[str]], numeric: set[int] = frozenset()) -> str:
+def _table(headers: list[str], rows: list[list[str]], numeric: AbstractSet[int] = frozenset()) -> str:
     head = "".join(f"<th>{_e(h)}</th>" for h in headers)
     body = "".join(
         "<tr>"

@@ -9,9 +9,10 @@ compared as their real and imaginary parts, like float32 outputs.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import ml_dtypes
 import numpy as np
@@ -75,9 +76,19 @@ def _real_view(x: np.ndarray) -> np.ndarray:
     return np.stack([x.real, x.imag], axis=-1)
 
 
+class _Header(TypedDict):
+    """The fields of an ``OutputParity`` that describe the two arrays, whatever the verdict."""
+
+    index: int
+    shape: list[int]
+    dtype: str
+    ref_shape: list[int]
+    ref_dtype: str
+
+
 def compare(index: int, got: np.ndarray, ref: np.ndarray) -> OutputParity:
     got_tok, ref_tok = dtypes.from_numpy(got.dtype), dtypes.from_numpy(ref.dtype)
-    base = dict(index=index, shape=list(got.shape), dtype=got_tok, ref_shape=list(ref.shape), ref_dtype=ref_tok)
+    base = _Header(index=index, shape=list(got.shape), dtype=got_tok, ref_shape=list(ref.shape), ref_dtype=ref_tok)
     if got.shape != ref.shape or got_tok != ref_tok:
         what = "shape" if got.shape != ref.shape else "dtype"
         return OutputParity(
@@ -139,7 +150,9 @@ def compare(index: int, got: np.ndarray, ref: np.ndarray) -> OutputParity:
     )
 
 
-def check_parity(model: Model, reference: dict[str, np.ndarray], source: str = "reference.safetensors") -> ParityReport:
+def check_parity(
+    model: Model, reference: Mapping[str, np.ndarray], source: str = "reference.safetensors"
+) -> ParityReport:
     """Run ``model`` on the ``in::<id>`` tensors and compare with the ``out::<index>`` tensors."""
     missing = [n for n in model.input_names if f"in::{n}" not in reference]
     if missing:

@@ -282,6 +282,30 @@ ATTENTION = [
 
 # ── convolution ──────────────────────────────────────────────────────────────
 CONV_DTYPES = (F32, BF16)
+CONV_TRANSPOSE = [
+    (
+        "conv_transpose1d",
+        [
+            M(lambda: nn.ConvTranspose1d(4, 6, 3)),
+            M(lambda: nn.ConvTranspose1d(4, 6, 3, stride=2, padding=1, output_padding=1)),
+            M(lambda: nn.ConvTranspose1d(4, 6, 4, stride=3, groups=2, bias=False)),
+            M(lambda: nn.ConvTranspose1d(4, 4, 3, stride=2, dilation=2, output_padding=1)),
+            M(lambda: nn.ConvTranspose1d(4, 6, 3, stride=2), lambda m, x: m(x[0])),
+        ],
+        (2, 4, 5),
+    ),
+    (
+        "conv_transpose2d",
+        [
+            M(lambda: nn.ConvTranspose2d(4, 6, 3)),
+            M(lambda: nn.ConvTranspose2d(4, 6, (3, 2), stride=(2, 3), padding=(1, 0), output_padding=(1, 2))),
+            M(lambda: nn.ConvTranspose2d(4, 6, 3, stride=2, groups=2, dilation=2, bias=False)),
+            M(lambda: nn.ConvTranspose2d(4, 8, 2, stride=2, groups=4, padding=1)),
+        ],
+        (2, 4, 4, 3),
+    ),
+]
+
 CONV = [
     case(
         "conv1d",
@@ -328,28 +352,13 @@ CONV = [
         (1, 2, 4, 5, 3),
         dtypes=CONV_DTYPES,
     ),
-    case(
-        "conv_transpose1d",
-        [
-            M(lambda: nn.ConvTranspose1d(4, 6, 3)),
-            M(lambda: nn.ConvTranspose1d(4, 6, 3, stride=2, padding=1, output_padding=1)),
-            M(lambda: nn.ConvTranspose1d(4, 6, 4, stride=3, groups=2, bias=False)),
-            M(lambda: nn.ConvTranspose1d(4, 4, 3, stride=2, dilation=2, output_padding=1)),
-            M(lambda: nn.ConvTranspose1d(4, 6, 3, stride=2), lambda m, x: m(x[0])),
-        ],
-        (2, 4, 5),
-        dtypes=CONV_DTYPES,
-    ),
-    case(
-        "conv_transpose2d",
-        [
-            M(lambda: nn.ConvTranspose2d(4, 6, 3)),
-            M(lambda: nn.ConvTranspose2d(4, 6, (3, 2), stride=(2, 3), padding=(1, 0), output_padding=(1, 2))),
-            M(lambda: nn.ConvTranspose2d(4, 6, 3, stride=2, groups=2, dilation=2, bias=False)),
-            M(lambda: nn.ConvTranspose2d(4, 8, 2, stride=2, groups=4, padding=1)),
-        ],
-        (2, 4, 4, 3),
-        dtypes=CONV_DTYPES,
+    *(
+        # bfloat16 with a wider tolerance: torch's AVX2 bfloat16 transposed conv is several ulps off
+        # the exactly rounded result (max error 0.017 against a float64 reference where rounding
+        # the exact result errs by 0.0065); rlx accumulates in float32 and rounds once.
+        case(name, variants, shape, dtypes=(dt,), tol=None if dt == F32 else (0.05, 0.06))
+        for name, variants, shape in CONV_TRANSPOSE
+        for dt in CONV_DTYPES
     ),
 ]
 
@@ -461,7 +470,9 @@ ACTIVATIONS = [
     ),
 ]
 
-# Known gaps: strict, so a fix shows up as an XPASS to move into the tables above.
+# Known gaps: strict, so a fix shows up as an XPASS to move into the tables above. torch's AVX2 GELU
+# kernel returns +inf at +inf as rlx does; only its AVX-512 kernel returns NaN.
+_AVX512 = torch.backends.cpu.get_cpu_capability().startswith("AVX512")
 XFAILS = [
     case(
         "gelu_pos_inf_f32",
@@ -469,11 +480,15 @@ XFAILS = [
         planted((2, 8), [(0, 0)], [INF]),
         dtypes=(F32,),
         levels=("high",),
-        marks=pytest.mark.xfail(
-            strict=True,
-            reason="torch's float32 CPU GELU returns NaN at +inf (float16 and "
-            "vectorised float64 return inf); the numpy kernel returns the limit, inf",
-        ),
+        marks=[
+            pytest.mark.xfail(
+                strict=True,
+                reason="torch's float32 CPU GELU returns NaN at +inf (float16 and "
+                "vectorised float64 return inf); the numpy kernel returns the limit, inf",
+            )
+        ]
+        if _AVX512
+        else [],
     ),
     case(
         "sdpa_nan_query",

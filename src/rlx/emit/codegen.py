@@ -218,7 +218,7 @@ def _fields(c: Call) -> Sequence[str]:
 
 
 def _operands(c: Call) -> list[Any]:
-    out = []
+    out: list[Any] = []
     for f in c.operand_fields():
         v = getattr(c, f)
         out.extend(v if isinstance(v, tuple) else [v])

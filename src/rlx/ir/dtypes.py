@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import ml_dtypes
 import numpy as np
 
@@ -115,10 +117,10 @@ def _combine_categories(higher: str | None, lower: str | None) -> str | None:
     return higher
 
 
-def result_type(tensors: list[str], zero_dim: list[str] = (), scalars: list[str] = ()) -> str:
+def result_type(tensors: Sequence[str], zero_dim: Sequence[str] = (), scalars: Sequence[str] = ()) -> str:
     """``torch.result_type`` over tensors (ndim > 0), 0-dim tensors and Python scalars."""
 
-    def fold(toks: list[str] | tuple[str, ...]) -> str | None:
+    def fold(toks: Sequence[str]) -> str | None:
         out = None
         for t in toks:
             out = t if out is None else promote_types(out, t)

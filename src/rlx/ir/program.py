@@ -266,6 +266,20 @@ def encode(v: Any) -> Any:
     return v
 
 
+def _decode_lit(raw: Any, tok: str, where: str) -> Lit:
+    if isinstance(raw, dict) and set(raw) == {"sym"} and isinstance(raw["sym"], str):
+        return Lit(dim_from_json(raw["sym"], f"{where}.lit"), tok)
+    if dtypes.is_float(tok) or dtypes.is_complex(tok):
+        return Lit(_or_schema(decode_float, raw, where), tok)
+    if tok == "bool":
+        if not isinstance(raw, bool):
+            raise SchemaError(f"{where}: bool literal expected, found {raw!r}")
+        return Lit(raw, tok)
+    if not isinstance(raw, int) or isinstance(raw, bool):
+        raise SchemaError(f"{where}: integer literal expected, found {raw!r}")
+    return Lit(raw, tok)
+
+
 def _decode(v: Any, where: str) -> Any:
     if isinstance(v, dict):
         if set(v) == {"ref"} and isinstance(v["ref"], str):
@@ -274,19 +288,7 @@ def _decode(v: Any, where: str) -> Any:
             dim = dim_from_json(v["sym"], where)
             return dim
         if set(v) == {"lit", "dtype"}:
-            tok = dtypes.check(v["dtype"], f"{where}.dtype")
-            raw = v["lit"]
-            if isinstance(raw, dict) and set(raw) == {"sym"} and isinstance(raw["sym"], str):
-                return Lit(dim_from_json(raw["sym"], f"{where}.lit"), tok)
-            if dtypes.is_float(tok) or dtypes.is_complex(tok):
-                return Lit(_or_schema(decode_float, raw, where), tok)
-            if tok == "bool":
-                if not isinstance(raw, bool):
-                    raise SchemaError(f"{where}: bool literal expected, found {raw!r}")
-                return Lit(raw, tok)
-            if not isinstance(raw, int) or isinstance(raw, bool):
-                raise SchemaError(f"{where}: integer literal expected, found {raw!r}")
-            return Lit(raw, tok)
+            return _decode_lit(v["lit"], dtypes.check(v["dtype"], f"{where}.dtype"), where)
         if set(v) == {"record"} and isinstance(v["record"], dict):
             return _Record({k: _decode(x, f"{where}.{k}") for k, x in v["record"].items()})
         raise SchemaError(f"{where}: unexpected object {sorted(v)}")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ast
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -42,7 +42,7 @@ class Symbol:
     hint: int
 
 
-_FUNCS = {
+_FUNCS: dict[str, Callable[..., Any]] = {
     "Max": max,
     "Min": min,
     "Mod": lambda a, b: a % b,
@@ -158,7 +158,7 @@ def evaluate(expr: str, bindings: Mapping[str, int]) -> Any:
         if isinstance(node, ast.BoolOp):
             vals = [ev(v) for v in node.values]
             return all(vals) if isinstance(node.op, ast.And) else any(vals)
-        if isinstance(node, ast.Call):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):  # parse() admits no other callee
             return _FUNCS[node.func.id](*[ev(a) for a in node.args])
         raise SchemaError(f"cannot evaluate {ast.dump(node)}")
 
@@ -182,6 +182,12 @@ def eval_shape(shape: Sequence[Dim], bindings: Mapping[str, int]) -> tuple[int, 
 
 def is_static(shape: Sequence[Dim]) -> bool:
     return all(isinstance(d, int) for d in shape)
+
+
+def static_shape(shape: Sequence[Dim]) -> tuple[int, ...] | None:
+    """``shape`` as ints (the typed form of ``is_static``), or None when some extent is symbolic."""
+    out = tuple(d for d in shape if isinstance(d, int))
+    return out if len(out) == len(shape) else None
 
 
 def _wrap(d: Dim) -> str:

@@ -97,6 +97,13 @@ class Node:
             raise SchemaError(f"node {self.id} ({self.op}) has no tensor output recorded")
         return m
 
+    def meta_at(self, k: int) -> TensorMeta:
+        """Tensor result ``k`` of a multi-output node."""
+        m = self.out[k] if k < len(self.out) else None
+        if not isinstance(m, TensorMeta):
+            raise SchemaError(f"node {self.id} ({self.op}) has no tensor recorded for result {k}")
+        return m
+
 
 @dataclass(frozen=True)
 class Output:
@@ -319,6 +326,18 @@ class _Reader:
             if val not in defined:
                 raise self.fail(where, f"reference to {val!r} before it is defined")
             return Ref(val)
+        if key == "none":
+            return None
+        if key == "dtype":
+            return DtypeArg(self.dtype(val, f"{where}.dtype"))
+        if key == "list":
+            if not isinstance(val, list):
+                raise self.fail(f"{where}.list", f"expected a list, found {_kind(val)}")
+            return tuple(self.arg(x, f"{where}.list[{k}]", defined) for k, x in enumerate(val))
+        return self.scalar_arg(key, val, where)
+
+    def scalar_arg(self, key: str, val: Any, where: str) -> Arg:
+        """The number and string argument kinds (``{"int": 3}``, ``{"float": "inf"}`` …)."""
         if key == "int":
             if not isinstance(val, int) or isinstance(val, bool):
                 raise self.fail(f"{where}.int", f"expected int, found {_kind(val)}")
@@ -336,14 +355,6 @@ class _Reader:
             if not isinstance(val, str):
                 raise self.fail(f"{where}.str", f"expected str, found {_kind(val)}")
             return val
-        if key == "none":
-            return None
-        if key == "dtype":
-            return DtypeArg(self.dtype(val, f"{where}.dtype"))
-        if key == "list":
-            if not isinstance(val, list):
-                raise self.fail(f"{where}.list", f"expected a list, found {_kind(val)}")
-            return tuple(self.arg(x, f"{where}.list[{k}]", defined) for k, x in enumerate(val))
         raise self.fail(where, f"unknown argument kind {key!r}")
 
 
@@ -365,99 +376,12 @@ def parse(doc: Any, source: str = "torch-ir.json") -> TorchIR:
     if version != VERSION:
         raise r.fail("version", f"this rlx reads version {VERSION}, found {version}; upgrade rlx")
 
-    symbols = []
-    for k, raw in enumerate(doc.get("symbols") or []):
-        at = f"symbols[{k}]"
-        d = r.obj(raw, at)
-        name = r.field(d, "name", at, str)
-        if not name.isidentifier():
-            raise r.fail(f"{at}.name", f"{name!r} is not an identifier")
-        hi = d.get("max")
-        if hi is not None and (not isinstance(hi, int) or isinstance(hi, bool)):
-            raise r.fail(f"{at}.max", f"expected an int or null, found {_kind(hi)}")
-        symbols.append(Symbol(name, r.field(d, "min", at, int), hi, r.field(d, "hint", at, int)))
-
-    defined: set[str] = set()
-
-    def define(name: str, where: str) -> None:
-        if name in defined:
-            raise r.fail(where, f"id {name!r} defined twice")
-        defined.add(name)
-
-    inputs = []
-    for k, raw in enumerate(r.field(doc, "inputs", "", list)):
-        at = f"inputs[{k}]"
-        d = r.obj(raw, at)
-        shape = r.sym_shape(d, at)
-        dyn = d.get("dynamic")
-        if dyn is not None:
-            if (
-                not isinstance(dyn, list)
-                or len(dyn) != len(shape)
-                or not all(isinstance(s, int) and not isinstance(s, bool) and -1 <= s < MAX_SYMBOLS for s in dyn)
-            ):
-                raise r.fail(f"{at}.dynamic", "expected one int per axis: a symbol id or -1")
-            for s, dim in zip(dyn, shape):
-                # Producers without a `symbols` table (the reference's) get symbols s<id>, with
-                # the example extent as hint and no upper bound.
-                while s >= len(symbols):
-                    symbols.append(Symbol(f"s{len(symbols)}", 0, None, -1))
-                if s >= 0 and symbols[s].hint < 0 and isinstance(dim, int):
-                    symbols[s] = Symbol(symbols[s].name, symbols[s].min, symbols[s].max, dim)
-            # A bare symbol id marks the axis; derived extents come from sym_shape.
-            shape = tuple(Sym(symbols[s].name) if s >= 0 else dim for s, dim in zip(dyn, shape))
-        inp = Input(r.field(d, "id", at, str), shape, r.dtype(d.get("dtype"), f"{at}.dtype"))
-        define(inp.id, f"{at}.id")
-        inputs.append(inp)
-
-    weights = []
-    for k, raw in enumerate(r.field(doc, "weights", "", list)):
-        at = f"weights[{k}]"
-        d = r.obj(raw, at)
-        kind = d.get("kind", "param")
-        if kind not in ("param", "buffer", "const"):
-            raise r.fail(f"{at}.kind", f"expected param, buffer or const, found {kind!r}")
-        w = TorchWeight(
-            r.field(d, "id", at, str),
-            r.field(d, "key", at, str),
-            r.shape(d.get("shape"), f"{at}.shape"),
-            r.dtype(d.get("dtype"), f"{at}.dtype"),
-            kind,
-        )
-        define(w.id, f"{at}.id")
-        weights.append(w)
-
-    nodes = []
-    for k, raw in enumerate(r.field(doc, "nodes", "", list)):
-        at = f"nodes[{k}]"
-        d = r.obj(raw, at)
-        node_id = r.field(d, "id", at, str)
-        op = r.field(d, "op", at, str)
-        args = tuple(r.arg(a, f"{at}.args[{j}]", defined) for j, a in enumerate(r.field(d, "args", at, list)))
-        kwargs_raw = d.get("kwargs", {})
-        kwargs = {key: r.arg(v, f"{at}.kwargs.{key}", defined) for key, v in r.obj(kwargs_raw, f"{at}.kwargs").items()}
-        out_raw = d.get("out")
-        multi = isinstance(out_raw, list)
-        if multi:
-            out = tuple(r.meta(m, f"{at}.out[{j}]") for j, m in enumerate(out_raw))
-        else:
-            out = (r.meta(out_raw, f"{at}.out"),)
-        define(node_id, f"{at}.id")
-        nodes.append(Node(node_id, op, args, kwargs, out, multi))
-
-    outputs = []
-    for k, raw in enumerate(r.field(doc, "outputs", "", list)):
-        at = f"outputs[{k}]"
-        d = r.obj(raw, at)
-        if "const" in d:
-            outputs.append(Output(ref=None, const=r.arg(d["const"], f"{at}.const", defined)))
-            continue
-        ref = r.field(d, "ref", at, str)
-        if ref not in defined:
-            raise r.fail(f"{at}.ref", f"{ref!r} is not defined by any input, weight or node")
-        shape = r.sym_shape(d, at) if "shape" in d else None
-        dtype = r.dtype(d["dtype"], f"{at}.dtype") if "dtype" in d else None
-        outputs.append(Output(ref, None, shape, dtype))
+    symbols = _parse_symbols(r, doc)
+    defined: set[str] = set()  # ids of inputs, weights and nodes so far: references must point back
+    inputs = _parse_inputs(r, doc, symbols, defined)
+    weights = _parse_weights(r, doc, defined)
+    nodes = _parse_nodes(r, doc, defined)
+    outputs = _parse_outputs(r, doc, defined)
 
     known = {"format", "version", "model_name", "producer", "decomposition", "inputs", "weights", "nodes", "outputs",
              "output_tree", "symbols"}  # fmt: skip
@@ -473,3 +397,116 @@ def parse(doc: Any, source: str = "torch-ir.json") -> TorchIR:
         symbols=[sym for sym in symbols if sym.hint >= 0],
         extra={k: v for k, v in doc.items() if k not in known},
     )
+
+
+def _define(r: _Reader, defined: set[str], name: str, where: str) -> None:
+    if name in defined:
+        raise r.fail(where, f"id {name!r} defined twice")
+    defined.add(name)
+
+
+def _parse_symbols(r: _Reader, doc: dict[str, Any]) -> list[Symbol]:
+    symbols = []
+    for k, raw in enumerate(doc.get("symbols") or []):
+        at = f"symbols[{k}]"
+        d = r.obj(raw, at)
+        name = r.field(d, "name", at, str)
+        if not name.isidentifier():
+            raise r.fail(f"{at}.name", f"{name!r} is not an identifier")
+        hi = d.get("max")
+        if hi is not None and (not isinstance(hi, int) or isinstance(hi, bool)):
+            raise r.fail(f"{at}.max", f"expected an int or null, found {_kind(hi)}")
+        symbols.append(Symbol(name, r.field(d, "min", at, int), hi, r.field(d, "hint", at, int)))
+    return symbols
+
+
+def _parse_inputs(r: _Reader, doc: dict[str, Any], symbols: list[Symbol], defined: set[str]) -> list[Input]:
+    """The inputs; a ``dynamic`` list marks symbolic axes, adding symbols the table lacks (in place)."""
+    inputs = []
+    for k, raw in enumerate(r.field(doc, "inputs", "", list)):
+        at = f"inputs[{k}]"
+        d = r.obj(raw, at)
+        shape = r.sym_shape(d, at)
+        dyn = d.get("dynamic")
+        if dyn is not None:
+            shape = _dynamic_shape(r, dyn, shape, symbols, at)
+        inp = Input(r.field(d, "id", at, str), shape, r.dtype(d.get("dtype"), f"{at}.dtype"))
+        _define(r, defined, inp.id, f"{at}.id")
+        inputs.append(inp)
+    return inputs
+
+
+def _dynamic_shape(r: _Reader, dyn: Any, shape: Shape, symbols: list[Symbol], at: str) -> Shape:
+    if (
+        not isinstance(dyn, list)
+        or len(dyn) != len(shape)
+        or not all(isinstance(s, int) and not isinstance(s, bool) and -1 <= s < MAX_SYMBOLS for s in dyn)
+    ):
+        raise r.fail(f"{at}.dynamic", "expected one int per axis: a symbol id or -1")
+    for s, dim in zip(dyn, shape):
+        # Producers without a `symbols` table (the reference's) get symbols s<id>, with
+        # the example extent as hint and no upper bound.
+        while s >= len(symbols):
+            symbols.append(Symbol(f"s{len(symbols)}", 0, None, -1))
+        if s >= 0 and symbols[s].hint < 0 and isinstance(dim, int):
+            symbols[s] = Symbol(symbols[s].name, symbols[s].min, symbols[s].max, dim)
+    # A bare symbol id marks the axis; derived extents come from sym_shape.
+    return tuple(Sym(symbols[s].name) if s >= 0 else dim for s, dim in zip(dyn, shape))
+
+
+def _parse_weights(r: _Reader, doc: dict[str, Any], defined: set[str]) -> list[TorchWeight]:
+    weights = []
+    for k, raw in enumerate(r.field(doc, "weights", "", list)):
+        at = f"weights[{k}]"
+        d = r.obj(raw, at)
+        kind = d.get("kind", "param")
+        if kind not in ("param", "buffer", "const"):
+            raise r.fail(f"{at}.kind", f"expected param, buffer or const, found {kind!r}")
+        w = TorchWeight(
+            r.field(d, "id", at, str),
+            r.field(d, "key", at, str),
+            r.shape(d.get("shape"), f"{at}.shape"),
+            r.dtype(d.get("dtype"), f"{at}.dtype"),
+            kind,
+        )
+        _define(r, defined, w.id, f"{at}.id")
+        weights.append(w)
+    return weights
+
+
+def _parse_nodes(r: _Reader, doc: dict[str, Any], defined: set[str]) -> list[Node]:
+    nodes = []
+    for k, raw in enumerate(r.field(doc, "nodes", "", list)):
+        at = f"nodes[{k}]"
+        d = r.obj(raw, at)
+        node_id = r.field(d, "id", at, str)
+        op = r.field(d, "op", at, str)
+        args = tuple(r.arg(a, f"{at}.args[{j}]", defined) for j, a in enumerate(r.field(d, "args", at, list)))
+        kwargs_raw = d.get("kwargs", {})
+        kwargs = {key: r.arg(v, f"{at}.kwargs.{key}", defined) for key, v in r.obj(kwargs_raw, f"{at}.kwargs").items()}
+        out_raw = d.get("out")
+        multi = isinstance(out_raw, list)
+        if isinstance(out_raw, list):  # = multi, spelled out so the checker narrows out_raw
+            out = tuple(r.meta(m, f"{at}.out[{j}]") for j, m in enumerate(out_raw))
+        else:
+            out = (r.meta(out_raw, f"{at}.out"),)
+        _define(r, defined, node_id, f"{at}.id")
+        nodes.append(Node(node_id, op, args, kwargs, out, multi))
+    return nodes
+
+
+def _parse_outputs(r: _Reader, doc: dict[str, Any], defined: set[str]) -> list[Output]:
+    outputs = []
+    for k, raw in enumerate(r.field(doc, "outputs", "", list)):
+        at = f"outputs[{k}]"
+        d = r.obj(raw, at)
+        if "const" in d:
+            outputs.append(Output(ref=None, const=r.arg(d["const"], f"{at}.const", defined)))
+            continue
+        ref = r.field(d, "ref", at, str)
+        if ref not in defined:
+            raise r.fail(f"{at}.ref", f"{ref!r} is not defined by any input, weight or node")
+        shape = r.sym_shape(d, at) if "shape" in d else None
+        dtype = r.dtype(d["dtype"], f"{at}.dtype") if "dtype" in d else None
+        outputs.append(Output(ref, None, shape, dtype))
+    return outputs

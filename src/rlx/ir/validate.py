@@ -7,8 +7,8 @@ import math
 from rlx.errors import SchemaError
 from rlx.ir import calls as C
 from rlx.ir import dtypes
-from rlx.ir.program import Program, Ref
-from rlx.ir.symbolic import is_static
+from rlx.ir.program import Call, Program, Ref, Value
+from rlx.ir.symbolic import Shape, static_shape
 
 MAX_ELEMENTS = 2**36  # per value; far beyond any real model, small enough to refuse absurd headers
 
@@ -29,9 +29,10 @@ def validate(program: Program, source: str = "program") -> None:
         dtypes.check(ins.dtype, f"{where}.dtype")
         if any(isinstance(d, int) and d < 0 for d in ins.shape):
             raise SchemaError(f"{where}: negative dimension in {list(ins.shape)}")
-        if is_static(ins.shape) and math.prod(ins.shape) > MAX_ELEMENTS:
+        static = static_shape(ins.shape)
+        if static is not None and math.prod(static) > MAX_ELEMENTS:
             raise SchemaError(
-                f"{where}: declares {math.prod(ins.shape):,} elements, more than rlx allows ({MAX_ELEMENTS:,})"
+                f"{where}: declares {math.prod(static):,} elements, more than rlx allows ({MAX_ELEMENTS:,})"
             )
         _check_call(ins.call, ins.shape, ins.dtype, known, where)
         defined.add(ins.result)
@@ -40,42 +41,71 @@ def validate(program: Program, source: str = "program") -> None:
             raise SchemaError(f"{source}: outputs[{k}] names undefined value {o.name!r}")
 
 
-def _check_call(call: object, shape: tuple[int, ...], dtype: str, known: dict, where: str) -> None:
+def _check_call(call: Call, shape: Shape, dtype: str, known: dict[str, Value], where: str) -> None:
     """Cheap structural checks of a call against its declared result."""
+    problem = _function_problem(call, dtype) or _shape_problem(call, shape, known)
+    if problem:
+        raise SchemaError(f"{where}: {problem}")
 
-    def fail(msg: str) -> None:
-        raise SchemaError(f"{where}: {msg}")
 
+def _function_problem(call: Call, dtype: str) -> str | None:
+    """A cast whose target is not the declared dtype, or a function name outside the vocabulary."""
     if isinstance(call, C.Cast) and call.dtype != dtype:
-        fail(f"casts to {call.dtype} but declares {dtype}")
+        return f"casts to {call.dtype} but declares {dtype}"
     if isinstance(call, C.Binary) and call.fn not in C.BINARY_FNS:
-        fail(f"unknown binary function {call.fn!r}")
+        return f"unknown binary function {call.fn!r}"
     if isinstance(call, C.Unary) and call.fn not in C.UNARY_FNS:
-        fail(f"unknown unary function {call.fn!r}")
+        return f"unknown unary function {call.fn!r}"
     if isinstance(call, C.Reduce) and call.fn not in C.REDUCE_FNS:
-        fail(f"unknown reduction {call.fn!r}")
+        return f"unknown reduction {call.fn!r}"
+    return None
+
+
+def _shape_problem(call: Call, shape: Shape, known: dict[str, Value]) -> str | None:
+    """Where the declared shape disagrees with what the call computes from its operands."""
     if isinstance(call, C.Reshape):
-        src = known[call.x.name].shape
-        sizes_known = is_static(src) and is_static(shape)
-        if (sizes_known and math.prod(src) != math.prod(shape)) or tuple(call.shape) != shape:
-            fail(f"reshapes {list(src)} to {list(call.shape)}, declared {list(shape)}")
+        return _reshape_problem(call, shape, known[call.x.name].shape)
     if isinstance(call, C.Permute):
         src = known[call.x.name].shape
         if sorted(call.perm) != list(range(len(src))) or tuple(src[p] for p in call.perm) != shape:
-            fail(f"permutation {list(call.perm)} of {list(src)} does not give {list(shape)}")
+            return f"permutation {list(call.perm)} of {list(src)} does not give {list(shape)}"
     if isinstance(call, (C.Full, C.Expand)) and tuple(call.shape) != shape:
-        fail(f"produces {list(call.shape)}, declared {list(shape)}")
-    if isinstance(call, C.Arange) and all(isinstance(v, (int, float)) for v in (call.start, call.end, call.step)):
-        if call.step == 0 or not all(math.isfinite(v) for v in (call.start, call.end, call.step)):
-            fail(f"arange({call.start}, {call.end}, {call.step}) is not a finite range")
-        n = max(0, math.ceil((call.end - call.start) / call.step))
-        if (n,) != shape:
-            fail(f"arange gives {n} elements, declared {list(shape)}")
+        return f"produces {list(call.shape)}, declared {list(shape)}"
+    if isinstance(call, C.Arange):
+        return _arange_problem(call, shape)
     if isinstance(call, C.Pad):
-        src = known[call.x.name].shape
-        if len(call.pads) != len(src) or len(shape) != len(src):
-            fail(f"pads {list(call.pads)} do not match rank {len(src)}")
-        if is_static(src) and all(isinstance(p, int) for pair in call.pads for p in pair):
-            want = tuple(d + lo + hi for d, (lo, hi) in zip(src, call.pads))
-            if want != shape:
-                fail(f"padding {list(src)} by {list(call.pads)} gives {list(want)}, declared {list(shape)}")
+        return _pad_problem(call, shape, known[call.x.name].shape)
+    return None
+
+
+def _reshape_problem(call: C.Reshape, shape: Shape, src: Shape) -> str | None:
+    static_src, static_dst = static_shape(src), static_shape(shape)
+    sizes_differ = static_src is not None and static_dst is not None and math.prod(static_src) != math.prod(static_dst)
+    if sizes_differ or tuple(call.shape) != shape:
+        return f"reshapes {list(src)} to {list(call.shape)}, declared {list(shape)}"
+    return None
+
+
+def _arange_problem(call: C.Arange, shape: Shape) -> str | None:
+    # Only numeric bounds can be checked here; symbolic ones are checked once the inputs are bound.
+    start, end, step = call.start, call.end, call.step
+    if not (isinstance(start, (int, float)) and isinstance(end, (int, float)) and isinstance(step, (int, float))):
+        return None
+    if step == 0 or not all(math.isfinite(v) for v in (start, end, step)):
+        return f"arange({start}, {end}, {step}) is not a finite range"
+    n = max(0, math.ceil((end - start) / step))
+    if (n,) != shape:
+        return f"arange gives {n} elements, declared {list(shape)}"
+    return None
+
+
+def _pad_problem(call: C.Pad, shape: Shape, src: Shape) -> str | None:
+    if len(call.pads) != len(src) or len(shape) != len(src):
+        return f"pads {list(call.pads)} do not match rank {len(src)}"
+    static_src = static_shape(src)
+    pads = [(lo, hi) for lo, hi in call.pads if isinstance(lo, int) and isinstance(hi, int)]
+    if static_src is not None and len(pads) == len(call.pads):
+        want = tuple(d + lo + hi for d, (lo, hi) in zip(static_src, pads))
+        if want != shape:
+            return f"padding {list(src)} by {list(call.pads)} gives {list(want)}, declared {list(shape)}"
+    return None

@@ -12,6 +12,7 @@ hold every override to the shared definition.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -47,6 +48,10 @@ class Elementwise:
         if define is not None:
             return (lambda x: define(xp, x)) if self.arity == 1 else (lambda x, y: define(xp, x, y))
         args = [f"a{i}" for i in range(self.arity)]
+        operands = re.escape(", ".join(f"{{{i}}}" for i in range(self.arity)))  # {0}, {1}
+        bare = re.fullmatch(r"\{xp\}\.(\w+)\(" + operands + r"\)", self.spelling)
+        if bare:  # one function of the namespace: the function itself (a bare ufunc on numpy)
+            return getattr(xp, bare.group(1))
         # The spelling is a constant of this module, not input: compiling it is what makes the
         # generated code's expression and the engines' computation one and the same.
         return eval(f"lambda {', '.join(args)}: {self.spelling.format(*args, xp='xp')}", {"xp": xp})  # noqa: S307

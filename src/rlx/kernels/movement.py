@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .registry import kernel
+from .registry import kernel, static
 
 if TYPE_CHECKING:
     from ..ir import calls as C
@@ -42,9 +42,10 @@ def concat(c: C.Concat, xs: list[Any], *, xp: ArrayNamespace) -> Any:
 def pad(c: C.Pad, x: Any, *, xp: ArrayNamespace) -> Any:
     x = xp.asarray(x)
     # Negative widths crop first; what remains is padded with the constant.
-    crop = tuple(slice(max(0, -lo), x.shape[i] - max(0, -hi)) for i, (lo, hi) in enumerate(c.pads))
+    pads = [(static(lo), static(hi)) for lo, hi in c.pads]
+    crop = tuple(slice(max(0, -lo), x.shape[i] - max(0, -hi)) for i, (lo, hi) in enumerate(pads))
     x = x[crop]
-    widths = [(max(0, lo), max(0, hi)) for lo, hi in c.pads]
+    widths = [(max(0, lo), max(0, hi)) for lo, hi in pads]
     if not any(lo or hi for lo, hi in widths):
         return x
     return xp.pad(x, widths, mode="constant", constant_values=np.asarray(c.value).astype(x.dtype))

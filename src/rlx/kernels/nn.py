@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .precision import widen
-from .registry import kernel
+from .registry import kernel, static
 
 if TYPE_CHECKING:
     from ..ir import calls as C
@@ -86,7 +86,7 @@ def adaptive_avg_pool(c: C.AdaptiveAvgPool, x: Any, *, xp: ArrayNamespace) -> An
     # Averaging over a box is separable: pool one spatial axis at a time.
     out = widen(x)
     nd = len(c.output_size)
-    for i, size_out in enumerate(c.output_size):
+    for i, size_out in enumerate(static(d) for d in c.output_size):
         axis = x.ndim - nd + i
         size_in = out.shape[axis]
         if size_out and size_in % size_out == 0:  # equal bins: one reshape and one mean

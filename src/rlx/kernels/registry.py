@@ -47,6 +47,14 @@ def overrides(table: dict[str, Kernel]) -> Callable[..., Callable[[Kernel], Kern
     return override
 
 
+def static(v: Any) -> Any:
+    """A Call field that may hold a symbolic extent, as the number it is by the time a kernel runs
+    (engines run programs specialised to their input shapes); a symbol here is a bug upstream."""
+    if not isinstance(v, (int, float)):
+        raise TypeError(f"symbolic extent {v} reached a kernel; the program must be specialised first")
+    return v
+
+
 def engine_kernels(xp: Any, own: dict[str, Kernel]) -> dict[str, Kernel]:
     """An engine's kernel table: its own kernels where it has them, else the shared definitions
     bound to its namespace ``xp``. Every entry is ``fn(c, *operands)``."""

@@ -25,6 +25,8 @@ Everything is vectorised over pixels; the only Python loops run over spatial axe
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 _F32, _F64 = np.dtype(np.float32), np.dtype(np.float64)
@@ -34,7 +36,7 @@ def opmath(dtype: np.dtype) -> np.dtype:
     return _F64 if dtype == _F64 else _F32
 
 
-def fma(a: np.ndarray, b: np.ndarray | np.generic, c: np.ndarray | np.generic) -> np.ndarray:
+def fma(a: np.ndarray, b: np.ndarray | np.floating[Any] | float, c: np.ndarray | np.floating[Any]) -> np.ndarray:
     """``a·b + c`` rounded once for float32 (through float64, which holds the product exactly), as
     the compiled kernels compute it; other dtypes round the product and the sum."""
     a = np.asarray(a)
@@ -44,7 +46,7 @@ def fma(a: np.ndarray, b: np.ndarray | np.generic, c: np.ndarray | np.generic) -
 
 
 # ── Upsample ─────────────────────────────────────────────────────────────────
-def area_scale(size_in: int, size_out: int, align_corners: bool, scale: float | None, dt: np.dtype) -> np.generic:
+def area_scale(size_in: int, size_out: int, align_corners: bool, scale: float | None, dt: np.dtype) -> np.floating[Any]:
     """``area_pixel_compute_scale``: output → input coordinate ratio, in ``dt``."""
     t = dt.type
     if align_corners:
@@ -54,7 +56,7 @@ def area_scale(size_in: int, size_out: int, align_corners: bool, scale: float | 
     return t(size_in) / t(size_out)
 
 
-def source_index(scale: np.generic, size_out: int, align_corners: bool, cubic: bool) -> np.ndarray:
+def source_index(scale: np.floating[Any], size_out: int, align_corners: bool, cubic: bool) -> np.ndarray:
     """``area_pixel_compute_source_index`` for every output index, in the dtype of ``scale``."""
     t = type(scale)
     i = np.arange(size_out).astype(t)

@@ -23,7 +23,10 @@ FORWARD_NORM = {"none": "backward", "ortho": "ortho", "by_n": "forward"}
 INVERSE_NORM = {"none": "forward", "ortho": "ortho", "by_n": "backward"}
 
 # Real dtype ↔ the complex dtype of the same precision (PyTorch's toComplexType / toRealValueType).
-_COMPLEX_OF = {np.dtype(np.float32): np.dtype(np.complex64), np.dtype(np.float64): np.dtype(np.complex128)}
+_COMPLEX_OF: dict[np.dtype, np.dtype] = {
+    np.dtype(np.float32): np.dtype(np.complex64),
+    np.dtype(np.float64): np.dtype(np.complex128),
+}
 _REAL_OF = {c: r for r, c in _COMPLEX_OF.items()}
 
 

@@ -10,6 +10,7 @@ from rlx.ir.symbolic import Sym
 from rlx.ir.torch_ir import Node
 from rlx.lower.elementwise import scalar_as
 from rlx.lower.registry import Builder, lowers
+from rlx.lower.shapes import static_dim
 
 _FILL_ARG = {"full": 1, "full_like": 1, "new_full": 2}
 
@@ -73,5 +74,5 @@ def arange(node: Node, b: Builder) -> Operand:
         if any(isinstance(v, Sym) for v in (start, end, step)):
             raise LoweringError(f"node {node.id}: integer arange with float and symbolic bounds is not supported")
         start, step = int(start), int(step)
-        end = start + step * int(out.shape[0])
+        end = start + step * static_dim(out.shape[0], "the length of an integer arange with float bounds", node)
     return b.emit_like(Arange(start, end, step, out.dtype), out)

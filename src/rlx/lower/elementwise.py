@@ -9,6 +9,7 @@ arguments are converted the way PyTorch converts them (``scalar_as``).
 from __future__ import annotations
 
 import math
+from typing import TypeGuard
 
 import numpy as np
 
@@ -44,7 +45,7 @@ def operand_as(b: Builder, arg: object, dtype: str) -> Operand:
     return b.cast(b.operand(arg, None), dtype)
 
 
-def _is_number(a: object) -> bool:
+def _is_number(a: object) -> TypeGuard[int | float]:
     return isinstance(a, (int, float)) and not isinstance(a, bool)
 
 
@@ -55,7 +56,9 @@ def _rounds_exactly(value: float, dtype: str) -> bool:
 
 def promoted_dtype(b: Builder, *args: object) -> str:
     """``torch.result_type`` over node arguments (tensors, 0-dim tensors and Python numbers)."""
-    tensors, zero_dim, scalars = [], [], []
+    tensors: list[str] = []
+    zero_dim: list[str] = []
+    scalars: list[str] = []
     for a in args:
         if a is None:
             continue

@@ -21,11 +21,12 @@ from rlx.ir.calls import (
     Where,
 )
 from rlx.ir.program import Lit, Operand, Ref
-from rlx.ir.symbolic import Dim
+from rlx.ir.symbolic import Dim, Shape
 from rlx.ir.torch_ir import Node
 from rlx.lower.movement import reshape_to
 from rlx.lower.reduce import reduce_value
 from rlx.lower.registry import Builder, lowers
+from rlx.lower.shapes import static_dim
 
 
 @lowers("aten.mm", "aten.bmm", "aten.matmul", "aten.mv", "aten.dot", "aten.vdot")
@@ -44,7 +45,8 @@ def addmm(node: Node, b: Builder) -> Operand:
     x, y = b.input(node, 1), b.input(node, 2)
     beta, alpha = node.kwargs.get("beta", 1), node.kwargs.get("alpha", 1)
     if node.base == "addbmm":  # Σ_b x[b] @ y[b] is one product: [n, B·k] @ [B·k, p]
-        (nb, n, k), p = b.shape(x), b.shape(y)[2]
+        (nb_dim, n, k_dim), p = b.shape(x), b.shape(y)[2]
+        nb, k = static_dim(nb_dim, "the addbmm batch", node), static_dim(k_dim, "the addbmm inner extent", node)
         xt = b.emit(Permute(x, (1, 0, 2)), (n, nb, k), b.dtype(x))
         x = b.emit(Reshape(xt, (n, nb * k)), (n, nb * k), b.dtype(x))
         y = b.emit(Reshape(y, (nb * k, p)), (nb * k, p), b.dtype(y))
@@ -58,7 +60,7 @@ def addmm(node: Node, b: Builder) -> Operand:
     return b.emit_like(Binary("add", prod, bias), out)
 
 
-def _matmul_shape(xs: tuple[int, ...], ys: tuple[int, ...]) -> tuple[int, ...]:
+def _matmul_shape(xs: Shape, ys: Shape) -> Shape:
     if len(xs) == 1 and len(ys) == 1:
         return ()
     if len(ys) == 1:
@@ -127,13 +129,18 @@ def cdist(node: Node, b: Builder) -> Operand:
     (r1, c1), r2 = b.shape(x1)[-2:], b.shape(x2)[-2]
     if 0 in (r1, r2, c1):  # no pairs, or distances between empty vectors (0)
         return b.emit_like(Full(0.0, out.shape, out.dtype), out)
-    if p == 2 and (mode == 1 or (mode == 0 and (r1 > 25 or r2 > 25))):
+    if p == 2 and (mode == 1 or (mode == 0 and (_rows(r1, node) > 25 or _rows(r2, node) > 25))):
         return _euclidean_dist(b, x1, x2, out.shape, out.dtype)
     s1, s2 = b.shape(x1), b.shape(x2)
     a = reshape_to(b, x1, (*s1[:-1], 1, c1))  # [*, P, 1, M]
     c = reshape_to(b, x2, (*s2[:-2], 1, r2, c1))  # [*, 1, R, M]
     diff = b.emit(Binary("sub", a, c), _broadcast(b.shape(a), b.shape(c)), out.dtype)
     return reshape_to(b, _p_distance(b, diff, p, nan_max=True), out.shape)
+
+
+def _rows(d: Dim, node: Node) -> int:
+    # Choosing the matrix-product path compares the row counts with 25, which needs them static.
+    return static_dim(d, "cdist's row count", node)
 
 
 def _euclidean_dist(b: Builder, x1: Ref, x2: Ref, shape: tuple[Dim, ...], dtype: str) -> Ref:
@@ -146,7 +153,7 @@ def _euclidean_dist(b: Builder, x1: Ref, x2: Ref, shape: tuple[Dim, ...], dtype:
         ones = b.emit(Full(1.0, kept, dtype), kept, dtype)
         head = b.emit(Binary("mul", x, b.lit(scale, dtype)), s, dtype) if scale != 1 else x
         parts = (head, norm, ones) if norm_first else (head, ones, norm)
-        wide = (*s[:-1], s[-1] + 2)
+        wide = (*s[:-1], static_dim(s[-1], "cdist's feature extent") + 2)
         return b.emit(Concat(parts, len(s) - 1), wide, dtype)
 
     a = augmented(x1, -2.0, True)

@@ -11,6 +11,7 @@ from rlx.errors import LoweringError
 from rlx.ir import symbolic
 from rlx.ir.calls import Arange, Binary, Concat, Expand, Full, IndexSelect, Permute, Reduce, Reshape, Slice, Unary
 from rlx.ir.program import Operand, Ref
+from rlx.ir.symbolic import static_shape
 from rlx.ir.torch_ir import Node
 from rlx.lower.movement import reshape_to, take_slice
 from rlx.lower.registry import Builder, lowers
@@ -144,13 +145,13 @@ def as_strided(node: Node, b: Builder) -> Operand:
         )
     size, stride = b.scalar(node, 1, "size"), b.scalar(node, 2, "stride")
     offset = b.scalar(node, 3, "storage_offset", 0) or 0
-    static = all(isinstance(v, int) for v in (*size, *stride, offset, *b.shape(x)))
-    if not static:
+    x_shape = static_shape(b.shape(x))
+    if x_shape is None or not all(isinstance(v, int) for v in (*size, *stride, offset)):
         raise LoweringError(f"node {node.id}: as_strided needs static sizes, strides and offset")
     size, stride = tuple(size), tuple(stride)
     if len(size) != len(stride) or any(d < 0 for d in size) or any(s < 0 for s in stride) or offset < 0:
         raise LoweringError(f"node {node.id}: as_strided size {list(size)} / stride {list(stride)} are invalid")
-    n, count = math.prod(b.shape(x)), math.prod(size)
+    n, count = math.prod(x_shape), math.prod(size)
     last = offset + sum((d - 1) * s for d, s in zip(size, stride)) if count else offset
     if count and last >= n:
         raise LoweringError(f"node {node.id}: as_strided reads element {last} of a tensor with {n} elements")
@@ -182,4 +183,6 @@ def _strided_index(b: Builder, size: tuple[int, ...], stride: tuple[int, ...], o
         term = axis if s == 1 else b.emit(Binary("mul", axis, b.lit(s, "i64")), b.shape(axis), "i64")
         shape = shape[:k] + (d,) + shape[k + 1 :]
         index = b.emit(Binary("add", index, term), shape, "i64")
+    if not isinstance(index, Ref):  # only a 0-d size leaves the literal, and that is a contiguous run
+        raise LoweringError("as_strided: a 0-d result has no strided index")
     return index

@@ -11,7 +11,7 @@ from rlx.ir.program import Operand, Ref
 from rlx.ir.symbolic import Dim
 from rlx.ir.torch_ir import Node
 from rlx.lower.registry import Builder, lowers
-from rlx.lower.shapes import chunk_sizes, norm_axis, slice_bounds, split_sizes, tensor_split_bounds
+from rlx.lower.shapes import chunk_sizes, norm_axis, slice_bounds, split_sizes, static_dim, tensor_split_bounds
 
 
 def reshape_to(b: Builder, x: Ref, shape: Sequence[Dim]) -> Ref:
@@ -105,7 +105,7 @@ def slice_(node: Node, b: Builder) -> Operand:
     axis = norm_axis(node.arg(1, "dim", 0), b.rank(x))
     size = b.shape(x)[axis]
     start, end, step = b.scalar(node, 2, "start"), b.scalar(node, 3, "end"), b.scalar(node, 4, "step", 1)
-    if not all(isinstance(v, (int, type(None))) for v in (size, start, end)):
+    if not (isinstance(size, int) and all(isinstance(v, (int, type(None))) for v in (start, end))):
         # Symbolic bounds keep Python's slice semantics (negative wrap, clamping), which are
         # PyTorch's; they are evaluated once the input symbols are bound.
         start = 0 if start is None else start
@@ -137,8 +137,9 @@ def select(node: Node, b: Builder) -> Operand:
     return reshape_to(b, take_slice(b, x, axis, symbolic.mod(index, size), 1), node.meta.shape)
 
 
-def _split(b: Builder, x: Ref, axis: int, sizes: list[Dim]) -> tuple[Ref, ...]:
-    parts, start = [], 0
+def _split(b: Builder, x: Ref, axis: int, sizes: Sequence[Dim]) -> tuple[Ref, ...]:
+    parts: list[Ref] = []
+    start: Dim = 0
     for size in sizes:
         parts.append(take_slice(b, x, axis, start, size))
         start = symbolic.add(start, size)
@@ -161,7 +162,7 @@ def split(node: Node, b: Builder) -> tuple[Ref, ...]:
     how = b.scalar(node, 1)
     if not isinstance(size, int) or not all(isinstance(h, int) for h in (how if isinstance(how, tuple) else (how,))):
         # On a symbolic axis the piece extents are the ones torch recorded for the results.
-        return _split(b, x, axis, [m.shape[axis] for m in node.out])
+        return _split(b, x, axis, _recorded_extents(node, axis))
     if node.base == "chunk":
         sizes = chunk_sizes(size, how)
     elif isinstance(how, int):
@@ -173,6 +174,11 @@ def split(node: Node, b: Builder) -> tuple[Ref, ...]:
     return _split(b, x, axis, sizes)
 
 
+def _recorded_extents(node: Node, axis: int) -> list[Dim]:
+    """The extent along ``axis`` that torch recorded for each result of a multi-output node."""
+    return [node.meta_at(k).shape[axis] for k in range(len(node.out))]
+
+
 @lowers("aten.tensor_split")
 def tensor_split(node: Node, b: Builder) -> tuple[Ref, ...]:
     """``tensor_split(x, sections | indices, dim)``: unlike ``split``, an int is a number of pieces."""
@@ -181,7 +187,7 @@ def tensor_split(node: Node, b: Builder) -> tuple[Ref, ...]:
     how = node.arg(1)
     if isinstance(how, Ref):
         raise LoweringError(f"node {node.id}: tensor_split with a tensor of indices has a data-dependent shape")
-    bounds = tensor_split_bounds(b.shape(x)[axis], how)
+    bounds = tensor_split_bounds(static_dim(b.shape(x)[axis], "the split axis", node), how)
     return tuple(take_slice(b, x, axis, start, stop - start) for start, stop in bounds)
 
 
@@ -209,7 +215,7 @@ def unbind(node: Node, b: Builder) -> tuple[Ref, ...]:
 @lowers("aten.cat", "aten.concat", "aten.concatenate")
 def cat(node: Node, b: Builder) -> Operand:
     out = node.meta
-    parts = [b.operand(a, None) for a in node.arg(0, "tensors")]
+    parts = [b.tensor(node, a) for a in node.arg(0, "tensors")]
     rank = len(out.shape)
     # Legacy rule: 1-d empty tensors are skipped whatever the rank of the others.
     parts = [p for p in parts if not (b.shape(p) == (0,) and rank != 1)]
@@ -226,7 +232,7 @@ def stack(node: Node, b: Builder) -> Operand:
     axis = norm_axis(node.arg(1, "dim", 0), len(out.shape))
     parts = []
     for a in node.arg(0, "tensors"):
-        p = b.cast(b.operand(a, None), out.dtype)
+        p = b.cast(b.tensor(node, a), out.dtype)
         shape = b.shape(p)
         parts.append(reshape_to(b, p, shape[:axis] + (1,) + shape[axis:]))
     return parts[0] if len(parts) == 1 else b.emit_like(Concat(tuple(parts), axis), out)
@@ -274,12 +280,12 @@ def gather(node: Node, b: Builder) -> Operand:
 @lowers("aten.index.Tensor", "aten._unsafe_index.Tensor")
 def index(node: Node, b: Builder) -> Operand:
     x = b.input(node, 0)
-    indices = []
+    indices: list[Ref | None] = []
     for a in node.arg(1, "indices"):
         if a is None:
             indices.append(None)
             continue
-        idx = b.operand(a, None)
+        idx = b.tensor(node, a)
         if b.dtype(idx) == "bool":
             raise LoweringError(f"node {node.id}: indexing with a boolean mask has a data-dependent shape")
         indices.append(idx)

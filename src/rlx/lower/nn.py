@@ -33,7 +33,7 @@ from rlx.ir.program import Operand, Ref
 from rlx.ir.torch_ir import Node, TensorMeta
 from rlx.lower.movement import reshape_to
 from rlx.lower.registry import Builder, lowers
-from rlx.lower.shapes import ints, norm_axis
+from rlx.lower.shapes import ints, norm_axis, static_dim
 
 
 @lowers("aten._softmax", "aten.softmax", "aten._log_softmax", "aten.log_softmax", "aten.special_softmax")
@@ -67,7 +67,8 @@ def _moments(node: Node, b: Builder, x: Ref, ndim: int, eps: float) -> tuple[Ref
     """Mean and 1/sqrt(var + eps) over the trailing ``ndim`` axes, kept as size-1 axes."""
     rank = b.rank(x)
     axes = tuple(range(rank - ndim, rank))
-    stat_dtype = node.out[1].dtype if len(node.out) > 1 and node.out[1] else b.dtype(x)
+    stat_meta = node.out[1] if len(node.out) > 1 else None
+    stat_dtype = stat_meta.dtype if isinstance(stat_meta, TensorMeta) else b.dtype(x)
     xs = b.cast(x, stat_dtype)
     shape = tuple(1 if i in axes else d for i, d in enumerate(b.shape(x)))
     mean = b.emit(Reduce("mean", xs, axes, True), shape, stat_dtype)
@@ -111,7 +112,7 @@ def batch_norm(node: Node, b: Builder) -> Operand | tuple[Operand | None, ...]:
         else:
             training, eps = node.arg(5, "training"), node.arg(7, "eps")
     batch_stats = mean is None or var is None
-    if batch_stats:
+    if mean is None or var is None:  # = batch_stats, spelled out so the checker narrows both
         # No running statistics (track_running_stats=False): even in eval mode every forward
         # normalises with the batch's own mean and biased variance.
         mean, var = _batch_stats(b, x)
@@ -179,7 +180,8 @@ def group_norm(node: Node, b: Builder) -> Operand | tuple[Operand | None, ...]:
         return y
     # native_group_norm also returns mean and 1/sqrt(var + eps) per (sample, group): [N, G].
     shape = b.shape(x)
-    per_group = symbolic.mul(shape[1] // int(groups), symbolic.numel(shape[2:]))
+    channels = static_dim(shape[1], "the channel count", node)
+    per_group = symbolic.mul(channels // int(groups), symbolic.numel(shape[2:]))
     grouped = b.emit(Reshape(x, (shape[0], int(groups), per_group)), (shape[0], int(groups), per_group), b.dtype(x))
     mean, rstd = _moments(node, b, grouped, 1, float(eps))
     stats = (shape[0], int(groups))
@@ -227,11 +229,11 @@ def attention(node: Node, b: Builder) -> Operand | tuple[Operand | None, ...]:
         raise LoweringError(f"node {node.id}: attention dropout_p={dropout} is random; set it to 0 for inference")
     mask = None
     if mask_arg is not None:
-        mask = b.operand(mask_arg, None)
+        mask = b.tensor(node, mask_arg)
         if b.dtype(mask) != "bool":
             mask = b.cast(mask, b.dtype(q))
     if scale is None:
-        scale = 1.0 / math.sqrt(b.shape(q)[-1])
+        scale = 1.0 / math.sqrt(static_dim(b.shape(q)[-1], "the attention head size", node))
     y = b.emit_like(Attention(q, k, v, mask, bool(causal), float(scale), bool(gqa)), node.meta)
     return (y,) + (None,) * (len(node.out) - 1) if node.multi else y
 
@@ -260,10 +262,12 @@ def conv_nd(node: Node, b: Builder) -> Operand:
         if padding == "valid":
             padding = (0,) * nd
         else:  # "same": total padding d·(k−1), the odd extra element goes on the right as in PyTorch
-            total = [d * (k - 1) for d, k in zip(dilation, b.shape(w)[2:])]
+            total = [d * (static_dim(k, "the kernel size", node) - 1) for d, k in zip(dilation, b.shape(w)[2:])]
             if any(t % 2 for t in total):
                 pads = ((0, 0), (0, 0)) + tuple((t // 2, t - t // 2) for t in total)
-                shape = tuple(s + lo + hi for s, (lo, hi) in zip(b.shape(x), pads))
+                shape = tuple(
+                    static_dim(s, "the padded input extent", node) + lo + hi for s, (lo, hi) in zip(b.shape(x), pads)
+                )
                 x = b.emit(Pad(x, pads, 0.0), shape, b.dtype(x))
                 padding = (0,) * nd
             else:

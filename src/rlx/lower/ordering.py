@@ -101,11 +101,11 @@ def sort(node: Node, b: Builder) -> Operand | tuple[Operand, Operand]:
     axis = norm_axis(dim, b.rank(x))
     if b.rank(x) == 0:
         idx = b.emit(Full(0, (), "i64"), (), "i64")
-        values: Operand = x
+        values: Operand | None = x
     else:
         idx = b.emit(ArgSort(x, axis, bool(descending), bool(stable)), b.shape(x), "i64")
         values = None if node.base == "argsort" else b.emit(Gather(x, axis, idx), b.shape(x), b.dtype(x))
-    if node.base == "argsort":
+    if values is None or node.base == "argsort":  # values is None exactly for argsort: said for the checker
         return idx
     return values if node.base == "msort" else (values, idx)
 
@@ -383,6 +383,8 @@ def _interleave_index(b: Builder, node: Node, reps: Ref, n: Dim) -> Ref:
             "pass output_size= so the export records it"
         )
     size = b.env.get(size.name) if isinstance(size, Ref) else size
+    if not isinstance(size, (int, Sym)):
+        raise LoweringError(f"node {node.id}: repeat_interleave output_size must be an int, found {size!r}")
     reps = reshape_to(b, b.cast(reps, "i64"), (1,)) if b.rank(reps) == 0 else b.cast(reps, "i64")
     if b.shape(reps) == (1,) and n != 1:  # one count for every entry
         reps = b.emit(Expand(reps, (n,)), (n,), "i64")

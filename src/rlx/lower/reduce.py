@@ -159,7 +159,7 @@ def aminmax(node: Node, b: Builder) -> tuple[Operand, Operand]:
     keepdim = bool(node.arg(2, "keepdim", False))
     lo = reduce_value(b, "amin", x, axes, keepdim, b.dtype(x))
     hi = reduce_value(b, "amax", x, axes, keepdim, b.dtype(x))
-    return reshape_to(b, lo, node.meta.shape), reshape_to(b, hi, node.out[1].shape)
+    return reshape_to(b, lo, node.meta.shape), reshape_to(b, hi, node.meta_at(1).shape)
 
 
 @lowers("aten.linalg_vector_norm")

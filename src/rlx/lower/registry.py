@@ -13,14 +13,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, overload
 
 from rlx.errors import LoweringError, RlxError, UnsupportedOpError
 from rlx.ir import dtypes, symbolic
 from rlx.ir.calls import Cast
 from rlx.ir.program import Call, Instr, Lit, Operand, Program, Ref, Value, Weight
 from rlx.ir.symbolic import Dim, Shape, Sym, eval_shape
-from rlx.ir.torch_ir import Node, ScalarMeta, TensorMeta, TorchIR
+from rlx.ir.torch_ir import Node, Output, ScalarMeta, TensorMeta, TorchIR
 
 Result = Operand | Sequence[Operand | None] | None
 Handler = Callable[[Node, "Builder"], Result]
@@ -120,6 +120,13 @@ class Builder:
             raise LoweringError(f"node {node.id} ({node.op}): argument {index} must be a tensor, found {op!r}")
         return op
 
+    def tensor(self, node: Node, arg: Any) -> Ref:
+        """An element of a tensor-list argument (``cat``'s tensors, ``index``'s indices) as a Ref."""
+        op = self.operand(arg, None)
+        if not isinstance(op, Ref):
+            raise LoweringError(f"node {node.id} ({node.op}): expected a tensor in the list, found {op!r}")
+        return op
+
     def optional_input(self, node: Node, index: int, name: str | None = None) -> Ref | None:
         arg = node.arg(index, name)
         return None if arg is None else self.input(node, index, name)
@@ -197,6 +204,12 @@ class Builder:
     def emit_like(self, call: Call, meta: TensorMeta) -> Ref:
         return self.emit(call, meta.shape, meta.dtype)
 
+    # A tensor stays a tensor (it is returned as is or cast by a new instruction), so handlers
+    # that cast a Ref can pass the result on to Calls whose fields only accept a Ref.
+    @overload
+    def cast(self, x: Ref, dtype: str) -> Ref: ...
+    @overload
+    def cast(self, x: Operand, dtype: str) -> Operand: ...
     def cast(self, x: Operand, dtype: str) -> Operand:
         """``x`` in ``dtype``; literals are converted in place, tensors get a Cast when needed."""
         if self.dtype(x) == dtype:
@@ -282,7 +295,7 @@ def _refs(a: Any) -> list[Ref]:
     return []
 
 
-def _fmt_shape(shape: Sequence[int] | None) -> str:
+def _fmt_shape(shape: Sequence[Dim] | None) -> str:
     return "[" + ",".join(str(d) for d in shape or ()) + "]"
 
 
@@ -332,36 +345,45 @@ def lower(ir: TorchIR) -> Program:
         b.env[w.name] = Ref(w.name)
     known_symbols = {s.name for s in ir.symbols}
     for node in ir.nodes:
-        if node.op in _GUARD_OPS:
-            _guard(node, b, program)
-            continue
-        if is_noop(node.op):
-            continue
-        if is_shape_arithmetic(node):
-            b.env[node.id] = _shape_value(node, known_symbols)
-            continue
-        if node.op == "_getitem":
-            b.env[node.id] = _getitem(node, b)
-            continue
-        reg = find(node.op)
-        assert reg is not None  # check_coverage guarantees it
-        b.lower_node(node, reg.handler)
+        _lower_one(node, b, program, known_symbols)
     program.value_map = {key: v.name for key, v in b.env.items() if isinstance(v, Ref)}
-    for k, out in enumerate(ir.outputs):
-        if out.ref is None:
-            const = out.const
-            if isinstance(const, (bool, int, float)):
-                program.outputs.append(b.lit(const, dtypes.scalar_dtype(const)))
-                continue
-            raise LoweringError(f"outputs[{k}]: constant output {const!r} is not a number")
-        val = b.env.get(out.ref)
-        if not isinstance(val, (Ref, Lit)):
-            raise LoweringError(f"outputs[{k}]: {out.ref!r} is not a single tensor")
-        program.outputs.append(val)
+    program.outputs.extend(_output_operand(k, out, b) for k, out in enumerate(ir.outputs))
     if program.output_tree is None:  # producers that do not record it: one output bare, several as a tuple
         n = len(program.outputs)
         program.output_tree = {"out": 0} if n == 1 else {"tuple": [{"out": k} for k in range(n)]}
     return program
+
+
+def _lower_one(node: Node, b: Builder, program: Program, known_symbols: set[str]) -> None:
+    """Dispatch one node: guards, no-ops, shape arithmetic and ``_getitem`` are resolved here;
+    everything else goes through its registered handler."""
+    if node.op in _GUARD_OPS:
+        _guard(node, b, program)
+        return
+    if is_noop(node.op):
+        return
+    if is_shape_arithmetic(node):
+        b.env[node.id] = _shape_value(node, known_symbols)
+        return
+    if node.op == "_getitem":
+        b.env[node.id] = _getitem(node, b)
+        return
+    reg = find(node.op)
+    assert reg is not None  # check_coverage guarantees it
+    b.lower_node(node, reg.handler)
+
+
+def _output_operand(k: int, out: Output, b: Builder) -> Operand:
+    """Graph output ``k`` as a program output: a number literal, or the single tensor it names."""
+    if out.ref is None:
+        const = out.const
+        if isinstance(const, (bool, int, float)):
+            return b.lit(const, dtypes.scalar_dtype(const))
+        raise LoweringError(f"outputs[{k}]: constant output {const!r} is not a number")
+    val = b.env.get(out.ref)
+    if not isinstance(val, (Ref, Lit)):
+        raise LoweringError(f"outputs[{k}]: {out.ref!r} is not a single tensor")
+    return val
 
 
 _GUARD_OPS = ("aten._assert_scalar.default",)
@@ -374,7 +396,10 @@ def is_shape_arithmetic(node: Node) -> bool:
 
 
 def _shape_value(node: Node, known_symbols: set[str]) -> int | float | bool | Sym:
-    value = node.out[0].value
+    meta = node.out[0]
+    if not isinstance(meta, ScalarMeta):  # is_shape_arithmetic checked it; this narrows the type
+        raise LoweringError(f"node {node.id} ({node.op}): expected a scalar result")
+    value = meta.value
     if isinstance(value, Sym):
         unknown = symbolic.names(value.expr) - known_symbols
         if unknown:

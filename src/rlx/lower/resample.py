@@ -46,7 +46,7 @@ def upsample(node: Node, b: Builder) -> Operand:
     first_scale = 2 if nearest else 3
     if node.overload == "vec":
         factors = node.arg(first_scale, "scale_factors")
-        scales = (None,) * nd if factors is None else tuple(float(s) for s in factors)
+        scales: tuple[float | None, ...] = (None,) * nd if factors is None else tuple(float(s) for s in factors)
     else:
         scales = tuple(node.arg(first_scale + k, name) for k, name in enumerate(_SCALE_NAMES[nd]))
         scales = tuple(None if s is None else float(s) for s in scales)
@@ -68,7 +68,7 @@ def pixel_shuffle(node: Node, b: Builder) -> Operand:
     if node.base == "pixel_shuffle":  # [*, C, r, r, H, W] → [*, C, H, r, W, r]
         c, (h, w) = out.shape[-3], b.shape(x)[-2:]
         split = lead + (c, r, r, h, w)
-        perm = (0, 3, 1, 4, 2)
+        perm: tuple[int, ...] = (0, 3, 1, 4, 2)
     else:  # [*, C, H/r, r, W/r, r] → [*, C, r, r, H/r, W/r]
         c, (h, w) = b.shape(x)[-3], out.shape[-2:]
         split = lead + (c, h, r, w, r)

@@ -54,7 +54,7 @@ def _put(b: Builder, node: Node, x: Ref, indices: tuple[Ref | None, ...], values
 @lowers("aten.index_put", "aten.index_put_", "aten._unsafe_index_put")
 def index_put(node: Node, b: Builder) -> Operand:
     x = b.input(node, 0)
-    indices = tuple(None if a is None else b.operand(a, None) for a in node.arg(1, "indices"))
+    indices = tuple(None if a is None else b.tensor(node, a) for a in node.arg(1, "indices"))
     values = _values(b, node, 2, "values", b.dtype(x))
     return _put(b, node, x, indices, values, bool(node.arg(3, "accumulate", False)))
 
@@ -108,7 +108,7 @@ def slice_scatter(node: Node, b: Builder) -> Operand:
     elif start is None:
         start = 0
     elif isinstance(start, int) and start < 0:  # symbolic extent: wrap now, clamp at 0
-        start = Sym(f"Max({symbolic.add(size, start).expr}, 0)") if isinstance(size, Sym) else max(size + start, 0)
+        start = Sym(f"Max({symbolic.add(size, start)}, 0)") if isinstance(size, Sym) else max(size + start, 0)
     elif not isinstance(start, (int, Sym)):
         raise LoweringError(f"node {node.id}: slice_scatter start {start!r} is not supported")
     if not isinstance(step, int):

@@ -9,6 +9,8 @@ here the way ``SpectralOps.cpp`` writes them: promote, resize, then the same Cal
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from rlx.errors import LoweringError
 from rlx.ir import dtypes
 from rlx.ir.calls import Conj, Fft, Pad, Roll
@@ -16,13 +18,13 @@ from rlx.ir.program import Operand, Ref
 from rlx.ir.torch_ir import Node
 from rlx.lower.movement import take_slice
 from rlx.lower.registry import Builder, lowers
-from rlx.lower.shapes import norm_axis
+from rlx.lower.shapes import norm_axis, static_dim
 
 # PyTorch's fft_norm_mode: the integer ``normalization`` argument of the _fft_* ops.
 _NORM = {0: "none", 1: "ortho", 2: "by_n"}
 
 
-def _axes(node: Node, b: Builder, x: Ref, dims: object) -> tuple[int, ...]:
+def _axes(node: Node, b: Builder, x: Ref, dims: int | Sequence[int]) -> tuple[int, ...]:
     axes = tuple(norm_axis(d, b.rank(x)) for d in ((dims,) if isinstance(dims, int) else dims))
     if not axes or len(set(axes)) != len(axes):
         raise LoweringError(f"node {node.id} ({node.op}): FFT dims {dims!r} must be distinct and non-empty")
@@ -112,13 +114,14 @@ def _resize(b: Builder, x: Ref, axes: tuple[int, ...], sizes: tuple[int, ...]) -
     """``resize_fft_input``: crop or zero-pad (at the end) each of ``axes`` to ``sizes``."""
     pads = [(0, 0)] * b.rank(x)
     for a, n in zip(axes, sizes):
-        have = b.shape(x)[a]
+        have = static_dim(b.shape(x)[a], "an FFT axis")
         if n < have:
             x = take_slice(b, x, a, 0, n)
         elif n > have:
             pads[a] = (0, n - have)
     if any(hi for _, hi in pads):
-        shape = tuple(d + hi for d, (_, hi) in zip(b.shape(x), pads))
+        # Every extent goes through int arithmetic here, so a symbolic one cannot be padded.
+        shape = tuple(static_dim(d, "the extent of a padded FFT input") + hi for d, (_, hi) in zip(b.shape(x), pads))
         x = b.emit(Pad(x, tuple(pads), 0), shape, b.dtype(x))
     return x
 
@@ -142,7 +145,7 @@ def _shape_and_axes(
         return axes, None
     if len(s) != len(axes):
         raise LoweringError(f"node {node.id}: FFT s={list(s)} and dim={list(axes)} differ in length")
-    return axes, tuple(b.shape(x)[a] if n == -1 else n for a, n in zip(axes, s))
+    return axes, tuple(static_dim(b.shape(x)[a], "an FFT axis", node) if n == -1 else n for a, n in zip(axes, s))
 
 
 _ONE_D = {"fft_fft", "fft_ifft", "fft_rfft", "fft_irfft", "fft_hfft", "fft_ihfft"}
@@ -190,10 +193,10 @@ def fft_function(node: Node, b: Builder) -> Operand:
     # irfft / hfft: a onesided spectrum in, real out; the last axis's real length decides the
     # spectrum length it reads (n // 2 + 1).
     x = _promote(b, x, complex_=True)
-    last = sizes[-1] if sizes is not None else 2 * (b.shape(x)[axes[-1]] - 1)
+    last = sizes[-1] if sizes is not None else 2 * (static_dim(b.shape(x)[axes[-1]], "an FFT axis", node) - 1)
     if last < 1:
         raise LoweringError(f"node {node.id}: {node.base} output length {last} is invalid (give n/s)")
-    lead = sizes[:-1] if sizes is not None else tuple(b.shape(x)[a] for a in axes[:-1])
+    lead = sizes[:-1] if sizes is not None else tuple(static_dim(b.shape(x)[a], "an FFT axis", node) for a in axes[:-1])
     x = _resize(b, x, axes, (*lead, last // 2 + 1))
     return _fft(b, node, x, "c2r", axes, norm, forward, True, last)
 
@@ -205,7 +208,7 @@ def fftshift(node: Node, b: Builder) -> Operand:
     x = b.input(node, 0)
     dims = node.arg(1, "dim")
     axes = tuple(range(b.rank(x))) if dims is None else _axes(node, b, x, dims)
-    sizes = [b.shape(x)[a] for a in axes]
+    sizes = [static_dim(b.shape(x)[a], "an FFT-shifted axis", node) for a in axes]
     shifts = [n // 2 if node.base == "fft_fftshift" else (n + 1) // 2 for n in sizes]
     keep = [(s, a) for s, a, n in zip(shifts, axes, sizes) if n and s % n]
     if not keep:

@@ -64,9 +64,11 @@ def _alias_of(ins: Instr, values: dict[str, Value]) -> Ref | None:
 def _collapse(ins: Instr, producer: dict[str, Instr]) -> Instr:
     c = ins.call
     inner = producer.get(c.x.name) if isinstance(c, (C.Reshape, C.Permute)) else None
-    if inner is None or type(inner.call) is not type(c):
+    if inner is None:
         return ins
-    if isinstance(c, C.Reshape):
+    if isinstance(c, C.Reshape) and isinstance(inner.call, C.Reshape):
         return dataclasses.replace(ins, call=C.Reshape(inner.call.x, c.shape))
-    perm = tuple(inner.call.perm[p] for p in c.perm)
-    return dataclasses.replace(ins, call=C.Permute(inner.call.x, perm))
+    if isinstance(c, C.Permute) and isinstance(inner.call, C.Permute):
+        perm = tuple(inner.call.perm[p] for p in c.perm)
+        return dataclasses.replace(ins, call=C.Permute(inner.call.x, perm))
+    return ins  # a reshape of a permute or the other way round: not one call

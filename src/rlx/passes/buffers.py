@@ -23,7 +23,7 @@ from collections import defaultdict
 
 from rlx.ir import calls as C
 from rlx.ir.program import Call, Instr, Lit, Operand, Program, Ref, Value
-from rlx.ir.symbolic import is_static
+from rlx.ir.symbolic import Shape, is_static, static_shape
 
 # Calls whose numpy kernel always returns newly allocated memory, never a view of an operand.
 FRESH = (C.Gemm, C.Fused, C.MatMul, C.Linear, C.Conv, C.Softmax, C.LayerNorm, C.RmsNorm, C.GroupNorm, C.Attention,
@@ -50,32 +50,17 @@ def reuse_buffers(program: Program) -> Program:
     if program.is_dynamic or not all(is_static(i.shape) for i in program.instrs):
         return program
     values = program.values()
-    parent: dict[str, str] = {}
-
-    def find(v: str) -> str:
-        while parent.get(v, v) != v:
-            v = parent[v]
-        return v
-
-    owners: set[str] = set()  # fresh results: the arrays a kernel may overwrite once dead
-    for ins in program.instrs:
-        if _fresh(ins.call):
-            owners.add(ins.result)
-            continue
-        for r in ins.call.refs():  # may be a view of any operand: one storage group
-            ra, rb = find(ins.result), find(r.name)
-            if ra != rb:
-                parent[ra] = rb
-    pinned = {find(v.name) for v in program.inputs} | {find(w.name) for w in program.weights}
-    pinned |= {find(o.name) for o in program.outputs if isinstance(o, Ref)}
+    groups = _StorageGroups(program)
+    pinned = {groups.find(v.name) for v in program.inputs} | {groups.find(w.name) for w in program.weights}
+    pinned |= {groups.find(o.name) for o in program.outputs if isinstance(o, Ref)}
     last_read: dict[str, int] = {}
     for k, ins in enumerate(program.instrs):
-        last_read.setdefault(find(ins.result), k)
+        last_read.setdefault(groups.find(ins.result), k)
         for r in ins.call.refs():
-            last_read[find(r.name)] = k
+            last_read[groups.find(r.name)] = k
     dies_after: dict[int, list[str]] = defaultdict(list)
-    for owner in owners:
-        g = find(owner)
+    for owner in groups.owners:
+        g = groups.find(owner)
         if g not in pinned:
             dies_after[last_read[g]].append(owner)
     pool: dict[tuple[str, int], list[str]] = defaultdict(list)  # (dtype, size) → dead owners
@@ -83,37 +68,81 @@ def reuse_buffers(program: Program) -> Program:
     for k, ins in enumerate(program.instrs):
         call = _reusable_form(ins, values)
         if call is not None and values[ins.result].dtype in _FLOATS:
-            key = (ins.dtype, math.prod(ins.shape))
+            key = (ins.dtype, _numel(ins.shape))
             if pool.get(key):
                 ins = dataclasses.replace(ins, call=dataclasses.replace(call, reuse=Ref(pool[key].pop())))
             elif isinstance(call, C.Fused):
-                # In place: an input the chain reads for the last time, at full shape, sharing its
-                # storage with no other operand.
-                for v in call.inputs:
-                    if (
-                        isinstance(v, Ref)
-                        and v.name in owners
-                        and values[v.name].shape == ins.shape
-                        and values[v.name].dtype == ins.dtype
-                        and find(v.name) not in pinned
-                        and last_read[find(v.name)] == k
-                        and all(not isinstance(o, Ref) or o == v or find(o.name) != find(v.name) for o in call.inputs)
-                    ):
-                        ins = dataclasses.replace(ins, call=dataclasses.replace(call, reuse=v))
-                        dies_after[k].remove(v.name)  # its storage now holds this result
-                        break
+                v = _in_place_input(call, ins, k, values, groups, pinned, last_read)
+                if v is not None:
+                    ins = dataclasses.replace(ins, call=dataclasses.replace(call, reuse=v))
+                    dies_after[k].remove(v.name)  # its storage now holds this result
         instrs.append(ins)
         for owner in dies_after.pop(k, ()):
-            v = values[owner]
-            pool[(v.dtype, math.prod(v.shape))].append(owner)
+            dead = values[owner]
+            pool[(dead.dtype, _numel(dead.shape))].append(owner)
     return dataclasses.replace(program, instrs=instrs)
+
+
+class _StorageGroups:
+    """Union-find of the values that may share storage; ``owners`` are the fresh results (the
+    arrays a kernel may overwrite once their group is dead)."""
+
+    def __init__(self, program: Program) -> None:
+        self.parent: dict[str, str] = {}
+        self.owners: set[str] = set()
+        for ins in program.instrs:
+            if _fresh(ins.call):
+                self.owners.add(ins.result)
+                continue
+            for r in ins.call.refs():  # may be a view of any operand: one storage group
+                ra, rb = self.find(ins.result), self.find(r.name)
+                if ra != rb:
+                    self.parent[ra] = rb
+
+    def find(self, v: str) -> str:
+        while self.parent.get(v, v) != v:
+            v = self.parent[v]
+        return v
+
+
+def _in_place_input(
+    call: C.Fused,
+    ins: Instr,
+    k: int,
+    values: dict[str, Value],
+    groups: _StorageGroups,
+    pinned: set[str],
+    last_read: dict[str, int],
+) -> Ref | None:
+    """An input the chain reads for the last time, at full shape, sharing its storage with no other
+    operand: the chain can write its result there (in place)."""
+    for v in call.inputs:
+        if (
+            isinstance(v, Ref)
+            and v.name in groups.owners
+            and values[v.name].shape == ins.shape
+            and values[v.name].dtype == ins.dtype
+            and groups.find(v.name) not in pinned
+            and last_read[groups.find(v.name)] == k
+            and all(not isinstance(o, Ref) or o == v or groups.find(o.name) != groups.find(v.name) for o in call.inputs)
+        ):
+            return v
+    return None
+
+
+def _numel(shape: Shape) -> int:
+    """The element count of a shape this pass knows is static (it leaves dynamic programs alone)."""
+    static = static_shape(shape)
+    if static is None:
+        raise ValueError(f"buffer reuse needs static shapes, found {list(shape)}")
+    return math.prod(static)
 
 
 def _reusable_form(ins: Instr, values: dict[str, Value]) -> C.Gemm | C.Fused | None:
     """The instruction as a call that takes a ``reuse`` buffer — if one pays for itself: small
     arrays come from numpy's allocation cache at no cost, so only results of ``MIN_BYTES`` or more."""
     c = ins.call
-    if ins.dtype not in _FLOATS or not ins.shape or math.prod(ins.shape) * _ITEMSIZE[ins.dtype] < MIN_BYTES:
+    if ins.dtype not in _FLOATS or not ins.shape or _numel(ins.shape) * _ITEMSIZE[ins.dtype] < MIN_BYTES:
         return None
     if isinstance(c, (C.Gemm, C.Fused)):
         return c if c.reuse is None else None

@@ -27,10 +27,11 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from typing import NamedTuple
 
 from rlx.ir import calls as C
 from rlx.ir.program import Call, Instr, Lit, Operand, Program, Ref, Value
-from rlx.ir.symbolic import is_static
+from rlx.ir.symbolic import Shape, is_static, static_shape
 from rlx.passes.rewrite import Names, rename_all, use_counts
 
 # Unary functions a Gemm may apply to its product (float in, same float out).
@@ -134,10 +135,13 @@ def _emitter(out: list[Instr], names: Names, like: Instr, note: str) -> Callable
 
 # ── 2. Gemm ──────────────────────────────────────────────────────────────────
 def _is_float_product(ins: Instr, values: dict[str, Value]) -> bool:
+    """A MatMul or Gemm of two float matrices (or batches of them) in the result's dtype."""
     c = ins.call
+    if not isinstance(c, (C.MatMul, C.Gemm)):
+        return False
     return ins.dtype in _FLOATS and all(
         values[r.name].dtype == ins.dtype and len(values[r.name].shape) >= 2
-        for r in (c.x, getattr(c, "w", None) or c.y)
+        for r in (c.x, c.w if isinstance(c, C.Gemm) else c.y)
     )
 
 
@@ -152,7 +156,9 @@ def _gemm_bias(program: Program) -> Program:
         c = ins.call
         if isinstance(c, C.Binary) and c.fn == "add" and ins.dtype in _FLOATS:
             for prod, other in ((c.x, c.y), (c.y, c.x)):
-                mm = producer.get(prod.name) if isinstance(prod, Ref) else None
+                if not isinstance(prod, Ref):
+                    continue
+                mm = producer.get(prod.name)
                 if mm is None or not isinstance(mm.call, C.MatMul) or uses[prod.name] != 1:
                     continue
                 if not _is_float_product(mm, values) or tuple(mm.shape) != tuple(ins.shape):
@@ -183,29 +189,14 @@ def _gemm_hoist_reshape(program: Program) -> Program:
         if isinstance(c, C.Reshape) and c.x.name in hoisted and tuple(ins.shape) == hoisted[c.x.name][1]:
             alias[ins.result] = Ref(hoisted[c.x.name][0])
             continue
-        src = producer.get(c.x.name) if isinstance(c, (C.MatMul, C.Gemm)) else None
-        w = c.w if isinstance(c, C.Gemm) else getattr(c, "y", None)
-        bias = getattr(c, "bias", None)
-        bias_shape = _shape(bias, values) if bias is not None else ()
-        if (
-            src is not None
-            and isinstance(src.call, C.Reshape)
-            and len(ins.shape) == 2
-            and len(values[w.name].shape) == 2
-            and is_static(ins.shape)
-            and len(bias_shape) <= 2
-            and all(d == 1 for d in bias_shape[:-1])  # a bias along the last axis only
-        ):
-            x0 = values[src.call.x.name]
-            if len(x0.shape) > 2 and is_static(x0.shape) and x0.shape[-1] == values[c.x.name].shape[-1]:
-                shape = tuple(x0.shape[:-1]) + (ins.shape[-1],)
-                product = names(ins.result)
-                instrs.append(
-                    Instr(product, dataclasses.replace(c, x=src.call.x), shape, ins.dtype, ins.node, ins.note)
-                )
-                instrs.append(dataclasses.replace(ins, call=C.Reshape(Ref(product), tuple(ins.shape))))
-                hoisted[ins.result] = (product, shape)
-                continue
+        hoist = _hoisted_product(ins, producer, values)
+        if hoist is not None:
+            call, shape = hoist
+            product = names(ins.result)
+            instrs.append(Instr(product, call, shape, ins.dtype, ins.node, ins.note))
+            instrs.append(dataclasses.replace(ins, call=C.Reshape(Ref(product), tuple(ins.shape))))
+            hoisted[ins.result] = (product, shape)
+            continue
         instrs.append(ins)
     if not hoisted:
         return program
@@ -214,14 +205,87 @@ def _gemm_hoist_reshape(program: Program) -> Program:
     return dataclasses.replace(program, instrs=[i for i in program.instrs if i.result not in hoisted or uses[i.result]])
 
 
+def _hoisted_product(ins: Instr, producer: dict[str, Instr], values: dict[str, Value]) -> tuple[Call, Shape] | None:
+    """For a 2-d MatMul/Gemm of ``Reshape(x0)`` that only merged ``x0``'s leading axes, by a matrix and
+    with a bias along the last axis only: the same product over ``x0``, and its shape."""
+    c = ins.call
+    if not isinstance(c, (C.MatMul, C.Gemm)):
+        return None
+    src = producer.get(c.x.name)
+    w = c.w if isinstance(c, C.Gemm) else c.y
+    bias = c.bias if isinstance(c, C.Gemm) else None
+    bias_shape = _shape(bias, values) if bias is not None else ()
+    if (
+        src is None
+        or not isinstance(src.call, C.Reshape)
+        or len(ins.shape) != 2
+        or len(values[w.name].shape) != 2
+        or not is_static(ins.shape)
+        or len(bias_shape) > 2
+        or not all(d == 1 for d in bias_shape[:-1])  # a bias along the last axis only
+    ):
+        return None
+    x0 = values[src.call.x.name]
+    if len(x0.shape) > 2 and is_static(x0.shape) and x0.shape[-1] == values[c.x.name].shape[-1]:
+        return dataclasses.replace(c, x=src.call.x), tuple(x0.shape[:-1]) + (ins.shape[-1],)
+    return None
+
+
+class _Projection(NamedTuple):
+    """A Gemm of ``x`` by a constant matrix ``w`` (``[k, width]``) plus an optional constant bias."""
+
+    ins: Instr
+    x: Ref
+    w: Ref
+    bias: Ref | None
+    k: int
+    width: int
+
+
 def _gemm_siblings(program: Program) -> Program:
     """Gemms of one input by different weight matrices (the q, k and v projections) → one Gemm by the
     weights side by side, and a slice of its result for each. The concatenated weight and bias are
     written as instructions over the weights, for constant folding."""
-    const = {w.name for w in program.weights}
     values = program.values()
     names = Names(program)
-    groups: dict[tuple, list[Instr]] = {}
+    replace: dict[str, list[Instr]] = {}
+    for (_, act, no_bias, _), members in _sibling_groups(program, values).items():
+        if len(members) < 2:
+            continue
+        first = members[0].ins
+        new: list[Instr] = []
+        emit = _emitter(
+            new, names, first, "the projections " + ", ".join(m.ins.result for m in members) + " side by side"
+        )
+        k = members[0].k
+        widths = [m.width for m in members]
+        total = sum(widths)
+        w = emit(C.Concat(tuple(m.w for m in members), 1), (k, total), "w")
+        biases = tuple(m.bias for m in members if m.bias is not None)  # all of them: the group has biases
+        bias = None if no_bias else emit(C.Concat(biases, 0), (total,), "bias")
+        shape = tuple(first.shape[:-1]) + (total,)
+        product = emit(C.Gemm(members[0].x, w, bias, act), shape, "all")
+        start = 0
+        axis = len(shape) - 1
+        for m, width in zip(members, widths):
+            new.append(dataclasses.replace(m.ins, call=C.Slice(product, axis, start, start + width, 1)))
+            start += width
+        replace[first.result] = new
+        for m in members[1:]:
+            replace[m.ins.result] = []
+    if not replace:
+        return program
+    instrs: list[Instr] = []
+    for ins in program.instrs:
+        instrs.extend(replace.get(ins.result, [ins]))
+    return dataclasses.replace(program, instrs=instrs)
+
+
+def _sibling_groups(program: Program, values: dict[str, Value]) -> dict[tuple[str, str, bool, str], list[_Projection]]:
+    """Static float Gemms (and MatMuls, as bias-less Gemms) by constant matrices, grouped by input,
+    activation, whether they have a bias, and dtype."""
+    const = {w.name for w in program.weights}
+    groups: dict[tuple[str, str, bool, str], list[_Projection]] = {}
     for ins in program.instrs:
         c = ins.call
         if isinstance(c, C.MatMul) and _is_float_product(ins, values):
@@ -229,41 +293,16 @@ def _gemm_siblings(program: Program) -> Program:
             ins = dataclasses.replace(ins, call=c)
         if not isinstance(c, C.Gemm) or c.w.name not in const or ins.dtype not in _FLOATS or not is_static(ins.shape):
             continue
-        if len(values[c.w.name].shape) != 2 or (
-            c.bias is not None and (not isinstance(c.bias, Ref) or c.bias.name not in const)
-        ):
+        w_shape = static_shape(values[c.w.name].shape)  # weights have static shapes; others are skipped
+        if w_shape is None or len(w_shape) != 2:
             continue
-        if c.bias is not None and tuple(values[c.bias.name].shape) != (values[c.w.name].shape[1],):
+        if c.bias is not None and (not isinstance(c.bias, Ref) or c.bias.name not in const):
             continue
-        groups.setdefault((c.x.name, c.activation, c.bias is None, ins.dtype), []).append(ins)
-    replace: dict[str, list[Instr]] = {}
-    for (_, act, no_bias, _), members in groups.items():
-        if len(members) < 2:
+        if c.bias is not None and tuple(values[c.bias.name].shape) != (w_shape[1],):
             continue
-        first = members[0]
-        new: list[Instr] = []
-        emit = _emitter(new, names, first, "the projections " + ", ".join(m.result for m in members) + " side by side")
-        k = values[members[0].call.w.name].shape[0]
-        widths = [values[m.call.w.name].shape[1] for m in members]
-        total = sum(widths)
-        w = emit(C.Concat(tuple(m.call.w for m in members), 1), (k, total), "w")
-        bias = None if no_bias else emit(C.Concat(tuple(m.call.bias for m in members), 0), (total,), "bias")
-        shape = tuple(first.shape[:-1]) + (total,)
-        product = emit(C.Gemm(first.call.x, w, bias, act), shape, "all")
-        start = 0
-        axis = len(shape) - 1
-        for m, width in zip(members, widths):
-            new.append(dataclasses.replace(m, call=C.Slice(product, axis, start, start + width, 1)))
-            start += width
-        replace[first.result] = new
-        for m in members[1:]:
-            replace[m.result] = []
-    if not replace:
-        return program
-    instrs: list[Instr] = []
-    for ins in program.instrs:
-        instrs.extend(replace.get(ins.result, [ins]))
-    return dataclasses.replace(program, instrs=instrs)
+        member = _Projection(ins, c.x, c.w, c.bias, w_shape[0], w_shape[1])
+        groups.setdefault((c.x.name, c.activation, c.bias is None, ins.dtype), []).append(member)
+    return groups
 
 
 def _gemm_activation(program: Program) -> Program:
@@ -280,9 +319,7 @@ def _gemm_activation(program: Program) -> Program:
         if act is None:
             continue
         fn, top, readers, extra = act
-        name = top.name
-        while name in producer and isinstance(producer[name].call, C.Reshape) and uses[name] == readers:
-            name, readers = producer[name].call.x.name, 1
+        name, readers = _through_reshapes(top.name, readers, producer, uses)
         g = updated.get(name) or producer.get(name)
         if g is None or uses[name] != readers or g.dtype != ins.dtype:
             continue
@@ -299,6 +336,15 @@ def _gemm_activation(program: Program) -> Program:
         return program
     instrs = [updated.get(i.result, i) for i in program.instrs if i.result not in alias and i.result not in dropped]
     return rename_all(dataclasses.replace(program, instrs=instrs), alias)
+
+
+def _through_reshapes(name: str, readers: int, producer: dict[str, Instr], uses: dict[str, int]) -> tuple[str, int]:
+    """Follow reshapes that have ``readers`` readers (then one) back to the value they reshape."""
+    while True:
+        ins = producer.get(name)
+        if ins is None or not isinstance(ins.call, C.Reshape) or uses[name] != readers:
+            return name, readers
+        name, readers = ins.call.x.name, 1
 
 
 def _activation(
@@ -341,15 +387,20 @@ def _unrepeated(r: Ref, producer: dict[str, Instr], values: dict[str, Value]) ->
     """``(src, rep)`` when ``r`` is ``src [.., H, S, D]`` with each head repeated ``rep`` times
     in place (``src[.., :, None].expand(.., H, rep, S, D).reshape(.., H·rep, S, D)``)."""
     flat = producer.get(r.name)
-    expand = producer.get(flat.call.x.name) if flat is not None and isinstance(flat.call, C.Reshape) else None
-    unsq = producer.get(expand.call.x.name) if expand is not None and isinstance(expand.call, C.Expand) else None
+    if flat is None or not isinstance(flat.call, C.Reshape):
+        return None
+    expand = producer.get(flat.call.x.name)
+    if expand is None or not isinstance(expand.call, C.Expand) or not isinstance(expand.call.x, Ref):
+        return None
+    unsq = producer.get(expand.call.x.name)
     if unsq is None or not isinstance(unsq.call, C.Reshape):
         return None
-    src = values[unsq.call.x.name].shape
-    if len(src) < 3 or not is_static(src) or not is_static(expand.shape):
+    src = static_shape(values[unsq.call.x.name].shape)
+    expanded = static_shape(expand.shape)
+    if src is None or len(src) < 3 or expanded is None:
         return None
     lead, (h, s, d) = tuple(src[:-3]), tuple(src[-3:])
-    rep = expand.shape[-3] if len(expand.shape) == len(src) + 1 else 0
+    rep = expanded[-3] if len(expanded) == len(src) + 1 else 0
     if (
         rep < 1
         or tuple(unsq.shape) != lead + (h, 1, s, d)

@@ -28,7 +28,13 @@ def pack_weights(program: Program) -> Program:
     for ins in program.instrs:
         c = ins.call
         w = const.get(c.weight.name) if isinstance(c, C.Linear) else None
-        if w is not None and len(w.shape) == 2 and w.dtype in _FLOATS and w.dtype == ins.dtype:
+        if (
+            isinstance(c, C.Linear)
+            and w is not None
+            and len(w.shape) == 2
+            and w.dtype in _FLOATS
+            and w.dtype == ins.dtype
+        ):
             if w.name not in packed:
                 packed[w.name] = names(f"{w.name}_packed")
                 note = f"{w.name} packed as [in, out] for the GEMM"

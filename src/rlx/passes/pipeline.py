@@ -31,16 +31,27 @@ Weights = Mapping[str, np.ndarray]
 
 @dataclass(frozen=True)
 class Pass:
+    """A named rewrite: ``run`` (Program → Program), or ``run_with_weights`` for the passes that
+    read and extend the weights ((Program, weights) → (Program, weights))."""
+
     name: str
-    run: Callable[..., object]
-    needs_weights: bool = False  # (Program, weights) -> (Program, weights) instead of Program -> Program
+    run: Callable[[Program], Program] | None = None
+    run_with_weights: Callable[[Program, Weights], tuple[Program, Weights]] | None = None
     doc: str = ""
+
+    @property
+    def needs_weights(self) -> bool:
+        return self.run_with_weights is not None
 
 
 PASSES: dict[str, Pass] = {
     p.name: p
     for p in (
-        Pass("constant_folding", constant_folding, True, "compute weight/constant-only instructions once, at load"),
+        Pass(
+            "constant_folding",
+            run_with_weights=constant_folding,
+            doc="compute weight/constant-only instructions once, at load",
+        ),
         Pass("alias", remove_aliases, doc="drop no-op reshapes, casts, permutes, slices; collapse reshape chains"),
         Pass("weight_packing", pack_weights, doc="store weights consumed transposed as GEMM-ready matrices"),
         Pass("fusion", fuse, doc="BatchNorm into conv, matmul + bias + activation, elementwise chains (+ softmax)"),
@@ -73,9 +84,9 @@ def optimize(program: Program, weights: Weights, disabled: Iterable[str] = ()) -
             continue
         p = PASSES[name]
         try:
-            if p.needs_weights:
-                program, weights = p.run(program, weights)
-            else:
+            if p.run_with_weights is not None:
+                program, weights = p.run_with_weights(program, weights)
+            elif p.run is not None:
                 program = p.run(program)
         except RlxError:
             raise

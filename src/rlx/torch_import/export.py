@@ -267,9 +267,12 @@ class _Recorder:
             Symbol(s.name, s.min, s.max, self._hints.get(s.name, s.min)) for s in self.symbols if s.name in self._hints
         ]
 
+    def tensor_meta(self, val: torch.Tensor) -> TensorMeta:
+        return TensorMeta(tuple(self.dim(d) for d in val.shape), torch_dtype_token(val.dtype))
+
     def meta(self, val: Any) -> TensorMeta | ScalarMeta | None:
         if isinstance(val, torch.Tensor):
-            return TensorMeta(tuple(self.dim(d) for d in val.shape), torch_dtype_token(val.dtype))
+            return self.tensor_meta(val)
         if isinstance(val, (bool, int, float)):
             return ScalarMeta(val)
         if isinstance(val, torch.SymInt):
@@ -315,7 +318,7 @@ def _graph_to_ir(
         val = placeholders[name].meta.get("val")
         if spec.kind.name == "USER_INPUT":
             if isinstance(val, torch.Tensor):
-                meta = rec.meta(val)
+                meta = rec.tensor_meta(val)
                 inputs.append(Input(name, meta.shape, meta.dtype))
             continue
         if spec.kind.name not in kinds:
@@ -339,8 +342,10 @@ def _graph_to_ir(
         elif n.op == "output":
             for k, arg in enumerate(n.args[0]):
                 if isinstance(arg, torch.fx.Node):
-                    meta = rec.meta(arg.meta.get("val"))
-                    shape, dtype = (meta.shape, meta.dtype) if isinstance(meta, TensorMeta) else (None, None)
+                    out_meta = rec.meta(arg.meta.get("val"))
+                    shape, dtype = (
+                        (out_meta.shape, out_meta.dtype) if isinstance(out_meta, TensorMeta) else (None, None)
+                    )
                     outputs.append(Output(arg.name, None, shape, dtype))
                 else:
                     outputs.append(Output(None, rec.arg(arg, f"output {k}")))
@@ -381,19 +386,8 @@ def user_dim_names(
     else:
         specs = list(zip(bound.values(), dynamic_shapes))
     leaves: list[tuple[torch.Tensor, Any]] = []
-
-    def walk(value: Any, spec: Any) -> None:
-        if isinstance(value, torch.Tensor):
-            leaves.append((value, spec))
-        elif isinstance(value, (list, tuple)) and isinstance(spec, (list, tuple)):
-            for v, sp in zip(value, spec):
-                walk(v, sp)
-        elif isinstance(value, Mapping) and isinstance(spec, Mapping):
-            for key, v in value.items():
-                walk(v, spec.get(key))
-
     for value, spec in specs:
-        walk(value, spec)
+        _tensor_specs(value, spec, leaves)
     by_id = {id(t): spec for t, spec in leaves}
     flat_in, _ = pytree.tree_flatten((args, dict(kwargs)))
     user_inputs = [s for s in ep.graph_signature.input_specs if s.kind.name == "USER_INPUT"]
@@ -404,16 +398,35 @@ def user_dim_names(
         val = placeholders[spec.arg.name].meta.get("val")
         if axes is None or not isinstance(val, torch.Tensor):
             continue
-        items = axes.items() if isinstance(axes, Mapping) else enumerate(axes)
-        for axis, dim in items:
-            root = getattr(dim, "root", dim)  # a derived dim (2*seq) names its root (seq)
-            user = getattr(root, "__name__", None)
-            size = val.shape[axis] if isinstance(axis, int) and axis < val.dim() else None
-            if not user or not isinstance(size, torch.SymInt):
-                continue
-            free = list(size.node.expr.free_symbols)
-            if len(free) == 1:
-                names[str(free[0])] = user
+        names.update(_axis_dim_names(axes, val))
+    return names
+
+
+def _tensor_specs(value: Any, spec: Any, leaves: list[tuple[torch.Tensor, Any]]) -> None:
+    """Append each tensor of a (nested) forward argument with its part of the dynamic_shapes spec."""
+    if isinstance(value, torch.Tensor):
+        leaves.append((value, spec))
+    elif isinstance(value, (list, tuple)) and isinstance(spec, (list, tuple)):
+        for v, sp in zip(value, spec):
+            _tensor_specs(v, sp, leaves)
+    elif isinstance(value, Mapping) and isinstance(spec, Mapping):
+        for key, v in value.items():
+            _tensor_specs(v, spec.get(key), leaves)
+
+
+def _axis_dim_names(axes: Any, val: torch.Tensor) -> dict[str, str]:
+    """torch's symbol → the user's ``Dim`` name, for the axes of one input (a dict or list spec)."""
+    names: dict[str, str] = {}
+    items = axes.items() if isinstance(axes, Mapping) else enumerate(axes)
+    for axis, dim in items:
+        root = getattr(dim, "root", dim)  # a derived dim (2*seq) names its root (seq)
+        user = getattr(root, "__name__", None)
+        size = val.shape[axis] if isinstance(axis, int) and axis < val.dim() else None
+        if not user or not isinstance(size, torch.SymInt):
+            continue
+        free = list(size.node.expr.free_symbols)
+        if len(free) == 1:
+            names[str(free[0])] = user
     return names
 
 

@@ -12,6 +12,7 @@ int64 and float64 need 64-bit mode: run inside ``x64()`` (the executor and the g
 from __future__ import annotations
 
 import functools
+import importlib
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -36,9 +37,8 @@ def x64() -> AbstractContextManager[Any]:
     enable = getattr(jax, "enable_x64", None)  # jax >= 0.5: jax.enable_x64(True) is the scope
     if enable is not None:
         return enable(True)
-    from jax.experimental import enable_x64  # older jax
-
-    return enable_x64()
+    experimental: Any = importlib.import_module("jax.experimental")  # older jax
+    return experimental.enable_x64()
 
 
 def _wrap(index: Any, n: int) -> Any:

@@ -22,7 +22,7 @@ Needs ``jax_enable_x64``.
 from __future__ import annotations
 
 import itertools
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import jax.numpy as jnp
 import numpy as np
@@ -30,6 +30,7 @@ from jax import lax
 
 # The trace-time tables: pure functions of extents, scales and dtypes, shared with the numpy
 # engine so the two cannot pick different pixels or weights.
+from ...kernels.registry import static
 from ...kernels.resample_tables import aa_taps, cubic_taps, linear_taps, nearest_index, opmath
 from .overrides import override
 
@@ -37,7 +38,12 @@ if TYPE_CHECKING:
     from ...ir.calls import GridSample, Upsample
 
 _F32, _F64 = np.dtype(np.float32), np.dtype(np.float64)
-Array = jnp.ndarray
+Array = Any  # jax arrays and the numpy constants the tables make: one type to XLA
+
+
+def _sizes(c: Upsample) -> tuple[int, ...]:
+    """The output extents (ints once the program is specialised)."""
+    return tuple(static(d) for d in c.size)
 
 
 def _mul(a: Array, b: Array | np.ndarray | np.generic) -> Array:
@@ -51,7 +57,7 @@ def _keep(a: Array) -> Array:
     return lax.optimization_barrier(a)
 
 
-def _div(a: Array, b: np.generic) -> Array:
+def _div(a: Array, b: Array) -> Array:
     """``a / b`` for a constant ``b``, correctly rounded (not ``a · (1/b)``)."""
     return a / jnp.where(jnp.isnan(a), a, b)
 
@@ -122,29 +128,29 @@ def _apply_taps(x: Array, axis: int, idx: np.ndarray, w: np.ndarray, count: np.n
 
 @override("Upsample")
 def upsample(c: Upsample, x: Array) -> Array:
-    nd = len(c.size)
+    nd = len(_sizes(c))
     lead = x.ndim - nd
     sizes_in = x.shape[lead:]
     xdt = np.dtype(x.dtype)
     dt = opmath(xdt)
     if c.mode in ("nearest", "nearest_exact"):
         # PyTorch's 2-d kernel switches to its channels-last implementation for small outputs.
-        legacy = nd == 2 and sum(c.size) <= 128
+        legacy = nd == 2 and sum(_sizes(c)) <= 128
         out = x
-        for a, (n_in, n_out, s) in enumerate(zip(sizes_in, c.size, c.scales)):
+        for a, (n_in, n_out, s) in enumerate(zip(sizes_in, _sizes(c), c.scales)):
             index = nearest_index(n_in, n_out, s, c.mode == "nearest_exact", legacy, dt)
             out = jnp.take(out, index, axis=lead + a)  # one axis at a time: no broadcast index grid
         return out
     if c.antialias:
         return _upsample_aa(c, x, nd, lead, dt)
-    if c.mode == "linear" and nd == 2 and sum(c.size) <= 128:
+    if c.mode == "linear" and nd == 2 and sum(_sizes(c)) <= 128:
         return _bilinear_small(c, x, dt)
     # The generic kernel: separable passes, the last axis first, partial sums kept in opmath and
     # weights stored in the tensor dtype (so rounded for half types).
     taps = linear_taps if c.mode == "linear" else cubic_taps
     out = x.astype(dt)
     for a in reversed(range(nd)):
-        idx, w = taps(sizes_in[a], c.size[a], c.scales[a], c.align_corners, dt, xdt)
+        idx, w = taps(sizes_in[a], _sizes(c)[a], c.scales[a], c.align_corners, dt, xdt)
         out = _apply_taps(out, lead + a, idx, w)
     return out.astype(xdt)
 
@@ -153,7 +159,8 @@ def _bilinear_small(c: Upsample, x: Array, dt: np.dtype) -> Array:
     """PyTorch's 2-d kernel for small outputs: four corner weights ``w_h·w_w`` kept in opmath and
     summed in corner order (its float16 build fuses the multiply-adds differently)."""
     (hi, hw), (wi, ww) = (
-        linear_taps(n_in, n_out, s, c.align_corners, dt, dt) for n_in, n_out, s in zip(x.shape[-2:], c.size, c.scales)
+        linear_taps(n_in, n_out, s, c.align_corners, dt, dt)
+        for n_in, n_out, s in zip(x.shape[-2:], _sizes(c), c.scales)
     )
     xw = x.astype(dt)
     lead = x.shape[:-2]
@@ -170,7 +177,7 @@ def _upsample_aa(c: Upsample, x: Array, nd: int, lead: int, dt: np.dtype) -> Arr
     # Separable passes, the last axis first; an axis whose extent does not change is left alone.
     out = x.astype(dt)
     for a in reversed(range(nd)):
-        n_in, n_out = x.shape[lead + a], c.size[a]
+        n_in, n_out = x.shape[lead + a], _sizes(c)[a]
         if n_in == n_out:
             continue
         idx, w, count = aa_taps(n_in, n_out, c.scales[a], c.align_corners, c.mode == "bicubic", dt)

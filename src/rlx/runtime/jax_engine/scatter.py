@@ -92,7 +92,8 @@ def _index_grid(indices: list[Array | None], shape: tuple[int, ...]) -> tuple[li
     result's shape ``R``; also ``R`` and the position in ``R`` of the broadcast index axes."""
     n_idx = len(indices)
     advanced = [k for k, i in enumerate(indices) if i is not None]
-    b_shape = tuple(np.broadcast_shapes(*(tuple(indices[k].shape) for k in advanced))) if advanced else ()
+    present = [i for i in indices if i is not None]
+    b_shape = tuple(np.broadcast_shapes(*(tuple(i.shape) for i in present))) if present else ()
     # numpy: adjacent advanced indices put their broadcast shape where they stand, separated ones first.
     adjacent = not advanced or advanced == list(range(advanced[0], advanced[-1] + 1))
     b_at = advanced[0] if advanced and adjacent else 0
@@ -103,8 +104,9 @@ def _index_grid(indices: list[Array | None], shape: tuple[int, ...]) -> tuple[li
     nb = len(b_shape)
     grid: list[Array] = []
     for k in range(len(shape)):
-        if k < n_idx and indices[k] is not None:
-            idx = jnp.broadcast_to(indices[k], b_shape).reshape((1,) * len(before) + b_shape + (1,) * len(after))
+        index = indices[k] if k < n_idx else None
+        if index is not None:
+            idx = jnp.broadcast_to(index, b_shape).reshape((1,) * len(before) + b_shape + (1,) * len(after))
         else:
             r = before.index(k) if k in before else len(before) + nb + after.index(k)
             idx = jnp.arange(shape[k], dtype=_I64).reshape((1,) * r + (shape[k],) + (1,) * (len(r_shape) - r - 1))

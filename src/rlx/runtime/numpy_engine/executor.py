@@ -55,9 +55,11 @@ class _Slots:
             return self._consts[key], TensorType((), dtypes.to_numpy(v.dtype))
         return self.index[v.name], self.types[v.name]
 
-    def operands(self, ins: Instr) -> tuple[list[int], list[TensorType | None], list[int]]:
-        """The slots and types of ``ins``'s operands in the kernels' flat order, and the layout
-        that regroups them into fields (-1: one operand, n: a tuple of n)."""
+    def operands(self, ins: Instr) -> tuple[list[int], list[TensorType | None], list[int], bool]:
+        """The slots and types of ``ins``'s operands in the kernels' flat order, the layout that
+        regroups them into fields (-1: one operand, n: a tuple of n), and whether every operand
+        present has a static type (None in ``types`` is then an absent optional operand)."""
+        static = True
         flat: list[int] = []
         types: list[TensorType | None] = []
         layout: list[int] = []
@@ -68,10 +70,11 @@ class _Slots:
                 if isinstance(item, Ref) and item.name not in self.index:
                     raise BundleError(f"program.json: instruction {ins.result!r} reads undefined value {item.name!r}")
                 slot, t = self.operand(item)
+                static &= item is None or t is not None
                 flat.append(slot)
                 types.append(t)
             layout.append(len(items) if isinstance(v, tuple) else -1)
-        return flat, types, layout
+        return flat, types, layout, static
 
 
 Step = tuple[Callable[..., Any], Callable[[list[Any]], Any], int, tuple[int, ...], bool]
@@ -110,10 +113,10 @@ class Executor:
         kern = kernel_for(ins.call.op)
         if kern is None:
             raise BundleError(f"program.json: the numpy backend has no kernel for {ins.call.op}")
-        flat, types, layout = slots.operands(ins)
+        flat, types, layout, static = slots.operands(ins)
         label = f"{ins.result} = {ins.call.op} [{ins.note or ins.node}]"
         try:
-            fn = self._bind(ins, kern, tuple(types), layout, label)
+            fn = self._bind(ins, kern, tuple(types) if static else None, layout, label)
         except RlxError:
             raise
         except Exception as e:  # shapes or dtypes that contradict each other: a damaged program
@@ -126,11 +129,13 @@ class Executor:
 
     @staticmethod
     def _bind(
-        ins: Instr, kern: Callable[..., Any], args: tuple[TensorType | None, ...], layout: list[int], label: str
+        ins: Instr, kern: Callable[..., Any], args: tuple[TensorType | None, ...] | None, layout: list[int], label: str
     ) -> Callable[..., Any]:
+        """A binder's fast path when every type is static and it has one, else the generic kernel."""
         binder = BINDERS.get(ins.call.op)
-        if binder is not None and is_static(ins.shape) and all(a is None or a.shape is not None for a in args):
-            fast = binder(Site(ins.call, tuple(ins.shape), dtypes.to_numpy(ins.dtype), args))
+        if binder is not None and args is not None and is_static(ins.shape):
+            shape = tuple(d for d in ins.shape if isinstance(d, int))
+            fast = binder(Site(ins.call, shape, dtypes.to_numpy(ins.dtype), args))
             if fast is not None:
                 return fast
         return _generic(kern, ins.call, layout, dtypes.to_numpy(ins.dtype), tuple(ins.shape), label)
@@ -191,8 +196,9 @@ def _last_reads(reads: list[list[int]], pinned: set[int]) -> dict[int, list[int]
     return frees
 
 
-def _arg(shape: Any, dtype: str) -> TensorType:
-    return TensorType(tuple(shape) if is_static(shape) else None, dtypes.to_numpy(dtype))  # type: ignore[arg-type]
+def _arg(shape: Any, dtype: str) -> TensorType | None:
+    """The static type of a value; None while its shape is symbolic (no binder sees it then)."""
+    return TensorType(tuple(shape), dtypes.to_numpy(dtype)) if is_static(shape) else None
 
 
 def _no_args(env: list[Any]) -> tuple[()]:

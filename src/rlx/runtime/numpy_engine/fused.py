@@ -24,7 +24,7 @@ import math
 import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 
@@ -56,18 +56,28 @@ class TensorType:
     dtype: np.dtype
 
 
+CallT = TypeVar("CallT", bound=Call)
+
+
 @dataclass(frozen=True)
-class Site:
+class Site(Generic[CallT]):
     """One instruction as a binder sees it: the call, its result type, and its operands' types in
     the executor's flat order (operand fields in order, tuples spread, ``None`` for an absent one)."""
 
-    call: Call
+    call: CallT
     shape: tuple[int, ...]
     dtype: np.dtype
     operands: tuple[TensorType | None, ...]
 
+    def operand(self, i: int) -> TensorType:
+        """The type of operand ``i``, which the Call requires (present by the program's validation)."""
+        t = self.operands[i]
+        if t is None:
+            raise BundleError(f"{self.call.op}: operand {i} is missing")
+        return t
 
-Binder = Callable[[Site], Fn | None]
+
+Binder = Callable[[Site[Any]], Fn | None]
 BINDERS: dict[str, Binder] = {}
 # Generic kernels of the fused Calls (constant folding and the debugger run a rewritten program
 # through them). Kept apart from the engine's KERNELS, which lists what program.json may hold and
@@ -279,19 +289,18 @@ def _bind_gemm(
 
 
 @binds("Gemm")
-def bind_gemm(site: Site) -> Fn | None:
-    x, w, bias = site.operands[:3]
-    return _bind_gemm(site.call, x, w, bias)
+def bind_gemm(site: Site[C.Gemm]) -> Fn | None:
+    return _bind_gemm(site.call, site.operand(0), site.operand(1), site.operands[2])
 
 
 @binds("MatMul")
-def bind_matmul(site: Site) -> Fn | None:
-    return _bind_gemm(site.call, *site.operands[:2], None)
+def bind_matmul(site: Site[C.MatMul]) -> Fn | None:
+    return _bind_gemm(site.call, site.operand(0), site.operand(1), None)
 
 
 @binds("Linear")
-def bind_linear(site: Site) -> Fn | None:
-    return _bind_gemm(site.call, *site.operands[:3], transposed=True)
+def bind_linear(site: Site[C.Linear]) -> Fn | None:
+    return _bind_gemm(site.call, site.operand(0), site.operand(1), site.operands[2], transposed=True)
 
 
 # ── Fused elementwise chains ─────────────────────────────────────────────────
@@ -319,20 +328,27 @@ def check_steps(c: C.Fused) -> list[CheckedStep]:
     return out
 
 
+def _param(step: CheckedStep) -> float | int:
+    if step.param is None:
+        raise BundleError(f"Fused: step {step.fn!r} needs its parameter")
+    return step.param
+
+
 def _generic_step(step: CheckedStep) -> Fn:
     """The step through the generic kernel of the Call it came from (exact for every dtype)."""
     r = Ref("_")  # the generic kernels read only the Call's attributes, never its operands
+    call: Call
     if step.fn == "where":
         call, kern = C.Where(r, r, r), KERNELS["Where"]
     elif step.fn == "clamp":
         call = C.Clamp(r, None if step.args[1] is None else r, None if step.args[2] is None else r)
         kern = KERNELS["Clamp"]
     elif step.fn == "leaky_relu":
-        call, kern = C.LeakyRelu(r, float(step.param)), KERNELS["LeakyRelu"]
+        call, kern = C.LeakyRelu(r, float(_param(step))), KERNELS["LeakyRelu"]
     elif step.fn == "cast":
         call, kern = C.Cast(r, dtypes.from_numpy(step.dtype)), KERNELS["Cast"]
     elif step.fn in ("softmax", "log_softmax"):
-        call, kern = C.Softmax(r, int(step.param), step.fn == "log_softmax"), KERNELS["Softmax"]
+        call, kern = C.Softmax(r, int(_param(step)), step.fn == "log_softmax"), KERNELS["Softmax"]
     elif step.fn in SHARED_UNARY and len(step.args) == 1:
         call, kern = C.Unary(step.fn, r), KERNELS["Unary"]
     elif step.fn in SHARED_BINARY and len(step.args) == 2:
@@ -371,7 +387,9 @@ def _fast_step(step: CheckedStep, types: list[TensorType]) -> Fn | None:
     dt = step.dtype
     if step.fn in ("softmax", "log_softmax"):
         return (
-            _softmax_inplace(int(step.param), step.fn == "log_softmax") if ins[0].dtype == dt in _FAST_FLOATS else None
+            _softmax_inplace(int(_param(step)), step.fn == "log_softmax")
+            if ins[0].dtype == dt in _FAST_FLOATS
+            else None
         )
     if step.fn == "clamp":
         if any(t.dtype != dt for t in ins) or dt in HALF:
@@ -437,8 +455,9 @@ def _bind_fused(c: C.Fused, operands: Sequence[TensorType | None]) -> Fn:
             if k == n_steps - 1:
                 dest = reuse
                 # softmax needs its input only until it reads it: in place on the chain's own buffer.
-                if st.fn in ("softmax", "log_softmax") and st.args[0] >= n_in:
-                    dest = reg(st.args[0])
+                source = st.args[0]
+                if st.fn in ("softmax", "log_softmax") and source is not None and source >= n_in:
+                    dest = reg(source)
             else:
                 # A register the chain made and no longer needs — or one this step reads for the last time.
                 dying = [a for a in st.args if a is not None and a >= n_in and last_read[a] == k]
@@ -449,7 +468,7 @@ def _bind_fused(c: C.Fused, operands: Sequence[TensorType | None]) -> Fn:
                         free.remove(pick)
         plan.append((_caller(fast or _generic_step(st), tuple(reg(a) for a in st.args), dest), reg(res)))
         free += [a for a in st.args if a is not None and a >= n_in and last_read[a] == k and reg(a) != dest]
-    plan = tuple(plan)
+    steps_plan = tuple(plan)
     out_shape, out_dtype, scalar = final.shape, final.dtype, final.shape == ()
     pad = (None,) * (n_steps + 1)
     last = reg(n_in + n_steps - 1)
@@ -458,7 +477,7 @@ def _bind_fused(c: C.Fused, operands: Sequence[TensorType | None]) -> Fn:
         regs = [*args, *pad] if len(args) > n_in else [*args, None, *pad]
         if regs[reuse] is not None:
             regs[reuse] = _reuse(regs[reuse], out_shape, out_dtype)
-        for op, res in plan:
+        for op, res in steps_plan:
             regs[res] = op(regs)
         return np.asarray(regs[last]) if scalar else regs[last]
 
@@ -485,7 +504,7 @@ def _caller(fn: Fn, args: tuple[int, ...], dest: int | None) -> Callable[[list[A
 
 
 @binds("Fused")
-def bind_fused(site: Site) -> Fn | None:
+def bind_fused(site: Site[C.Fused]) -> Fn | None:
     if not all(t is not None and _static(t.shape) for t in site.operands[: len(site.call.inputs)]):
         return None
     return _bind_fused(site.call, site.operands)
@@ -498,50 +517,51 @@ def fused(c: C.Fused, inputs: list[np.ndarray], reuse: np.ndarray | None) -> np.
 
 # ── fast paths for the plain Calls that dominate a step count ────────────────
 @binds("Binary")
-def bind_binary(site: Site) -> Fn | None:
-    x, y = site.operands
+def bind_binary(site: Site[C.Binary]) -> Fn | None:
+    x, y = site.operand(0), site.operand(1)
     if not site.shape:
         return None  # a 0-d result: the generic kernel keeps it an array
     return fast_binary(site.call.fn, x.dtype, y.dtype, site.dtype)
 
 
 @binds("Unary")
-def bind_unary(site: Site) -> Fn | None:
+def bind_unary(site: Site[C.Unary]) -> Fn | None:
     """The engine's function for ``fn`` (looked up now, at load), minus the kernel's dispatch: for a
     float32/float64 operand of the result's dtype that is all the generic kernel does."""
-    (x,) = site.operands
+    x = site.operand(0)
     if not site.shape or x.dtype != site.dtype or x.dtype not in _FAST_FLOATS:
         return None
-    return fast_unary(site.call.fn, x.dtype) or NUMPY.unary.get(site.call.fn)
+    return NUMPY.unary.get(site.call.fn)
 
 
 @binds("Reduce")
-def bind_reduce(site: Site) -> Fn | None:
+def bind_reduce(site: Site[C.Reduce]) -> Fn | None:
     """sum / mean / amax / amin of a float32/float64 tensor to a non-0-d result: the generic
     kernel's ``np.sum`` is ``np.add.reduce``, its mean that sum divided by the count."""
     c = site.call
-    (x,) = site.operands
+    x = site.operand(0)
     if x.dtype not in _FAST_FLOATS or site.dtype != x.dtype or not x.shape or not site.shape:
         return None
     axes = c.axes or None
     keep = c.keepdim
     if c.fn in ("sum", "amax", "amin"):
-        ufunc = {"sum": np.add, "amax": np.maximum, "amin": np.minimum}[c.fn]
+        ufunc: Any = {"sum": np.add, "amax": np.maximum, "amin": np.minimum}[c.fn]
         if c.fn != "sum" and 0 in x.shape:
             return None  # the generic kernel raises numpy's error
         return lambda x: ufunc.reduce(x, axis=axes, keepdims=keep)
     if c.fn == "mean":
         n = math.prod(x.shape) if axes is None else math.prod(x.shape[a] for a in axes)
-        return lambda x: np.add.reduce(x, axis=axes, keepdims=keep) / n
+        add: Any = np.add
+        return lambda x: add.reduce(x, axis=axes, keepdims=keep) / n
     return None
 
 
 @binds("LayerNorm", "RmsNorm")
-def bind_norm(site: Site) -> Fn | None:
+def bind_norm(site: Site[C.LayerNorm | C.RmsNorm]) -> Fn | None:
     """LayerNorm / RmsNorm of float32/float64 with weight and bias of the normalised shape: the
     generic kernel's own plan, built once."""
     c = site.call
-    x, w = site.operands[:2]
+    x, w = site.operand(0), site.operands[1]
     b = site.operands[2] if isinstance(c, C.LayerNorm) else None
     trailing = x.shape[len(x.shape) - c.ndim :] if c.ndim else ()
     if x.dtype not in _FAST_FLOATS or site.dtype != x.dtype or c.ndim < 1 or not x.shape or 0 in x.shape:
@@ -552,26 +572,26 @@ def bind_norm(site: Site) -> Fn | None:
 
 
 @binds("Softmax")
-def bind_softmax(site: Site) -> Fn | None:
+def bind_softmax(site: Site[C.Softmax]) -> Fn | None:
     c = site.call
-    (x,) = site.operands
+    x = site.operand(0)
     if x.dtype not in _FAST_FLOATS or site.dtype != x.dtype or not x.shape or 0 in x.shape:
         return None
     return _softmax_inplace(c.axis, c.log)
 
 
 @binds("Reshape")
-def bind_reshape(site: Site) -> Fn | None:
+def bind_reshape(site: Site[C.Reshape]) -> Fn | None:
     return operator.methodcaller("reshape", site.shape) if _static(site.shape) else None
 
 
 @binds("Permute")
-def bind_permute(site: Site) -> Fn | None:
+def bind_permute(site: Site[C.Permute]) -> Fn | None:
     return operator.methodcaller("transpose", site.call.perm)
 
 
 @binds("Slice")
-def bind_slice(site: Site) -> Fn | None:
+def bind_slice(site: Site[C.Slice]) -> Fn | None:
     c = site.call
     if not all(isinstance(v, int) for v in (c.start, c.stop)):
         return None
@@ -579,16 +599,16 @@ def bind_slice(site: Site) -> Fn | None:
 
 
 @binds("Expand")
-def bind_expand(site: Site) -> Fn | None:
+def bind_expand(site: Site[C.Expand]) -> Fn | None:
     shape = site.shape
     return (lambda x: np.broadcast_to(x, shape)) if _static(shape) else None
 
 
 @binds("Conv")
-def bind_conv(site: Site) -> Fn | None:
+def bind_conv(site: Site[C.Conv]) -> Fn | None:
     """A float32/float64 forward convolution with its geometry worked out at load."""
     c = site.call
-    x, w, b = site.operands
+    x, w, b = site.operand(0), site.operand(1), site.operands[2]
     if c.transposed or x.dtype not in _FAST_FLOATS or w.dtype != x.dtype or site.dtype != x.dtype:
         return None
     if (b is not None and b.dtype != x.dtype) or len(x.shape) != len(w.shape):
@@ -600,9 +620,9 @@ def bind_conv(site: Site) -> Fn | None:
 
 
 @binds("MaxPool")
-def bind_max_pool(site: Site) -> Fn | None:
+def bind_max_pool(site: Site[C.MaxPool]) -> Fn | None:
     """Float32/float64 max pooling (values, not indices) with its geometry worked out at load."""
-    (x,) = site.operands
+    x = site.operand(0)
     c = site.call
     if c.indices or x.dtype not in _FAST_FLOATS or site.dtype != x.dtype:
         return None

@@ -67,12 +67,12 @@ def norm_plan(shape: tuple[int, ...], dtype: np.dtype, ndim: int, eps: float, rm
 
     if rms:
 
-        def rms(x: np.ndarray, w: np.ndarray | None) -> np.ndarray:
+        def rms_norm_run(x: np.ndarray, w: np.ndarray | None) -> np.ndarray:
             rows = x.reshape(rows_shape)
             y = (rows * (1 / np.sqrt((rows * rows) @ column + eps))).reshape(shape)
             return y if w is None else y * w
 
-        return rms
+        return rms_norm_run
 
     def layer(x: np.ndarray, w: np.ndarray | None, b: np.ndarray | None) -> np.ndarray:
         rows = x.reshape(rows_shape)
@@ -192,17 +192,16 @@ def _depthwise(win: np.ndarray, w: np.ndarray) -> np.ndarray:
     ksp = w.shape[2:]
     nd = len(ksp)
     taps = w.reshape((w.shape[0], -1))  # [C, K]
-    out = None
-    tmp = None
-    for flat, offs in enumerate(np.ndindex(*ksp)):
-        view = win[(slice(None), slice(None)) + offs]
-        wk = taps[:, flat].reshape((-1,) + (1,) * nd)
-        if out is None:
-            out = np.multiply(view, wk)
-            tmp = np.empty_like(out)
-        else:
-            np.multiply(view, wk, out=tmp)
-            np.add(out, tmp, out=out)
+    offsets = list(np.ndindex(*ksp))
+
+    def tap(flat: int) -> tuple[np.ndarray, np.ndarray]:
+        return win[(slice(None), slice(None)) + offsets[flat]], taps[:, flat].reshape((-1,) + (1,) * nd)
+
+    out = np.multiply(*tap(0))
+    tmp = np.empty_like(out)
+    for flat in range(1, len(offsets)):
+        np.multiply(*tap(flat), out=tmp)
+        np.add(out, tmp, out=out)
     return out
 
 
@@ -242,7 +241,7 @@ def max_pool(c: MaxPool, x: np.ndarray) -> np.ndarray:
     xw = widen(x)
     padded = _pad_spatial(xw, pads, lowest(xw.dtype))
     win = _windows(padded, c.kernel, c.stride, c.dilation, out)
-    flat = win.reshape(win.shape[: x.ndim] + (-1,))
+    flat: np.ndarray = win.reshape(win.shape[: x.ndim] + (-1,))
     # Positions of each window element in the unpadded spatial plane (−1 in the padding).
     sizes = x.shape[x.ndim - nd :]
     positions = np.arange(int(np.prod(sizes)), dtype=np.int64).reshape(sizes)
@@ -255,7 +254,8 @@ def max_pool(c: MaxPool, x: np.ndarray) -> np.ndarray:
     if flat.dtype.kind == "f":
         nan = np.isnan(flat)
         arg = np.where(nan.any(axis=-1), flat.shape[-1] - 1 - np.argmax(nan[..., ::-1], axis=-1), arg)
-    return np.take_along_axis(pos_flat, arg[..., None], axis=-1)[..., 0]
+    picked: np.ndarray = np.take_along_axis(pos_flat, arg[..., None], axis=-1)
+    return picked[..., 0]
 
 
 def max_pool_plan(c: MaxPool, x_shape: tuple[int, ...], dtype: np.dtype) -> Kernel:

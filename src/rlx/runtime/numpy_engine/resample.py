@@ -1,21 +1,10 @@
 """The numpy engine's resampling kernels (Upsample, GridSample).
 
-They follow PyTorch's CPU kernels step by step, because a coordinate that lands a rounding error
-away from a pixel boundary picks a different pixel (nearest) or moves a weight by far more than
-the output's own rounding (linear, cubic):
-
-- upsampling computes coordinates and weights in PyTorch's "opmath" type (float32 for float32 and
-  the half types, float64 for float64), with C's float32 ``floorf`` even on doubles; the generic
-  kernel interpolates the last axis first, keeps partial sums in opmath and stores weights in the
-  tensor dtype (rounding them for half types); small 2-d outputs take PyTorch's channels-last
-  kernels instead, whose nearest index rule differs (see ``nearest_index``);
-- grid_sample computes in the tensor dtype itself, as PyTorch does, half types included;
-- where PyTorch's x86-64 build fuses a multiply and an add into one rounding (an FMA), the
-  kernels do too in float32 (``fma``). With all this, float32 and half-precision results match
-  PyTorch 2.13's x86-64 (AVX-512) CPU kernels bit for bit in the tests; float64 ones, which are
-  not fused here, agree to a few ulps. Elsewhere only the last bit or two may differ.
-
-Everything is vectorised over pixels; the only Python loops run over spatial axes and filter taps.
+They follow PyTorch's CPU kernels step by step, with the tables of ``rlx.kernels.resample_tables``
+(which say why the order of roundings matters): upsampling interpolates the last axis first,
+keeps partial sums in opmath and stores weights in the tensor dtype; grid_sample computes in the
+tensor dtype itself, half types included. Everything is vectorised over pixels; the only Python
+loops run over spatial axes and filter taps.
 """
 
 from __future__ import annotations
@@ -25,6 +14,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ...kernels.registry import static
 from ...kernels.resample_tables import aa_taps, cubic_coefficients, cubic_taps, fma, linear_taps, nearest_index, opmath
 from .overrides import override
 
@@ -32,6 +22,11 @@ if TYPE_CHECKING:
     from ...ir.calls import GridSample, Upsample
 
 _F32, _F64 = np.dtype(np.float32), np.dtype(np.float64)
+
+
+def _sizes(c: Upsample) -> tuple[int, ...]:
+    """The output extents (ints once the program is specialised)."""
+    return tuple(static(d) for d in c.size)
 
 
 def _fused_sum(ts: list[np.ndarray], ws: list[np.ndarray]) -> np.ndarray:
@@ -89,28 +84,28 @@ def _apply_taps(
 
 @override("Upsample")
 def upsample(c: Upsample, x: np.ndarray) -> np.ndarray:
-    nd = len(c.size)
+    nd = len(_sizes(c))
     lead = x.ndim - nd
     sizes_in = x.shape[lead:]
     dt = opmath(x.dtype)
     if c.mode in ("nearest", "nearest_exact"):
         # PyTorch's 2-d kernel switches to its channels-last implementation for small outputs.
-        legacy = nd == 2 and sum(c.size) <= 128
+        legacy = nd == 2 and sum(_sizes(c)) <= 128
         index = tuple(
             nearest_index(n_in, n_out, s, c.mode == "nearest_exact", legacy, dt).reshape((-1,) + (1,) * (nd - 1 - a))
-            for a, (n_in, n_out, s) in enumerate(zip(sizes_in, c.size, c.scales))
+            for a, (n_in, n_out, s) in enumerate(zip(sizes_in, _sizes(c), c.scales))
         )
         return x[(Ellipsis,) + index]
     if c.antialias:
         return _upsample_aa(c, x, nd, lead, dt)
-    if c.mode == "linear" and nd == 2 and sum(c.size) <= 128:
+    if c.mode == "linear" and nd == 2 and sum(_sizes(c)) <= 128:
         return _bilinear_small(c, x, dt)
     # The generic kernel: separable passes, the last axis first, partial sums kept in opmath and
     # weights stored in the tensor dtype (so rounded for half types).
     taps = linear_taps if c.mode == "linear" else cubic_taps
     out = x.astype(dt)
     for a in reversed(range(nd)):
-        idx, w = taps(sizes_in[a], c.size[a], c.scales[a], c.align_corners, dt, x.dtype)
+        idx, w = taps(sizes_in[a], _sizes(c)[a], c.scales[a], c.align_corners, dt, x.dtype)
         out = _apply_taps(out, lead + a, idx, w)
     return out.astype(x.dtype, copy=False)
 
@@ -119,7 +114,8 @@ def _bilinear_small(c: Upsample, x: np.ndarray, dt: np.dtype) -> np.ndarray:
     """PyTorch's 2-d kernel for small outputs: four corner weights ``w_h·w_w`` kept in opmath and
     summed in corner order (its float16 build fuses the multiply-adds differently)."""
     (hi, hw), (wi, ww) = (
-        linear_taps(n_in, n_out, s, c.align_corners, dt, dt) for n_in, n_out, s in zip(x.shape[-2:], c.size, c.scales)
+        linear_taps(n_in, n_out, s, c.align_corners, dt, dt)
+        for n_in, n_out, s in zip(x.shape[-2:], _sizes(c), c.scales)
     )
     xw = x.astype(dt)
     corners = list(itertools.product((0, 1), repeat=2))
@@ -133,7 +129,7 @@ def _upsample_aa(c: Upsample, x: np.ndarray, nd: int, lead: int, dt: np.dtype) -
     # Separable passes, the last axis first; an axis whose extent does not change is left alone.
     out = x.astype(dt)
     for a in reversed(range(nd)):
-        n_in, n_out = x.shape[lead + a], c.size[a]
+        n_in, n_out = x.shape[lead + a], _sizes(c)[a]
         if n_in == n_out:
             continue
         idx, w, count = aa_taps(n_in, n_out, c.scales[a], c.align_corners, c.mode == "bicubic", dt)

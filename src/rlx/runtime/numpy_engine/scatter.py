@@ -7,7 +7,7 @@ PyTorch allows (it leaves that case unspecified).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -18,9 +18,9 @@ if TYPE_CHECKING:
     from ...ir.calls import IndexPut, Scatter
 
 
-def _int_indices(indices: list[np.ndarray | None]) -> tuple[object, ...]:
+def _int_indices(indices: list[np.ndarray | None]) -> tuple[Any, ...]:
     # A bool mask over k axes stands for the k integer arrays of its True positions, as in PyTorch.
-    out: list[object] = []
+    out: list[Any] = []
     for i in indices:
         if i is None:
             out.append(slice(None))
@@ -54,7 +54,7 @@ def scatter(c: Scatter, x: np.ndarray, index: np.ndarray, src: np.ndarray) -> np
         src = np.broadcast_to(src, index.shape)
     # index may be smaller than src (and than x on the other axes): only its positions count.
     src = src[tuple(slice(0, n) for n in index.shape)]
-    grid = list(np.indices(index.shape, sparse=True))
+    grid: list[Any] = list(np.indices(index.shape, sparse=True))
     grid[c.axis] = index.astype(np.intp, copy=False)
     pos = tuple(grid)
     if c.reduce == "none":

@@ -1,0 +1,256 @@
+"""Run ONNX's own node tests (``onnx.backend.test.case.node``) through rlx and through onnxruntime.
+
+Every ai.onnx case is read, lowered, optimised and run on the numpy runtime, and its outputs are
+compared with the expected outputs the case ships (ONNX's tolerances: ``rtol`` / ``atol`` of the
+case; shapes and dtypes must match exactly). onnxruntime runs the same cases in the same process.
+
+    python tools/onnx_conformance.py                      # print the summary
+    python tools/onnx_conformance.py --write-readme       # refresh the README table
+    python tools/onnx_conformance.py --write-known-failures   # refresh tests/onnx_import/known_failures.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import re
+import sys
+import time
+import warnings
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+KNOWN_FAILURES = ROOT / "tests" / "onnx_import" / "known_failures.py"
+BEGIN, END = "<!-- onnx-conformance:begin -->", "<!-- onnx-conformance:end -->"
+
+
+@dataclass
+class Outcome:
+    name: str
+    op: str
+    passed: bool
+    reason: str = ""
+
+
+def collect(pattern: str | None = None) -> list[Any]:
+    """ONNX's node test cases of the ai.onnx domain (``pattern``: a regex over case names)."""
+    from onnx.backend.test.case.node import collect_testcases
+
+    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+        warnings.simplefilter("ignore")
+        np.seterr(all="ignore")
+        cases = collect_testcases()
+    out = []
+    for c in cases:
+        domains = {n.domain for n in c.model.graph.node}
+        if domains - {"", "ai.onnx"}:
+            continue
+        if pattern and not re.search(pattern, c.name):
+            continue
+        out.append(c)
+    return out
+
+
+def case_op(case: Any) -> str:
+    return case.model.graph.node[0].op_type if case.model.graph.node else "?"
+
+
+def _array(x: Any) -> Any:
+    from onnx import TensorProto, numpy_helper
+
+    return numpy_helper.to_array(x) if isinstance(x, TensorProto) else np.asarray(x) if isinstance(x, np.generic) else x
+
+
+def _inputs(case: Any) -> tuple[list[Any], list[Any]]:
+    inputs, outputs = case.data_sets[0]
+    return [_array(x) for x in inputs], [_array(x) for x in outputs]
+
+
+def compare(got: Any, want: Any, rtol: float, atol: float) -> str:
+    """'' when ``got`` matches ``want`` (shape, dtype, NaN pattern, values within tolerance)."""
+    if not isinstance(want, np.ndarray):
+        return f"expected a {type(want).__name__}"
+    got = np.asarray(got)
+    if got.shape != want.shape:
+        return f"shape {list(got.shape)} != {list(want.shape)}"
+    if got.dtype != want.dtype:
+        return f"dtype {got.dtype} != {want.dtype}"
+    if want.dtype.kind in "fc":
+        try:
+            np.testing.assert_allclose(got, want, rtol=rtol, atol=atol, equal_nan=True)
+        except AssertionError:
+            diff = np.nanmax(np.abs(got.astype(np.float64) - want.astype(np.float64))) if got.size else 0
+            return f"values differ (max abs err {diff:.3g})"
+        return ""
+    if want.dtype.kind == "O":
+        return "object outputs"
+    return "" if np.array_equal(got, want) else "values differ"
+
+
+def run_rlx(case: Any) -> Outcome:
+    from rlx.errors import LoweringError, RlxError
+
+    op = case_op(case)
+    try:
+        from rlx.bundle import bind_weights
+        from rlx.convert import finish_program
+        from rlx.onnx_import import reader
+        from rlx.onnx_import.convert import lower_graph
+        from rlx.runtime.model import Model
+
+        inputs, expected = _inputs(case)
+        if any(not isinstance(x, (np.ndarray, np.generic)) for x in inputs):
+            return Outcome(case.name, op, False, "sequence/optional input")
+        feed = {vi.name: np.asarray(x) for vi, x in zip(case.model.graph.input, inputs)}
+        shapes = {k: v.shape for k, v in feed.items()}
+        frozen: dict[str, np.ndarray] = {}
+        while True:  # inputs that must be known while converting (axes, shapes, pads) are frozen
+            try:
+                graph = reader.read(case.model, shapes, frozen)
+                program, weights = lower_graph(graph)
+                break
+            except LoweringError as e:
+                m = re.search(r"input \d+ \('([^']*)'\) must be known", str(e))
+                if not m:
+                    raise
+                if m.group(1) in feed and m.group(1) not in frozen:
+                    frozen[m.group(1)] = feed[m.group(1)]
+                    continue
+                # computed from inputs: freeze the small integer inputs (window sizes, target shapes)
+                small = {k: v for k, v in feed.items() if v.dtype.kind in "iu" and v.size <= 16 and k not in frozen}
+                if not small:
+                    raise
+                frozen.update(small)
+        program = finish_program(program)
+        model = Model(program, bind_weights(program, weights, "weights"))
+        names = [n for n, _, _ in graph.inputs]
+        with np.errstate(all="ignore"):
+            got = model.run_flat(model.bind((), {n: feed[n] for n in names}))
+        for k, (g, w) in enumerate(zip(got, expected)):
+            why = compare(g, w, case.rtol, case.atol)
+            if why:
+                return Outcome(case.name, op, False, f"output {k}: {why}")
+        return Outcome(case.name, op, True, f"frozen inputs: {', '.join(frozen)}" if frozen else "")
+    except RlxError as e:
+        return Outcome(case.name, op, False, f"{type(e).__name__}: {str(e)[:160]}")
+    except Exception as e:  # a crash is a failure of this case, reported, not a crash of the run
+        return Outcome(case.name, op, False, f"crash {type(e).__name__}: {str(e)[:160]}")
+
+
+def run_ort(case: Any) -> Outcome:
+    op = case_op(case)
+    try:
+        import onnxruntime as ort
+
+        inputs, expected = _inputs(case)
+        options = ort.SessionOptions()
+        options.log_severity_level = 4
+        options.intra_op_num_threads = 1
+        sess = ort.InferenceSession(case.model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        feed = {vi.name: np.asarray(x) for vi, x in zip(case.model.graph.input, inputs)}
+        got = sess.run(None, feed)
+        for k, (g, w) in enumerate(zip(got, expected)):
+            why = compare(g, w, case.rtol, case.atol)
+            if why:
+                return Outcome(case.name, op, False, f"output {k}: {why}")
+        return Outcome(case.name, op, True)
+    except Exception as e:
+        return Outcome(case.name, op, False, f"{type(e).__name__}: {str(e)[:160]}")
+
+
+def table(rlx: list[Outcome], ort: list[Outcome] | None) -> str:
+    n = len(rlx)
+    ok = sum(o.passed for o in rlx)
+    frozen = sum(o.passed and o.reason.startswith("frozen") for o in rlx)
+    lines = ["| runner | cases passed | pass rate |", "|---|---:|---:|",
+             f"| rlx | {ok} / {n} (of which {frozen} with shape inputs frozen) | {100 * ok / n:.1f}% |"]  # fmt: skip
+    if ort is not None:
+        ok_o = sum(o.passed for o in ort)
+        lines.append(f"| onnxruntime | {ok_o} / {n} | {100 * ok_o / n:.1f}% |")
+    by_op: dict[str, list[Outcome]] = defaultdict(list)
+    for o in rlx:
+        by_op[o.op].append(o)
+    ort_by = {o.name: o for o in ort or []}
+    lines += ["", "<details><summary>By op (rlx passed / onnxruntime passed / cases)</summary>", "",
+              "| op | rlx | onnxruntime | cases |", "|---|---:|---:|---:|"]  # fmt: skip
+    for op in sorted(by_op):
+        cases = by_op[op]
+        r = sum(o.passed for o in cases)
+        t = sum(ort_by[o.name].passed for o in cases if o.name in ort_by) if ort is not None else "-"
+        lines.append(f"| {op} | {r} | {t} | {len(cases)} |")
+    lines += ["", "</details>"]
+    return "\n".join(lines)
+
+
+def write_readme(text: str) -> None:
+    readme = README.read_text(encoding="utf-8")
+    if BEGIN not in readme:
+        raise SystemExit(f"{README}: no {BEGIN} marker")
+    head, rest = readme.split(BEGIN, 1)
+    _, tail = rest.split(END, 1)
+    README.write_text(f"{head}{BEGIN}\n{text}\n{END}{tail}", encoding="utf-8")
+
+
+def reason_class(reason: str) -> str:
+    """A short, stable class of a failure reason for the known-failures table."""
+    for pattern, label in (
+        (r"element type (\w+)", r"dtype \1 unsupported"),
+        (r"unsupported ONNX ops", "op not supported"),
+        (r"sequence|optional", "sequence/optional types"),
+        (r"values differ", "values differ"),
+        (r"shape \[", "shape differs"),
+        (r"dtype \w+ != ", "dtype differs"),
+        (r"data-dependent|must be known", "data-dependent shape"),
+    ):
+        m = re.search(pattern, reason)
+        if m:
+            return m.expand(label) if "\\" in label else label
+    return reason[:100]
+
+
+def write_known_failures(outcomes: list[Outcome]) -> None:
+    rows = [f"    {o.name!r}: {reason_class(o.reason)!r}," for o in outcomes if not o.passed]
+    KNOWN_FAILURES.write_text(
+        '"""ONNX node-test cases rlx is known to fail, with the reason (written by tools/onnx_conformance.py\n'
+        '--write-known-failures; tests/onnx_import/test_conformance.py checks the rest pass)."""\n\n'
+        "KNOWN_FAILURES: dict[str, str] = {\n" + "\n".join(rows) + "\n}\n",
+        encoding="utf-8",
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("-k", "--pattern", help="only cases whose name matches this regex")
+    p.add_argument("--no-ort", action="store_true", help="do not run onnxruntime")
+    p.add_argument("--write-readme", action="store_true")
+    p.add_argument("--write-known-failures", action="store_true")
+    p.add_argument("--failures", action="store_true", help="list every failing case with its reason")
+    args = p.parse_args(argv)
+    t0 = time.perf_counter()
+    cases = collect(args.pattern)
+    rlx = [run_rlx(c) for c in cases]
+    ort = None if args.no_ort else [run_ort(c) for c in cases]
+    print(table(rlx, ort))
+    print(f"\n{len(cases)} cases in {time.perf_counter() - t0:.1f} s")
+    if args.failures:
+        for o in rlx:
+            if not o.passed:
+                print(f"FAIL {o.name}: {o.reason}")
+    counts = Counter(reason_class(o.reason) for o in rlx if not o.passed)
+    print("\nfailure classes:", ", ".join(f"{k} ×{v}" for k, v in counts.most_common(15)))
+    if args.write_readme:
+        write_readme(table(rlx, ort))
+    if args.write_known_failures:
+        write_known_failures(rlx)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -81,8 +81,14 @@ def dtype_problem(have: np.dtype | None, have_text: str, spec: InputSpec) -> str
 
 
 # ── decoding ─────────────────────────────────────────────────────────────────
+class Segments(list):
+    """A block's column from files that store it as different types (a tensor column here, lists there)."""
+
+
 def decode(col: Any, spec: InputSpec) -> Rows:
     """A block's column as rows of ``spec.dtype``, each checked against ``spec.row_shape``."""
+    if isinstance(col, Segments):
+        return _joined([decode(c, spec) for c in col])
     rows = _decode_arrow(col, spec.dtype) if is_arrow(col) else Rows(stacked=np.asarray(col))
     if rows.stacked is not None:
         rows.stacked = rows.stacked.astype(spec.dtype, copy=False)
@@ -96,6 +102,18 @@ def decode(col: Any, spec: InputSpec) -> Rows:
             if problem:
                 rows.bad[i] = problem
     return rows
+
+
+def _joined(parts: list[Rows]) -> Rows:
+    if all(p.stacked is not None for p in parts) and len({p.stacked.shape[1:] for p in parts}) == 1:
+        joined = Rows(stacked=np.concatenate([p.stacked for p in parts]))
+    else:
+        joined = Rows(each=[row for p in parts for row in (p.stacked if p.stacked is not None else p.each)])
+    offset = 0
+    for p in parts:
+        joined.bad.update({offset + i: why for i, why in p.bad.items()})
+        offset += len(p.stacked) if p.stacked is not None else len(p.each or [])
+    return joined
 
 
 def shape_problem(shape: tuple[int, ...], spec: InputSpec) -> str | None:
@@ -199,6 +217,8 @@ def _nested_lists(rows: list[np.ndarray], variable: bool) -> Any:
 
 def take(col: Any, rows: list[int]) -> Any:
     """Rows of a carried column (Arrow or numpy), in order."""
+    if isinstance(col, Segments):  # carried columns keep the first file's type
+        col = pyarrow().concat_arrays([c.cast(col[0].type) for c in col])
     if is_arrow(col):
         return col.take(pyarrow().array(rows, type=pyarrow().int64()))
     return col[rows]
@@ -212,5 +232,8 @@ def concat(cols: list[Any]) -> Any:
     if len(cols) == 1:
         return cols[0]
     if is_arrow(cols[0]):
-        return pyarrow().concat_arrays([c.combine_chunks() if hasattr(c, "combine_chunks") else c for c in cols])
+        arrays = [c.combine_chunks() if hasattr(c, "combine_chunks") else c for c in cols]
+        if len({a.type for a in arrays}) > 1:
+            return Segments(arrays)
+        return pyarrow().concat_arrays(arrays)
     return np.concatenate(cols)

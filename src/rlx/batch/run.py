@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from rlx.batch.columns import is_arrow
+from rlx.batch.columns import is_arrow, pyarrow
 from rlx.batch.output import OutputDir, ShardResult, ShardWriter, block_table, write_skipped_sidecar
 from rlx.batch.predict import Predictor, Skip
 from rlx.batch.progress import Progress
@@ -71,6 +71,7 @@ class Session:
     def __init__(self, job: Job, model: Model | None = None) -> None:
         if job.batch_size < 1:
             raise UsageError(f"batch size must be at least 1, not {job.batch_size}")
+        pyarrow()  # outputs are Parquet: say which extra is missing before loading anything
         self.job = job
         self.model = model or load(job.bundle, backend=job.engine)
         self.sig = signature(self.model, dict(job.columns))
@@ -203,6 +204,11 @@ def run(
         bundle, data, output, batch_size=batch_size, columns=columns, keep=keep,
         engine=engine, on_error=on_error, shard_rows=shard_rows,
     )  # fmt: skip
+    return run_job(job, progress)
+
+
+def run_job(job: Job, progress: bool | None = None) -> BatchSummary:
+    """``run`` for a prepared job, in this process."""
     session = Session(job)
     return drive(session, lambda todo: (session.run_shard(a, b) for a, b in todo), progress)
 

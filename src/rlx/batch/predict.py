@@ -39,7 +39,7 @@ class Skip:
             where = f"{self.file}: row {self.file_row}"
         if self.file_row is not None and self.file_row != self.row_index:
             where += f" (dataset row {self.row_index})"
-        return f"{where}, {f'column {self.column!r}' if self.column else 'model call'}: {self.error}"
+        return f"{where}, column {self.column!r}: {self.error}" if self.column else f"{where}: {self.error}"
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -112,7 +112,7 @@ class Predictor:
             return [(group, self._call(group, decoded))]
         except ROW_ERRORS as e:
             if len(group) == 1:
-                skipped.append(self._bad(self._skip(block, group[0], None, _one_line(e))))
+                skipped.append(self._bad(self._skip(block, group[0], None, f"the model refused it: {_one_line(e)}")))
                 return []
         # One call failed: find the rows the model refuses on their own, then run the rest together again.
         results = []

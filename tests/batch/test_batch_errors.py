@@ -57,7 +57,11 @@ def test_a_row_of_the_wrong_shape_stops_the_run_or_is_skipped(two_heads, tmp_pat
     keep = [i for i in range(10) if i != 7]
     want = torch_outputs(model, np.stack(good)[keep])["logits"]
     np.testing.assert_allclose(table.column("logits").combine_chunks().to_numpy_ndarray(), want, rtol=1e-5, atol=1e-5)
-    (record,) = [json.loads(line) for line in (tmp_path / "skip" / "_skipped.jsonl").read_text().splitlines()]
+    skipped_text = (tmp_path / "skip" / "_skipped.jsonl").read_text()
+    rerun = rlx.batch.run(bundle, tmp_path / "d.parquet", tmp_path / "skip", batch_size=4, on_error="skip")
+    assert (rerun.shards_reused, rerun.skipped) == (1, 1)
+    assert (tmp_path / "skip" / "_skipped.jsonl").read_text() == skipped_text  # a rerun keeps the record
+    (record,) = [json.loads(line) for line in skipped_text.splitlines()]
     assert record == {
         "row_index": 7, "count": 1, "file": str(tmp_path / "d.parquet"), "file_row": 7, "column": "features",
         "error": "shape [5], input 'features' needs [6] per row",
@@ -122,8 +126,11 @@ def test_a_corrupt_page_is_named_by_file_and_rows(two_heads, tmp_path):
     ]
     assert leftovers(tmp_path / "out") == []
     assert json.loads((tmp_path / "out" / "_manifest.json").read_text())["complete"] is False
+    stale = tmp_path / "out" / ".part-000000000200-000000000300.parquet.tmp-999"
+    stale.write_bytes(b"left by a run that was killed")
     summary = rlx.batch.run(bundle, path, tmp_path / "out", batch_size=100, shard_rows=100, on_error="skip")
     assert (summary.shards_reused, summary.written, summary.skipped) == (2, 200, 200)
+    assert leftovers(tmp_path / "out") == []
 
 
 def test_rows_the_model_refuses_are_found_within_their_batch(per_token, tmp_path):

@@ -22,7 +22,7 @@ from rlx.errors import OutputError, UsageError
 
 MANIFEST = "_manifest.json"  # "_" first: pyarrow and Spark read OUT as a dataset and skip it
 SKIPPED = "_skipped.jsonl"
-SKIPPED_DIR = "_skipped"  # per-shard skipped rows, joined into skipped.jsonl when the run completes
+SKIPPED_DIR = "_skipped"  # per-shard skipped rows, joined into _skipped.jsonl when the run completes
 FORMAT, VERSION = "rlx-batch", 1
 ROW_GROUP_ROWS = 16_384  # rows buffered per Parquet row group: fewer, larger groups read faster
 
@@ -58,8 +58,10 @@ def block_table(
 class ShardWriter:
     """Writes one shard to a temporary file; ``commit`` renames it into place, ``abort`` removes it."""
 
-    def __init__(self, out_dir: Path, start: int, stop: int) -> None:
+    def __init__(self, out_dir: Path, start: int, stop: int, dictionary_columns: list[str] | None = None) -> None:
         self.path = out_dir / shard_name(start, stop)
+        # Dictionary encoding only pays for carried columns (ids, labels); on float tensors it is wasted time.
+        self.dictionary_columns = dictionary_columns or []
         self.tmp = out_dir / f".{self.path.name}.tmp-{os.getpid()}"
         self.writer: Any = None
         self.buffer: list[Any] = []
@@ -69,7 +71,9 @@ class ShardWriter:
         if table.num_rows == 0:
             return
         if self.writer is None:
-            self.writer = pyarrow().parquet.ParquetWriter(self.tmp, table.schema)
+            self.writer = pyarrow().parquet.ParquetWriter(
+                self.tmp, table.schema, use_dictionary=self.dictionary_columns or False
+            )
         self.buffer.append(table.cast(self.writer.schema) if table.schema != self.writer.schema else table)
         self.rows += table.num_rows
         if sum(t.num_rows for t in self.buffer) >= ROW_GROUP_ROWS:
@@ -140,6 +144,12 @@ class OutputDir:
 
     def prepare(self) -> None:
         self.path.mkdir(parents=True, exist_ok=True)
+        self.remove_temporary_files()
+
+    def remove_temporary_files(self) -> None:
+        """Shards a killed run (or a Ray worker stopped mid-shard) did not finish."""
+        for stale in [*self.path.glob(".part-*.tmp-*"), *self.path.glob(f"{SKIPPED_DIR}/.*.tmp-*")]:
+            stale.unlink(missing_ok=True)
 
     def record(self, result: ShardResult) -> None:
         self.shards[shard_name(result.start, result.stop)] = asdict(result)
@@ -152,12 +162,14 @@ class OutputDir:
             sidecar = self.path / SKIPPED_DIR / (name.removesuffix(".parquet") + ".jsonl")
             if sidecar.is_file():
                 lines.append(sidecar.read_text(encoding="utf-8"))
+        # The per-shard records stay (under "_", unseen by readers): a rerun rebuilds this file from them.
         atomic_write(self.path / SKIPPED, "".join(lines))
-        shutil.rmtree(self.path / SKIPPED_DIR, ignore_errors=True)
         self._write_manifest(complete=True, total_rows=total_rows)
 
     def clean_up_after_failure(self) -> None:
-        """A run that fails before finishing any shard leaves no directory it created."""
+        """No temporary files stay; a run that fails before finishing any shard leaves no directory it created."""
+        if self.path.is_dir():
+            self.remove_temporary_files()
         if self.created and self.path.is_dir() and not self.shards:
             shutil.rmtree(self.path / SKIPPED_DIR, ignore_errors=True)
             (self.path / MANIFEST).unlink(missing_ok=True)

@@ -87,20 +87,12 @@ class Session:
         return [(a, min(a + size, total)) for a in range(0, total, size)]
 
     def unreadable(self) -> list[Skip]:
-        """Files with a problem: in ``stop`` mode the first one is an error before any work is done."""
-        found = []
-        for part in self.source.parts:
-            if part.problem is not None:
-                found.append(
-                    Skip(part.start, part.rows, part.path, 0 if part.rows else None, part.problem_column, part.problem)
-                )
-        if found and self.job.on_error == "stop":
-            raise DataError(found[0].message())
-        return [s for s in found if s.count == 0]  # the others are recorded with the shard they fall in
+        """Files whose rows cannot even be counted (the others are recorded with the shard they fall in)."""
+        return [s for s in file_problems(self.source, self.job.on_error) if s.count == 0]
 
     def run_shard(self, start: int, stop: int) -> ShardResult:
         out_dir = Path(self.job.output)
-        writer = ShardWriter(out_dir, start, stop)
+        writer = ShardWriter(out_dir, start, stop, self.kept)
         skipped: list[Skip] = []
         try:
             for block in self.source.blocks(start, stop, self.grid):
@@ -125,6 +117,19 @@ class Session:
         job["columns"] = [list(c) for c in self.job.columns]
         job["keep"] = self.kept
         return job
+
+
+def file_problems(source: Source, on_error: str) -> list[Skip]:
+    """Files with a problem (unreadable, a column missing or of the wrong type); in ``stop`` mode the
+    first one is an error, raised before any work is done."""
+    found = [
+        Skip(p.start, p.rows, p.path, 0 if p.rows else None, p.problem_column, p.problem)
+        for p in source.parts
+        if p.problem is not None
+    ]
+    if found and on_error == "stop":
+        raise DataError(found[0].message())
+    return found
 
 
 def grid_size(sig: Signature, batch_size: int) -> int:
@@ -270,9 +275,7 @@ def iter_batches(
     kept = source.check(sig, keep)
     _check_names(sig, kept)
     predictor = Predictor(model, sig, on_error)
-    for part in source.parts:
-        if part.problem is not None and on_error == "stop":
-            raise DataError(f"{part.path}: column {part.problem_column!r}: {part.problem}")
+    file_problems(source, on_error)
     for block in source.blocks(0, source.total_rows, grid_size(sig, batch_size)):
         predicted = predictor.block(block)
         if not predicted.rows:

@@ -159,23 +159,38 @@ def _join(pieces: list[Piece]) -> Block:
 class ParquetReader:
     def __init__(self, path: str) -> None:
         self.path = path
-        self.file = pyarrow().parquet.ParquetFile(path)  # reads the footer only
-        meta = self.file.metadata
+        # The footer only; the file is opened again while its rows are read, so a dataset of
+        # thousands of files never holds thousands of open files.
+        meta = pyarrow().parquet.read_metadata(path)
         self.rows = meta.num_rows
         self.group_starts = np.cumsum([0] + [meta.row_group(g).num_rows for g in range(meta.num_row_groups)])
+        self._schema = {f.name: (leaf_dtype(f.type), str(f.type)) for f in meta.schema.to_arrow_schema()}
 
     def schema(self) -> dict[str, tuple[np.dtype | None, str]]:
-        return {f.name: (leaf_dtype(f.type), str(f.type)) for f in self.file.schema_arrow}
+        return self._schema
 
     def read(self, first: int, stop: int, chunk: int, columns: list[str]) -> Iterator[tuple[int, int, Any, Any]]:
         """(row in file, rows, columns or None, problem) for rows ``first … stop - 1``, row group by row group."""
+        try:
+            file = pyarrow().parquet.ParquetFile(self.path)
+        except (OSError, ValueError) as e:  # changed or removed since its footer was read
+            yield first, stop - first, None, f"cannot open: {_one_line(e)}"
+            return
+        try:
+            yield from self._read_groups(file, first, stop, chunk, columns)
+        finally:
+            file.close()
+
+    def _read_groups(
+        self, file: Any, first: int, stop: int, chunk: int, columns: list[str]
+    ) -> Iterator[tuple[int, int, Any, Any]]:
         for g in range(len(self.group_starts) - 1):
             g_start, g_stop = int(self.group_starts[g]), int(self.group_starts[g + 1])
             if g_stop <= first or g_start >= stop:
                 continue
             at = g_start
             try:
-                for batch in self.file.iter_batches(batch_size=chunk, row_groups=[g], columns=columns):
+                for batch in file.iter_batches(batch_size=chunk, row_groups=[g], columns=columns):
                     lo, hi = max(at, first), min(at + batch.num_rows, stop)
                     if lo < hi:
                         cols = {name: batch.column(name).slice(lo - at, hi - lo) for name in columns}

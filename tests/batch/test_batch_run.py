@@ -166,3 +166,34 @@ except rlx.errors.UsageError as e:
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ}, check=True)
     assert out.stdout.strip() == "rlx batch needs pyarrow: pip install 'rlx[batch]'"
+
+
+def test_jax_engine_gives_the_same_values(two_heads, tmp_path):
+    pytest.importorskip("jax")
+    model, bundle = two_heads
+    x = features(100, seed=11)
+    np.save(tmp_path / "x.npy", x)
+    rlx.batch.run(bundle, tmp_path / "x.npy", tmp_path / "out", batch_size=50, engine="jax")
+    table = read_output(tmp_path / "out")
+    want = torch_outputs(model, x)
+    np.testing.assert_allclose(
+        table.column("logits").combine_chunks().to_numpy_ndarray(), want["logits"], rtol=1e-5, atol=1e-5
+    )
+    np.testing.assert_array_equal(table.column("label").to_numpy(), want["label"])
+
+
+def test_progress_bar_shows_rate_and_eta_only_on_a_terminal():
+    import io
+
+    from rlx.batch.progress import Progress
+
+    shown = io.StringIO()
+    bar = Progress(1000, enabled=True, stream=shown)
+    bar.skip(200)
+    bar.advance(300)
+    bar.close()
+    last = shown.getvalue().split("\r")[-1]
+    assert "500/1,000 rows" in last and "rows/s" in last and "ETA" in last
+    quiet = io.StringIO()  # StringIO is not a terminal
+    Progress(1000, stream=quiet).advance(1000)
+    assert quiet.getvalue() == ""

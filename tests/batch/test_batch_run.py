@@ -168,6 +168,14 @@ except rlx.errors.UsageError as e:
     assert out.stdout.strip() == "rlx batch needs pyarrow: pip install 'rlx[batch]'"
 
 
+def test_ray_is_optional(two_heads, tmp_path, capsys, monkeypatch):
+    _, bundle = two_heads
+    pq.write_table(pa.table({"features": pa.array(list(features(3)))}), tmp_path / "d.parquet")
+    monkeypatch.setitem(sys.modules, "ray", None)  # as if it were not installed
+    code = main(["batch", str(bundle), "-i", str(tmp_path / "d.parquet"), "-o", str(tmp_path / "out"), "--ray"])
+    assert (code, capsys.readouterr().err) == (2, "rlx: rlx batch --ray needs Ray: pip install 'rlx[ray]'\n")
+
+
 def test_jax_engine_gives_the_same_values(two_heads, tmp_path):
     pytest.importorskip("jax")
     model, bundle = two_heads

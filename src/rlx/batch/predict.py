@@ -79,10 +79,9 @@ class Predictor:
         results: list[tuple[list[int], dict[str, np.ndarray]]] = []
         for group in self._groups([i for i in range(block.n) if i not in bad], decoded):
             results += self._run_group(group, decoded, block, skipped)
-        rows = [i for group, _ in results for i in group]
-        order = np.argsort(rows, kind="stable")  # groups re-run after a failure may come back out of order
         skipped.sort(key=lambda s: s.row_index)
-        return Predicted(sorted(rows), _merge([out for _, out in results], order, self.sig), skipped)
+        rows = [i for group, _ in results for i in group]  # ascending: groups are in order, and so is each
+        return Predicted(rows, _merge([out for _, out in results], self.sig), skipped)
 
     def _bad_rows(self, decoded: dict[str, Rows]) -> list[tuple[int, str, str]]:
         """(block row, column, reason) for each row some input cannot use (the first such input names it)."""
@@ -114,13 +113,13 @@ class Predictor:
             if len(group) == 1:
                 skipped.append(self._bad(self._skip(block, group[0], None, f"the model refused it: {_one_line(e)}")))
                 return []
-        # One call failed: find the rows the model refuses on their own, then run the rest together again.
-        results = []
+        # One call failed: try each row alone to find the ones the model refuses, then run the rest
+        # together again, so they are computed in one batch as they would be without the bad rows.
         for i in group:
-            results += self._run_group([i], decoded, block, skipped)
+            self._run_group([i], decoded, block, skipped)
         refused = {s.row_index - block.start for s in skipped}
         rest = [i for i in group if i not in refused]
-        return [(rest, self._call(rest, decoded))] if rest else results
+        return [(rest, self._call(rest, decoded))] if rest else []
 
     def _call(self, group: list[int], decoded: dict[str, Rows]) -> dict[str, np.ndarray]:
         n = len(group)
@@ -149,24 +148,18 @@ class Predictor:
         return skip
 
 
-def _merge(parts: list[dict[str, np.ndarray]], order: np.ndarray, sig: Signature) -> dict[str, Any]:
-    """Per output: the groups' rows stacked in row order, or a list of rows when their shapes differ."""
+def _merge(parts: list[dict[str, np.ndarray]], sig: Signature) -> dict[str, Any]:
+    """Per output: the groups' rows stacked, or a list of rows when their shapes differ (ragged)."""
     merged: dict[str, Any] = {}
     for o in sig.outputs:
         arrays = [p[o.name] for p in parts]
         if not arrays:
             merged[o.name] = []
         elif len({a.shape[1:] for a in arrays}) == 1:
-            stacked = np.concatenate(arrays) if len(arrays) > 1 else arrays[0]
-            merged[o.name] = stacked if _is_sorted(order) else stacked[order]
+            merged[o.name] = np.concatenate(arrays) if len(arrays) > 1 else arrays[0]
         else:
-            rows = [row for a in arrays for row in a]
-            merged[o.name] = [rows[k] for k in order]
+            merged[o.name] = [row for a in arrays for row in a]
     return merged
-
-
-def _is_sorted(order: np.ndarray) -> bool:
-    return bool((np.diff(order) > 0).all()) if len(order) > 1 else True
 
 
 def _one_line(e: BaseException) -> str:

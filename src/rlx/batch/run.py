@@ -110,9 +110,10 @@ class Session:
     def fingerprint(self) -> dict[str, Any]:
         """What a rerun must share with the run it resumes: same bundle, data, columns and batching."""
         job = asdict(self.job)
-        for key in ("output", "on_error", "bundle"):  # skip on rerun may finish a run that stopped
+        # Not compared: where OUT is, and on_error (a rerun with `skip` may finish a run that stopped).
+        for key in ("output", "on_error"):
             job.pop(key)
-        job["bundle"] = bundle_digest(self.job.bundle)
+        job["bundle"] = bundle_digest(self.job.bundle)  # the content, not the path
         job["data"] = [[p.path, p.rows, _size(p.path)] for p in self.source.parts]
         job["columns"] = [list(c) for c in self.job.columns]
         job["keep"] = self.kept

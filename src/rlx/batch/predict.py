@@ -15,8 +15,9 @@ from rlx.runtime import Model
 
 ON_ERROR = ("stop", "skip")
 # What a model call raises for rows it cannot take: a shape outside a symbol's range, mismatched
-# symbols, an index out of range in an embedding (numpy's own error). Anything else is a bug and propagates.
-ROW_ERRORS = (RlxError, IndexError)
+# symbols (InputError), an index out of range in an embedding (the runtime's RlxError wrapping
+# numpy's IndexError). Anything else is a bug in rlx and propagates.
+ROW_ERRORS = (RlxError,)
 
 
 @dataclass(frozen=True)

@@ -125,6 +125,25 @@ def _parser() -> argparse.ArgumentParser:
     ops = sub.add_parser("ops", help="list the aten ops the registry lowers (markdown table)")
     ops.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
 
+    bat = sub.add_parser("batch", help="run a bundle over a dataset (Parquet, .npy/.npz) into Parquet shards")
+    bat.add_argument("bundle", help="bundle directory (or an OUT directory from `rlx import`)")
+    bat.add_argument("--input", "-i", required=True, nargs="+", action="extend", metavar="DATA",
+                     help="Parquet files or directories, or one .npy/.npz file")  # fmt: skip
+    bat.add_argument("--output", "-o", required=True, help="output directory (a rerun resumes it)")
+    bat.add_argument("--batch-size", type=int, default=256, help="rows per model call (default 256)")
+    bat.add_argument("--column", action="append", default=[], metavar="INPUT=COLUMN",
+                     help="read model input INPUT from data column COLUMN (repeatable; default: same name)")  # fmt: skip
+    bat.add_argument("--keep", action="append", metavar="COLUMN",
+                     help="input column to carry into the output (repeatable; default: every non-input column)")  # fmt: skip
+    bat.add_argument("--engine", choices=("numpy", "jax"), default="numpy", help="runtime backend (default numpy)")
+    bat.add_argument("--on-error", choices=("stop", "skip"), default="stop",
+                     help="stop at the first bad row (default), or skip bad rows into OUT/_skipped.jsonl")  # fmt: skip
+    bat.add_argument("--shard-rows", type=int, default=65_536, help="input rows per output shard (default 65536)")
+    bat.add_argument("--ray", action="store_true", help="run shards on Ray workers (needs rlx[ray])")
+    bat.add_argument("--address", help="Ray cluster address (default: start a local one)")
+    bat.add_argument("--workers", type=int, default=2, help="Ray workers (default 2)")
+    bat.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
+
     ver = sub.add_parser("verify", help="re-run parity of an OUT directory or bundle against its reference")
     ver.add_argument("path")
     ver.add_argument("--reference", help="reference.safetensors (default: next to the bundle)")
@@ -146,6 +165,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "debug": cmd_debug,
             "report": cmd_report,
             "ops": cmd_ops,
+            "batch": cmd_batch,
         }[args.command](args)
     except RlxError as e:
         if debug:
@@ -438,6 +458,32 @@ def cmd_ops(args: argparse.Namespace) -> int:
     from rlx.lower.registry import op_table_markdown
 
     _say(op_table_markdown())
+    return EXIT_OK
+
+
+# ── batch ──────────────────────────────────────────────────────────────────
+def cmd_batch(args: argparse.Namespace) -> int:
+    from rlx.batch.run import make_job
+
+    columns = {}
+    for item in args.column:
+        name, sep, column = item.partition("=")
+        if not sep or not name or not column:
+            raise UsageError(f"--column {item!r}: expected INPUT=COLUMN")
+        columns[name] = column
+    job = make_job(
+        args.bundle, args.input, args.output, batch_size=args.batch_size, columns=columns, keep=args.keep,
+        engine=args.engine, on_error=args.on_error, shard_rows=args.shard_rows,
+    )  # fmt: skip
+    if args.ray:
+        from rlx.batch.ray_run import run_job as run_on_ray
+
+        summary = run_on_ray(job, address=args.address, workers=args.workers)
+    else:
+        from rlx.batch.run import run_job
+
+        summary = run_job(job)
+    _say(summary.line())
     return EXIT_OK
 
 

@@ -37,6 +37,10 @@ class InputError(RlxError):
     """Inputs given to a model that do not match its signature (count, name, shape, dtype)."""
 
 
+class DataError(InputError):
+    """A dataset row, column or file that ``rlx batch`` cannot feed to the model (names file, row and column)."""
+
+
 class ExportError(RlxError):
     """``torch.export`` could not capture the model."""
 

@@ -1,0 +1,319 @@
+"""Where rows come from: Parquet files (one, several, a directory), a .npy/.npz file, or in-memory arrays.
+
+Rows are numbered across all files in sorted order. A source reads a range of rows as *blocks*
+cut on a fixed grid (global rows k·B … (k+1)·B), so a row lands in the same batch however the
+files are split into row groups and wherever a rerun resumes. Only one Parquet record batch per
+file is held at a time: memory stays bounded whatever the dataset's size.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rlx.batch.columns import concat, dtype_problem, leaf_dtype, pyarrow, slice_col
+from rlx.batch.spec import ROW_INDEX, Signature
+from rlx.errors import DataError, UsageError
+
+MEMORY = "<memory>"
+
+
+@dataclass
+class Part:
+    """One file (or the in-memory data): its rows are global rows ``start … start + rows - 1``."""
+
+    path: str
+    start: int
+    rows: int
+    reader: Any = field(repr=False, compare=False)
+    problem: str | None = None  # the whole file is unusable (unreadable, a column missing or of the wrong type)
+    problem_column: str | None = None
+
+
+@dataclass
+class Piece:
+    """Consecutive rows of one part, as read (``columns`` None: they could not be read, ``problem`` says why)."""
+
+    start: int
+    n: int
+    part: Part
+    part_row: int
+    columns: dict[str, Any] | None
+    problem: str | None = None
+
+
+@dataclass
+class Block:
+    """The rows of one grid cell (or less, at a range end or around unreadable rows)."""
+
+    start: int
+    n: int
+    columns: dict[str, Any] | None
+    origins: list[tuple[int, Part, int]]  # (block row, part, row in that part) where each part's run begins
+    problem: str | None = None
+
+    def locate(self, i: int) -> tuple[str, int]:
+        """The file and the row within it of block row ``i``."""
+        for block_row, part, part_row in reversed(self.origins):
+            if i >= block_row:
+                return part.path, part_row + i - block_row
+        raise IndexError(i)
+
+
+class Source:
+    """Parts in order plus the columns to read from each."""
+
+    def __init__(self, parts: list[Part], all_columns: list[str]) -> None:
+        self.parts = parts
+        self.all_columns = all_columns
+        self.read_columns: list[str] = []
+
+    @property
+    def total_rows(self) -> int:
+        return sum(p.rows for p in self.parts)
+
+    def check(self, sig: Signature, keep: Sequence[str] | None) -> list[str]:
+        """Mark parts lacking a column or holding the wrong dtype; returns the carried (kept) columns."""
+        kept = [c for c in self.all_columns if c not in sig.columns] if keep is None else list(keep)
+        if ROW_INDEX in kept:
+            raise UsageError(f"column {ROW_INDEX!r} is written by rlx batch itself; rename it in the input")
+        self.read_columns = list(dict.fromkeys([*sig.columns, *kept]))
+        for part in self.parts:
+            if part.problem is None:
+                part.problem, part.problem_column = _column_problem(part, sig, self.read_columns)
+        return kept
+
+    def blocks(self, start: int, stop: int, grid: int) -> Iterator[Block]:
+        """Rows ``start … stop - 1`` in blocks that never cross a multiple of ``grid``."""
+        return _regrid(self._pieces(start, stop, grid), grid)
+
+    def _pieces(self, start: int, stop: int, chunk: int) -> Iterator[Piece]:
+        for part in self.parts:
+            first, last = max(start, part.start), min(stop, part.start + part.rows)
+            if first >= last:
+                continue
+            if part.problem is not None:
+                yield Piece(first, last - first, part, first - part.start, None, part.problem)
+                continue
+            for piece_start, n, columns, problem in part.reader.read(
+                first - part.start, last - part.start, chunk, self.read_columns
+            ):
+                yield Piece(part.start + piece_start, n, part, piece_start, columns, problem)
+
+
+def _column_problem(part: Part, sig: Signature, columns: list[str]) -> tuple[str | None, str | None]:
+    have = part.reader.schema()
+    for column in columns:
+        if column not in have:
+            return f"no column {column!r} (it has {', '.join(have) or 'none'})", column
+    for spec in sig.inputs:
+        dtype, text = have[spec.column]
+        problem = dtype_problem(dtype, text, spec)
+        if problem:
+            return problem, spec.column
+    return None, None
+
+
+def _regrid(pieces: Iterator[Piece], grid: int) -> Iterator[Block]:
+    pending: list[Piece] = []
+
+    def flush() -> Iterator[Block]:
+        if pending:
+            yield _join(pending)
+            pending.clear()
+
+    for piece in pieces:
+        if piece.columns is None:
+            yield from flush()
+            yield Block(piece.start, piece.n, None, [(0, piece.part, piece.part_row)], piece.problem)
+            continue
+        done = 0
+        while done < piece.n:
+            at = piece.start + done
+            take = min(piece.n - done, (at // grid + 1) * grid - at)
+            columns = {k: slice_col(v, done, done + take) for k, v in piece.columns.items()}
+            pending.append(Piece(at, take, piece.part, piece.part_row + done, columns))
+            done += take
+            if (at + take) % grid == 0:
+                yield from flush()
+    yield from flush()
+
+
+def _join(pieces: list[Piece]) -> Block:
+    origins: list[tuple[int, Part, int]] = []
+    offset = 0
+    for p in pieces:
+        if not origins or origins[-1][1] is not p.part:
+            origins.append((offset, p.part, p.part_row))
+        offset += p.n
+    names = pieces[0].columns or {}
+    columns = {k: concat([p.columns[k] for p in pieces if p.columns is not None]) for k in names}
+    return Block(pieces[0].start, offset, columns, origins)
+
+
+# ── Parquet ──────────────────────────────────────────────────────────────────
+class ParquetReader:
+    def __init__(self, path: str) -> None:
+        self.path = path
+        # The footer only; the file is opened again while its rows are read, so a dataset of
+        # thousands of files never holds thousands of open files.
+        meta = pyarrow().parquet.read_metadata(path)
+        self.rows = meta.num_rows
+        self.group_starts = np.cumsum([0] + [meta.row_group(g).num_rows for g in range(meta.num_row_groups)])
+        self._schema = {f.name: (leaf_dtype(f.type), str(f.type)) for f in meta.schema.to_arrow_schema()}
+
+    def schema(self) -> dict[str, tuple[np.dtype | None, str]]:
+        return self._schema
+
+    def read(self, first: int, stop: int, chunk: int, columns: list[str]) -> Iterator[tuple[int, int, Any, Any]]:
+        """(row in file, rows, columns or None, problem) for rows ``first … stop - 1``, row group by row group."""
+        try:
+            file = pyarrow().parquet.ParquetFile(self.path)
+        except (OSError, ValueError) as e:  # changed or removed since its footer was read
+            yield first, stop - first, None, f"cannot open: {_one_line(e)}"
+            return
+        try:
+            yield from self._read_groups(file, first, stop, chunk, columns)
+        finally:
+            file.close()
+
+    def _read_groups(
+        self, file: Any, first: int, stop: int, chunk: int, columns: list[str]
+    ) -> Iterator[tuple[int, int, Any, Any]]:
+        for g in range(len(self.group_starts) - 1):
+            g_start, g_stop = int(self.group_starts[g]), int(self.group_starts[g + 1])
+            if g_stop <= first or g_start >= stop:
+                continue
+            at = g_start
+            try:
+                for batch in file.iter_batches(batch_size=chunk, row_groups=[g], columns=columns):
+                    lo, hi = max(at, first), min(at + batch.num_rows, stop)
+                    if lo < hi:
+                        cols = {name: batch.column(name).slice(lo - at, hi - lo) for name in columns}
+                        yield lo, hi - lo, cols, None
+                    at += batch.num_rows
+            except (OSError, ValueError) as e:  # a corrupt page: the rest of this row group is lost
+                lo = max(at, first)
+                yield lo, min(g_stop, stop) - lo, None, f"cannot read row group {g}: {_one_line(e)}"
+
+
+def _parquet_files(paths: Sequence[str | os.PathLike[str]]) -> list[str]:
+    files: list[str] = []
+    for given in paths:
+        path = Path(given)
+        if path.is_dir():
+            found = sorted(
+                str(p)
+                for p in path.rglob("*.parquet")
+                if not any(part.startswith((".", "_")) for part in p.relative_to(path).parts)
+            )
+            if not found:
+                raise UsageError(f"{path}: directory holds no .parquet files")
+            files += found
+        elif path.is_file():
+            files.append(str(path))
+        else:
+            raise UsageError(f"{path}: no such file or directory")
+    return files
+
+
+def parquet_source(paths: Sequence[str | os.PathLike[str]]) -> Source:
+    parts, start, columns = [], 0, None
+    for path in _parquet_files(paths):
+        try:
+            reader: Any = ParquetReader(path)
+        except (OSError, ValueError) as e:
+            # Its row count is unknown, so it adds no rows; the run stops on it, or `skip` records it.
+            parts.append(Part(path, start, 0, None, f"not a readable Parquet file: {_one_line(e)}"))
+            continue
+        parts.append(Part(path, start, reader.rows, reader))
+        start += reader.rows
+        columns = columns if columns is not None else list(reader.schema())
+    return Source(parts, columns or [])
+
+
+# ── numpy and memory ─────────────────────────────────────────────────────────
+class ArraysReader:
+    """Columns that are numpy arrays (rows along axis 0) or Arrow arrays of one length."""
+
+    def __init__(self, path: str, columns: Mapping[str, Any]) -> None:
+        lengths = {name: len(col) for name, col in columns.items()}
+        if len(set(lengths.values())) > 1:
+            raise UsageError(f"{path}: columns differ in length: " + ", ".join(f"{k} {n}" for k, n in lengths.items()))
+        self.columns = dict(columns)
+        self.rows = next(iter(lengths.values()), 0)
+
+    def schema(self) -> dict[str, tuple[np.dtype | None, str]]:
+        out = {}
+        for name, col in self.columns.items():
+            if isinstance(col, np.ndarray):
+                out[name] = (col.dtype if col.dtype.kind in "biuf" else None, str(col.dtype))
+            else:
+                out[name] = (leaf_dtype(col.type), str(col.type))
+        return out
+
+    def read(self, first: int, stop: int, chunk: int, columns: list[str]) -> Iterator[tuple[int, int, Any, Any]]:
+        for lo in range(first, stop, chunk):
+            hi = min(lo + chunk, stop)
+            yield lo, hi - lo, {name: slice_col(self.columns[name], lo, hi) for name in columns}, None
+
+
+def numpy_source(path: str | os.PathLike[str], sig: Signature) -> Source:
+    """A .npy file (rows of the model's one input) or a .npz file (one array per column)."""
+    path = Path(path)
+    try:
+        if path.suffix == ".npy":
+            if len(sig.inputs) != 1:
+                names = ", ".join(i.name for i in sig.inputs)
+                raise UsageError(f"{path}: a .npy file feeds one input, the model has {names}; use a .npz")
+            # mmap: rows are paged in as blocks are read, never the whole file at once.
+            columns = {sig.inputs[0].column: np.load(path, mmap_mode="r", allow_pickle=False)}
+        else:
+            with np.load(path, allow_pickle=False) as npz:  # a zip: each array is read whole when opened
+                columns = {name: npz[name] for name in npz.files}
+    except FileNotFoundError:
+        raise UsageError(f"{path}: no such file") from None
+    except (OSError, ValueError) as e:
+        raise DataError(f"{path}: not a readable {path.suffix} file: {_one_line(e)}") from None
+    return memory_source(columns, str(path))
+
+
+def memory_source(data: Any, path: str = MEMORY) -> Source:
+    """Arrays by column name, or an Arrow table / record batch."""
+    if hasattr(data, "column_names") and hasattr(data, "column"):
+        columns = {name: data.column(name) for name in data.column_names}
+    elif isinstance(data, Mapping):
+        columns = {str(k): v if is_arrowish(v) else np.asarray(v) for k, v in data.items()}
+    else:
+        raise UsageError(f"data must be arrays by column name or an Arrow table, not {type(data).__name__}")
+    reader = ArraysReader(path, columns)
+    return Source([Part(path, 0, reader.rows, reader)], list(columns))
+
+
+def is_arrowish(v: Any) -> bool:
+    return type(v).__module__.startswith("pyarrow")
+
+
+def open_source(data: Any, sig: Signature) -> Source:
+    """Paths (Parquet files or directories, or one .npy/.npz) or in-memory data (arrays by name, an Arrow table)."""
+    if isinstance(data, (str, os.PathLike)):
+        data = [data]
+    is_paths = isinstance(data, (list, tuple)) and all(isinstance(d, (str, os.PathLike)) for d in data)
+    if not is_paths:
+        return memory_source(data)
+    if not data:
+        raise UsageError("no input data given")
+    if {Path(d).suffix for d in data} & {".npy", ".npz"}:
+        if len(data) != 1:
+            raise UsageError("pass one .npy or .npz file, or Parquet files")
+        return numpy_source(data[0], sig)
+    return parquet_source(data)
+
+
+def _one_line(e: BaseException) -> str:
+    return " ".join(str(e).split()) or type(e).__name__

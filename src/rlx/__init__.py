@@ -29,8 +29,8 @@ def build(*args: Any, **kwargs: Any) -> Any:
 
 
 def from_onnx(*args: Any, **kwargs: Any) -> Any:
-    """See ``rlx.onnx_import.convert.from_onnx`` (needs ``onnx``, never torch)."""
-    from rlx.onnx_import.convert import from_onnx as _from_onnx
+    """See ``rlx.onnx_import.importer.from_onnx`` (needs ``onnx``, never torch)."""
+    from rlx.onnx_import.importer import from_onnx as _from_onnx
 
     return _from_onnx(*args, **kwargs)
 

@@ -284,7 +284,7 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 
 def _import_onnx(args: argparse.Namespace, emit: tuple[str, ...]) -> int:
-    from rlx.onnx_import.convert import from_onnx
+    from rlx.onnx_import.importer import from_onnx
 
     if args.dynamic:
         raise UsageError("--dynamic applies to PyTorch models; an ONNX model's dim_param axes are dynamic already")

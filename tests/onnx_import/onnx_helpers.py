@@ -16,7 +16,7 @@ from rlx.bundle import bind_weights  # noqa: E402
 from rlx.convert import finish_program  # noqa: E402
 from rlx.ir import dtypes  # noqa: E402
 from rlx.onnx_import import reader  # noqa: E402
-from rlx.onnx_import.convert import lower_graph, run_onnxruntime  # noqa: E402
+from rlx.onnx_import.importer import lower_graph, run_onnxruntime  # noqa: E402
 from rlx.runtime.model import Model  # noqa: E402
 
 ELEM = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.float64): TensorProto.DOUBLE,

@@ -10,8 +10,8 @@ from typing import Any
 
 
 def from_onnx(*args: Any, **kwargs: Any) -> Any:
-    """See ``rlx.onnx_import.convert.from_onnx``."""
-    from rlx.onnx_import.convert import from_onnx as _from_onnx
+    """See ``rlx.onnx_import.importer.from_onnx``."""
+    from rlx.onnx_import.importer import from_onnx as _from_onnx
 
     return _from_onnx(*args, **kwargs)
 

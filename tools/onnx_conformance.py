@@ -102,7 +102,7 @@ def run_rlx(case: Any) -> Outcome:
         from rlx.bundle import bind_weights
         from rlx.convert import finish_program
         from rlx.onnx_import import reader
-        from rlx.onnx_import.convert import lower_graph
+        from rlx.onnx_import.importer import lower_graph
         from rlx.runtime.model import Model
 
         inputs, expected = _inputs(case)

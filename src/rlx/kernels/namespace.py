@@ -22,5 +22,8 @@ class ArrayNamespace(SimpleNamespace):
     binary: dict[str, Callable[[Any, Any], Any]]
 
     def __init__(self, name: str, module: ModuleType, **extras: Any) -> None:
-        public = {k: getattr(module, k) for k in dir(module) if not k.startswith("_")}
+        # vars(), not dir(): numpy loads some submodules lazily on attribute access (f2py, testing …)
+        # and touching them all would cost a cold start tens of milliseconds. Submodules the
+        # definitions use (fft) come in through ``extras``.
+        public = {k: v for k, v in vars(module).items() if not k.startswith("_")}
         super().__init__(**{**public, **extras, "name": name})

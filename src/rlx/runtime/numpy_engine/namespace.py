@@ -115,6 +115,7 @@ NUMPY = ArrayNamespace(
     "numpy",
     np,
     erf=erf64,
+    fft=np.fft,
     cummax=np.maximum.accumulate,
     cummin=np.minimum.accumulate,
     cumlogsumexp=np.logaddexp.accumulate,

@@ -97,7 +97,7 @@ def test_core_call_programs_as_packages(tmp_path):
 
     from helpers import as_module, assert_arrays_match, sweep
 
-    cases = importlib.import_module("runtime.test_jax_backend").CASES
+    cases = importlib.import_module("runtime.test_jax_engine").CASES
     for name, _calls, variants, inputs, dtypes, *rest in cases:
         level = rest[0][0] if rest else "high"
         fn, data = sweep(variants, inputs, dtypes)

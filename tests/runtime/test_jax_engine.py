@@ -1,7 +1,7 @@
 """The JAX backend (``backend="jax"``: one ``jax.jit`` over the whole program) against PyTorch.
 
 - Every core Call (everything the numpy backend handles outside the ordering/resample/scatter
-  families, which tests/runtime/test_jax_kernels_extra.py covers) runs in a real lowered program
+  families, which tests/runtime/test_jax_engine_families.py covers) runs in a real lowered program
   and matches eager PyTorch: values, shapes, dtypes (int64/float64/bool/f16/bf16) and NaN/inf.
 - Every example at every decomposition level matches PyTorch and the numpy backend.
 - Dynamic shapes: one compilation per binding, reused; the user's JAX settings are left alone;

@@ -8,7 +8,6 @@ came from, so run-time errors, generated code and the parity debugger can point 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 import math
 import types
@@ -84,11 +83,15 @@ def _holds_operands(t: Any) -> bool:
     return t in (Ref, Lit) or any(_holds_operands(a) for a in typing.get_args(t))
 
 
-@functools.cache
+_FIELD_TYPES: dict[type, dict[str, Any]] = {}
+
+
 def field_types(cls: type[Call]) -> dict[str, Any]:
     """The resolved type of every field of a Call class (resolved once per class)."""
-    hints = typing.get_type_hints(cls)
-    return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
+    if cls not in _FIELD_TYPES:
+        hints = typing.get_type_hints(cls)
+        _FIELD_TYPES[cls] = {f.name: hints[f.name] for f in dataclasses.fields(cls)}
+    return _FIELD_TYPES[cls]
 
 
 def resolve_operand(v: Any, env: Mapping[str, Any]) -> Any:

@@ -130,6 +130,7 @@ def read(
             proto = inliner.inline_local_functions(proto)
         except Exception as e:
             raise SchemaError(f"{where}: cannot inline its local functions: {str(e)[:200]}") from None
+    proto = expand_schema_functions(proto, where)
     declared = _declared_types(proto)
     g = proto.graph
     initializers = {t.name: _initializer(t) for t in g.initializer}
@@ -369,3 +370,112 @@ def example_shapes(
     if isinstance(inputs, Mapping):
         return {k: tuple(np.shape(v)) for k, v in inputs.items()}
     return {n: tuple(np.shape(v)) for n, v in zip(names, inputs)}
+
+
+# ── ops without a handler that ONNX defines by a function body ───────────────
+MAX_EXPANSION_ROUNDS = 4  # SoftmaxCrossEntropyLoss → NegativeLogLikelihoodLoss → primitives
+
+
+def expand_schema_functions(proto: Any, where: str) -> Any:
+    """Replace every node whose op has no rlx handler but whose ONNX schema defines it by a function
+    body (Attention, the loss ops, RotaryEmbedding, the window ops …) by that body, inlined.
+
+    The body is ONNX's own definition of the op in primitive ops, so it is lowered by the same
+    handlers as any other graph; ops whose body needs the node's input types (context-dependent
+    functions) get them from shape inference."""
+    from rlx.onnx_import.registry import REGISTRY, load_families
+
+    load_families()
+    for _ in range(MAX_EXPANSION_ROUNDS):
+        expandable = [
+            k
+            for k, n in enumerate(proto.graph.node)
+            if ("" if n.domain in ("", "ai.onnx") else n.domain, n.op_type) not in REGISTRY
+        ]
+        if not expandable:
+            return proto
+        expanded = _expand_round(proto, expandable, where)
+        if expanded is None:
+            return proto
+        proto = expanded
+    return proto
+
+
+def _input_types(proto: Any) -> dict[str, Any]:
+    onnx = onnx_module()
+    try:
+        inferred = onnx.shape_inference.infer_shapes(proto, check_type=False, strict_mode=False, data_prop=True)
+    except Exception:
+        inferred = proto
+    g = inferred.graph
+    types = {vi.name: vi.type for vi in [*g.input, *g.value_info, *g.output]}
+    for t in g.initializer:
+        types[t.name] = onnx.helper.make_tensor_type_proto(t.data_type, list(t.dims))
+    return types
+
+
+def _expand_round(proto: Any, indices: list[int], where: str) -> Any | None:
+    onnx = onnx_module()
+    from onnx import inliner
+
+    opsets = _opsets(proto, where)
+    types: dict[str, Any] | None = None
+    model = onnx.ModelProto()
+    model.CopyFrom(proto)
+    added = 0
+    for k in indices:
+        node = model.graph.node[k]
+        domain = "" if node.domain in ("", "ai.onnx") else node.domain
+        try:
+            schema = onnx.defs.get_schema(node.op_type, opsets.get(domain, 1), domain)
+        except Exception:
+            continue
+        if types is None and schema.context_dependent_function_opset_versions:
+            types = _input_types(proto)
+        body = _function_body(schema, node, opsets.get(domain, 1), types or {})
+        if body is None:
+            continue
+        for name, attr in schema.attributes.items():  # the body reads defaults through ref_attr_name
+            if name not in {a.name for a in node.attribute} and attr.default_value.name:
+                node.attribute.append(attr.default_value)
+        body.name, body.domain = f"{node.op_type}_{k}", EXPANSION_DOMAIN
+        node.op_type, node.domain = body.name, EXPANSION_DOMAIN
+        model.functions.append(body)
+        added += 1
+    if not added:
+        return None
+    model.opset_import.append(onnx.helper.make_opsetid(EXPANSION_DOMAIN, 1))
+    try:
+        inlined = inliner.inline_local_functions(model)
+    except Exception as e:
+        raise SchemaError(f"{where}: cannot expand ONNX function bodies: {str(e)[:200]}") from None
+    del inlined.opset_import[:]
+    inlined.opset_import.extend(i for i in proto.opset_import)
+    return inlined
+
+
+EXPANSION_DOMAIN = "rlx.expanded"
+
+
+def _function_body(schema: Any, node: Any, opset: int, types: dict[str, Any]) -> Any | None:
+    """The schema's function body for ``opset`` (the newest defined at or before it), or None."""
+    onnx = onnx_module()
+    plain = [v for v in schema.function_opset_versions if v <= opset]
+    dependent = [v for v in schema.context_dependent_function_opset_versions if v <= opset]
+    body = onnx.FunctionProto()
+    if dependent and (not plain or max(dependent) >= max(plain)):
+        if any(i and i not in types for i in node.input):
+            return None
+        arg_types = [types[i].SerializeToString() if i else onnx.TypeProto().SerializeToString() for i in node.input]
+        try:
+            raw = schema.get_context_dependent_function_with_opset_version(
+                max(dependent), node.SerializeToString(), arg_types
+            )
+        except Exception:
+            return None
+    elif plain:
+        raw = schema.get_function_with_opset_version(max(plain))
+    else:
+        return None
+    body.ParseFromString(raw)
+    return body if body.node else None

@@ -44,6 +44,7 @@ def lower_graph(graph: OnnxGraph) -> tuple[Program, dict[str, np.ndarray]]:
         symbols=list(graph.symbols),
     )
     b = OnnxBuilder(program, graph.initializers)
+    b.opsets = dict(graph.opsets)
     for v in program.inputs:
         b.env[v.name] = Ref(v.name)
     for name, arr in graph.initializers.items():

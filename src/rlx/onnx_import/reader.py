@@ -479,3 +479,14 @@ def _function_body(schema: Any, node: Any, opset: int, types: dict[str, Any]) ->
         return None
     body.ParseFromString(raw)
     return body if body.node else None
+
+
+def subgraph(g: Any, opsets: dict[str, int], outer: set[str], where: str) -> tuple[dict[str, np.ndarray], list[OnnxNode]]:
+    """A control-flow body (If branch, Loop / Scan body): its initializers and its nodes in order.
+
+    ``outer`` holds the names visible from the enclosing graphs, which a body may read directly."""
+    if g.sparse_initializer:
+        raise UnsupportedOpError(f"{where}: sparse initializers are not supported")
+    initializers = {t.name: _initializer(t) for t in g.initializer}
+    known = outer | set(initializers) | {vi.name for vi in g.input}
+    return initializers, _ordered_nodes(g, opsets, known, where)

@@ -90,7 +90,7 @@ def onnx_op(*op_types: str, domain: str = "") -> Callable[[Handler], Handler]:
 
 def load_families() -> None:
     # Importing the family modules runs their @onnx_op decorators.
-    from rlx.onnx_import import elementwise, misc, nn, reduce, shape  # noqa: F401
+    from rlx.onnx_import import control, elementwise, misc, nn, reduce, shape  # noqa: F401
 
 
 def supported_ops() -> list[str]:
@@ -146,11 +146,37 @@ class OnnxBuilder:
         self.weights: dict[str, np.ndarray] = {}  # weight key (ONNX name) → array
         self.initializers = initializers
         self.hints = {s.name: s.hint for s in program.symbols}
+        self.opsets: dict[str, int] = {}  # the model's opset per domain, for control-flow bodies
         self._names: set[str] = set(self.info)
         self._node: OnnxNode | None = None
         self._emitted: list[Instr] = []
         self._materialized: dict[int, Operand] = {}  # id(array) → its weight / literal
         self._keep_alive: list[np.ndarray] = []  # the arrays keyed by id() above stay alive
+
+    # ── control-flow bodies ──────────────────────────────────────────────────
+    def lower_body(self, node: OnnxNode, graph: Any, inputs: Sequence[Env]) -> list[Env]:
+        """Lower the subgraph ``graph`` (a branch or loop body of ``node``) inline with ``inputs`` bound
+        to its formal inputs; the values it computes stay out of the enclosing environment."""
+        from rlx.onnx_import.reader import subgraph
+
+        if len(inputs) != len(graph.input):
+            raise LoweringError(
+                f"node {node.name} ({node.op_type}): its body takes {len(graph.input)} inputs, {len(inputs)} given"
+            )
+        saved_env, saved_node = dict(self.env), self._node
+        self.program.instrs.extend(self._emitted)  # the node's own Calls so far come first
+        self._emitted = []
+        opsets = self.opsets or {"": node.opset}
+        try:
+            initializers, nodes = subgraph(graph, opsets, set(self.env), f"node {node.name} ({node.op_type}) body")
+            check_coverage(nodes)
+            self.env.update(initializers)
+            self.env.update({vi.name: v for vi, v in zip(graph.input, inputs)})
+            for n in nodes:
+                self.lower_node(n, REGISTRY[n.key].handler, {})
+            return [self.env[o.name] for o in graph.output]
+        finally:
+            self.env, self._node, self._emitted = saved_env, saved_node, []
 
     # ── reading the node ─────────────────────────────────────────────────────
     def get(self, node: OnnxNode, index: int) -> Env | None:

@@ -15,7 +15,7 @@ import numpy as np
 
 from rlx.errors import LoweringError
 from rlx.ir import dtypes
-from rlx.ir.calls import IndexSelect
+from rlx.ir.calls import GridSample, IndexSelect
 from rlx.ir.program import Ref
 from rlx.ir.symbolic import Shape
 from rlx.onnx_import.elementwise import emit_binary
@@ -162,3 +162,27 @@ def upsample(node: OnnxNode, b: OnnxBuilder) -> Env:
     opts = {"mode": "linear" if mode in ("linear", "bilinear") else mode, "coordinate_transformation_mode": "asymmetric",
             "nearest_mode": "floor"}  # fmt: skip
     return resize(b, node, x, [float(s) for s in scales], None, None, None, opts)
+
+
+# ── grid sampling ────────────────────────────────────────────────────────────
+_GRID_MODES = {"linear": "bilinear", "bilinear": "bilinear", "nearest": "nearest", "cubic": "bicubic",
+               "bicubic": "bicubic"}  # fmt: skip
+
+
+@onnx_op("GridSample")
+def grid_sample(node: OnnxNode, b: OnnxBuilder) -> Env:
+    x, grid = b.ref(node, 0), b.ref(node, 1)
+    mode = _GRID_MODES.get(node.attr("mode", "bilinear"))
+    padding = node.attr("padding_mode", "zeros")
+    spatial = b.rank(x) - 2
+    if mode is None or padding not in ("zeros", "border", "reflection") or spatial not in (2, 3):
+        raise LoweringError(
+            f"node {node.name} (GridSample): mode {node.attr('mode')!r} / padding {padding!r} on {spatial} spatial "
+            "axes is not supported (2-d or 3-d; linear, nearest, cubic (2-d))"
+        )
+    if mode == "bicubic" and spatial != 2:
+        raise LoweringError(f"node {node.name} (GridSample): cubic sampling is supported on 2 spatial axes only")
+    grid = b.cast(grid, b.dtype(x))
+    shape = (*b.shape(x)[:2], *b.shape(grid)[1:-1])
+    call = GridSample(x, grid, mode, padding, bool(node.attr("align_corners", 0)))
+    return b.emit(call, shape, b.dtype(x))

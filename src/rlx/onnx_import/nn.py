@@ -242,10 +242,11 @@ def avg_pool(node: OnnxNode, b: OnnxBuilder) -> Env:
     x0 = b.ref(node, 0)
     kernel = [int(k) for k in node.attr("kernel_shape")]
     strides, dilations, pads = _window_attrs(node, kernel, list(b.shape(x0)[2:]))
-    if any(d != 1 for d in dilations):
-        raise LoweringError(f"node {node.name} (AveragePool): dilations are not supported")
     ceil = bool(node.attr("ceil_mode", 0))
     include = bool(node.attr("count_include_pad", 0))
+    if any(d != 1 for d in dilations):  # AvgPool has no dilation: a window sum over a window count
+        total, count = _window_sum(node, b, x0, kernel, strides, dilations, pads, ceil, include)
+        return emit_binary(b, "div", total, count)
     even = all(lo == hi and lo <= k // 2 for (lo, hi), k in zip(pads, kernel))
     if even:
         p = [lo for lo, _ in pads]
@@ -265,6 +266,61 @@ def avg_pool(node: OnnxNode, b: OnnxBuilder) -> Env:
         AvgPool(onesp, tuple(kernel), tuple(strides), tuple(zero), ceil, False, 1), (1, 1, *shape[2:]), b.dtype(x0)
     )
     return emit_binary(b, "div", total, count)
+
+
+def _window_sum(
+    node: OnnxNode,
+    b: OnnxBuilder,
+    x: Ref,
+    kernel: list[int],
+    strides: list[int],
+    dilations: list[int],
+    pads: list[tuple[int, int]],
+    ceil: bool,
+    count_pads: bool,
+) -> tuple[Ref, Ref]:
+    """Sums over each (dilated) window of the zero-padded ``x`` (a depthwise convolution with ones) and
+    how many elements each window covers (input elements, plus padding when ``count_pads``; never the
+    overhang ``ceil_mode`` adds)."""
+    shape = b.shape(x)
+    sizes = [static_dim(node, d, "the spatial extents") for d in shape[2:]]
+    channels = static_dim(node, shape[1], "the channel count")
+    full = []  # per axis: padding before, after, and the ceil_mode overhang after it
+    for size, kk, s, d, (lo, hi) in zip(sizes, kernel, strides, dilations, pads):
+        o = int(_conv_out(size, kk, s, d, lo, hi, ceil))
+        if ceil and (o - 1) * s >= size + lo:
+            o -= 1
+        need = (o - 1) * s + (kk - 1) * d + 1
+        full.append((lo, hi, max(need - (size + lo + hi), 0)))
+    dt = b.dtype(x)
+    np_dt = dtypes.to_numpy(dt)
+    pad_pairs = [(lo, hi + extra) for lo, hi, extra in full]
+    xp = _explicit_pad(b, x, pad_pairs, 0)
+    ones = b.operand(np.ones((channels, 1, *kernel), np_dt), f"{node.name}_window")
+    conv_shape = _pool_shape(b, xp, kernel, strides, dilations, [0] * len(kernel), False)
+    no_pad = (0,) * len(kernel)
+    call = Conv(xp, b.as_ref(ones), None, tuple(strides), no_pad, tuple(dilations), channels, False, no_pad)
+    total = b.emit(call, conv_shape, dt)
+    mask = np.ones(sizes, np_dt)
+    mask = np.pad(mask, [(lo, hi) for lo, hi, _ in full], constant_values=1 if count_pads else 0)
+    mask = np.pad(mask, [(0, extra) for _, _, extra in full])
+    counts = np.lib.stride_tricks.sliding_window_view(mask, [(kk - 1) * d + 1 for kk, d in zip(kernel, dilations)])
+    counts = counts[tuple(slice(None, None, s) for s in strides)]
+    counts = counts[(Ellipsis, *(slice(None, None, d) for d in dilations))]
+    count = counts.sum(axis=tuple(range(len(kernel), 2 * len(kernel)))).astype(np_dt)
+    return total, b.as_ref(b.operand(count.reshape(1, 1, *count.shape), f"{node.name}_counts"))
+
+
+@onnx_op("LpPool")
+def lp_pool(node: OnnxNode, b: OnnxBuilder) -> Env:
+    x = b.ref(node, 0)
+    kernel = [int(k) for k in node.attr("kernel_shape")]
+    strides, dilations, pads = _window_attrs(node, kernel, list(b.shape(x)[2:]))
+    p = float(node.attr("p", 2))
+    dt = b.dtype(x)
+    powered = emit_binary(b, "pow", unary(b, "abs", x), b.lit(p, dt))
+    total, _ = _window_sum(node, b, powered, kernel, strides, dilations, pads, bool(node.attr("ceil_mode", 0)), True)
+    return emit_binary(b, "pow", total, b.lit(1.0 / p, dt))
 
 
 def _global(fn: str):  # noqa: ANN202

@@ -427,15 +427,55 @@ def scatter_elements(node: OnnxNode, b: OnnxBuilder) -> Env:
 def scatter_nd(node: OnnxNode, b: OnnxBuilder) -> Env:
     x, index, updates = b.ref(node, 0), b.ref(node, 1), b.ref(node, 2)
     reduction = node.attr("reduction", "none")
-    if reduction not in ("none", "add"):
-        raise LoweringError(f"node {node.name} (ScatterND): reduction {reduction!r} is not supported")
     shape, ishape = b.shape(x), b.shape(index)
     k = static_dim(node, ishape[-1], "the index depth")
     parts = []
     for j in range(k):
         col = b.reshape(slice_axis(b, index, len(ishape) - 1, j, j + 1), ishape[:-1])
         parts.append(b.as_ref(nonneg_index(b, col, shape[j])))
-    return b.emit(IndexPut(x, tuple(parts), updates, reduction == "add"), shape, b.dtype(x))
+    if reduction in ("none", "add"):
+        return b.emit(IndexPut(x, tuple(parts), updates, reduction == "add"), shape, b.dtype(x))
+    # mul / max / min: a Scatter along the first k axes flattened into one
+    return _scatter_flat(node, b, x, parts, updates, {"mul": "prod", "max": "amax", "min": "amin"}[reduction])
+
+
+def _scatter_flat(node: OnnxNode, b: OnnxBuilder, x: Ref, parts: list[Ref], updates: Ref, reduce: str) -> Ref:
+    shape = b.shape(x)
+    k = len(parts)
+    lead = [static_dim(node, d, "the scattered extents") for d in shape[:k]]
+    rest = tuple(shape[k:])
+    strides = [math.prod(lead[j + 1 :]) for j in range(k)]
+    linear: Ref = parts[0]
+    if strides[0] != 1:
+        linear = emit_binary(b, "mul", parts[0], b.lit(strides[0], b.dtype(parts[0])))
+    for j in range(1, k):
+        term = parts[j] if strides[j] == 1 else emit_binary(b, "mul", parts[j], b.lit(strides[j], b.dtype(parts[j])))
+        linear = emit_binary(b, "add", linear, term)
+    n = numel(b.shape(linear))
+    flat_index = b.reshape(linear, (n,) + (1,) * len(rest))
+    flat_index = b.emit(Expand(flat_index, (n, *rest)), (n, *rest), b.dtype(flat_index))
+    flat_x = b.reshape(x, (math.prod(lead), *rest))
+    flat_u = b.reshape(updates, (n, *rest))
+    out = b.emit(Scatter(flat_x, 0, flat_index, flat_u, reduce), b.shape(flat_x), b.dtype(x))
+    return b.reshape(out, shape)
+
+
+@onnx_op("ReverseSequence")
+def reverse_sequence(node: OnnxNode, b: OnnxBuilder) -> Env:
+    x = b.ref(node, 0)
+    lens = np.asarray(b.required_const(node, 1)).astype(np.int64).reshape(-1)
+    shape = b.shape(x)
+    batch_axis, time_axis = node.attr("batch_axis", 1), node.attr("time_axis", 0)
+    steps = static_dim(node, shape[time_axis], "the time extent")
+    t = np.arange(steps)[None, :]
+    src = np.where(t < lens[:, None], lens[:, None] - 1 - t, t)  # [batch, time]
+    if batch_axis > time_axis:
+        src = src.T
+    view = [1] * len(shape)
+    view[batch_axis], view[time_axis] = len(lens), steps
+    index = b.as_ref(b.operand(np.ascontiguousarray(src.reshape(view)), f"{node.name}_index"))
+    index = b.emit(Expand(index, tuple(shape)), tuple(shape), "i64")
+    return b.emit(Gather(x, time_axis, index), shape, b.dtype(x))
 
 
 # ── tiling, padding, rearranging ─────────────────────────────────────────────

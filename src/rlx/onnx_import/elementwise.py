@@ -215,7 +215,9 @@ def identity(node: OnnxNode, b: OnnxBuilder) -> Env | None:
 @onnx_op("Dropout")
 def dropout(node: OnnxNode, b: OnnxBuilder) -> tuple[Env, Env | None]:
     x = b.required(node, 0)
-    if node.has_input(2) and bool(np.asarray(b.const(node, 2)).item()):
+    training = node.has_input(2) and bool(np.asarray(b.const(node, 2)).item())
+    ratio = b.const(node, 1) if node.opset >= 12 else np.asarray(node.attr("ratio", 0.5))
+    if training and (ratio is None or float(np.asarray(ratio).item()) != 0.0):  # ratio 0 drops nothing
         raise LoweringError(f"node {node.name} (Dropout): training_mode=1 is not supported (inference only)")
     if len(node.outputs) <= 1:
         return x, None

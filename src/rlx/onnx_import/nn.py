@@ -26,6 +26,7 @@ from rlx.ir.calls import (
     Pad,
     Reduce,
     Softmax,
+    Where,
 )
 from rlx.ir.program import Lit, Operand, Ref
 from rlx.ir.symbolic import Dim, static_shape
@@ -227,9 +228,17 @@ def max_pool(node: OnnxNode, b: OnnxBuilder) -> Ref | tuple[Ref, Ref]:
     y = b.emit(MaxPool(x, tuple(kernel), tuple(strides), tuple(pads), tuple(dilations), ceil), shape, dt)
     if len(node.outputs) < 2 or not node.outputs[1]:
         return y
-    if any(pads) or b.shape(x) != b.in_shape(node, 0) or node.attr("storage_order", 0):
-        raise LoweringError(f"node {node.name} (MaxPool): Indices with padding or storage_order=1 are not supported")
+    column_major = bool(node.attr("storage_order", 0))
+    if b.shape(x) != b.in_shape(node, 0) or (column_major and len(kernel) != 2):  # symmetric padding is the Call's
+        raise LoweringError(
+            f"node {node.name} (MaxPool): Indices with uneven padding (or storage_order=1 beyond 2-d) are not supported"
+        )
     idx = b.emit(MaxPool(x, tuple(kernel), tuple(strides), tuple(pads), tuple(dilations), ceil, True), shape, "i64")
+    if column_major:  # row h, column w → h + w·H
+        height, width = (static_dim(node, d, "the spatial extents (for Indices)") for d in b.shape(x)[2:])
+        row = emit_binary(b, "floor_divide", idx, b.lit(width, "i64"))
+        col = emit_binary(b, "remainder", idx, b.lit(width, "i64"))
+        idx = emit_binary(b, "add", row, emit_binary(b, "mul", col, b.lit(height, "i64")))
     # The Call gives positions within each (n, c) plane; ONNX counts over the whole tensor.
     n, c = (static_dim(node, d, "the batch and channel extents (for Indices)") for d in shape[:2])
     plane = static_dim(node, numel(b.shape(x)[2:]), "the spatial size (for Indices)")
@@ -339,12 +348,37 @@ onnx_op("GlobalMaxPool")(_global("amax"))
 
 # ── normalisation ────────────────────────────────────────────────────────────
 @onnx_op("BatchNormalization")
-def batch_norm(node: OnnxNode, b: OnnxBuilder) -> Env:
+def batch_norm(node: OnnxNode, b: OnnxBuilder) -> Env | list[Env]:
     if node.attr("training_mode", 0) or len([o for o in node.outputs if o]) > 1:
-        raise LoweringError(f"node {node.name} (BatchNormalization): training mode is not supported (inference only)")
+        return _batch_norm_training(node, b)
     x = b.ref(node, 0)
     scale, bias, mean, var = (b.ref(node, k) for k in (1, 2, 3, 4))
     return b.emit(BatchNorm(x, mean, var, scale, bias, float(node.attr("epsilon", 1e-5))), b.shape(x), b.dtype(x))
+
+
+def _batch_norm_training(node: OnnxNode, b: OnnxBuilder) -> list[Env]:
+    """Training-mode BatchNormalization: normalise with the batch's statistics (population variance)
+    and return the updated running mean and variance."""
+    x = b.ref(node, 0)
+    scale, bias, mean, var = (b.ref(node, k) for k in (1, 2, 3, 4))
+    rank, dt = b.rank(x), b.dtype(x)
+    axes = tuple(k for k in range(rank) if k != 1)
+    stat_shape = tuple(1 if k != 1 else d for k, d in enumerate(b.shape(x)))
+    cur_mean = b.emit(Reduce("mean", x, axes, True), stat_shape, dt)
+    centered = emit_binary(b, "sub", x, cur_mean)
+    cur_var = b.emit(Reduce("mean", emit_binary(b, "mul", centered, centered), axes, True), stat_shape, dt)
+    eps = b.lit(float(node.attr("epsilon", 1e-5)), dt)
+    y = emit_binary(b, "div", centered, unary(b, "sqrt", emit_binary(b, "add", cur_var, eps)))
+    channel = (1, b.shape(scale)[0], *([1] * (rank - 2)))
+    y = emit_binary(b, "add", emit_binary(b, "mul", y, b.reshape(scale, channel)), b.reshape(bias, channel))
+    momentum = float(node.attr("momentum", 0.9))
+
+    def running(old: Ref, cur: Ref) -> Ref:
+        cur = b.reshape(cur, b.shape(old))
+        keep = emit_binary(b, "mul", old, b.lit(momentum, b.dtype(old)))
+        return emit_binary(b, "add", keep, emit_binary(b, "mul", b.cast(cur, b.dtype(old)), b.lit(1 - momentum, b.dtype(old))))
+
+    return [y, running(mean, cur_mean), running(var, cur_var)]
 
 
 @onnx_op("InstanceNormalization")
@@ -444,6 +478,9 @@ def lp_norm(node: OnnxNode, b: OnnxBuilder) -> Env:
         norm = unary(
             b, "sqrt", b.emit(Reduce("sum", emit_binary(b, "mul", x, x), (axis,), True), tuple(shape), b.dtype(x))
         )
+    # A zero vector stays zero (the reference divides by a norm of 1 there, not 0).
+    zero = emit_binary(b, "eq", norm, b.lit(0, b.dtype(x)))
+    norm = b.emit(Where(zero, b.lit(1, b.dtype(x)), norm), tuple(shape), b.dtype(x))
     return emit_binary(b, "div", x, norm)
 
 

@@ -1,4 +1,4 @@
-"""Linear-algebra ONNX ops: Einsum, as permutes, diagonals, sums and batched MatMuls.
+"""Linear-algebra ONNX ops: Einsum, as permutes, diagonals, sums and batched MatMuls; Det of small matrices.
 
 Einsum is contracted left to right, two operands at a time: labels both operands carry and a later
 operand or the output needs are batch axes, labels both carry that nothing later needs are summed
@@ -16,7 +16,9 @@ from rlx.ir.program import Ref
 from rlx.ir.symbolic import Dim
 from rlx.onnx_import.nn import matmul
 from rlx.onnx_import.reduce import reduce
-from rlx.onnx_import.registry import Env, OnnxBuilder, OnnxNode, numel, onnx_op
+from rlx.onnx_import.control import take
+from rlx.onnx_import.elementwise import emit_binary
+from rlx.onnx_import.registry import Env, OnnxBuilder, OnnxNode, numel, onnx_op, static_dim
 from rlx.onnx_import.shape import permute
 
 
@@ -121,3 +123,32 @@ def einsum(node: OnnxNode, b: OnnxBuilder) -> Env:
     acc = _sum_unneeded(b, acc, set(out))
     return _to(b, acc, out)
 
+
+
+MAX_DET_SIZE = 4  # cofactor expansion: n! products
+
+
+@onnx_op("Det")
+def det(node: OnnxNode, b: OnnxBuilder) -> Env:
+    x = b.ref(node, 0)
+    shape = b.shape(x)
+    n = static_dim(node, shape[-1], "the matrix size")
+    if n > MAX_DET_SIZE or shape[-2] != n:
+        raise LoweringError(
+            f"node {node.name} (Det): square matrices up to {MAX_DET_SIZE}×{MAX_DET_SIZE} are supported, got {list(shape[-2:])}"
+        )
+    rank = len(shape)
+    rows = [take(b, x, rank - 2, i) for i in range(n)]
+    entries = [[b.as_ref(b.operand(take(b, row, rank - 2, j))) for j in range(n)] for row in rows]
+
+    def cofactor(rows_left: list[int], cols: list[int]) -> Ref:
+        if len(cols) == 1:
+            return entries[rows_left[0]][cols[0]]
+        acc: Ref | None = None
+        for k, c in enumerate(cols):
+            term = emit_binary(b, "mul", entries[rows_left[0]][c], cofactor(rows_left[1:], cols[:k] + cols[k + 1 :]))
+            acc = term if acc is None else emit_binary(b, "sub" if k % 2 else "add", acc, term)
+        assert acc is not None
+        return acc
+
+    return cofactor(list(range(n)), list(range(n)))

@@ -558,3 +558,40 @@ def lrn(node: OnnxNode, b: OnnxBuilder) -> Env:
     dt = b.dtype(x)
     scaled = emit_binary(b, "add", emit_binary(b, "mul", total, b.lit(alpha / size, dt)), b.lit(bias, dt))
     return emit_binary(b, "div", x, emit_binary(b, "pow", scaled, b.lit(beta, dt)))
+
+
+@onnx_op("Col2Im")
+def col2im(node: OnnxNode, b: OnnxBuilder) -> Env:
+    """Sum sliding blocks back into an image: a grouped transposed convolution whose one-hot kernel
+    sends column entry ``k`` of each block to kernel position ``k``."""
+    x = b.ref(node, 0)  # [N, C·∏block, L]
+    image = [static_dim(node, d, "image_shape") for d in b.required_ints(node, 1)]
+    block = [static_dim(node, d, "block_shape") for d in b.required_ints(node, 2)]
+    n = len(image)
+    strides = [int(s) for s in node.attr("strides", [1] * n)]
+    dilations = [int(d) for d in node.attr("dilations", [1] * n)]
+    pads = [int(p) for p in node.attr("pads", [0] * (2 * n))]
+    counts = [
+        (size + pads[i] + pads[i + n] - d * (k - 1) - 1) // s + 1
+        for i, (size, k, s, d) in enumerate(zip(image, block, strides, dilations))
+    ]
+    k_total = math.prod(block)
+    batch, cols = b.shape(x)[0], static_dim(node, b.shape(x)[1], "the column channels")
+    channels = cols // k_total
+    grid = b.reshape(x, (batch, cols, *counts))
+    weight = np.zeros((cols, 1, *block), dtypes.to_numpy(b.dtype(x)))
+    for c in range(channels):
+        for k in range(k_total):
+            weight[(c * k_total + k, 0, *np.unravel_index(k, block))] = 1
+    w = b.as_ref(b.operand(weight, f"{node.name}_scatter"))
+    full = [(m - 1) * s + (k - 1) * d + 1 for m, s, k, d in zip(counts, strides, block, dilations)]
+    zero = (0,) * n
+    call = Conv(grid, w, None, tuple(strides), zero, tuple(dilations), channels, True, zero)
+    y = b.emit(call, (batch, channels, *full), b.dtype(x))
+    for i in range(n):  # crop the padding
+        y = slice_axis(b, y, 2 + i, pads[i], min(full[i], pads[i] + image[i]))
+    short = [max(p + s - f, 0) for f, p, s in zip(full, pads, image)]
+    if any(short):  # the image's last rows no block reached stay zero
+        grow = ((0, 0), (0, 0), *((0, k) for k in short))
+        y = b.emit(Pad(y, grow, 0), (batch, channels, *image), b.dtype(x))
+    return y

@@ -656,3 +656,55 @@ def compress(node: OnnxNode, b: OnnxBuilder) -> Env:
     shape = list(b.shape(x))
     shape[axis] = len(picks)
     return b.emit(IndexSelect(x, axis, index), tuple(shape), b.dtype(x))
+
+
+@onnx_op("TensorScatter")
+def tensor_scatter(node: OnnxNode, b: OnnxBuilder) -> Env:
+    # past_cache [B, …, max_len, …], update [B, …, len, …], write_indices [B] (the start per batch row)
+    cache, update = b.ref(node, 0), b.ref(node, 1)
+    shape, ushape = b.shape(cache), b.shape(update)
+    axis = norm_axis(node.attr("axis", -2), len(shape))
+    steps = static_dim(node, ushape[axis], "the update length")
+    view = [1] * len(shape)
+    view[axis] = steps
+    offsets = b.operand(np.arange(steps, dtype=np.int64).reshape(view), f"{node.name}_offsets")
+    if node.has_input(2):
+        starts = b.cast(b.as_ref(b.input(node, 2)), "i64")
+        starts = b.reshape(starts, (b.shape(starts)[0],) + (1,) * (len(shape) - 1))
+        index: Ref = emit_binary(b, "add", starts, offsets)
+    else:
+        index = b.as_ref(offsets)
+    if node.attr("mode", "linear") == "circular":
+        index = emit_binary(b, "remainder", index, b.lit(shape[axis], "i64"))
+    index = b.emit(Expand(index, tuple(ushape)), tuple(ushape), "i64")
+    return b.emit(Scatter(cache, axis, index, update, "none"), shape, b.dtype(cache))
+
+
+@onnx_op("MaxUnpool")
+def max_unpool(node: OnnxNode, b: OnnxBuilder) -> Env:
+    x, indices = b.ref(node, 0), b.ref(node, 1)
+    shape = b.shape(x)
+    kernel = [int(k) for k in node.attr("kernel_shape")]
+    n = len(kernel)
+    strides = [int(s) for s in node.attr("strides", [1] * n)]
+    pads = [int(p) for p in node.attr("pads", [0] * (2 * n))]
+    spatial = [
+        dim_op("sub", dim_op("add", dim_op("mul", dim_op("sub", d, 1), s), k), pads[i] + pads[i + n])
+        for i, (d, k, s) in enumerate(zip(shape[2:], kernel, strides))
+    ]
+    inferred = (*shape[:2], *spatial)
+    total = numel(inferred)
+    flat = b.as_ref(b.lit(0, b.dtype(x)), (total,))
+    # ONNX indices count over the whole output tensor, so one flat IndexPut places every value.
+    placed = b.emit(
+        IndexPut(flat, (b.reshape(indices, (numel(shape),)),), b.reshape(x, (numel(shape),)), False),
+        (total,),
+        b.dtype(x),
+    )
+    y = b.reshape(placed, inferred)
+    wanted = b.ints(node, 2)
+    if wanted is None or tuple(wanted) == inferred:
+        return y
+    # A given output_shape is the inferred one grown with zeros at the end of each axis.
+    grow = tuple((0, dim_op("sub", w, d)) for w, d in zip(wanted, inferred))
+    return b.emit(Pad(y, grow, 0), tuple(wanted), b.dtype(x))

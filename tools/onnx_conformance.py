@@ -123,8 +123,13 @@ def run_rlx(case: Any) -> Outcome:
                 if m.group(1) in feed and m.group(1) not in frozen:
                     frozen[m.group(1)] = feed[m.group(1)]
                     continue
-                # computed from inputs: freeze the small integer inputs (window sizes, target shapes)
-                small = {k: v for k, v in feed.items() if v.dtype.kind in "iu" and v.size <= 16 and k not in frozen}
+                # computed from inputs: freeze the small integer inputs (window sizes, target shapes) and
+                # the scalars (Range bounds, loop counts computed from them)
+                small = {
+                    k: v
+                    for k, v in feed.items()
+                    if ((v.dtype.kind in "iu" and v.size <= 16) or v.ndim == 0) and k not in frozen
+                }
                 if not small:
                     raise
                 frozen.update(small)

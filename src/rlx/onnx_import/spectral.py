@@ -113,3 +113,21 @@ def stft(node: OnnxNode, b: OnnxBuilder) -> Env:
         w = b.reshape(b.cast(b.as_ref(window), b.dtype(x)), (frame, 1))
         framed = emit_binary(b, "mul", framed, w)
     return dft(b, node, framed, 2, frame, False, bool(node.attr("onesided", 1)))
+
+
+@onnx_op("MelWeightMatrix")
+def mel_weight_matrix(node: OnnxNode, b: OnnxBuilder) -> Env:
+    """A constant of its (known) scalar inputs: evaluated while converting by the ONNX reference."""
+    from onnx import helper, numpy_helper
+    from onnx.reference import ReferenceEvaluator
+
+    values = [np.asarray(b.required_const(node, k)) for k in range(5)]
+    names = [f"in{k}" for k in range(5)]
+    out_type = int(node.attr("output_datatype", 1))
+    one = helper.make_node("MelWeightMatrix", names, ["out"], output_datatype=out_type)
+    graph = helper.make_graph(
+        [one], "mel", [], [helper.make_tensor_value_info("out", out_type, None)],
+        [numpy_helper.from_array(v, n) for v, n in zip(values, names)],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", node.opset)])
+    return np.asarray(ReferenceEvaluator(model).run(None, {})[0])

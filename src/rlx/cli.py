@@ -441,7 +441,7 @@ def cmd_debug(args: argparse.Namespace) -> int:
     report = debug_dir(args.out)
     write_report(args.out)
     _say(report.table(args.top))
-    if report.first_divergent is not None:
+    if report.first_divergent is not None and (Path(args.out) / "repro").is_dir():
         _say(f"reproducer: {Path(args.out) / 'repro'} (re-run: rlx build {Path(args.out) / 'repro'} --verify --force)")
     _say(f"wrote {Path(args.out) / 'debug.json'} and {Path(args.out) / 'report.html'}")
     return EXIT_OK if report.first_divergent is None else EXIT_PARITY

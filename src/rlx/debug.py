@@ -217,10 +217,15 @@ def _static(out: tuple, parts: tuple) -> tuple:
 
 def debug_dir(out_dir: str | Path) -> DebugReport:
     """Debug ``OUT`` as it is on disk: its bundle, its torch-ir.json, its saved exported program
-    and its reference inputs. Writes ``OUT/debug.json`` and, if a node diverges, ``OUT/repro/``."""
+    and its reference inputs. Writes ``OUT/debug.json`` and, if a node diverges, ``OUT/repro/``.
+    An ONNX import (``OUT/model.onnx``) is compared node by node with onnxruntime instead."""
     from rlx.torch_import.interpret import EXPORTED_FILE, load_exported, node_values
 
     out = Path(out_dir)
+    if not (out / "torch-ir.json").is_file() and (out / "model.onnx").is_file():  # an ONNX import
+        from rlx.onnx_import.debug import debug_onnx_dir
+
+        return debug_onnx_dir(out)
     model = load(out / "bundle")
     ir = torch_ir.load(out / "torch-ir.json")
     reference, _ = safetensors_io.read(out / "reference.safetensors")

@@ -144,13 +144,14 @@ def from_onnx(
     graph = reader.read(proto, shapes, frozen)
     with StagedDir(out_dir, force=force) as staged:
         program, weights = steps("lower", lambda: _lower(graph, finish_program))
+        _save_model(proto, staged.path / "model.onnx")
         notes: list[str] = []
         reference = None
         if mode != "none":
             if has_onnxruntime():
                 inputs = _example_inputs(graph, example_inputs)
                 outputs = steps("onnxruntime", lambda: run_onnxruntime(proto, {**inputs, **frozen}))
-                reference = {f"in::{k}": v for k, v in inputs.items()}
+                reference = {f"in::{k}": v for k, v in {**inputs, **frozen}.items()}
                 reference.update({f"out::{i}": v for i, v in enumerate(outputs)})
                 safetensors_io.write(staged.path / "reference.safetensors", reference)
             else:
@@ -165,6 +166,18 @@ def from_onnx(
         report.node_kind = "ONNX"
         write_report(staged.path)
     return report
+
+
+def _save_model(proto: Any, path: Path) -> None:
+    """The model as read, for `rlx debug`; weights beyond protobuf's 2 GB go to ``model.onnx.data``."""
+    import onnx
+
+    if proto.ByteSize() < 2**31 - 2**20:
+        onnx.save_model(proto, str(path))
+        return
+    copy = onnx.ModelProto()  # saving as external data empties the tensors it writes out
+    copy.CopyFrom(proto)
+    onnx.save_model(copy, str(path), save_as_external_data=True, location=f"{path.name}.data")
 
 
 def _lower(graph: OnnxGraph, finish: Any) -> tuple[Program, dict[str, np.ndarray]]:

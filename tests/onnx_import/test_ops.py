@@ -228,6 +228,88 @@ CASES = [
         {"i": np.array([0, 2, -1], np.int64)},
         {"d": np.array(4, np.int64), "v": np.array([0.0, 5.0], np.float32)},
     ),  # fmt: skip
+    Case(
+        "grid_sample_modes",
+        [n("GridSample", ["x", "g"], ["y1"], mode="linear", padding_mode="border", align_corners=1),
+         n("GridSample", ["x", "g"], ["y2"], mode="nearest", padding_mode="zeros"),
+         n("GridSample", ["x", "g"], ["y3"], mode="cubic", padding_mode="reflection")],
+        {"x": IMG},
+        {"g": (R.random((1, 3, 5, 2)) * 2.4 - 1.2).astype(np.float32)},
+        outputs=("y1", "y2", "y3"),
+        opset=20,
+    ),  # fmt: skip
+    Case("lp_pool", [n("LpPool", ["x"], kernel_shape=[3, 2], p=3, strides=[2, 1], pads=[1, 0, 1, 1])], {"x": IMG}),
+    Case(
+        "avgpool_dilated_ceil",
+        [n("AveragePool", ["x"], kernel_shape=[2, 3], dilations=[2, 2], ceil_mode=1, strides=[2, 2], pads=[1, 1, 0, 1])],
+        {"x": IMG},
+        opset=19,
+    ),  # fmt: skip
+    Case(
+        "avgpool_dilated_count_pad",
+        [n("AveragePool", ["x"], kernel_shape=[3, 3], dilations=[2, 1], count_include_pad=1, pads=[1, 1, 1, 1])],
+        {"x": IMG},
+        opset=19,
+    ),  # fmt: skip
+    Case(
+        "scatternd_max_min_mul",
+        [n("ScatterND", ["x", "i", "u"], ["a"], reduction="max"), n("ScatterND", ["x", "i", "u"], ["b"], reduction="min"),
+         n("ScatterND", ["x", "i", "u"], ["c"], reduction="mul")],
+        {"x": F},
+        {"i": np.array([[1, 2], [0, 0], [1, 2]], np.int64), "u": R.standard_normal((3, 4)).astype(np.float32)},
+        outputs=("a", "b", "c"),
+    ),  # fmt: skip
+    Case(
+        "reverse_sequence",
+        [n("ReverseSequence", ["x", "l"], batch_axis=0, time_axis=1)],
+        {"x": F},
+        {"l": np.array([3, 1], np.int64)},
+    ),  # fmt: skip
+    Case(
+        "bitshift_uint8",
+        [n("BitShift", ["a", "s"], ["l"], direction="LEFT"), n("BitShift", ["a", "s"], ["r"], direction="RIGHT")],
+        {"a": np.array([1, 200, 7, 3, 255], np.uint8)},
+        {"s": np.array([3, 1, 2, 0, 7], np.uint8)},
+        outputs=("l", "r"),
+    ),  # fmt: skip
+    Case(
+        "tensor_scatter_circular",
+        [n("TensorScatter", ["c", "u", "w"], mode="circular")],
+        {"c": np.zeros((2, 3, 4, 5), np.float32), "u": R.standard_normal((2, 3, 2, 5)).astype(np.float32)},
+        {"w": np.array([3, 1], np.int64)},
+        opset=24,
+    ),  # fmt: skip
+    Case(
+        "maxpool_indices_then_unpool",
+        [n("MaxPool", ["x"], ["p", "i"], kernel_shape=[2, 2], strides=[2, 2]),
+         n("MaxUnpool", ["p", "i", "s"], kernel_shape=[2, 2], strides=[2, 2])],
+        {"x": IMG[..., :6].copy()},
+        {"s": np.array([1, 2, 7, 8], np.int64)},
+        outputs=("i", "y"),
+    ),  # fmt: skip
+    Case(
+        "maxpool_indices_padded_column_major",
+        [n("MaxPool", ["x"], ["p", "i"], kernel_shape=[3, 3], pads=[1, 1, 1, 1], storage_order=1)],
+        {"x": IMG},
+        outputs=("p", "i"),
+    ),  # fmt: skip
+    Case(
+        "col2im_strided_padded",
+        [n("Col2Im", ["x", "img", "blk"], strides=[2, 1], pads=[1, 0, 1, 1], dilations=[1, 2])],
+        {"x": R.standard_normal((1, 2 * 6, 3 * 4)).astype(np.float32)},
+        {"img": np.array([5, 7], np.int64), "blk": np.array([2, 3], np.int64)},
+    ),  # fmt: skip
+    Case(
+        "batchnorm_training",
+        [n("BatchNormalization", ["x", "s", "b", "m", "v"], ["y", "rm", "rv"], training_mode=1, momentum=0.8)],
+        {"x": IMG},
+        {"s": np.array([1.5, 0.5], np.float32), "b": np.array([0.1, -0.2], np.float32),
+         "m": np.array([0.3, 0.1], np.float32), "v": np.array([1.2, 0.9], np.float32)},
+        outputs=("y", "rm", "rv"),
+        opset=15,
+    ),  # fmt: skip
+    Case("lpnorm_zero_vector", [n("LpNormalization", ["x"], axis=0)], {"x": np.array([[0, 3], [0, 4]], np.float32)}),
+
 ]
 
 

@@ -692,19 +692,15 @@ def max_unpool(node: OnnxNode, b: OnnxBuilder) -> Env:
         dim_op("sub", dim_op("add", dim_op("mul", dim_op("sub", d, 1), s), k), pads[i] + pads[i + n])
         for i, (d, k, s) in enumerate(zip(shape[2:], kernel, strides))
     ]
-    inferred = (*shape[:2], *spatial)
-    total = numel(inferred)
+    wanted = b.ints(node, 2)
+    # The indices count over the whole output (as onnxruntime and PyTorch's max_unpool place them,
+    # also when output_shape is given), so one flat IndexPut places every value.
+    out_shape = tuple(wanted) if wanted is not None else (*shape[:2], *spatial)
+    total = numel(out_shape)
     flat = b.as_ref(b.lit(0, b.dtype(x)), (total,))
-    # ONNX indices count over the whole output tensor, so one flat IndexPut places every value.
     placed = b.emit(
         IndexPut(flat, (b.reshape(indices, (numel(shape),)),), b.reshape(x, (numel(shape),)), False),
         (total,),
         b.dtype(x),
     )
-    y = b.reshape(placed, inferred)
-    wanted = b.ints(node, 2)
-    if wanted is None or tuple(wanted) == inferred:
-        return y
-    # A given output_shape is the inferred one grown with zeros at the end of each axis.
-    grow = tuple((0, dim_op("sub", w, d)) for w, d in zip(wanted, inferred))
-    return b.emit(Pad(y, grow, 0), tuple(wanted), b.dtype(x))
+    return b.reshape(placed, out_shape)

@@ -17,12 +17,16 @@ def _vi(name: str, elem: int = TensorProto.FLOAT, shape: list | None = None):  #
 
 
 def _branch(name: str, op: str) -> object:
-    return helper.make_graph([helper.make_node(op, ["x"], [f"{name}_out"])], name, [], [_vi(f"{name}_out", shape=[3, 4])])
+    return helper.make_graph(
+        [helper.make_node(op, ["x"], [f"{name}_out"])], name, [], [_vi(f"{name}_out", shape=[3, 4])]
+    )
 
 
 @pytest.mark.parametrize("cond", [True, False])
 def test_if_with_known_condition_takes_one_branch(cond):
-    nodes = [helper.make_node("If", ["c"], ["y"], then_branch=_branch("then", "Relu"), else_branch=_branch("else", "Neg"))]
+    nodes = [
+        helper.make_node("If", ["c"], ["y"], then_branch=_branch("then", "Relu"), else_branch=_branch("else", "Neg"))
+    ]
     m = model(nodes, {"x": X}, ["y"], {"c": np.array(cond)})
     got = assert_matches_ort(m, {"x": X})
     np.testing.assert_array_equal(got[0], np.maximum(X, 0) if cond else -X)

@@ -41,7 +41,7 @@ def test_einsum_matches_onnxruntime(equation, shapes, dtype):
     assert got[0].shape == want.shape
 
 
-@pytest.mark.parametrize("shape", [(2, 2), (3, 3), (2, 4, 4), (1,  1)])
+@pytest.mark.parametrize("shape", [(2, 2), (3, 3), (2, 4, 4), (1, 1)])
 def test_det_matches_onnxruntime(shape):
     x = R.standard_normal(shape).astype(np.float32)
     m = model([helper.make_node("Det", ["x"], ["y"])], {"x": x}, ["y"])

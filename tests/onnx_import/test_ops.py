@@ -230,9 +230,11 @@ CASES = [
     ),  # fmt: skip
     Case(
         "grid_sample_modes",
-        [n("GridSample", ["x", "g"], ["y1"], mode="linear", padding_mode="border", align_corners=1),
-         n("GridSample", ["x", "g"], ["y2"], mode="nearest", padding_mode="zeros"),
-         n("GridSample", ["x", "g"], ["y3"], mode="cubic", padding_mode="reflection")],
+        [
+            n("GridSample", ["x", "g"], ["y1"], mode="linear", padding_mode="border", align_corners=1),
+            n("GridSample", ["x", "g"], ["y2"], mode="nearest", padding_mode="zeros"),
+            n("GridSample", ["x", "g"], ["y3"], mode="cubic", padding_mode="reflection"),
+        ],
         {"x": IMG},
         {"g": (R.random((1, 3, 5, 2)) * 2.4 - 1.2).astype(np.float32)},
         outputs=("y1", "y2", "y3"),
@@ -241,7 +243,17 @@ CASES = [
     Case("lp_pool", [n("LpPool", ["x"], kernel_shape=[3, 2], p=3, strides=[2, 1], pads=[1, 0, 1, 1])], {"x": IMG}),
     Case(
         "avgpool_dilated_ceil",
-        [n("AveragePool", ["x"], kernel_shape=[2, 3], dilations=[2, 2], ceil_mode=1, strides=[2, 2], pads=[1, 1, 0, 1])],
+        [
+            n(
+                "AveragePool",
+                ["x"],
+                kernel_shape=[2, 3],
+                dilations=[2, 2],
+                ceil_mode=1,
+                strides=[2, 2],
+                pads=[1, 1, 0, 1],
+            )
+        ],
         {"x": IMG},
         opset=19,
     ),  # fmt: skip
@@ -253,8 +265,11 @@ CASES = [
     ),  # fmt: skip
     Case(
         "scatternd_max_min_mul",
-        [n("ScatterND", ["x", "i", "u"], ["a"], reduction="max"), n("ScatterND", ["x", "i", "u"], ["b"], reduction="min"),
-         n("ScatterND", ["x", "i", "u"], ["c"], reduction="mul")],
+        [
+            n("ScatterND", ["x", "i", "u"], ["a"], reduction="max"),
+            n("ScatterND", ["x", "i", "u"], ["b"], reduction="min"),
+            n("ScatterND", ["x", "i", "u"], ["c"], reduction="mul"),
+        ],
         {"x": F},
         {"i": np.array([[1, 2], [0, 0], [1, 2]], np.int64), "u": R.standard_normal((3, 4)).astype(np.float32)},
         outputs=("a", "b", "c"),
@@ -281,8 +296,10 @@ CASES = [
     ),  # fmt: skip
     Case(
         "maxpool_indices_then_unpool",
-        [n("MaxPool", ["x"], ["p", "i"], kernel_shape=[2, 2], strides=[2, 2]),
-         n("MaxUnpool", ["p", "i", "s"], kernel_shape=[2, 2], strides=[2, 2])],
+        [
+            n("MaxPool", ["x"], ["p", "i"], kernel_shape=[2, 2], strides=[2, 2]),
+            n("MaxUnpool", ["p", "i", "s"], kernel_shape=[2, 2], strides=[2, 2]),
+        ],
         {"x": IMG[..., :6].copy()},
         {"s": np.array([1, 2, 7, 8], np.int64)},
         outputs=("i", "y"),
@@ -303,13 +320,16 @@ CASES = [
         "batchnorm_training",
         [n("BatchNormalization", ["x", "s", "b", "m", "v"], ["y", "rm", "rv"], training_mode=1, momentum=0.8)],
         {"x": IMG},
-        {"s": np.array([1.5, 0.5], np.float32), "b": np.array([0.1, -0.2], np.float32),
-         "m": np.array([0.3, 0.1], np.float32), "v": np.array([1.2, 0.9], np.float32)},
+        {
+            "s": np.array([1.5, 0.5], np.float32),
+            "b": np.array([0.1, -0.2], np.float32),
+            "m": np.array([0.3, 0.1], np.float32),
+            "v": np.array([1.2, 0.9], np.float32),
+        },
         outputs=("y", "rm", "rv"),
         opset=15,
     ),  # fmt: skip
     Case("lpnorm_zero_vector", [n("LpNormalization", ["x"], axis=0)], {"x": np.array([[0, 3], [0, 4]], np.float32)}),
-
 ]
 
 

@@ -31,7 +31,13 @@ def test_quantize_dequantize_round_trip(zp, per_axis):
 
 def test_blocked_quantization():
     scale = (R.random((2, 3, 2)) + 0.1).astype(np.float32)
-    m = model([helper.make_node("QuantizeLinear", ["x", "s"], ["y"], axis=2, block_size=2)], {"x": X}, ["y"], {"s": scale}, opset=21)
+    m = model(
+        [helper.make_node("QuantizeLinear", ["x", "s"], ["y"], axis=2, block_size=2)],
+        {"x": X},
+        ["y"],
+        {"s": scale},
+        opset=21,
+    )
     assert_matches_ort(m, {"x": X})
 
 

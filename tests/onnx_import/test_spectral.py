@@ -44,5 +44,7 @@ def test_mel_weight_matrix_is_a_constant():
     inits = {"bins": np.array(8, np.int64), "dft": np.array(16, np.int64), "rate": np.array(8000, np.int64),
              "lo": np.array(0.0, np.float32), "hi": np.array(4000.0, np.float32)}  # fmt: skip
     node = helper.make_node("MelWeightMatrix", ["bins", "dft", "rate", "lo", "hi"], ["y"])
-    m = model([node, helper.make_node("Mul", ["y", "x"], ["z"])], {"x": np.ones((9, 8), np.float32)}, ["z"], inits, opset=17)
+    m = model(
+        [node, helper.make_node("Mul", ["y", "x"], ["z"])], {"x": np.ones((9, 8), np.float32)}, ["z"], inits, opset=17
+    )
     assert_matches_ort(m, {"x": R.standard_normal((9, 8)).astype(np.float32)})

@@ -153,4 +153,3 @@ def scan(node: OnnxNode, b: OnnxBuilder) -> list[Env]:
         states, ys = _scan_body(scan_node, b, parts[: len(parts) - m], parts[len(parts) - m :])
         per_batch.append([*states, *ys])
     return [stack(b, [outs[k] for outs in per_batch], 0) for k in range(len(per_batch[0]))]
-

@@ -115,7 +115,7 @@ def compare_onnx_nodes(
                 for ins in group:
                     for r in ins.call.refs():
                         if r.name not in produced and r.name not in feed:
-                            feed[r.name] = seeded.get(r.name, rlx_values.get(r.name))
+                            feed[r.name] = seeded[r.name] if r.name in seeded else rlx_values[r.name]
                 local = compare(index, np.asarray(run_instructions(group, feed)[value]), np.asarray(want))
             label = name if len(outputs) == 1 else f"{name}:{out}"
             report.nodes.append(
@@ -141,7 +141,9 @@ def debug_onnx_dir(out_dir: str | Path) -> DebugReport:
     ort_values = onnxruntime_node_values(proto, feeds)
     # the nodes as the file has them (named as the reader names them): an op lowered through its
     # function body is compared on its own outputs
-    nodes = [(n.name or f"{n.op_type}_{k}", n.op_type, [o for o in n.output if o]) for k, n in enumerate(proto.graph.node)]
+    nodes = [
+        (n.name or f"{n.op_type}_{k}", n.op_type, [o for o in n.output if o]) for k, n in enumerate(proto.graph.node)
+    ]
     inputs = {v.name: feeds[v.name] for v in model.inputs}
     report = compare_onnx_nodes(nodes, model.program, model.weights, inputs, ort_values)
     atomic_write_text(out / DEBUG_FILE, dumps_json(report.to_json()))

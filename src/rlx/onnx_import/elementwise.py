@@ -146,7 +146,9 @@ def bit_shift(node: OnnxNode, b: OnnxBuilder) -> Env:
     dt = b.dtype(x)
     bits = int(np.iinfo(dtypes.to_numpy(dt)).bits)
     zero = b.lit(0, b.dtype(y))
-    out_of_range = emit_binary(b, "logical_or", emit_binary(b, "lt", y, zero), emit_binary(b, "ge", y, b.lit(bits, b.dtype(y))))
+    out_of_range = emit_binary(
+        b, "logical_or", emit_binary(b, "lt", y, zero), emit_binary(b, "ge", y, b.lit(bits, b.dtype(y)))
+    )
     safe = b.emit(Where(out_of_range, zero, y), b.shape(out_of_range), b.dtype(y))
     safe = b.cast(safe, dt)
     if node.attr("direction") == "LEFT":
@@ -158,7 +160,9 @@ def bit_shift(node: OnnxNode, b: OnnxBuilder) -> Env:
         rest = emit_binary(b, "sub", safe, first)
         shifted = emit_binary(b, "floor_divide", shifted, emit_binary(b, "pow", b.lit(2, dt), rest))
         negative = emit_binary(b, "lt", x, b.lit(0, dt))
-        fill = b.emit(Where(negative, b.lit(-1, dt), b.lit(0, dt)), b.shape(negative), dt) if dt != "u8" else b.lit(0, dt)
+        fill = (
+            b.emit(Where(negative, b.lit(-1, dt), b.lit(0, dt)), b.shape(negative), dt) if dt != "u8" else b.lit(0, dt)
+        )
     shape = broadcast(b.shape(out_of_range), b.shape(shifted))
     return b.emit(Where(out_of_range, fill, shifted), shape, dt)
 

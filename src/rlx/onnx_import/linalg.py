@@ -14,10 +14,10 @@ from rlx.errors import LoweringError
 from rlx.ir.calls import Diagonal, Expand
 from rlx.ir.program import Ref
 from rlx.ir.symbolic import Dim
-from rlx.onnx_import.nn import matmul
-from rlx.onnx_import.reduce import reduce
 from rlx.onnx_import.control import take
 from rlx.onnx_import.elementwise import emit_binary
+from rlx.onnx_import.nn import matmul
+from rlx.onnx_import.reduce import reduce
 from rlx.onnx_import.registry import Env, OnnxBuilder, OnnxNode, numel, onnx_op, static_dim
 from rlx.onnx_import.shape import permute
 
@@ -122,7 +122,6 @@ def einsum(node: OnnxNode, b: OnnxBuilder) -> Env:
         acc = _sum_unneeded(b, acc, later[k])
     acc = _sum_unneeded(b, acc, set(out))
     return _to(b, acc, out)
-
 
 
 MAX_DET_SIZE = 4  # cofactor expansion: n! products

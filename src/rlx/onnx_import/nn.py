@@ -8,6 +8,7 @@ pooling, −inf for max pooling) in front of the Call.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
@@ -296,7 +297,8 @@ def _window_sum(
     channels = static_dim(node, shape[1], "the channel count")
     full = []  # per axis: padding before, after, and the ceil_mode overhang after it
     for size, kk, s, d, (lo, hi) in zip(sizes, kernel, strides, dilations, pads):
-        o = int(_conv_out(size, kk, s, d, lo, hi, ceil))
+        o = _conv_out(size, kk, s, d, lo, hi, ceil)
+        assert isinstance(o, int)  # static sizes give a static extent
         if ceil and (o - 1) * s >= size + lo:
             o -= 1
         need = (o - 1) * s + (kk - 1) * d + 1
@@ -315,7 +317,8 @@ def _window_sum(
     mask = np.pad(mask, [(0, extra) for _, _, extra in full])
     counts = np.lib.stride_tricks.sliding_window_view(mask, [(kk - 1) * d + 1 for kk, d in zip(kernel, dilations)])
     counts = counts[tuple(slice(None, None, s) for s in strides)]
-    counts = counts[(Ellipsis, *(slice(None, None, d) for d in dilations))]
+    dilated: tuple[Any, ...] = (Ellipsis, *(slice(None, None, d) for d in dilations))
+    counts = counts[dilated]
     count = counts.sum(axis=tuple(range(len(kernel), 2 * len(kernel)))).astype(np_dt)
     return total, b.as_ref(b.operand(count.reshape(1, 1, *count.shape), f"{node.name}_counts"))
 
@@ -376,7 +379,9 @@ def _batch_norm_training(node: OnnxNode, b: OnnxBuilder) -> list[Env]:
     def running(old: Ref, cur: Ref) -> Ref:
         cur = b.reshape(cur, b.shape(old))
         keep = emit_binary(b, "mul", old, b.lit(momentum, b.dtype(old)))
-        return emit_binary(b, "add", keep, emit_binary(b, "mul", b.cast(cur, b.dtype(old)), b.lit(1 - momentum, b.dtype(old))))
+        return emit_binary(
+            b, "add", keep, emit_binary(b, "mul", b.cast(cur, b.dtype(old)), b.lit(1 - momentum, b.dtype(old)))
+        )
 
     return [y, running(mean, cur_mean), running(var, cur_var)]
 
@@ -582,7 +587,8 @@ def col2im(node: OnnxNode, b: OnnxBuilder) -> Env:
     weight = np.zeros((cols, 1, *block), dtypes.to_numpy(b.dtype(x)))
     for c in range(channels):
         for k in range(k_total):
-            weight[(c * k_total + k, 0, *np.unravel_index(k, block))] = 1
+            position = (c * k_total + k, 0, *(int(i) for i in np.unravel_index(k, block)))
+            weight[position] = 1
     w = b.as_ref(b.operand(weight, f"{node.name}_scatter"))
     full = [(m - 1) * s + (k - 1) * d + 1 for m, s, k, d in zip(counts, strides, block, dilations)]
     zero = (0,) * n

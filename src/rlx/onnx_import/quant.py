@@ -15,6 +15,7 @@ from rlx.errors import LoweringError
 from rlx.ir import dtypes
 from rlx.ir.calls import Clamp, IndexSelect
 from rlx.ir.program import Operand, Ref
+from rlx.ir.symbolic import Dim
 from rlx.onnx_import.elementwise import emit_binary, unary
 from rlx.onnx_import.nn import conv, matmul
 from rlx.onnx_import.reader import elem_dtype
@@ -46,9 +47,9 @@ def _param(b: OnnxBuilder, node: OnnxNode, index: int, shape: tuple, axis: int, 
     if scalar:
         return b.reshape(ref, ())
     if not block:
-        dims = [1] * rank
-        dims[axis] = pshape[0]
-        return b.reshape(ref, dims)
+        view: list[Dim] = [1] * rank
+        view[axis] = pshape[0]
+        return b.reshape(ref, view)
     size = static_dim(node, shape[axis], "the blocked axis")
     idx = b.as_ref(b.operand(np.arange(size, dtype=np.int64) // block, f"{node.name}_blocks"))
     out = list(pshape)

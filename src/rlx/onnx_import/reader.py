@@ -481,7 +481,9 @@ def _function_body(schema: Any, node: Any, opset: int, types: dict[str, Any]) ->
     return body if body.node else None
 
 
-def subgraph(g: Any, opsets: dict[str, int], outer: set[str], where: str) -> tuple[dict[str, np.ndarray], list[OnnxNode]]:
+def subgraph(
+    g: Any, opsets: dict[str, int], outer: set[str], where: str
+) -> tuple[dict[str, np.ndarray], list[OnnxNode]]:
     """A control-flow body (If branch, Loop / Scan body): its initializers and its nodes in order.
 
     ``outer`` holds the names visible from the enclosing graphs, which a body may read directly."""

@@ -32,9 +32,9 @@ def _affine(alpha: float, beta: float) -> Activation:
 
 
 def _activation(node: OnnxNode, name: str, alpha: float | None, beta: float | None) -> Activation:
-    simple = {"relu": "relu", "tanh": "tanh", "sigmoid": "sigmoid", "softsign": None, "softplus": "softplus"}
+    simple = {"relu": "relu", "tanh": "tanh", "sigmoid": "sigmoid", "softplus": "softplus"}
     key = name.lower()
-    if key in simple and simple[key]:
+    if key in simple:
         fn = simple[key]
         return lambda b, x: unary(b, fn, x)
     if key == "softsign":
@@ -59,7 +59,11 @@ class _Spec:
     default_acts: tuple[str, ...]
 
 
-_SPECS = {"RNN": _Spec(1, ("Tanh",)), "GRU": _Spec(3, ("Sigmoid", "Tanh")), "LSTM": _Spec(4, ("Sigmoid", "Tanh", "Tanh"))}
+_SPECS = {
+    "RNN": _Spec(1, ("Tanh",)),
+    "GRU": _Spec(3, ("Sigmoid", "Tanh")),
+    "LSTM": _Spec(4, ("Sigmoid", "Tanh", "Tanh")),
+}
 
 
 def _activations(node: OnnxNode, n_dirs: int) -> list[list[Activation]]:
@@ -99,7 +103,9 @@ def _clip(b: OnnxBuilder, x: Ref, clip: float | None) -> Ref:
     return b.emit(Clamp(x, b.lit(-clip, dt), b.lit(clip, dt)), b.shape(x), dt)
 
 
-def _step(node: OnnxNode, b: OnnxBuilder, d: _Dir, xw: Ref, h: Ref, c: Ref | None, hidden: int) -> tuple[Ref, Ref | None]:
+def _step(
+    node: OnnxNode, b: OnnxBuilder, d: _Dir, xw: Ref, h: Ref, c: Ref | None, hidden: int
+) -> tuple[Ref, Ref | None]:
     """One time step: ``xw`` is the input projection (with both biases) for this step, [batch, G·H]."""
     clip = node.attr("clip")
     f, g = d.acts[0], d.acts[1] if len(d.acts) > 1 else d.acts[0]
@@ -126,17 +132,21 @@ def _step(node: OnnxNode, b: OnnxBuilder, d: _Dir, xw: Ref, h: Ref, c: Ref | Non
         ), None
     assert c is not None
     gates = emit_binary(b, "add", xw, matmul(b, h, permute(b, d.r, (1, 0))))
-    pre = [_gate(b, gates, k, hidden) for k in range(4)]  # i, o, f, c
+    gate_pre = [_gate(b, gates, k, hidden) for k in range(4)]  # i, o, f, c
 
     def peep(k: int, state: Ref) -> Ref:
-        return pre[k] if d.peep is None else emit_binary(b, "add", pre[k], emit_binary(b, "mul", _gate(b, d.peep, k, hidden), state))
+        return (
+            gate_pre[k]
+            if d.peep is None
+            else emit_binary(b, "add", gate_pre[k], emit_binary(b, "mul", _gate(b, d.peep, k, hidden), state))
+        )
 
     i = f(b, _clip(b, peep(0, c), clip))
     if node.attr("input_forget", 0):
         fg = emit_binary(b, "sub", b.lit(1, b.dtype(i)), i)
     else:
         fg = f(b, _clip(b, peep(2, c), clip))
-    cell = g(b, _clip(b, pre[3], clip))
+    cell = g(b, _clip(b, gate_pre[3], clip))
     c_new = emit_binary(b, "add", emit_binary(b, "mul", fg, c), emit_binary(b, "mul", i, cell))
     o = f(b, _clip(b, peep(1, c_new), clip))
     h_act = d.acts[2] if len(d.acts) > 2 else g

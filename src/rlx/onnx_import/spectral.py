@@ -8,6 +8,8 @@ applied to the unit vectors (forward, inverse, one-sided and real-inverse transf
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from rlx.errors import LoweringError
@@ -56,7 +58,9 @@ def dft(b: OnnxBuilder, node: OnnxNode, x: Ref, axis: int, n: int | None, invers
     if n is None:
         n = 2 * (length - 1) if inverse and onesided else length
     if max(n, length) > MAX_DFT_LENGTH:
-        raise LoweringError(f"node {node.name} ({node.op_type}): transform length {n} is too long (at most {MAX_DFT_LENGTH})")
+        raise LoweringError(
+            f"node {node.name} ({node.op_type}): transform length {n} is too long (at most {MAX_DFT_LENGTH})"
+        )
     a, bm = _transfer(length, n, inverse, onesided)
     channels = static_dim(node, shape[-1], "the last (real/imaginary) axis")
     out_dtype = b.dtype(x)
@@ -130,4 +134,5 @@ def mel_weight_matrix(node: OnnxNode, b: OnnxBuilder) -> Env:
         [numpy_helper.from_array(v, n) for v, n in zip(values, names)],
     )  # fmt: skip
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", node.opset)])
-    return np.asarray(ReferenceEvaluator(model).run(None, {})[0])
+    outputs: Any = ReferenceEvaluator(model).run(None, {})
+    return np.asarray(outputs[0])

@@ -220,3 +220,25 @@ def test_shared_elementwise_table_agrees_on_numpy_and_jax(dtype):
             np.testing.assert_array_equal(np.isnan(got), np.isnan(want), err_msg=name)
             ok = ~np.isnan(want)
             np.testing.assert_allclose(got[ok], want[ok], rtol=16 * eps, atol=16 * eps, err_msg=name)
+
+
+@pytest.mark.parametrize(
+    ("source", "target"),
+    [("float32", "i32"), ("int32", "f32"), ("float64", "i64"), ("int64", "f64"), ("int8", "u8"), ("bool", "u8"),
+     ("float16", "i16")],
+)  # fmt: skip
+def test_bitcast_reinterprets_bits_on_every_engine(source, target):
+    from rlx.ir import dtypes
+
+    x = grid(source if source != "float16" else "float32")[:600].astype(source).reshape(-1, 3)[:, ::2]  # strided
+    want = np.ascontiguousarray(x).view(dtypes.to_numpy(target))  # numpy's own reinterpretation
+    call = C.Bitcast(X, target)
+    for name, table in _engines().items():
+        if name == "jax":
+            from rlx.runtime.jax_engine.kernels import x64
+
+            with x64():  # as the JAX engine runs: 64-bit values stay 64-bit
+                got = np.ascontiguousarray(table["Bitcast"](call, x))
+        else:
+            got = np.ascontiguousarray(table["Bitcast"](call, x))
+        assert_same_bits(got, want)

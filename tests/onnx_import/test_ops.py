@@ -329,6 +329,13 @@ CASES = [
         outputs=("y", "rm", "rv"),
         opset=15,
     ),  # fmt: skip
+    Case(
+        "bitcast_float_int_bool",
+        [n("BitCast", ["x"], ["i"], to=6), n("BitCast", ["i"], ["f"], to=1), n("BitCast", ["b"], ["u"], to=2)],
+        {"x": np.array([1.5, -0.0, np.inf, np.nan], np.float32), "b": np.array([True, False])},
+        outputs=("i", "f", "u"),
+        opset=26,
+    ),  # fmt: skip
     Case("lpnorm_zero_vector", [n("LpNormalization", ["x"], axis=0)], {"x": np.array([[0, 3], [0, 4]], np.float32)}),
 ]
 

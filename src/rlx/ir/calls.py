@@ -72,6 +72,14 @@ class Cast(Call):
     dtype: str
 
 
+@dataclass(frozen=True)
+class Bitcast(Call):
+    """The bits of ``x`` reinterpreted as ``dtype``, which has the same width (float32 ↔ int32, int8 → uint8)."""
+
+    x: Ref
+    dtype: str
+
+
 # ── producers ────────────────────────────────────────────────────────────────
 @dataclass(frozen=True)
 class Full(Call):

@@ -233,3 +233,9 @@ def leaky_relu(c: C.LeakyRelu, x: Any, *, xp: ArrayNamespace) -> Any:
 @kernel("Cast")
 def cast(c: C.Cast, x: Any, *, xp: ArrayNamespace) -> Any:
     return xp.asarray(x).astype(ir_dtypes.to_numpy(c.dtype))
+
+
+@kernel("Bitcast")
+def bitcast(c: C.Bitcast, x: Any, *, xp: ArrayNamespace) -> Any:
+    # numpy's view and jax's (a bitcast_convert_type) reinterpret the bytes element by element
+    return xp.asarray(x).view(ir_dtypes.to_numpy(c.dtype))

@@ -15,10 +15,10 @@ import numpy as np
 
 from rlx.errors import LoweringError
 from rlx.ir import dtypes
-from rlx.ir.calls import Binary, Clamp, LeakyRelu, Unary, Where
+from rlx.ir.calls import Binary, Bitcast, Clamp, LeakyRelu, Unary, Where
 from rlx.ir.program import Lit, Operand, Ref
 from rlx.ir.symbolic import static_shape
-from rlx.onnx_import.reader import ELEM_TYPES
+from rlx.onnx_import.reader import ELEM_TYPES, elem_dtype
 from rlx.onnx_import.registry import Env, OnnxBuilder, OnnxNode, Out, broadcast, dim_op, np_cast, onnx_op
 
 _PREDICATES = {"eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor"}
@@ -392,3 +392,12 @@ def cast_like(node: OnnxNode, b: OnnxBuilder) -> Out:
 
 
 __all__ = ["binary", "cast_to", "emit_binary", "fold", "np_cast", "unary"]
+
+
+@onnx_op("BitCast")
+def bit_cast(node: OnnxNode, b: OnnxBuilder) -> Env:
+    x = b.ref(node, 0)
+    to = elem_dtype(int(node.attr("to")), f"node {node.name} (BitCast) to")
+    if dtypes.to_numpy(to).itemsize != dtypes.to_numpy(b.dtype(x)).itemsize:
+        raise LoweringError(f"node {node.name} (BitCast): {b.dtype(x)} and {to} differ in width")
+    return b.emit(Bitcast(x, to), b.shape(x), to)

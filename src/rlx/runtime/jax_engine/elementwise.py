@@ -1,4 +1,5 @@
-"""The JAX engine's own Cast: float → integer as PyTorch's CPU cast, not XLA's saturation."""
+"""The JAX engine's own Cast (float → integer as PyTorch's CPU cast, not XLA's saturation) and
+Bitcast (jax arrays have no memory order to ask for)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from ...kernels.precision import widen
 from .overrides import override
 
 if TYPE_CHECKING:
-    from ...ir.calls import Cast
+    from ...ir.calls import Bitcast, Cast
 
 
 @override("Cast")
@@ -33,3 +34,8 @@ def _float_to_int(x: Any, dt: np.dtype) -> Any:
     inside = (xw >= low) & (xw < -float(low))  # False for NaN
     out = jnp.where(inside, jnp.where(inside, xw, 0).astype(wide), low)
     return out.astype(dt)
+
+
+@override("Bitcast")
+def bitcast(c: Bitcast, x: Any) -> Any:
+    return jnp.asarray(x).view(dtypes.to_numpy(c.dtype))  # lax.bitcast_convert_type, element by element

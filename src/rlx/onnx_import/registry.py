@@ -90,7 +90,7 @@ def onnx_op(*op_types: str, domain: str = "") -> Callable[[Handler], Handler]:
 
 def load_families() -> None:
     # Importing the family modules runs their @onnx_op decorators.
-    from rlx.onnx_import import control, elementwise, linalg, misc, nn, quant, recurrent, reduce, shape, spectral  # noqa: F401
+    from rlx.onnx_import import control, elementwise, linalg, misc, nn, quant, recurrent, reduce, shape, spectral, text  # noqa: F401
 
 
 def supported_ops() -> list[str]:

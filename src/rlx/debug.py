@@ -223,7 +223,7 @@ def debug_dir(out_dir: str | Path) -> DebugReport:
 
     out = Path(out_dir)
     if not (out / "torch-ir.json").is_file() and (out / "model.onnx").is_file():  # an ONNX import
-        from rlx.onnx_import.debug import debug_onnx_dir
+        from rlx.onnx_import.node_parity import debug_onnx_dir
 
         return debug_onnx_dir(out)
     model = load(out / "bundle")

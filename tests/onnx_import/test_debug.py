@@ -11,7 +11,7 @@ import rlx
 from onnx_import.onnx_helpers import TensorProto, helper, model
 from rlx.cli import main
 from rlx.ir.calls import Unary
-from rlx.onnx_import.debug import compare_onnx_nodes, onnxruntime_node_values
+from rlx.onnx_import.node_parity import compare_onnx_nodes, onnxruntime_node_values
 from rlx.runtime.model import load
 
 R = np.random.default_rng(7)

@@ -153,3 +153,14 @@ def scan(node: OnnxNode, b: OnnxBuilder) -> list[Env]:
         states, ys = _scan_body(scan_node, b, parts[: len(parts) - m], parts[len(parts) - m :])
         per_batch.append([*states, *ys])
     return [stack(b, [outs[k] for outs in per_batch], 0) for k in range(len(per_batch[0]))]
+
+
+# ── optionals of a tensor (optional types themselves are refused by the reader) ──
+@onnx_op("OptionalHasElement")
+def optional_has_element(node: OnnxNode, b: OnnxBuilder) -> Env:
+    return np.asarray(node.has_input(0))  # a tensor is present; an omitted input is an empty optional
+
+
+@onnx_op("OptionalGetElement")
+def optional_get_element(node: OnnxNode, b: OnnxBuilder) -> Env:
+    return b.required(node, 0)

@@ -99,12 +99,20 @@ def test_onnx_import_needs_no_torch(tmp_path):
 def test_unsupported_ops_listed_at_once():
     from onnx_import.onnx_helpers import run_rlx
 
-    nodes = [helper.make_node("Det", ["x"], ["d"], name="det1"), helper.make_node("Unique", ["x"], ["y"], name="u1")]
-    m = model(nodes, {"x": np.zeros((2, 2), np.float32)}, ["d", "y"])
+    nodes = [
+        helper.make_node("RoiAlign", ["x", "r", "i"], ["d"], name="roi1"),
+        helper.make_node("Unique", ["x"], ["y"], name="u1"),
+    ]
+    m = model(
+        nodes,
+        {"x": np.zeros((2, 2), np.float32)},
+        ["d", "y"],
+        {"r": np.zeros((1, 4), np.float32), "i": np.zeros(1, np.int64)},
+    )
     with pytest.raises(UnsupportedOpError) as e:
         run_rlx(m, {"x": np.zeros((2, 2), np.float32)})
     msg = str(e.value)
-    assert "Det (domain ai.onnx, opset 18) ×1 (nodes det1)" in msg and "Unique" in msg and "\n" not in msg
+    assert "RoiAlign (domain ai.onnx, opset 18) ×1 (nodes roi1)" in msg and "Unique" in msg and "\n" not in msg
 
 
 def _bad_models(tmp_path: Path) -> dict[str, Path]:

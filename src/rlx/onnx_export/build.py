@@ -165,10 +165,11 @@ def to_onnx(
     values = program.values()
     initializers = []
     for name in emitted.weights:
-        if external_weights:
+        if external_weights and values[name].shape:  # (0-d values are embedded: tiny, and rejected as external)
             initializers.append(_external(onnx, name, values[name].shape, values[name].dtype))
         else:
             initializers.append(_tensor(onnx, name, np.asarray(weights[name]), values[name].dtype))
+    # (0-d weights of an engine graph are embedded from the engine's arrays, passed as `weights`)
     from rlx.ir import dtypes
 
     initializers += [_tensor(onnx, n, a, dtypes.from_numpy(a.dtype)) for n, a in g.constants.items()]

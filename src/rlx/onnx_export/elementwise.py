@@ -197,7 +197,7 @@ def unary(g: OnnxGraph, c: C.Unary, out: Instr, x: T) -> T:
     fn = UNARY.get(c.fn)
     if fn is None:
         raise EmitError(f"the ONNX emitter has no unary function {c.fn!r}")
-    if c.fn in EXACT:
+    if c.fn in EXACT and x.dtype not in HALF:
         return fn(g, x)
     if x.dtype in HALF or (x.dtype == "f64" and c.fn in F32_ONLY):
         return g.cast(fn(g, g.cast(x, "f32")), x.dtype)
@@ -396,8 +396,9 @@ def binary(g: OnnxGraph, c: C.Binary, out: Instr, x: T, y: T) -> T:
 def where(g: OnnxGraph, c: C.Where, out: Instr, cond: T, x: T, y: T) -> T:
     if x.dtype != y.dtype:
         y = g.cast(y, x.dtype)
-    if x.dtype == "bf16":
-        return g.cast(_where(g, g.cast(cond, "bool"), g.cast(x, "f32"), g.cast(y, "f32")), "bf16")
+    wider = {"f16": "f32", "bf16": "f32", "i8": "i32", "i16": "i32", "bool": "u8"}.get(x.dtype)  # no Where kernel
+    if wider:
+        return g.cast(_where(g, g.cast(cond, "bool"), g.cast(x, wider), g.cast(y, wider)), x.dtype)
     return _where(g, g.cast(cond, "bool"), x, y)
 
 

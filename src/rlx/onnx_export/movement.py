@@ -25,7 +25,13 @@ def full(g: OnnxGraph, c: C.Full, out: Instr) -> T:
     value = g.const(np.asarray(c.value), c.dtype)
     if all(isinstance(d, int) for d in c.shape) and np.prod(c.shape, dtype=np.int64) <= 16:
         return g.const(np.full(tuple(int(d) for d in c.shape), c.value), c.dtype)  # type: ignore[arg-type]
-    return g.op("Expand", [value, g.dims(c.shape)], c.dtype, c.shape)
+    return _expand(g, value, g.dims(c.shape))
+
+
+def _expand(g: OnnxGraph, x: T, shape: T) -> T:
+    if x.dtype == "bf16":  # onnxruntime's Expand has no bfloat16 kernel: move the (exact) float32 values
+        return g.cast(g.op("Expand", [g.cast(x, "f32"), shape], "f32"), "bf16")
+    return g.op("Expand", [x, shape], x.dtype)
 
 
 @emits(C.Arange)
@@ -56,7 +62,7 @@ def permute(g: OnnxGraph, c: C.Permute, out: Instr, x: T) -> T:
 
 @emits(C.Expand)
 def expand(g: OnnxGraph, c: C.Expand, out: Instr, x: T) -> T:
-    return g.op("Expand", [x, g.dims(c.shape)], x.dtype, c.shape)
+    return _expand(g, x, g.dims(c.shape))
 
 
 def slice_axis(g: OnnxGraph, x: T, axis: int, start: int | Sym | T, stop: int | Sym | T, step: int = 1) -> T:
@@ -78,9 +84,10 @@ def pad(g: OnnxGraph, c: C.Pad, out: Instr, x: T) -> T:
     # ONNX pads: all befores, then all afters; a negative width crops, as in the Call.
     pads = g.dims([lo for lo, _ in c.pads] + [hi for _, hi in c.pads])
     value = g.const(np.asarray(c.value), x.dtype)
-    if x.dtype == "bf16":
-        wide = g.op("Pad", [g.cast(x, "f32"), pads, g.const(np.asarray(c.value), "f32")], "f32", mode="constant")
-        return g.cast(wide, "bf16")
+    wider = {"bf16": "f32", "i16": "i32"}.get(x.dtype)  # onnxruntime's Pad has no kernel for these
+    if wider:
+        wide = g.op("Pad", [g.cast(x, wider), pads, g.const(np.asarray(c.value), wider)], wider, mode="constant")
+        return g.cast(wide, x.dtype)
     return g.op("Pad", [x, pads, value], x.dtype, out.shape, mode="constant")
 
 

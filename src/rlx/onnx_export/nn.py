@@ -130,6 +130,9 @@ def max_pool(g: OnnxGraph, c: C.MaxPool, out: Instr, x: T) -> T:
         y = g.op("Mod", [T(idx, "i64"), g.ints(plane)], "i64", fmod=0)
     else:
         y = g.op("MaxPool", [xin], x.dtype, **attrs)
+        if x.dtype in ("f32", "f64"):  # MaxPool skips NaN; PyTorch's max pooling propagates it
+            nan = g.op("MaxPool", [g.cast(g.op("IsNaN", [xin], "bool"), "f32")], "f32", **attrs)
+            y = g.op("Where", [g.cast(nan, "bool"), g.const(np.nan, x.dtype), y], x.dtype)
     y = _crop(g, y, nd, xin.rank, windows)
     return g.op("Squeeze", [y, g.ints([0])], y.dtype) if squeeze else y
 

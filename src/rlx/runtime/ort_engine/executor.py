@@ -82,6 +82,9 @@ class OrtEngine:
             self.compilations += 1
         return executor
 
+    def array(self, name: str) -> np.ndarray:
+        return self._arrays[name]
+
     def weight_values(self, names: list[str]) -> list[Any]:
         return [self._values[n] for n in names]
 
@@ -98,7 +101,8 @@ class OrtExecutor:
     def __init__(self, program: Program, engine: OrtEngine, extra_outputs: list[str] | None = None) -> None:
         self.program = program
         ort = engine._ort
-        model = to_onnx(program, {}, io_bf16_as_f32=True, external_weights=True)
+        scalars = {w.name: engine.array(w.name) for w in program.weights if not w.shape}
+        model = to_onnx(program, scalars, io_bf16_as_f32=True, external_weights=True)
         if extra_outputs:  # intermediate values to return too (the per-node debugger)
             import onnx
 

@@ -133,7 +133,7 @@ def _value_info(onnx: Any, t: T) -> Any:
 
 
 def _tensor(onnx: Any, name: str, arr: np.ndarray, dtype: str) -> Any:
-    arr = np.ascontiguousarray(arr)
+    arr = np.asarray(arr, order="C")
     tensor = onnx.TensorProto()
     tensor.name = name
     tensor.data_type = ONNX_TYPES[dtype]

@@ -15,6 +15,7 @@ import numpy as np
 
 from rlx.ir import calls as C
 from rlx.ir.program import Instr
+from rlx.ir.symbolic import Sym
 from rlx.kernels import geometry
 from rlx.onnx_export.movement import slice_axis
 from rlx.onnx_export.registry import EmitError, OnnxGraph, T, emits, out_static, unsupported
@@ -120,7 +121,7 @@ def max_pool(g: OnnxGraph, c: C.MaxPool, out: Instr, x: T) -> T:
     nd = len(c.kernel)
     windows, pads = _pool_pads(x, c.kernel, c.stride, c.padding, c.dilation, c.ceil_mode)
     squeeze = x.rank == nd + 1  # an unbatched [C, *spatial] input
-    xin = g.op("Unsqueeze", [x, g.ints([0])], x.dtype) if squeeze else x
+    xin = g.op("Unsqueeze", [x, g.ints([0])], x.dtype, (1, *x.static_shape("pooling"))) if squeeze else x
     attrs = dict(kernel_shape=list(c.kernel), strides=list(c.stride), dilations=list(c.dilation),
                  pads=[lo for lo, _ in pads] + [hi for _, hi in pads])  # fmt: skip
     if c.indices:
@@ -143,7 +144,7 @@ def avg_pool(g: OnnxGraph, c: C.AvgPool, out: Instr, x: T) -> T:
     ones = (1,) * nd
     windows, pads = _pool_pads(x, c.kernel, c.stride, c.padding, ones, c.ceil_mode)
     squeeze = x.rank == nd + 1
-    xin = g.op("Unsqueeze", [x, g.ints([0])], x.dtype) if squeeze else x
+    xin = g.op("Unsqueeze", [x, g.ints([0])], x.dtype, (1, *x.static_shape("pooling"))) if squeeze else x
     sizes = x.static_shape("AvgPool")[-nd:]
     divisor = geometry.avg_pool_divisor(sizes, c.kernel, c.stride, c.padding, pads, windows, c.count_include_pad)
     attrs = dict(kernel_shape=list(c.kernel), strides=list(c.stride), pads=[lo for lo, _ in pads] + [hi for _, hi in pads])
@@ -189,11 +190,10 @@ def attention(g: OnnxGraph, c: C.Attention, out: Instr, q: T, k: T, v: T, mask: 
     kt = g.op("Transpose", [k], k.dtype, perm=perm)
     scores = g.op("Mul", [g.op("MatMul", [q, kt], q.dtype), g.const(c.scale, q.dtype)], q.dtype)
     neg_inf = g.const(-np.inf, q.dtype)
-    if c.causal:  # lower-triangular, aligned to the top-left as PyTorch does
-        big_l, big_s = q.shape[-2], k.shape[-2]
-        if not isinstance(big_l, int) or not isinstance(big_s, int):
-            raise unsupported(c, "causal with symbolic lengths")
-        tril = g.const(np.tril(np.ones((big_l, big_s), dtype=bool)), "bool")
+    if c.causal:  # lower-triangular, aligned to the top-left as PyTorch does (folded when static)
+        rows = g.op("Range", [g.const(0, "i64"), _extent(g, q.shape[-2]), g.const(1, "i64")], "i64")
+        cols = g.op("Range", [g.const(0, "i64"), _extent(g, k.shape[-2]), g.const(1, "i64")], "i64")
+        tril = g.op("GreaterOrEqual", [g.op("Unsqueeze", [rows, g.ints([1])], "i64"), cols], "bool")
         scores = g.op("Where", [tril, scores, neg_inf], q.dtype)
     if mask is not None:
         if mask.dtype == "bool":
@@ -207,6 +207,10 @@ def attention(g: OnnxGraph, c: C.Attention, out: Instr, q: T, k: T, v: T, mask: 
         dead = g.op("ReduceMin", [g.cast(is_neg_inf, "i32"), g.ints([-1])], "i32", keepdims=1)
         probs = g.op("Where", [g.cast(dead, "bool"), g.const(0, q.dtype), probs], q.dtype)
     return g.op("MatMul", [probs, g.cast(v, q.dtype)], q.dtype, out.shape)
+
+
+def _extent(g: OnnxGraph, d: int | Sym) -> T:
+    return g.op("Squeeze", [g.dim(d), g.ints([0])], "i64", ())
 
 
 def _repeat_heads(g: OnnxGraph, kv: T, q: T) -> T:

@@ -152,7 +152,7 @@ class OnnxGraph:
     # ── constants ────────────────────────────────────────────────────────────
     def const(self, value: Any, dtype: str) -> T:
         """A constant tensor (deduplicated): a scalar, a list or an array, in rlx dtype ``dtype``."""
-        arr = np.ascontiguousarray(np.asarray(value).astype(dtypes.to_numpy(dtype)))
+        arr = np.array(value, dtype=dtypes.to_numpy(dtype), order="C")  # (ascontiguousarray makes 0-d 1-d)
         key = (dtype, arr.shape, arr.tobytes())
         name = self._const_ids.get(key)
         if name is None:

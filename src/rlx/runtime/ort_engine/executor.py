@@ -50,7 +50,7 @@ class OrtEngine:
         self._source = program
         self.threads = threads
         self.optimization = optimization
-        self._arrays = {w.name: np.ascontiguousarray(weights[w.name]) for w in program.weights}
+        self._arrays = {w.name: np.asarray(weights[w.name], order="C") for w in program.weights}
         self._values = {name: _ort_value(self._ort, arr) for name, arr in self._arrays.items()}
         self.compilations = 0
         self._lock = threading.Lock()

@@ -40,11 +40,12 @@ class Emitted:
     weights: list[str] = field(default_factory=list)  # program weights the graph reads
 
 
-def emit(program: Program, *, io_bf16_as_f32: bool = False) -> Emitted:
+def emit(program: Program, *, io_bf16_as_f32: bool = False, pooling_nan: bool = True) -> Emitted:
     """Emit every instruction. ``io_bf16_as_f32``: bfloat16 inputs and outputs cross the graph's
-    boundary as float32 (exact both ways), for runtimes whose Python side has no bfloat16."""
+    boundary as float32 (exact both ways), for runtimes whose Python side has no bfloat16;
+    ``pooling_nan=False`` lets max pooling skip NaN as onnxruntime's MaxPool does (faster)."""
     check_coverage(program)
-    g = OnnxGraph(program)
+    g = OnnxGraph(program, pooling_nan=pooling_nan)
     env: dict[str, T] = {}
     inputs = []
     for v in program.inputs:
@@ -156,11 +157,12 @@ def to_onnx(
     io_bf16_as_f32: bool = False,
     external_weights: bool = False,
     doc: str = "",
+    pooling_nan: bool = True,
 ) -> Any:
     """The ONNX model of ``program``. ``external_weights``: weight initializers are declared as
     external data (for ``SessionOptions.add_external_initializers``) instead of holding bytes."""
     onnx = require_onnx()
-    emitted = emit(program, io_bf16_as_f32=io_bf16_as_f32)
+    emitted = emit(program, io_bf16_as_f32=io_bf16_as_f32, pooling_nan=pooling_nan)
     g = emitted.graph
     values = program.values()
     initializers = []

@@ -106,13 +106,10 @@ def _isfinite(g: OnnxGraph, x: T) -> T:
     return _bool(g, "Not", _bool(g, "Or", _bool(g, "IsNaN", x), _bool(g, "IsInf", x)))
 
 
+# onnxruntime's Relu, Max, Min and Clip propagate NaN (from either side), as PyTorch's do
+# (tests/runtime/test_ort_engine.py holds them to it on inputs with NaN planted in them).
 def _relu(g: OnnxGraph, x: T) -> T:
-    # Max with 0 propagates NaN like numpy's maximum; Relu's NaN handling is unspecified.
-    return _nan_keep(g, x, _op(g, "Max", x, _k(g, 0, x))) if _is_float(x) else _op(g, "Max", x, _k(g, 0, x))
-
-
-def _nan_keep(g: OnnxGraph, x: T, y: T) -> T:
-    return _where(g, _bool(g, "IsNaN", x), x, y) if _is_float(x) else y
+    return _op(g, "Relu", x) if _is_float(x) else _op(g, "Max", x, _k(g, 0, x))
 
 
 def _neg(g: OnnxGraph, x: T) -> T:
@@ -156,7 +153,7 @@ UNARY: dict[str, Fn] = {
     "sigmoid": _sigmoid,
     "silu": lambda g, x: _op(g, "Mul", x, _sigmoid(g, x)),
     "relu": _relu,
-    "relu6": lambda g, x: _nan_keep(g, x, _op(g, "Min", _op(g, "Max", x, _k(g, 0, x)), _k(g, 6, x))),
+    "relu6": lambda g, x: _op(g, "Clip", x, _k(g, 0, x), _k(g, 6, x)),
     "hardsigmoid": lambda g, x: _op(g, "Div", _hard(g, x), _k(g, 6, x)),
     "hardswish": lambda g, x: _op(g, "Div", _op(g, "Mul", x, _hard(g, x)), _k(g, 6, x)),
     "elu": lambda g, x: _where(g, _bool(g, "Greater", x, _k(g, 0, x)), x, _elu_neg(g, x)),
@@ -182,7 +179,8 @@ UNARY: dict[str, Fn] = {
     "isinf": _isinf,
     "isfinite": _isfinite,
     "identity": lambda g, x: _op(g, "Identity", x),
-    "square": lambda g, x: _op(g, "Mul", x, x),
+    # Pow(x, 2) is x·x in onnxruntime, and the spelling its RMSNorm fusion looks for.
+    "square": lambda g, x: _op(g, "Pow", x, _k(g, 2, x)) if _is_float(x) else _op(g, "Mul", x, x),
 }
 
 # Functions onnxruntime's CPU kernels compute in float32 only: float64 goes through float32 there
@@ -270,17 +268,11 @@ def _pow(g: OnnxGraph, x: T, y: T) -> T:
     return _where(g, negative, at_negative, power)
 
 
-def _nan_either(g: OnnxGraph, x: T, y: T, result: T) -> T:
-    if not _is_float(x):
-        return result
-    return _where(g, _bool(g, "Or", _bool(g, "IsNaN", x), _bool(g, "IsNaN", y)), _op(g, "Add", x, y), result)
-
-
 def _extreme(op: str) -> Fn2:
     def run(g: OnnxGraph, x: T, y: T) -> T:
         if x.dtype == "bool":
             return _bool(g, "Or" if op == "Max" else "And", x, y)
-        return _nan_either(g, x, y, _op(g, op, x, y))
+        return _op(g, op, x, y)
 
     return run
 

@@ -10,6 +10,7 @@ and divisors are PyTorch's.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
@@ -109,10 +110,15 @@ def _pool_pads(x: T, kernel: tuple[int, ...], stride: tuple[int, ...], padding: 
     return geometry.pool_geometry(x.static_shape("pooling"), kernel, stride, padding, dilation, ceil_mode)
 
 
-def _crop(g: OnnxGraph, y: T, nd: int, rank: int, out: tuple[int, ...]) -> T:
+def _crop(g: OnnxGraph, y: T, x: T, nd: int, out: tuple[int, ...], attrs: dict[str, Any]) -> T:
     """Exactly ``out`` windows (explicit padding can add a partial one PyTorch does not count)."""
+    sizes = x.static_shape("pooling")[-nd:]
+    pads, kernel, stride = attrs["pads"], attrs["kernel_shape"], attrs["strides"]
+    dilation = attrs.get("dilations", [1] * nd)
     for i, n in enumerate(out):
-        y = slice_axis(g, y, rank - nd + i, 0, n)
+        onnx_extent = (sizes[i] + pads[i] + pads[nd + i] - dilation[i] * (kernel[i] - 1) - 1) // stride[i] + 1
+        if onnx_extent != n:
+            y = slice_axis(g, y, x.rank - nd + i, 0, n)
     return y
 
 
@@ -131,10 +137,10 @@ def max_pool(g: OnnxGraph, c: C.MaxPool, out: Instr, x: T) -> T:
         y = g.op("Mod", [T(idx, "i64"), g.ints(plane)], "i64", fmod=0)
     else:
         y = g.op("MaxPool", [xin], x.dtype, **attrs)
-        if x.dtype in ("f32", "f64"):  # MaxPool skips NaN; PyTorch's max pooling propagates it
+        if g.pooling_nan and x.dtype in ("f32", "f64"):  # MaxPool skips NaN; PyTorch's propagates it
             nan = g.op("MaxPool", [g.cast(g.op("IsNaN", [xin], "bool"), "f32")], "f32", **attrs)
             y = g.op("Where", [g.cast(nan, "bool"), g.const(np.nan, x.dtype), y], x.dtype)
-    y = _crop(g, y, nd, xin.rank, windows)
+    y = _crop(g, y, xin, nd, windows, attrs)
     return g.op("Squeeze", [y, g.ints([0])], y.dtype) if squeeze else y
 
 
@@ -150,10 +156,9 @@ def avg_pool(g: OnnxGraph, c: C.AvgPool, out: Instr, x: T) -> T:
     attrs = dict(kernel_shape=list(c.kernel), strides=list(c.stride), pads=[lo for lo, _ in pads] + [hi for _, hi in pads])
     area = math.prod(c.kernel)
     if not c.divisor_override and np.all(divisor == area):  # the plain average: one AveragePool
-        y = g.op("AveragePool", [xin], x.dtype, count_include_pad=1, **attrs)
-        y = _crop(g, y, nd, xin.rank, windows)
+        y = _crop(g, g.op("AveragePool", [xin], x.dtype, count_include_pad=1, **attrs), xin, nd, windows, attrs)
     else:  # the window sums (average × area), divided by PyTorch's own divisor per window
-        mean = _crop(g, g.op("AveragePool", [xin], x.dtype, count_include_pad=1, **attrs), nd, xin.rank, windows)
+        mean = _crop(g, g.op("AveragePool", [xin], x.dtype, count_include_pad=1, **attrs), xin, nd, windows, attrs)
         total = g.op("Mul", [mean, g.const(area, x.dtype)], x.dtype)
         by = g.const(c.divisor_override, x.dtype) if c.divisor_override else g.const(divisor, x.dtype)
         y = g.op("Div", [total, by], x.dtype)
@@ -165,6 +170,8 @@ def adaptive_avg_pool(g: OnnxGraph, c: C.AdaptiveAvgPool, out: Instr, x: T) -> T
     nd = len(c.output_size)
     shape = x.static_shape("AdaptiveAvgPool")
     sizes_out = out_static(out, "AdaptiveAvgPool")[-nd:]
+    if all(n == 1 for n in sizes_out) and x.rank == nd + 2:  # the global average (classifier heads)
+        return g.op("GlobalAveragePool", [x], x.dtype, out.shape)
     y = x
     for i, size_out in enumerate(sizes_out):  # separable: one spatial axis at a time
         axis = x.rank - nd + i
@@ -190,21 +197,30 @@ def attention(g: OnnxGraph, c: C.Attention, out: Instr, q: T, k: T, v: T, mask: 
     kt = g.op("Transpose", [k], k.dtype, perm=perm)
     scores = g.op("Mul", [g.op("MatMul", [q, kt], q.dtype), g.const(c.scale, q.dtype)], q.dtype)
     neg_inf = g.const(-np.inf, q.dtype)
+    allowed = None  # bool [.., L, S]: where a query may attend (None: everywhere)
     if c.causal:  # lower-triangular, aligned to the top-left as PyTorch does (folded when static)
         rows = g.op("Range", [g.const(0, "i64"), _extent(g, q.shape[-2]), g.const(1, "i64")], "i64")
         cols = g.op("Range", [g.const(0, "i64"), _extent(g, k.shape[-2]), g.const(1, "i64")], "i64")
-        tril = g.op("GreaterOrEqual", [g.op("Unsqueeze", [rows, g.ints([1])], "i64"), cols], "bool")
-        scores = g.op("Where", [tril, scores, neg_inf], q.dtype)
-    if mask is not None:
-        if mask.dtype == "bool":
-            scores = g.op("Where", [mask, scores, neg_inf], q.dtype)
-        else:
-            scores = g.op("Add", [scores, g.cast(mask, q.dtype)], q.dtype)
+        allowed = g.op("GreaterOrEqual", [g.op("Unsqueeze", [rows, g.ints([1])], "i64"), cols], "bool")
+    if mask is not None and mask.dtype == "bool":
+        allowed = mask if allowed is None else g.op("And", [allowed, mask], "bool")
+    if allowed is not None:
+        scores = g.op("Where", [allowed, scores, neg_inf], q.dtype)
+    if mask is not None and mask.dtype != "bool":
+        scores = g.op("Add", [scores, g.cast(mask, q.dtype)], q.dtype)
     probs = g.op("Softmax", [scores], q.dtype, axis=-1)
     if mask is not None:
-        # A query that may attend nowhere (its scores all -inf) gets zeros, like PyTorch's safe softmax.
-        is_neg_inf = g.op("Equal", [scores, neg_inf], "bool")
-        dead = g.op("ReduceMin", [g.cast(is_neg_inf, "i32"), g.ints([-1])], "i32", keepdims=1)
+        # A query that may attend nowhere gets zeros, like PyTorch's safe softmax. Decided on the
+        # mask (usually without the head axis: smaller than the scores): for finite q and k a row
+        # of scores is all -inf exactly where its mask (with the causal triangle) allows nothing.
+        if mask.dtype == "bool":
+            assert allowed is not None
+            blocked = g.op("Not", [allowed], "bool")
+        else:
+            blocked = g.op("Equal", [g.cast(mask, q.dtype), neg_inf], "bool")
+            if allowed is not None:
+                blocked = g.op("Or", [blocked, g.op("Not", [allowed], "bool")], "bool")
+        dead = g.op("ReduceMin", [g.cast(blocked, "i32"), g.ints([-1])], "i32", keepdims=1)
         probs = g.op("Where", [g.cast(dead, "bool"), g.const(0, q.dtype), probs], q.dtype)
     return g.op("MatMul", [probs, g.cast(v, q.dtype)], q.dtype, out.shape)
 

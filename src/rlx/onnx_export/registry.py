@@ -99,9 +99,12 @@ def emits(*calls: type[Call], widen: bool = False) -> Callable[[Emitter], Emitte
 class OnnxGraph:
     """Nodes and initializers being built for one Program (onnx protos are made at the end)."""
 
-    def __init__(self, program: Program, opset: int = OPSET) -> None:
+    def __init__(self, program: Program, opset: int = OPSET, *, pooling_nan: bool = True) -> None:
         self.program = program
         self.opset = opset
+        # onnxruntime's MaxPool skips NaN where PyTorch's propagates it: keeping PyTorch's rule costs
+        # a second pooling of the NaN mask (and breaks onnxruntime's NCHWc conv/pool chains).
+        self.pooling_nan = pooling_nan
         self.nodes: list[tuple[str, list[str], list[str], dict[str, Any], str, str, str]] = []
         self.constants: dict[str, np.ndarray] = {}  # small constants made while emitting
         self._const_ids: dict[tuple[str, tuple[int, ...], bytes], str] = {}

@@ -10,7 +10,7 @@ never needs jax or onnxruntime.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -63,15 +63,19 @@ def create_engine(
     weights: Mapping[str, np.ndarray],
     disable_passes: Iterable[str] | None = None,
     threads: int | None = None,
+    options: Mapping[str, Any] | None = None,
 ) -> Engine:
     """The engine ``name`` for ``program`` and its weights. ``disable_passes``: the numpy engine's
     load-time passes to skip (``None``: all of them); ``threads``: onnxruntime's intra-op threads
-    (``None``: its default, one per physical core)."""
+    (``None``: its default, one per physical core); ``options``: the engine's own settings
+    (onnxruntime: ``optimization``, ``pooling_nan``; see ``OrtEngine``)."""
     check_engine(name)
     if name == "onnxruntime":
         from rlx.runtime.ort_engine.executor import OrtEngine
 
-        return OrtEngine(program, weights, threads=threads)
+        return OrtEngine(program, weights, threads=threads, **dict(options or {}))
+    if options:
+        raise UsageError(f"the {name} engine takes no options, got {', '.join(sorted(options))}")
     if name == "jax":
         from rlx.runtime.jax_engine.executor import JaxEngine
 

@@ -31,6 +31,7 @@ class Model:
         backend: str = "numpy",
         disable_passes: Iterable[str] = (),
         threads: int | None = None,
+        engine_options: Mapping[str, Any] | None = None,
     ) -> None:
         self.program = program
         self.meta = meta or {}
@@ -41,7 +42,9 @@ class Model:
         self._weights = weights
         self.backend = backend
         # The numpy engine's passes (rlx.passes.pipeline) run unless `optimize=False` (`rlx run --no-opt`).
-        self.engine = create_engine(backend, program, weights, disable_passes if optimize else None, threads)
+        self.engine = create_engine(
+            backend, program, weights, disable_passes if optimize else None, threads, engine_options
+        )
         # Static programs have one executor; dynamic ones get one per binding of the symbols.
         self._static = None if program.is_dynamic else self.engine.compile(program)
         self._by_binding: OrderedDict[tuple[tuple[str, int], ...], Executor] = OrderedDict()
@@ -183,6 +186,7 @@ def load(
     backend: str = "numpy",
     disable_passes: Iterable[str] = (),
     threads: int | None = None,
+    engine_options: Mapping[str, Any] | None = None,
 ) -> Model:
     """Load a bundle directory (``program.json`` + ``weights.safetensors`` + ``meta.json``).
 
@@ -190,11 +194,13 @@ def load(
     symlink leading out of it is refused), and every size, shape and dtype is checked before use.
     ``backend="jax"`` runs the program as one XLA computation per input-shape binding (needs jax);
     ``backend="onnxruntime"`` as one onnxruntime session per binding (needs ``rlx[onnxruntime]``),
-    with ``threads`` intra-op threads (default: onnxruntime's, one per physical core).
+    with ``threads`` intra-op threads (default: onnxruntime's, one per physical core);
+    ``engine_options`` are the engine's own settings (``rlx.runtime.ort_engine.executor.OrtEngine``).
     """
     program, weights, meta = read_bundle(bundle_dir)
     return Model(
-        program, weights, meta, optimize=optimize, backend=backend, disable_passes=disable_passes, threads=threads
+        program, weights, meta, optimize=optimize, backend=backend, disable_passes=disable_passes, threads=threads,
+        engine_options=engine_options,
     )
 
 

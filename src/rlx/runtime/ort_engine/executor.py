@@ -37,7 +37,11 @@ class OrtEngine:
         *,
         threads: int | None = None,
         optimization: str = "all",
+        pooling_nan: bool = True,
     ) -> None:
+        """``optimization``: onnxruntime's graph optimization level (all / extended / basic / none);
+        ``pooling_nan=False``: max pooling skips NaN as onnxruntime's MaxPool does, instead of
+        propagating it as PyTorch does (keeps conv → pool chains in onnxruntime's fast layout)."""
         self._ort = require_onnxruntime()
         try:
             check_coverage(program)
@@ -50,6 +54,7 @@ class OrtEngine:
         self._source = program
         self.threads = threads
         self.optimization = optimization
+        self.pooling_nan = pooling_nan
         self._arrays = {w.name: np.asarray(weights[w.name], order="C") for w in program.weights}
         self._values = {name: _ort_value(self._ort, arr) for name, arr in self._arrays.items()}
         self.compilations = 0
@@ -102,7 +107,7 @@ class OrtExecutor:
         self.program = program
         ort = engine._ort
         scalars = {w.name: engine.array(w.name) for w in program.weights if not w.shape}
-        model = to_onnx(program, scalars, io_bf16_as_f32=True, external_weights=True)
+        model = to_onnx(program, scalars, io_bf16_as_f32=True, external_weights=True, pooling_nan=engine.pooling_nan)
         if extra_outputs:  # intermediate values to return too (the per-node debugger)
             import onnx
 

@@ -20,7 +20,6 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from multiprocessing import get_context
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -105,7 +104,7 @@ def bench(
     measured = {e: _measure_in_subprocess(Path(bundle), e, inputs, threads, runs, warmup) for e in engines}
     reference = measured["numpy"][1]
     results = []
-    for engine, (result, outputs) in measured.items():
+    for result, outputs in measured.values():
         if not result.error and reference is not None and outputs is not None:
             parity = [compare(i, got, ref) for i, (got, ref) in enumerate(zip(outputs, reference))]
             cosines = [p.cosine for p in parity if p.cosine is not None]
@@ -115,9 +114,7 @@ def bench(
     return BenchReport(str(bundle), origin, results)
 
 
-def example_inputs(
-    bundle: Path, program: Program, batch: int | None, seed: int
-) -> tuple[dict[str, np.ndarray], str]:
+def example_inputs(bundle: Path, program: Program, batch: int | None, seed: int) -> tuple[dict[str, np.ndarray], str]:
     """The reference inputs next to the bundle, else random values of the declared shapes and
     dtypes; ``batch`` resizes axis 0 of the inputs where it is symbolic (rows repeated in turn)."""
     names = [v.name for v in program.inputs]
@@ -178,7 +175,9 @@ def _measure_in_subprocess(
     except RlxError:
         raise
     except Exception as e:  # a crashed worker: report the engine as failed, keep the others
-        return EngineResult(engine, error=f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"), None
+        return EngineResult(
+            engine, error=f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+        ), None
     finally:
         for k, v in saved.items():
             if v is None:

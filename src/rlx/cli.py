@@ -152,7 +152,9 @@ def _parser() -> argparse.ArgumentParser:
 
     ben = sub.add_parser("bench", help="time every installed engine on a bundle, check parity, name the fastest")
     ben.add_argument("bundle", help="bundle directory (or an OUT directory from `rlx import`)")
-    ben.add_argument("--engines", help="comma-separated engines (default: every installed one of numpy, jax, onnxruntime)")
+    ben.add_argument(
+        "--engines", help="comma-separated engines (default: every installed one of numpy, jax, onnxruntime)"
+    )
     ben.add_argument("--batch", type=int, help="resize the dynamic batch axis (axis 0) of the inputs to N")
     ben.add_argument("--threads", type=int, help="threads per engine (onnxruntime intra-op; BLAS for numpy)")
     ben.add_argument("--runs", type=int, default=30, help="timed runs per engine (default 30)")

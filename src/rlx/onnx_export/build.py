@@ -88,14 +88,19 @@ def _emit_instr(g: OnnxGraph, ins: Instr, env: Mapping[str, T]) -> T:
     except EmitError:
         raise
     except Exception as e:  # an emitter failure is reported with the instruction
-        raise EmitError(f"ONNX emission failed at {ins.result} = {ins.call.op} [{ins.note}]: {type(e).__name__}: {e}") from e
+        raise EmitError(
+            f"ONNX emission failed at {ins.result} = {ins.call.op} [{ins.note}]: {type(e).__name__}: {e}"
+        ) from e
     result = g.cast(result, ins.dtype)
     produced = {out for node in g.nodes[first:] for out in node[2]}
     if result.name in produced:  # name the instruction's own tensor after its result (debugging)
-        g.nodes[first:] = [
-            (op, [ins.result if n == result.name else n for n in ins_], [ins.result if n == result.name else n for n in outs], *rest)
-            for op, ins_, outs, *rest in g.nodes[first:]
-        ]  # type: ignore[misc]
+
+        def rename(names: list[str]) -> list[str]:
+            return [ins.result if n == result.name else n for n in names]
+
+        for k in range(first, len(g.nodes)):
+            op, i, o, attrs, domain, name, doc = g.nodes[k]
+            g.nodes[k] = (op, rename(i), rename(o), attrs, domain, name, doc)
     else:  # the result is an existing tensor (a no-op instruction): alias it
         g.node("Identity", [result], outputs=[ins.result])
     return T(ins.result, ins.dtype, ins.shape)
@@ -195,7 +200,7 @@ def _external(onnx: Any, name: str, shape: tuple[Dim, ...], dtype: str) -> Any:
     tensor = onnx.TensorProto()
     tensor.name = name
     tensor.data_type = ONNX_TYPES[dtype]
-    tensor.dims.extend(int(d) for d in shape)  # type: ignore[call-overload]
+    tensor.dims.extend(d for d in shape if isinstance(d, int))  # (a specialised program: all static)
     tensor.data_location = onnx.TensorProto.EXTERNAL
     entry = tensor.external_data.add()
     entry.key, entry.value = "location", "rlx-weights"
@@ -221,5 +226,3 @@ def write_onnx(program: Program, weights: Mapping[str, np.ndarray], out_dir: str
         except Exception as e:  # onnx's ValidationError / InferenceError
             raise EmitError(f"{path}: the emitted model fails onnx's checker: {str(e).splitlines()[0]}") from e
     return path
-
-

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Any
 
 from rlx.ir import calls as C
 from rlx.ir import dtypes
@@ -25,7 +26,7 @@ def _is_float(x: T) -> bool:
     return dtypes.is_float(x.dtype)
 
 
-def _op(g: OnnxGraph, op: str, *xs: T, dtype: str | None = None, **attrs: object) -> T:
+def _op(g: OnnxGraph, op: str, *xs: T, dtype: str | None = None, **attrs: Any) -> T:
     return g.op(op, list(xs), dtype or xs[0].dtype, **attrs)
 
 
@@ -234,7 +235,9 @@ def _floor_divide(g: OnnxGraph, x: T, y: T) -> T:
     shift = _bool(g, "And", _bool(g, "Not", _bool(g, "Equal", m, zero)), differ)
     div = _where(g, shift, _op(g, "Sub", div, _k(g, 1, x)), div)
     floor = _op(g, "Floor", div)
-    floor = _where(g, _bool(g, "Greater", _op(g, "Sub", div, floor), _k(g, 0.5, x)), _op(g, "Add", floor, _k(g, 1, x)), floor)
+    floor = _where(
+        g, _bool(g, "Greater", _op(g, "Sub", div, floor), _k(g, 0.5, x)), _op(g, "Add", floor, _k(g, 1, x)), floor
+    )
     quotient = _op(g, "Div", x, y)
     signed_zero = _op(g, "Mul", zero, quotient)  # ±0 with the sign of x / y
     floor = _where(g, _bool(g, "Equal", div, zero), signed_zero, floor)
@@ -263,7 +266,10 @@ def _pow(g: OnnxGraph, x: T, y: T) -> T:
     even = _bool(g, "Equal", _op(g, "Mod", y, _k(g, 2, x), fmod=0), zero)
     minus_one_pow = _where(g, even, one, _k(g, -1 if x.dtype != "u8" else 1, x))
     at_negative = _where(
-        g, _bool(g, "Equal", x, one), one, _where(g, _bool(g, "Equal", x, _k(g, -1 if x.dtype != "u8" else 1, x)), minus_one_pow, zero)
+        g,
+        _bool(g, "Equal", x, one),
+        one,
+        _where(g, _bool(g, "Equal", x, _k(g, -1 if x.dtype != "u8" else 1, x)), minus_one_pow, zero),
     )
     return _where(g, negative, at_negative, power)
 
@@ -306,7 +312,9 @@ def _atan2(g: OnnxGraph, y: T, x: T) -> T:
     out = _where(g, _bool(g, "And", y_inf, x_inf), both_inf, general)
     out = _where(g, _bool(g, "And", y_inf, _bool(g, "Not", x_inf)), copysign(half_pi), out)
     x_inf_only = _bool(g, "And", x_inf, _bool(g, "Not", y_inf))
-    out = _where(g, x_inf_only, _where(g, x_neg, copysign(pi), _op(g, "Mul", zero, _where(g, y_neg, _k(g, -1, y), one))), out)
+    out = _where(
+        g, x_inf_only, _where(g, x_neg, copysign(pi), _op(g, "Mul", zero, _where(g, y_neg, _k(g, -1, y), one))), out
+    )
     y_zero = _bool(g, "Equal", y, zero)
     at_zero = _where(g, x_neg, copysign(pi), y)  # y is ±0: atan2(±0, x ≥ +0) = ±0
     out = _where(g, _bool(g, "And", y_zero, _bool(g, "Not", _bool(g, "IsNaN", x))), at_zero, out)
@@ -455,7 +463,9 @@ def _step(g: OnnxGraph, step: C.Step, args: list[T | None]) -> T:
         return _where(g, _bool(g, "Greater", x, _k(g, 0, x)), x, _op(g, "Mul", x, _k(g, slope, x)))
     if step.fn in ("softmax", "log_softmax"):
         op = "Softmax" if step.fn == "softmax" else "LogSoftmax"
-        return g.cast(g.op(op, [g.widen(x)], "f32" if x.dtype in HALF else x.dtype, axis=int(step.param or 0)), step.dtype)
+        return g.cast(
+            g.op(op, [g.widen(x)], "f32" if x.dtype in HALF else x.dtype, axis=int(step.param or 0)), step.dtype
+        )
     if step.fn in UNARY:
         return g.cast(UNARY[step.fn](g, x), step.dtype)
     y = args[1]

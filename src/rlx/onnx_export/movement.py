@@ -14,8 +14,8 @@ from rlx.ir import dtypes
 from rlx.ir.program import Instr
 from rlx.ir.symbolic import Sym
 from rlx.kernels import KERNELS
-from rlx.runtime.numpy_engine.namespace import NUMPY
 from rlx.onnx_export.registry import OnnxGraph, T, emits, unsupported
+from rlx.runtime.numpy_engine.namespace import NUMPY
 
 INT64_MAX = np.iinfo(np.int64).max
 
@@ -23,8 +23,9 @@ INT64_MAX = np.iinfo(np.int64).max
 @emits(C.Full)
 def full(g: OnnxGraph, c: C.Full, out: Instr) -> T:
     value = g.const(np.asarray(c.value), c.dtype)
-    if all(isinstance(d, int) for d in c.shape) and np.prod(c.shape, dtype=np.int64) <= 16:
-        return g.const(np.full(tuple(int(d) for d in c.shape), c.value), c.dtype)  # type: ignore[arg-type]
+    static = tuple(d for d in c.shape if isinstance(d, int))
+    if len(static) == len(c.shape) and np.prod(static, dtype=np.int64) <= 16:
+        return g.const(np.full(static, c.value), c.dtype)
     return _expand(g, value, g.dims(c.shape))
 
 
@@ -112,7 +113,7 @@ def gather(g: OnnxGraph, c: C.Gather, out: Instr, x: T, index: T) -> T:
     for axis, (nx, ni) in enumerate(zip(x.shape, index.shape)):
         if axis != c.axis and nx != ni:
             x = slice_axis(g, x, axis, 0, ni)
-    index = normalize_index(g, index, x.shape[c.axis])
+    index = normalize_index(g, index, x.static_shape("Gather")[c.axis])
     return g.op("GatherElements", [x, index], x.dtype, out.shape, axis=c.axis)
 
 

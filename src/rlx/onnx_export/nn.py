@@ -76,7 +76,11 @@ def group_norm(g: OnnxGraph, c: C.GroupNorm, out: Instr, x: T, w: T | None, b: T
     grouped = g.op("Reshape", [x, g.dims([x.shape[0], c.groups, -1])], x.dtype)
     centered = g.op("Sub", [grouped, _mean(g, grouped, [2])], x.dtype)
     var = _mean(g, g.op("Mul", [centered, centered], x.dtype), [2])
-    inv = g.op("Div", [g.const(1, x.dtype), g.op("Sqrt", [g.op("Add", [var, g.const(c.eps, x.dtype)], x.dtype)], x.dtype)], x.dtype)
+    inv = g.op(
+        "Div",
+        [g.const(1, x.dtype), g.op("Sqrt", [g.op("Add", [var, g.const(c.eps, x.dtype)], x.dtype)], x.dtype)],
+        x.dtype,
+    )
     y = g.op("Reshape", [g.op("Mul", [centered, inv], x.dtype), g.op("Shape", [x], "i64")], x.dtype)
     per_channel = g.ints([-1] + [1] * (x.rank - 2))
     if w is not None:
@@ -128,7 +132,7 @@ def max_pool(g: OnnxGraph, c: C.MaxPool, out: Instr, x: T) -> T:
     windows, pads = _pool_pads(x, c.kernel, c.stride, c.padding, c.dilation, c.ceil_mode)
     squeeze = x.rank == nd + 1  # an unbatched [C, *spatial] input
     xin = g.op("Unsqueeze", [x, g.ints([0])], x.dtype, (1, *x.static_shape("pooling"))) if squeeze else x
-    attrs = dict(kernel_shape=list(c.kernel), strides=list(c.stride), dilations=list(c.dilation),
+    attrs: dict[str, Any] = dict(kernel_shape=list(c.kernel), strides=list(c.stride), dilations=list(c.dilation),
                  pads=[lo for lo, _ in pads] + [hi for _, hi in pads])  # fmt: skip
     if c.indices:
         _, idx = g.node("MaxPool", [xin], 2, **attrs)
@@ -153,7 +157,9 @@ def avg_pool(g: OnnxGraph, c: C.AvgPool, out: Instr, x: T) -> T:
     xin = g.op("Unsqueeze", [x, g.ints([0])], x.dtype, (1, *x.static_shape("pooling"))) if squeeze else x
     sizes = x.static_shape("AvgPool")[-nd:]
     divisor = geometry.avg_pool_divisor(sizes, c.kernel, c.stride, c.padding, pads, windows, c.count_include_pad)
-    attrs = dict(kernel_shape=list(c.kernel), strides=list(c.stride), pads=[lo for lo, _ in pads] + [hi for _, hi in pads])
+    attrs: dict[str, Any] = dict(
+        kernel_shape=list(c.kernel), strides=list(c.stride), pads=[lo for lo, _ in pads] + [hi for _, hi in pads]
+    )
     area = math.prod(c.kernel)
     if not c.divisor_override and np.all(divisor == area):  # the plain average: one AveragePool
         y = _crop(g, g.op("AveragePool", [xin], x.dtype, count_include_pad=1, **attrs), xin, nd, windows, attrs)
@@ -197,7 +203,8 @@ def attention(g: OnnxGraph, c: C.Attention, out: Instr, q: T, k: T, v: T, mask: 
     kt = g.op("Transpose", [k], k.dtype, perm=perm)
     scores = g.op("Mul", [g.op("MatMul", [q, kt], q.dtype), g.const(c.scale, q.dtype)], q.dtype)
     neg_inf = g.const(-np.inf, q.dtype)
-    allowed = None  # bool [.., L, S]: where a query may attend (None: everywhere)
+    assert q.shape is not None and k.shape is not None
+    allowed: T | None = None  # bool [.., L, S]: where a query may attend (None: everywhere)
     if c.causal:  # lower-triangular, aligned to the top-left as PyTorch does (folded when static)
         rows = g.op("Range", [g.const(0, "i64"), _extent(g, q.shape[-2]), g.const(1, "i64")], "i64")
         cols = g.op("Range", [g.const(0, "i64"), _extent(g, k.shape[-2]), g.const(1, "i64")], "i64")
@@ -242,4 +249,3 @@ def _repeat_heads(g: OnnxGraph, kv: T, q: T) -> T:
     expanded = g.op("Expand", [unsq, g.dims(shape)], kv.dtype)
     target = list(kv.shape[:-3]) + [q_heads] + list(kv.shape[-2:])
     return g.op("Reshape", [expanded, g.dims(target)], kv.dtype, tuple(target))
-

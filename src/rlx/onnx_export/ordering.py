@@ -67,7 +67,13 @@ def cum_reduce(g: OnnxGraph, c: C.CumReduce, out: Instr, x: T) -> T:
 def _cum_extreme(g: OnnxGraph, c: C.CumReduce, x: T) -> T:
     # The shared definition: the running extreme, and the last position where it was attained
     # (PyTorch's >= / <= update; a NaN takes over). The values are x at those positions.
-    work = g.cast(x, "f32") if x.dtype in ("f16", "bf16") else g.cast(x, "i32") if x.dtype in ("bool", "u8", "i8", "i16") else x
+    work = (
+        g.cast(x, "f32")
+        if x.dtype in ("f16", "bf16")
+        else g.cast(x, "i32")
+        if x.dtype in ("bool", "u8", "i8", "i16")
+        else x
+    )
     fill = lowest(np.dtype(dtypes.to_numpy(work.dtype))) if c.fn == "max" else highest(dtypes.to_numpy(work.dtype))
     op = "ReduceMax" if c.fn == "max" else "ReduceMin"
     running = g.op(op, [_lanes(g, work, c.axis, fill), g.ints([c.axis + 1])], work.dtype, keepdims=0)
@@ -79,13 +85,12 @@ def _cum_extreme(g: OnnxGraph, c: C.CumReduce, x: T) -> T:
         any_nan = g.op("ReduceMax", [_lanes(g, g.cast(nan, "i32"), c.axis, 0), g.ints([c.axis + 1])], "i32", keepdims=0)
         running = g.op("Where", [g.cast(any_nan, "bool"), g.const(np.nan, work.dtype), running], work.dtype)
     assert x.shape is not None
-    n = x.shape[c.axis]
+    n = x.static_shape("CumReduce max/min")[c.axis]
     shape = [1] * x.rank
     shape[c.axis] = n
-    positions = g.const(np.arange(n, dtype=np.int64).reshape(shape), "i64")  # type: ignore[arg-type]
+    positions = g.const(np.arange(n, dtype=np.int64).reshape(shape), "i64")
     marked = g.op("Where", [hit, positions, g.const(0, "i64")], "i64")
     idx = g.op("ReduceMax", [_lanes(g, marked, c.axis, 0), g.ints([c.axis + 1])], "i64", keepdims=0)
     if c.indices:
         return idx
     return g.op("GatherElements", [x, idx], x.dtype, axis=c.axis)
-

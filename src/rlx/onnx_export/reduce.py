@@ -59,7 +59,7 @@ def arg_reduce(g: OnnxGraph, c: C.ArgReduce, out: Instr, x: T) -> T:
     flat = c.axis is None or x.rank == 0
     if flat:
         work = g.op("Reshape", [work, g.ints([-1])], work.dtype)
-    axis = 0 if flat else c.axis
+    axis = 0 if flat or c.axis is None else c.axis
     keep = int(c.keepdim and not flat)
     idx = g.op(op, [work], "i64", axis=axis, keepdims=keep, select_last_index=0)
     if dtypes.is_float(work.dtype):  # the first NaN wins, as in PyTorch

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-
 from rlx.ir import calls as C
 from rlx.ir import dtypes
 from rlx.ir.program import Instr
@@ -75,6 +74,3 @@ def scatter(g: OnnxGraph, c: C.Scatter, out: Instr, x: T, index: T, src: T) -> T
         divide = BINARY["div"] if dtypes.is_float(work) else BINARY["floor_divide"]
         y = g.op("Where", [touched, divide(g, T(y.name, work), safe), x], work)
     return g.cast(y, out.dtype)
-
-
-

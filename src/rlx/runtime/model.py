@@ -64,6 +64,8 @@ class Model:
 
     def bind(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> list[np.ndarray]:
         """Match positional and named arguments to the program inputs, checking each one."""
+        if not kwargs and len(args) == len(self.inputs):  # all positional: the common, short path
+            return [check_input(v, a) for v, a in zip(self.inputs, args)]
         names = self.input_names
         if len(args) > len(names):
             raise InputError(f"{self.name} takes {len(names)} inputs ({', '.join(names)}), got {len(args)} positional")
@@ -199,7 +201,13 @@ def load(
     """
     program, weights, meta = read_bundle(bundle_dir)
     return Model(
-        program, weights, meta, optimize=optimize, backend=backend, disable_passes=disable_passes, threads=threads,
+        program,
+        weights,
+        meta,
+        optimize=optimize,
+        backend=backend,
+        disable_passes=disable_passes,
+        threads=threads,
         engine_options=engine_options,
     )
 

@@ -98,7 +98,16 @@ class Engines:
         rlx.from_torch(model, inputs, self.out, force=True, verify=False)
         self.rlx_model = rlx.load(self.out / "bundle")
         self.rlx_jax = self._rlx_jax()
+        self.rlx_ort = self._rlx_ort()
         self.ort = self._onnxruntime(workdir)
+
+    def _rlx_ort(self):
+        """The same bundle on rlx's onnxruntime engine (None without onnxruntime)."""
+        try:
+            return rlx.load(self.out / "bundle", backend="onnxruntime", threads=THREADS)
+        except rlx.RlxError as e:
+            print(f"  rlx onnxruntime: {self.name}: {e}")
+            return None
 
     def _rlx_jax(self):
         """The same bundle on the JAX backend (compiled here, at load; None without jax)."""
@@ -136,6 +145,8 @@ class Engines:
         engines = {"eager": eager, "rlx": lambda: first_tensor(self.rlx_model(*self.np_inputs))}
         if self.rlx_jax is not None:  # measure()'s warm-up runs come after the compilation at load
             engines["rlx jax"] = lambda: first_tensor(self.rlx_jax(*self.np_inputs))
+        if self.rlx_ort is not None:
+            engines["rlx ort"] = lambda: first_tensor(self.rlx_ort(*self.np_inputs))
         if self.ort is not None:
             engines["ort"] = self.ort
         return engines
@@ -247,6 +258,7 @@ def main() -> None:
     print("Latency (median ms, 2 threads) and parity (max abs err / max(1, |eager|)) against PyTorch eager")
     head = f"{'model':<22}{'eager':>9}{'ORT':>9}{'rlx':>9}{'rlx/eager':>11}{'rlx/ORT':>9}{'err rlx':>10}{'err ORT':>10}"
     head += f"{'rlx jax':>9}{'jax/eager':>11}{'jax/ORT':>9}{'err jax':>10}"
+    head += f"{'rlx ort':>9}{'rort/ORT':>9}{'err rort':>10}"  # rlx's onnxruntime engine vs torch.onnx + ORT
     print(head)
     print("-" * len(head))
     for label, med, err in rows:
@@ -257,6 +269,8 @@ def main() -> None:
             f"{med['rlx'] / med['eager']:>11.2f}{med['rlx'] / ort if ort == ort else math.nan:>9.2f}"
             f"{err['rlx']:>10.1e}{err.get('ort', math.nan):>10.1e}"
             f"{jx * 1e3:>9.3f}{jx / med['eager']:>11.2f}{jx / ort:>9.2f}{err.get('rlx jax', math.nan):>10.1e}"
+            f"{med.get('rlx ort', math.nan) * 1e3:>9.3f}{med.get('rlx ort', math.nan) / ort:>9.2f}"
+            f"{err.get('rlx ort', math.nan):>10.1e}"
         )
     print("-" * len(head))
     print(
@@ -264,6 +278,7 @@ def main() -> None:
         f"{geomean([m['rlx'] / m['ort'] for _, m, _ in rows if 'ort' in m]):>9.2f}{'':>29}"
         f"{geomean([m['rlx jax'] / m['eager'] for _, m, _ in rows if 'rlx jax' in m]):>11.2f}"
         f"{geomean([m['rlx jax'] / m['ort'] for _, m, _ in rows if 'rlx jax' in m and 'ort' in m]):>9.2f}"
+        f"{'':>19}{geomean([m['rlx ort'] / m['ort'] for _, m, _ in rows if 'rlx ort' in m and 'ort' in m]):>9.2f}"
     )
     print()
     print("Cold start: new process, import + load + first output (s) and peak RSS (MB)")

@@ -42,7 +42,7 @@ def _parser() -> argparse.ArgumentParser:
         "model_file", help="a .py file exposing `model` and `example_inputs` (or `get_model()`), or an .onnx model"
     )
     imp.add_argument("-o", "--out", required=True, help="output directory")
-    imp.add_argument("--emit", default="bundle", help="comma-separated artifacts to write: bundle, package")
+    imp.add_argument("--emit", default="bundle", help="comma-separated artifacts to write: bundle, package, onnx")
     imp.add_argument(
         "--emit-style",
         choices=("numpy", "jax"),
@@ -78,7 +78,7 @@ def _parser() -> argparse.ArgumentParser:
     bld = sub.add_parser("build", help="lower an exported directory (torch-ir.json + weights) without torch")
     bld.add_argument("dir", help="directory holding torch-ir.json and weights.safetensors")
     bld.add_argument("-o", "--out", help="output directory (default: DIR itself)")
-    bld.add_argument("--emit", default="bundle", help="comma-separated artifacts to write: bundle, package")
+    bld.add_argument("--emit", default="bundle", help="comma-separated artifacts to write: bundle, package, onnx")
     bld.add_argument(
         "--emit-style",
         choices=("numpy", "jax"),
@@ -103,10 +103,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--backend",
-        choices=("numpy", "jax"),
+        choices=("numpy", "jax", "onnxruntime"),
         default="numpy",
-        help="numpy (default) or jax: the whole program as one XLA computation (needs rlx[jax])",
+        help="numpy (default), jax (one XLA computation, needs rlx[jax]) or onnxruntime (needs rlx[onnxruntime])",
     )
+    run.add_argument("--threads", type=int, help="onnxruntime's intra-op threads (default: one per core)")
     run.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
 
     ins = sub.add_parser("inspect", help="show inputs, outputs, parameters and ops of a bundle or torch-ir.json")
@@ -148,6 +149,17 @@ def _parser() -> argparse.ArgumentParser:
     ver.add_argument("path")
     ver.add_argument("--reference", help="reference.safetensors (default: next to the bundle)")
     ver.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
+
+    ben = sub.add_parser("bench", help="time every installed engine on a bundle, check parity, name the fastest")
+    ben.add_argument("bundle", help="bundle directory (or an OUT directory from `rlx import`)")
+    ben.add_argument(
+        "--engines", help="comma-separated engines (default: every installed one of numpy, jax, onnxruntime)"
+    )
+    ben.add_argument("--batch", type=int, help="resize the dynamic batch axis (axis 0) of the inputs to N")
+    ben.add_argument("--threads", type=int, help="threads per engine (onnxruntime intra-op; BLAS for numpy)")
+    ben.add_argument("--runs", type=int, default=30, help="timed runs per engine (default 30)")
+    ben.add_argument("--warmup", type=int, default=3, help="untimed runs first (default 3)")
+    ben.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
     return p
 
 
@@ -166,6 +178,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "report": cmd_report,
             "ops": cmd_ops,
             "batch": cmd_batch,
+            "bench": cmd_bench,
         }[args.command](args)
     except RlxError as e:
         if debug:
@@ -339,7 +352,13 @@ def _read_npy(name: str, file: str) -> np.ndarray:
 def cmd_run(args: argparse.Namespace) -> int:
     from rlx.runtime import load
 
-    model = load(args.bundle, optimize=not args.no_opt, backend=args.backend, disable_passes=args.disable_pass)
+    model = load(
+        args.bundle,
+        optimize=not args.no_opt,
+        backend=args.backend,
+        disable_passes=args.disable_pass,
+        threads=args.threads,
+    )
     named = {}
     for item in args.input:
         name, sep, file = item.partition("=")
@@ -502,3 +521,16 @@ if __name__ == "__main__":  # pragma: no cover
 
 
 __all__ = ["json", "load_model_file", "main"]
+
+
+# ── bench ────────────────────────────────────────────────────────────────────
+def cmd_bench(args: argparse.Namespace) -> int:
+    from rlx.bench import bench
+
+    engines = [e.strip() for e in args.engines.split(",") if e.strip()] if args.engines else None
+    report = bench(
+        args.bundle, engines=engines, batch=args.batch, threads=args.threads, runs=args.runs, warmup=args.warmup
+    )
+    _say(f"{report.bundle}: inputs {report.inputs}")
+    _say(report.table())
+    return EXIT_OK if report.fastest is not None else EXIT_USAGE

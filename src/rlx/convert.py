@@ -37,7 +37,7 @@ from rlx.runtime.model import Model
 from rlx.util import StagedDir, atomic_write_text, check_writable_target, replace_dir
 from rlx.verify import ParityReport, check_parity
 
-EMITS = ("bundle", "package")
+EMITS = ("bundle", "package", "onnx")
 StepCallback = Callable[[str, float], None]
 
 
@@ -153,6 +153,11 @@ def _check_emit(emit: Sequence[str], emit_style: str = "numpy", backend: str = "
         raise UsageError(f"unknown --emit value(s) {', '.join(sorted(unknown))}; choose from {', '.join(EMITS)}")
     if emit_style != "numpy" or "package" in emit:
         check_style(emit_style)
+    if "onnx" in emit:
+        try:
+            import onnx  # noqa: F401
+        except ImportError:
+            raise UsageError("--emit onnx needs the onnx package: pip install 'rlx[onnx]'") from None
     check_engine(backend)
 
 
@@ -207,6 +212,10 @@ def write_and_verify(
         )
     if "package" in emit:
         steps("package", lambda: write_package(program, weights, dest, decomposition=decomposition, style=emit_style))
+    if "onnx" in emit:
+        from rlx.onnx_export import write_onnx  # needs rlx[onnx]
+
+        steps("onnx", lambda: write_onnx(program, bind_weights(program, weights, "weights"), dest))
     parity = None
     if reference is not None:
         bound = bind_weights(program, weights, "weights")
@@ -367,6 +376,9 @@ def build(
                 if "package" in emit:  # written into the temp dir like the bundle: move it too
                     name = package_name(report.model_name)
                     replace_dir(Path(tmp) / name, src / name)
+                for onnx_file in ("model.onnx", "model.onnx.data"):  # --emit onnx
+                    if (Path(tmp) / onnx_file).is_file():
+                        os.replace(Path(tmp) / onnx_file, src / onnx_file)
                 os.replace(Path(tmp) / "report.json", src / "report.json")
                 write_report(src)
         except OSError as e:

@@ -3,20 +3,21 @@
 An engine runs Programs with static shapes. ``Engine.source`` is the program that specialisations
 start from (the numpy engine optimises a dynamic program once, as written, so its weights are
 folded and packed once for every binding); ``Engine.compile`` turns one static program into an
-``Executor``. The JAX engine is imported only when asked for, so ``import rlx`` never needs jax.
+``Executor``. The JAX and onnxruntime engines are imported only when asked for, so ``import rlx``
+never needs jax or onnxruntime.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
 from rlx.errors import UsageError
 from rlx.ir.program import Program
 
-ENGINES = ("numpy", "jax")
+ENGINES = ("numpy", "jax", "onnxruntime")
 
 
 class Executor(Protocol):
@@ -43,21 +44,38 @@ class Engine(Protocol):
 
 
 def check_engine(name: str) -> None:
-    """A known engine that can run here: UsageError otherwise (for jax: how to install it)."""
+    """A known engine that can run here: UsageError otherwise (for jax, onnxruntime: how to install it)."""
     if name not in ENGINES:
         raise UsageError(f"unknown backend {name!r}; choose one of {', '.join(ENGINES)}")
     if name == "jax":
         from rlx.runtime.jax_engine import require_jax
 
         require_jax()
+    if name == "onnxruntime":
+        from rlx.runtime.ort_engine import require_onnxruntime
+
+        require_onnxruntime()
 
 
 def create_engine(
-    name: str, program: Program, weights: Mapping[str, np.ndarray], disable_passes: Iterable[str] | None = None
+    name: str,
+    program: Program,
+    weights: Mapping[str, np.ndarray],
+    disable_passes: Iterable[str] | None = None,
+    threads: int | None = None,
+    options: Mapping[str, Any] | None = None,
 ) -> Engine:
     """The engine ``name`` for ``program`` and its weights. ``disable_passes``: the numpy engine's
-    load-time passes to skip (``None``: all of them)."""
+    load-time passes to skip (``None``: all of them); ``threads``: onnxruntime's intra-op threads
+    (``None``: its default, one per physical core); ``options``: the engine's own settings
+    (onnxruntime: ``optimization``, ``pooling_nan``; see ``OrtEngine``)."""
     check_engine(name)
+    if name == "onnxruntime":
+        from rlx.runtime.ort_engine.executor import OrtEngine
+
+        return OrtEngine(program, weights, threads=threads, **dict(options or {}))
+    if options:
+        raise UsageError(f"the {name} engine takes no options, got {', '.join(sorted(options))}")
     if name == "jax":
         from rlx.runtime.jax_engine.executor import JaxEngine
 

@@ -30,6 +30,8 @@ class Model:
         optimize: bool = True,
         backend: str = "numpy",
         disable_passes: Iterable[str] = (),
+        threads: int | None = None,
+        engine_options: Mapping[str, Any] | None = None,
     ) -> None:
         self.program = program
         self.meta = meta or {}
@@ -40,7 +42,9 @@ class Model:
         self._weights = weights
         self.backend = backend
         # The numpy engine's passes (rlx.passes.pipeline) run unless `optimize=False` (`rlx run --no-opt`).
-        self.engine = create_engine(backend, program, weights, disable_passes if optimize else None)
+        self.engine = create_engine(
+            backend, program, weights, disable_passes if optimize else None, threads, engine_options
+        )
         # Static programs have one executor; dynamic ones get one per binding of the symbols.
         self._static = None if program.is_dynamic else self.engine.compile(program)
         self._by_binding: OrderedDict[tuple[tuple[str, int], ...], Executor] = OrderedDict()
@@ -60,6 +64,8 @@ class Model:
 
     def bind(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> list[np.ndarray]:
         """Match positional and named arguments to the program inputs, checking each one."""
+        if not kwargs and len(args) == len(self.inputs):  # all positional: the common, short path
+            return [check_input(v, a) for v, a in zip(self.inputs, args)]
         names = self.input_names
         if len(args) > len(names):
             raise InputError(f"{self.name} takes {len(names)} inputs ({', '.join(names)}), got {len(args)} positional")
@@ -176,16 +182,34 @@ def unflatten(tree: Any, flat: list[Any]) -> Any:
 
 
 def load(
-    bundle_dir: str | Path, *, optimize: bool = True, backend: str = "numpy", disable_passes: Iterable[str] = ()
+    bundle_dir: str | Path,
+    *,
+    optimize: bool = True,
+    backend: str = "numpy",
+    disable_passes: Iterable[str] = (),
+    threads: int | None = None,
+    engine_options: Mapping[str, Any] | None = None,
 ) -> Model:
     """Load a bundle directory (``program.json`` + ``weights.safetensors`` + ``meta.json``).
 
     Nothing in a bundle is executed, nothing outside the directory is read (a file that is a
     symlink leading out of it is refused), and every size, shape and dtype is checked before use.
-    ``backend="jax"`` runs the program as one XLA computation per input-shape binding (needs jax).
+    ``backend="jax"`` runs the program as one XLA computation per input-shape binding (needs jax);
+    ``backend="onnxruntime"`` as one onnxruntime session per binding (needs ``rlx[onnxruntime]``),
+    with ``threads`` intra-op threads (default: onnxruntime's, one per physical core);
+    ``engine_options`` are the engine's own settings (``rlx.runtime.ort_engine.executor.OrtEngine``).
     """
     program, weights, meta = read_bundle(bundle_dir)
-    return Model(program, weights, meta, optimize=optimize, backend=backend, disable_passes=disable_passes)
+    return Model(
+        program,
+        weights,
+        meta,
+        optimize=optimize,
+        backend=backend,
+        disable_passes=disable_passes,
+        threads=threads,
+        engine_options=engine_options,
+    )
 
 
 __all__ = ["Model", "RlxError", "load", "unflatten"]

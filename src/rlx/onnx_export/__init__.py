@@ -1,0 +1,22 @@
+"""Emit ONNX from a Program, torch-free: ``to_onnx(program, weights)`` → an ``onnx.ModelProto``.
+
+Standard ai.onnx operators at opset ``OPSET``; weights become initializers (external data beside
+``model.onnx`` above 2 GB); symbolic extents become ``dim_param`` on the inputs and are computed
+from the inputs' shapes inside the graph; every node's ``doc_string`` is the provenance note of
+the instruction it came from (``aten.op (x[2,3]) -> [2,3] f32``) and its name starts with that
+instruction's result. One emitter per Call family is registered in ``registry.EMITTERS``
+(``@emits``); ``check_coverage`` lists what a program uses that has none. Needs ``rlx[onnx]``.
+"""
+
+from __future__ import annotations
+
+from rlx.onnx_export import elementwise, linalg, movement, nn, ordering, reduce, resample, scatter, spectral
+from rlx.onnx_export.build import EXTERNAL_DATA_THRESHOLD, MODEL_FILE, check_coverage, to_onnx, write_onnx
+from rlx.onnx_export.registry import EMITTERS, OPSET, EmitError, emits
+
+FAMILIES = (elementwise, linalg, movement, nn, ordering, reduce, resample, scatter, spectral)
+
+__all__ = [
+    "EMITTERS", "EXTERNAL_DATA_THRESHOLD", "FAMILIES", "MODEL_FILE", "OPSET", "EmitError", "check_coverage",
+    "emits", "to_onnx", "write_onnx",
+]  # fmt: skip

@@ -1,0 +1,228 @@
+"""The driver: a Program and its weights → an ONNX model, instruction by instruction."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rlx.ir.program import Instr, Lit, Program, Ref
+from rlx.ir.symbolic import Dim, Sym
+from rlx.onnx_export.registry import EMITTERS, HALF, ONNX_TYPES, OPSET, EmitError, OnnxGraph, T, require_onnx
+
+MODEL_FILE = "model.onnx"
+EXTERNAL_DATA_FILE = "model.onnx.data"
+EXTERNAL_DATA_THRESHOLD = 2 * 1024**3  # protobuf's limit on one message
+
+
+def check_coverage(program: Program) -> None:
+    """Every Call of ``program`` must have an emitter: say which ones do not, all at once."""
+    missing: dict[str, list[str]] = {}
+    for ins in program.instrs:
+        if type(ins.call) not in EMITTERS:
+            missing.setdefault(ins.call.op, []).append(ins.result)
+    if missing:
+        listed = ", ".join(f"{op} ×{len(r)} (first: {r[0]})" for op, r in sorted(missing.items()))
+        raise EmitError(f"the ONNX emitter has no emitter for {listed}")
+
+
+@dataclass
+class Emitted:
+    """A Program's graph, before it becomes protos: what the engine and the writer both start from."""
+
+    graph: OnnxGraph
+    inputs: list[T]  # graph inputs, in program order
+    outputs: list[T]  # graph outputs, one per program output
+    weights: list[str] = field(default_factory=list)  # program weights the graph reads
+
+
+def emit(program: Program, *, io_bf16_as_f32: bool = False, pooling_nan: bool = True) -> Emitted:
+    """Emit every instruction. ``io_bf16_as_f32``: bfloat16 inputs and outputs cross the graph's
+    boundary as float32 (exact both ways), for runtimes whose Python side has no bfloat16;
+    ``pooling_nan=False`` lets max pooling skip NaN as onnxruntime's MaxPool does (faster)."""
+    check_coverage(program)
+    g = OnnxGraph(program, pooling_nan=pooling_nan)
+    env: dict[str, T] = {}
+    inputs = []
+    for v in program.inputs:
+        if io_bf16_as_f32 and v.dtype == "bf16":
+            outer = T(f"{v.name}/f32", "f32", v.shape)
+            g.begin(v.name, f"input {v.name} as bfloat16")
+            g.node("Cast", [outer], outputs=[v.name], to=ONNX_TYPES["bf16"])
+            inputs.append(outer)
+        else:
+            inputs.append(T(v.name, v.dtype, v.shape))
+        env[v.name] = T(v.name, v.dtype, v.shape)
+    for w in program.weights:
+        env[w.name] = T(w.name, w.dtype, w.shape)
+    for ins in program.instrs:
+        env[ins.result] = _emit_instr(g, ins, env)
+    outputs = _outputs(g, program, env, io_bf16_as_f32)
+    used = {name for node in g.nodes for name in node[1]}
+    return Emitted(g, inputs, outputs, [w.name for w in program.weights if w.name in used])
+
+
+def _operand(g: OnnxGraph, v: Any, env: Mapping[str, T]) -> Any:
+    if isinstance(v, Ref):
+        return env[v.name]
+    if isinstance(v, Lit):
+        return g.lit(v)
+    if isinstance(v, tuple):
+        return [_operand(g, x, env) for x in v]
+    return None
+
+
+def _emit_instr(g: OnnxGraph, ins: Instr, env: Mapping[str, T]) -> T:
+    entry = EMITTERS[type(ins.call)]
+    g.begin(ins.result, f"{ins.note or ins.call.op} [{ins.node}]" if ins.node else (ins.note or ins.call.op))
+    first = len(g.nodes)
+    operands = [_operand(g, getattr(ins.call, f), env) for f in ins.call.operand_fields()]
+    if entry.widen:
+        operands = [_widen(g, o) for o in operands]
+    try:
+        result = entry.fn(g, ins.call, ins, *operands)
+    except EmitError:
+        raise
+    except Exception as e:  # an emitter failure is reported with the instruction
+        raise EmitError(
+            f"ONNX emission failed at {ins.result} = {ins.call.op} [{ins.note}]: {type(e).__name__}: {e}"
+        ) from e
+    result = g.cast(result, ins.dtype)
+    produced = {out for node in g.nodes[first:] for out in node[2]}
+    if result.name in produced:  # name the instruction's own tensor after its result (debugging)
+
+        def rename(names: list[str]) -> list[str]:
+            return [ins.result if n == result.name else n for n in names]
+
+        for k in range(first, len(g.nodes)):
+            op, i, o, attrs, domain, name, doc = g.nodes[k]
+            g.nodes[k] = (op, rename(i), rename(o), attrs, domain, name, doc)
+    else:  # the result is an existing tensor (a no-op instruction): alias it
+        g.node("Identity", [result], outputs=[ins.result])
+    return T(ins.result, ins.dtype, ins.shape)
+
+
+def _widen(g: OnnxGraph, o: Any) -> Any:
+    if isinstance(o, T):
+        return g.cast(o, "f32") if o.dtype in HALF else o
+    if isinstance(o, list):
+        return [_widen(g, x) for x in o]
+    return o
+
+
+def _outputs(g: OnnxGraph, program: Program, env: Mapping[str, T], io_bf16_as_f32: bool) -> list[T]:
+    outputs: list[T] = []
+    instr_results = {ins.result for ins in program.instrs}
+    taken: set[str] = set()
+    for k, o in enumerate(program.outputs):
+        g.begin(f"output{k}", f"output {k}")
+        value = env[o.name] if isinstance(o, Ref) else g.lit(o)
+        if io_bf16_as_f32 and value.dtype == "bf16":
+            value = g.cast(value, "f32")
+        elif value.name not in instr_results or value.name in taken:  # an input, weight, literal or repeat
+            value = g.op("Identity", [value], value.dtype, value.shape)
+        taken.add(value.name)
+        outputs.append(T(value.name, value.dtype, value.shape))
+    return outputs
+
+
+# ── protos ───────────────────────────────────────────────────────────────────
+def _value_info(onnx: Any, t: T) -> Any:
+    shape: list[int | str | None] | None = None
+    if t.shape is not None:
+        shape = [d if isinstance(d, int) else (d.expr if isinstance(d, Sym) else None) for d in t.shape]
+    return onnx.helper.make_tensor_value_info(t.name, ONNX_TYPES[t.dtype], shape)
+
+
+def _tensor(onnx: Any, name: str, arr: np.ndarray, dtype: str) -> Any:
+    arr = np.asarray(arr, order="C")
+    tensor = onnx.TensorProto()
+    tensor.name = name
+    tensor.data_type = ONNX_TYPES[dtype]
+    tensor.dims.extend(arr.shape)
+    tensor.raw_data = arr.tobytes()
+    return tensor
+
+
+def _nodes(onnx: Any, g: OnnxGraph) -> list[Any]:
+    return [
+        onnx.helper.make_node(op, inputs, outputs, name=name, doc_string=doc, domain=domain or None, **attrs)
+        for op, inputs, outputs, attrs, domain, name, doc in g.nodes
+    ]
+
+
+def to_onnx(
+    program: Program,
+    weights: Mapping[str, np.ndarray],
+    *,
+    io_bf16_as_f32: bool = False,
+    external_weights: bool = False,
+    doc: str = "",
+    pooling_nan: bool = True,
+) -> Any:
+    """The ONNX model of ``program``. ``external_weights``: weight initializers are declared as
+    external data (for ``SessionOptions.add_external_initializers``) instead of holding bytes."""
+    onnx = require_onnx()
+    emitted = emit(program, io_bf16_as_f32=io_bf16_as_f32, pooling_nan=pooling_nan)
+    g = emitted.graph
+    values = program.values()
+    initializers = []
+    for name in emitted.weights:
+        if external_weights and values[name].shape:  # (0-d values are embedded: tiny, and rejected as external)
+            initializers.append(_external(onnx, name, values[name].shape, values[name].dtype))
+        else:
+            initializers.append(_tensor(onnx, name, np.asarray(weights[name]), values[name].dtype))
+    # (0-d weights of an engine graph are embedded from the engine's arrays, passed as `weights`)
+    from rlx.ir import dtypes
+
+    initializers += [_tensor(onnx, n, a, dtypes.from_numpy(a.dtype)) for n, a in g.constants.items()]
+    graph = onnx.helper.make_graph(
+        _nodes(onnx, g),
+        program.name or "model",
+        [_value_info(onnx, t) for t in emitted.inputs],
+        [_value_info(onnx, t) for t in emitted.outputs],
+        initializer=initializers,
+        doc_string=doc,
+    )
+    from rlx.version import __version__
+
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", OPSET)],
+                                   producer_name="rlx", producer_version=__version__)  # fmt: skip
+    model.ir_version = 10  # onnxruntime ≥ 1.18 reads IR 10 (opset 21)
+    return model
+
+
+def _external(onnx: Any, name: str, shape: tuple[Dim, ...], dtype: str) -> Any:
+    tensor = onnx.TensorProto()
+    tensor.name = name
+    tensor.data_type = ONNX_TYPES[dtype]
+    tensor.dims.extend(d for d in shape if isinstance(d, int))  # (a specialised program: all static)
+    tensor.data_location = onnx.TensorProto.EXTERNAL
+    entry = tensor.external_data.add()
+    entry.key, entry.value = "location", "rlx-weights"
+    return tensor
+
+
+def write_onnx(program: Program, weights: Mapping[str, np.ndarray], out_dir: str | Path, *, check: bool = True) -> Path:
+    """Write ``out_dir/model.onnx`` (weights above 2 GB in ``model.onnx.data`` beside it) and
+    check it with ``onnx.checker.check_model(full_check=True)``. Returns the model's path."""
+    onnx = require_onnx()
+    model = to_onnx(program, weights, doc=f"converted by rlx from {program.source_format}")
+    path = Path(out_dir) / MODEL_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    total = sum(int(np.asarray(weights[w.name]).nbytes) for w in program.weights if w.name in weights)
+    if total > EXTERNAL_DATA_THRESHOLD:
+        onnx.save_model(model, os.fspath(path), save_as_external_data=True, all_tensors_to_one_file=True,
+                        location=EXTERNAL_DATA_FILE, size_threshold=1024)  # fmt: skip
+    else:
+        onnx.save_model(model, os.fspath(path))
+    if check:
+        try:
+            onnx.checker.check_model(os.fspath(path), full_check=True)
+        except Exception as e:  # onnx's ValidationError / InferenceError
+            raise EmitError(f"{path}: the emitted model fails onnx's checker: {str(e).splitlines()[0]}") from e
+    return path

@@ -1,0 +1,251 @@
+"""Neural-network blocks: Softmax, the norms, Conv, pooling and Attention.
+
+Each is emitted as the standard ONNX operator (or the small pattern of them) that onnxruntime's
+graph optimizer recognises and fuses — LayerNormalization, the RMSNorm pattern it turns into
+SimplifiedLayerNormalization, Conv + BatchNormalization, MatMul + Softmax attention — with the
+window geometry of pooling taken from the shared ``rlx.kernels.geometry``, so extents, padding
+and divisors are PyTorch's.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from rlx.ir import calls as C
+from rlx.ir.program import Instr
+from rlx.ir.symbolic import Sym
+from rlx.kernels import geometry
+from rlx.onnx_export.movement import slice_axis
+from rlx.onnx_export.registry import EmitError, OnnxGraph, T, emits, out_static, unsupported
+
+
+@emits(C.Softmax, widen=True)
+def softmax(g: OnnxGraph, c: C.Softmax, out: Instr, x: T) -> T:
+    if x.rank == 0:  # PyTorch treats a 0-d tensor as one element along its only dim
+        return g.op("Sub", [x, x], x.dtype) if c.log else g.op("Div", [x, x], x.dtype)
+    return g.op("LogSoftmax" if c.log else "Softmax", [x], x.dtype, out.shape, axis=c.axis)
+
+
+def _mean(g: OnnxGraph, x: T, axes: list[int]) -> T:
+    return g.op("ReduceMean", [x, g.ints(axes)], x.dtype, keepdims=1)
+
+
+def _ones(g: OnnxGraph, x: T, n_trailing: int) -> T:
+    assert x.shape is not None
+    shape = x.shape[x.rank - n_trailing :]
+    return g.op("Expand", [g.const(1, x.dtype), g.dims(shape)], x.dtype)
+
+
+@emits(C.LayerNorm, widen=True)
+def layer_norm(g: OnnxGraph, c: C.LayerNorm, out: Instr, x: T, w: T | None, b: T | None) -> T:
+    scale = _ones(g, x, c.ndim) if w is None else g.cast(w, x.dtype)
+    inputs = [x, scale] + ([g.cast(b, x.dtype)] if b is not None else [])
+    return g.op("LayerNormalization", inputs, x.dtype, out.shape, axis=-c.ndim, epsilon=c.eps, stash_type=1)
+
+
+@emits(C.RmsNorm, widen=True)
+def rms_norm(g: OnnxGraph, c: C.RmsNorm, out: Instr, x: T, w: T | None) -> T:
+    # The pattern onnxruntime fuses into SimplifiedLayerNormalization: Pow → ReduceMean → Add → Sqrt → Div.
+    axes = list(range(x.rank - c.ndim, x.rank))
+    power = g.op("Pow", [x, g.const(2.0, x.dtype)], x.dtype)
+    rms = g.op("Sqrt", [g.op("Add", [_mean(g, power, axes), g.const(c.eps, x.dtype)], x.dtype)], x.dtype)
+    y = g.op("Div", [x, rms], x.dtype)
+    return y if w is None else g.op("Mul", [y, g.cast(w, x.dtype)], x.dtype, out.shape)
+
+
+@emits(C.BatchNorm, widen=True)
+def batch_norm(g: OnnxGraph, c: C.BatchNorm, out: Instr, x: T, mean: T, var: T, w: T | None, b: T | None) -> T:
+    assert x.shape is not None
+    channels = x.shape[1]
+    scale = g.cast(w, x.dtype) if w is not None else g.op("Expand", [g.const(1, x.dtype), g.dims([channels])], x.dtype)
+    bias = g.cast(b, x.dtype) if b is not None else g.op("Expand", [g.const(0, x.dtype), g.dims([channels])], x.dtype)
+    stats = [g.cast(mean, x.dtype), g.cast(var, x.dtype)]
+    if x.rank == 2:  # BatchNormalization wants spatial axes: [N, C] as [N, C, 1]
+        x3 = g.op("Unsqueeze", [x, g.ints([2])], x.dtype)
+        y = g.op("BatchNormalization", [x3, scale, bias, *stats], x.dtype, epsilon=c.eps)
+        return g.op("Squeeze", [y, g.ints([2])], x.dtype, out.shape)
+    return g.op("BatchNormalization", [x, scale, bias, *stats], x.dtype, out.shape, epsilon=c.eps)
+
+
+@emits(C.GroupNorm, widen=True)
+def group_norm(g: OnnxGraph, c: C.GroupNorm, out: Instr, x: T, w: T | None, b: T | None) -> T:
+    assert x.shape is not None
+    grouped = g.op("Reshape", [x, g.dims([x.shape[0], c.groups, -1])], x.dtype)
+    centered = g.op("Sub", [grouped, _mean(g, grouped, [2])], x.dtype)
+    var = _mean(g, g.op("Mul", [centered, centered], x.dtype), [2])
+    inv = g.op(
+        "Div",
+        [g.const(1, x.dtype), g.op("Sqrt", [g.op("Add", [var, g.const(c.eps, x.dtype)], x.dtype)], x.dtype)],
+        x.dtype,
+    )
+    y = g.op("Reshape", [g.op("Mul", [centered, inv], x.dtype), g.op("Shape", [x], "i64")], x.dtype)
+    per_channel = g.ints([-1] + [1] * (x.rank - 2))
+    if w is not None:
+        y = g.op("Mul", [y, g.op("Reshape", [g.cast(w, x.dtype), per_channel], x.dtype)], x.dtype)
+    if b is not None:
+        y = g.op("Add", [y, g.op("Reshape", [g.cast(b, x.dtype), per_channel], x.dtype)], x.dtype)
+    return y
+
+
+@emits(C.Conv, widen=True)
+def conv(g: OnnxGraph, c: C.Conv, out: Instr, x: T, w: T, b: T | None) -> T:
+    nd = w.rank - 2
+    inputs = [x, g.cast(w, x.dtype)] + ([g.cast(b, x.dtype)] if b is not None else [])
+    common = dict(strides=list(c.stride), dilations=list(c.dilation), group=c.groups, pads=list(c.padding) * 2)
+    if not c.transposed:
+        return g.op("Conv", inputs, x.dtype, out.shape, **common)
+    if not all(isinstance(d, int) for d in out.shape):
+        raise unsupported(c, "transposed with a symbolic output extent")
+    return g.op(
+        "ConvTranspose",
+        inputs,
+        x.dtype,
+        out.shape,
+        output_padding=list(c.output_padding) if any(c.output_padding) else [0] * nd,
+        **common,
+    )
+
+
+def _pool_pads(x: T, kernel: tuple[int, ...], stride: tuple[int, ...], padding: tuple[int, ...],
+               dilation: tuple[int, ...], ceil_mode: bool) -> tuple[tuple[int, ...], list[tuple[int, int]]]:  # fmt: skip
+    return geometry.pool_geometry(x.static_shape("pooling"), kernel, stride, padding, dilation, ceil_mode)
+
+
+def _crop(g: OnnxGraph, y: T, x: T, nd: int, out: tuple[int, ...], attrs: dict[str, Any]) -> T:
+    """Exactly ``out`` windows (explicit padding can add a partial one PyTorch does not count)."""
+    sizes = x.static_shape("pooling")[-nd:]
+    pads, kernel, stride = attrs["pads"], attrs["kernel_shape"], attrs["strides"]
+    dilation = attrs.get("dilations", [1] * nd)
+    for i, n in enumerate(out):
+        onnx_extent = (sizes[i] + pads[i] + pads[nd + i] - dilation[i] * (kernel[i] - 1) - 1) // stride[i] + 1
+        if onnx_extent != n:
+            y = slice_axis(g, y, x.rank - nd + i, 0, n)
+    return y
+
+
+@emits(C.MaxPool, widen=True)
+def max_pool(g: OnnxGraph, c: C.MaxPool, out: Instr, x: T) -> T:
+    nd = len(c.kernel)
+    windows, pads = _pool_pads(x, c.kernel, c.stride, c.padding, c.dilation, c.ceil_mode)
+    squeeze = x.rank == nd + 1  # an unbatched [C, *spatial] input
+    xin = g.op("Unsqueeze", [x, g.ints([0])], x.dtype, (1, *x.static_shape("pooling"))) if squeeze else x
+    attrs: dict[str, Any] = dict(kernel_shape=list(c.kernel), strides=list(c.stride), dilations=list(c.dilation),
+                 pads=[lo for lo, _ in pads] + [hi for _, hi in pads])  # fmt: skip
+    if c.indices:
+        _, idx = g.node("MaxPool", [xin], 2, **attrs)
+        plane = int(np.prod(x.static_shape("MaxPool")[-nd:]))
+        # ONNX counts positions over the whole tensor; PyTorch within each [*spatial] plane.
+        y = g.op("Mod", [T(idx, "i64"), g.ints(plane)], "i64", fmod=0)
+    else:
+        y = g.op("MaxPool", [xin], x.dtype, **attrs)
+        if g.pooling_nan and x.dtype in ("f32", "f64"):  # MaxPool skips NaN; PyTorch's propagates it
+            nan = g.op("MaxPool", [g.cast(g.op("IsNaN", [xin], "bool"), "f32")], "f32", **attrs)
+            y = g.op("Where", [g.cast(nan, "bool"), g.const(np.nan, x.dtype), y], x.dtype)
+    y = _crop(g, y, xin, nd, windows, attrs)
+    return g.op("Squeeze", [y, g.ints([0])], y.dtype) if squeeze else y
+
+
+@emits(C.AvgPool, widen=True)
+def avg_pool(g: OnnxGraph, c: C.AvgPool, out: Instr, x: T) -> T:
+    nd = len(c.kernel)
+    ones = (1,) * nd
+    windows, pads = _pool_pads(x, c.kernel, c.stride, c.padding, ones, c.ceil_mode)
+    squeeze = x.rank == nd + 1
+    xin = g.op("Unsqueeze", [x, g.ints([0])], x.dtype, (1, *x.static_shape("pooling"))) if squeeze else x
+    sizes = x.static_shape("AvgPool")[-nd:]
+    divisor = geometry.avg_pool_divisor(sizes, c.kernel, c.stride, c.padding, pads, windows, c.count_include_pad)
+    attrs: dict[str, Any] = dict(
+        kernel_shape=list(c.kernel), strides=list(c.stride), pads=[lo for lo, _ in pads] + [hi for _, hi in pads]
+    )
+    area = math.prod(c.kernel)
+    if not c.divisor_override and np.all(divisor == area):  # the plain average: one AveragePool
+        y = _crop(g, g.op("AveragePool", [xin], x.dtype, count_include_pad=1, **attrs), xin, nd, windows, attrs)
+    else:  # the window sums (average × area), divided by PyTorch's own divisor per window
+        mean = _crop(g, g.op("AveragePool", [xin], x.dtype, count_include_pad=1, **attrs), xin, nd, windows, attrs)
+        total = g.op("Mul", [mean, g.const(area, x.dtype)], x.dtype)
+        by = g.const(c.divisor_override, x.dtype) if c.divisor_override else g.const(divisor, x.dtype)
+        y = g.op("Div", [total, by], x.dtype)
+    return g.op("Squeeze", [y, g.ints([0])], y.dtype) if squeeze else y
+
+
+@emits(C.AdaptiveAvgPool, widen=True)
+def adaptive_avg_pool(g: OnnxGraph, c: C.AdaptiveAvgPool, out: Instr, x: T) -> T:
+    nd = len(c.output_size)
+    shape = x.static_shape("AdaptiveAvgPool")
+    sizes_out = out_static(out, "AdaptiveAvgPool")[-nd:]
+    if all(n == 1 for n in sizes_out) and x.rank == nd + 2:  # the global average (classifier heads)
+        return g.op("GlobalAveragePool", [x], x.dtype, out.shape)
+    y = x
+    for i, size_out in enumerate(sizes_out):  # separable: one spatial axis at a time
+        axis = x.rank - nd + i
+        size_in = shape[axis]
+        if size_out == 1:
+            y = g.op("ReduceMean", [y, g.ints([axis])], x.dtype, keepdims=1)
+            continue
+        pieces = []
+        for j in range(size_out):
+            start, end = (j * size_in) // size_out, -((-(j + 1) * size_in) // size_out)
+            piece = slice_axis(g, y, axis, start, end)
+            pieces.append(g.op("ReduceMean", [piece, g.ints([axis])], x.dtype, keepdims=1))
+        y = g.op("Concat", pieces, x.dtype, axis=axis)
+    return y
+
+
+@emits(C.Attention, widen=True)
+def attention(g: OnnxGraph, c: C.Attention, out: Instr, q: T, k: T, v: T, mask: T | None) -> T:
+    assert q.shape is not None and k.shape is not None
+    if c.gqa and q.rank >= 3 and k.shape[-3] != q.shape[-3]:
+        k, v = _repeat_heads(g, k, q), _repeat_heads(g, v, q)
+    perm = list(range(k.rank - 2)) + [k.rank - 1, k.rank - 2]
+    kt = g.op("Transpose", [k], k.dtype, perm=perm)
+    scores = g.op("Mul", [g.op("MatMul", [q, kt], q.dtype), g.const(c.scale, q.dtype)], q.dtype)
+    neg_inf = g.const(-np.inf, q.dtype)
+    assert q.shape is not None and k.shape is not None
+    allowed: T | None = None  # bool [.., L, S]: where a query may attend (None: everywhere)
+    if c.causal:  # lower-triangular, aligned to the top-left as PyTorch does (folded when static)
+        rows = g.op("Range", [g.const(0, "i64"), _extent(g, q.shape[-2]), g.const(1, "i64")], "i64")
+        cols = g.op("Range", [g.const(0, "i64"), _extent(g, k.shape[-2]), g.const(1, "i64")], "i64")
+        allowed = g.op("GreaterOrEqual", [g.op("Unsqueeze", [rows, g.ints([1])], "i64"), cols], "bool")
+    if mask is not None and mask.dtype == "bool":
+        allowed = mask if allowed is None else g.op("And", [allowed, mask], "bool")
+    if allowed is not None:
+        scores = g.op("Where", [allowed, scores, neg_inf], q.dtype)
+    if mask is not None and mask.dtype != "bool":
+        scores = g.op("Add", [scores, g.cast(mask, q.dtype)], q.dtype)
+    probs = g.op("Softmax", [scores], q.dtype, axis=-1)
+    if mask is not None:
+        # A query that may attend nowhere gets zeros, like PyTorch's safe softmax. Decided on the
+        # mask (usually without the head axis: smaller than the scores): for finite q and k a row
+        # of scores is all -inf exactly where its mask (with the causal triangle) allows nothing.
+        if mask.dtype == "bool":
+            assert allowed is not None
+            blocked = g.op("Not", [allowed], "bool")
+        else:
+            blocked = g.op("Equal", [g.cast(mask, q.dtype), neg_inf], "bool")
+            if allowed is not None:
+                blocked = g.op("Or", [blocked, g.op("Not", [allowed], "bool")], "bool")
+        dead = g.op("ReduceMin", [g.cast(blocked, "i32"), g.ints([-1])], "i32", keepdims=1)
+        probs = g.op("Where", [g.cast(dead, "bool"), g.const(0, q.dtype), probs], q.dtype)
+    return g.op("MatMul", [probs, g.cast(v, q.dtype)], q.dtype, out.shape)
+
+
+def _extent(g: OnnxGraph, d: int | Sym) -> T:
+    return g.op("Squeeze", [g.dim(d), g.ints([0])], "i64", ())
+
+
+def _repeat_heads(g: OnnxGraph, kv: T, q: T) -> T:
+    """Key/value head h serves query heads h·rep … h·rep + rep − 1 (repeat_interleave)."""
+    assert kv.shape is not None and q.shape is not None
+    heads, q_heads = kv.shape[-3], q.shape[-3]
+    if not isinstance(heads, int) or not isinstance(q_heads, int):
+        raise EmitError(f"grouped-query attention over {kv.name} needs static head counts; specialise it first")
+    rep = q_heads // heads
+    axis = kv.rank - 2
+    unsq = g.op("Unsqueeze", [kv, g.ints([axis])], kv.dtype)
+    shape = list(kv.shape[:-2]) + [rep] + list(kv.shape[-2:])
+    expanded = g.op("Expand", [unsq, g.dims(shape)], kv.dtype)
+    target = list(kv.shape[:-3]) + [q_heads] + list(kv.shape[-2:])
+    return g.op("Reshape", [expanded, g.dims(target)], kv.dtype, tuple(target))

@@ -1,0 +1,173 @@
+"""Runs a Program on onnxruntime: one ONNX graph and one InferenceSession per static program.
+
+Weights are handed to every session as external initializers that point at the engine's own
+arrays (``SessionOptions.add_external_initializers``), so the serialized graph holds no weight
+bytes and the sessions of several input-shape bindings share one copy of the host weights.
+onnxruntime's graph optimizer runs at ``ORT_ENABLE_ALL`` (constant folding, Conv+BatchNorm,
+LayerNorm / attention / GELU fusions) unless told otherwise.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from rlx.errors import RlxError, UsageError
+from rlx.ir import dtypes
+from rlx.ir.program import Program
+from rlx.onnx_export import check_coverage, to_onnx
+from rlx.onnx_export.registry import ONNX_TYPES, EmitError
+from rlx.runtime.ort_engine import require_onnxruntime
+
+OPTIMIZATION_LEVELS = ("all", "extended", "basic", "none")
+
+
+class OrtEngine:
+    """A program's weights as onnxruntime values, shared by the session of every binding."""
+
+    name = "onnxruntime"
+
+    def __init__(
+        self,
+        program: Program,
+        weights: Mapping[str, np.ndarray],
+        *,
+        threads: int | None = None,
+        optimization: str = "all",
+        pooling_nan: bool = True,
+    ) -> None:
+        """``optimization``: onnxruntime's graph optimization level (all / extended / basic / none);
+        ``pooling_nan=False``: max pooling skips NaN as onnxruntime's MaxPool does, instead of
+        propagating it as PyTorch does (keeps conv → pool chains in onnxruntime's fast layout)."""
+        self._ort = require_onnxruntime()
+        try:
+            check_coverage(program)
+        except EmitError as e:
+            raise UsageError(f"{e}; run this model with backend='numpy'") from None
+        if optimization not in OPTIMIZATION_LEVELS:
+            raise UsageError(
+                f"unknown onnxruntime optimization level {optimization!r}; choose {', '.join(OPTIMIZATION_LEVELS)}"
+            )
+        if threads is not None and threads < 1:
+            raise UsageError(f"threads must be at least 1, got {threads}")
+        self._source = program
+        self.threads = threads
+        self.optimization = optimization
+        self.pooling_nan = pooling_nan
+        self._arrays = {w.name: np.asarray(weights[w.name], order="C") for w in program.weights}
+        self._values = {name: _ort_value(self._ort, arr) for name, arr in self._arrays.items()}
+        self.compilations = 0
+        self._lock = threading.Lock()
+
+    @property
+    def source(self) -> Program:
+        return self._source
+
+    def session_options(self) -> Any:
+        ort = self._ort
+        opts = ort.SessionOptions()
+        if self.threads is not None:
+            opts.intra_op_num_threads = self.threads
+        opts.inter_op_num_threads = 1
+        opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        levels = {
+            "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+            "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+            "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+            "none": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+        }
+        opts.graph_optimization_level = levels[self.optimization]
+        opts.log_severity_level = 3  # warnings about unused initializers etc. are not the user's business
+        return opts
+
+    def compile(self, program: Program) -> OrtExecutor:
+        executor = OrtExecutor(program, self)
+        with self._lock:
+            self.compilations += 1
+        return executor
+
+    def array(self, name: str) -> np.ndarray:
+        return self._arrays[name]
+
+    def weight_values(self, names: list[str]) -> list[Any]:
+        return [self._values[n] for n in names]
+
+
+def _ort_value(ort: Any, arr: np.ndarray) -> Any:
+    if arr.dtype == dtypes.to_numpy("bf16"):  # numpy has no bfloat16 of its own: hand over the bits
+        return ort.OrtValue.ortvalue_from_numpy_with_onnx_type(arr.view(np.uint16), ONNX_TYPES["bf16"])
+    return ort.OrtValue.ortvalue_from_numpy(arr)
+
+
+class OrtExecutor:
+    """One static-shaped Program as an onnxruntime session, ready to run many times."""
+
+    def __init__(self, program: Program, engine: OrtEngine, extra_outputs: list[str] | None = None) -> None:
+        self.program = program
+        ort = engine._ort
+        scalars = {w.name: engine.array(w.name) for w in program.weights if not w.shape}
+        model = to_onnx(program, scalars, io_bf16_as_f32=True, external_weights=True, pooling_nan=engine.pooling_nan)
+        if extra_outputs:  # intermediate values to return too (the per-node debugger)
+            import onnx
+
+            known = {o.name for o in model.graph.output}
+            for name in extra_outputs:
+                if name not in known:
+                    model.graph.output.append(onnx.ValueInfoProto(name=name))
+        self.output_names = [o.name for o in model.graph.output]
+        self._input_names = [i.name for i in model.graph.input]
+        names = [t.name for t in model.graph.initializer if t.data_location == 1]
+        opts = engine.session_options()
+        if names:
+            opts.add_external_initializers(names, engine.weight_values(names))
+        try:
+            self._session = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+        except Exception as e:
+            raise RlxError(f"onnxruntime could not load {program.name}: {type(e).__name__}: {_first_line(e)}") from e
+        self._bf16_inputs = [v.dtype == "bf16" for v in program.inputs]
+        self._want = [dtypes.to_numpy(v.dtype) for v in _output_values(program)]
+        self._program_outputs = self.output_names[: len(self._want)]
+        # No bfloat16 crossing the boundary: onnxruntime's own (fresh, writable) arrays are the outputs.
+        self._plain = not any(self._bf16_inputs) and all(w != dtypes.to_numpy("bf16") for w in self._want)
+
+    def run(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        """Run on arrays already checked against the program's inputs (in order)."""
+        if self._plain:  # the common case, kept short: this is per-call overhead on small models
+            try:
+                return self._session.run(self._program_outputs, dict(zip(self._input_names, inputs)))
+            except Exception as e:
+                raise RlxError(f"runtime error in onnxruntime running {self.program.name}: {_first_line(e)}") from e
+        return self.run_named(inputs)[: len(self._want)]
+
+    def run_named(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        """The program outputs, then any extra outputs asked for, in ``output_names`` order."""
+        feed = {
+            name: (arr.astype(np.float32) if bf16 else arr)
+            for name, arr, bf16 in zip(self._input_names, inputs, self._bf16_inputs)
+        }
+        try:
+            results = self._session.run(self.output_names, feed)
+        except Exception as e:
+            raise RlxError(f"runtime error in onnxruntime running {self.program.name}: {_first_line(e)}") from e
+        out = []
+        for k, r in enumerate(results):
+            arr = np.asarray(r)
+            if k < len(self._want) and arr.dtype != self._want[k]:
+                arr = arr.astype(self._want[k])  # bfloat16 outputs cross the boundary as float32 (exactly)
+            out.append(arr if arr.flags.writeable else arr.copy())
+        return out
+
+
+def _output_values(program: Program) -> list[Any]:
+    values = program.values()
+    from rlx.ir.program import Ref, Value
+
+    return [values[o.name] if isinstance(o, Ref) else Value("", (), o.dtype) for o in program.outputs]
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else ""

@@ -1,0 +1,133 @@
+"""ONNX emission (``rlx.onnx_export``): every Call has an emitter; emitted models pass onnx's full
+checker, carry provenance, keep symbolic extents as dim_param, run on onnxruntime with the
+numpy engine's values and import back into rlx (torch → Program → ONNX → rlx → compare)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+import rlx
+from rlx.bundle import bind_weights
+from rlx.ir.program import CALL_TYPES
+from rlx.onnx_export import EMITTERS, EmitError, check_coverage, to_onnx, write_onnx
+from rlx.runtime.model import Model
+
+from helpers import BLOCK_TORCH, assert_arrays_match, convert, exported_example, load_example
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+EXAMPLES = ("mlp", "transformer", "cnn", "decoder_lm")
+
+
+def test_every_call_has_an_emitter():
+    missing = sorted(set(CALL_TYPES) - {cls.__name__ for cls in EMITTERS})
+    assert not missing, f"no ONNX emitter for {missing}"
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_examples_emit_check_and_run(name, tmp_path):
+    exported, program = exported_example(name, "high")
+    weights = bind_weights(program, exported.weights, "weights")
+    path = write_onnx(program, weights, tmp_path)  # runs onnx.checker.check_model(full_check=True)
+    onnx.checker.check_model(str(path), full_check=True)
+    model = onnx.load(str(path))
+    assert model.opset_import[0].version >= 21
+    # Provenance: each node's doc_string is its instruction's note; its name starts with the result.
+    notes = {ins.result: ins.note for ins in program.instrs}
+    for node in model.graph.node:
+        owner = node.name.split(":")[0]
+        if owner in notes:
+            assert notes[owner] in node.doc_string
+    assert {n.name.split(":")[0] for n in model.graph.node} >= set(notes)
+    assert {t.name for t in model.graph.initializer} >= {w.name for w in program.weights}
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    feed = {v.name: exported.inputs[v.name] for v in program.inputs}
+    got = session.run(None, feed)
+    want = Model(program, weights).run_flat([feed[v.name] for v in program.inputs])
+    for k, (g, w) in enumerate(zip(got, want)):
+        assert_arrays_match(g, w, f"{name} output {k}", rtol=1e-4, atol=1e-5)
+
+
+def test_dynamic_dims_are_dim_params_and_run_at_other_sizes(tmp_path):
+    module, (ids,) = load_example("decoder_lm").get_model()
+    dim = torch.export.Dim
+    _, program, exported = convert(
+        module, (ids,), dynamic_shapes={"input_ids": {0: dim("batch", max=8), 1: dim("seq", max=64)}}
+    )
+    path = write_onnx(program, bind_weights(program, exported.weights, "weights"), tmp_path)
+    graph_input = onnx.load(str(path)).graph.input[0]
+    params = [d.dim_param for d in graph_input.type.tensor_type.shape.dim]
+    assert params == [str(d) for d in program.inputs[0].shape] and all(params)
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    for batch, seq in [(1, 5), (3, 17)]:
+        x = torch.randint(0, 100, (batch, seq), generator=torch.Generator().manual_seed(seq))
+        (got,) = session.run(None, {"input_ids": x.numpy()})
+        with torch.no_grad():
+            want = module(x).numpy()
+        assert_arrays_match(got, want, f"batch {batch} seq {seq}", rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["mlp", "cnn"])
+def test_round_trip_through_the_onnx_importer(name, tmp_path):
+    exported, program = exported_example(name, "high")
+    weights = bind_weights(program, exported.weights, "weights")
+    write_onnx(program, weights, tmp_path / "emitted")
+    report = rlx.from_onnx(tmp_path / "emitted" / "model.onnx", tmp_path / "back")
+    assert report.parity is not None and report.parity.passed, report.parity.table()
+    back = rlx.load(tmp_path / "back" / "bundle")
+    feed = [exported.inputs[v.name] for v in program.inputs]
+    want = Model(program, weights).run_flat(feed)
+    got = back.run_flat(feed)
+    for g, w in zip(got, want):
+        assert_arrays_match(g, w, name, rtol=1e-4, atol=1e-5)
+
+
+def test_cli_emit_onnx_and_torch_free_build(tmp_path):
+    module, inputs = load_example("mlp").get_model()
+    rlx.from_torch(module, inputs, tmp_path / "out", emit=("bundle",))
+    # The Rust front-end's output (torch-ir.json + weights) becomes ONNX with torch blocked.
+    script = BLOCK_TORCH + textwrap.dedent(
+        f"""
+        from rlx.cli import main
+        raise SystemExit(main(["build", {str(tmp_path / "out")!r}, "-o", {str(tmp_path / "built")!r},
+                               "--emit", "bundle,onnx"]))
+        """
+    )
+    subprocess.run([sys.executable, "-c", script], check=True, capture_output=True, text=True)
+    onnx.checker.check_model(str(tmp_path / "built" / "model.onnx"), full_check=True)
+    # In place too (the staging directory's model.onnx is moved next to torch-ir.json).
+    from rlx.cli import main
+
+    assert main(["build", str(tmp_path / "out"), "--emit", "onnx", "--force"]) == 0
+    assert (tmp_path / "out" / "model.onnx").is_file()
+
+
+def test_unsupported_programs_fail_with_one_line():
+    _, program, _ = convert(lambda x: torch.fft.rfft(x), (torch.randn(2, 8),))
+    with pytest.raises(EmitError, match="Fft") as err:
+        to_onnx(program, {})
+    assert "\n" not in str(err.value)
+    check_coverage(program)  # every Call has an emitter; this one refuses its arguments
+    with pytest.raises(rlx.RlxError, match="Fft"):
+        Model(program, {}, backend="onnxruntime")
+
+
+def test_unbatched_pool_and_gqa_run():
+    def fn(x, q, kv):
+        return (
+            torch.nn.functional.max_pool2d(x, 2),
+            torch.nn.functional.avg_pool2d(x, 3, padding=1, count_include_pad=False),
+            torch.nn.functional.scaled_dot_product_attention(q, kv, kv, enable_gqa=True),
+        )
+
+    x, q, kv = torch.randn(3, 6, 7), torch.randn(1, 4, 5, 8), torch.randn(1, 2, 5, 8)
+    model, _, _ = convert(fn, (x, q, kv), backend="onnxruntime")
+    with torch.no_grad():
+        want = fn(x, q, kv)
+    for g, w in zip(model(x.numpy(), q.numpy(), kv.numpy()), want):
+        assert_arrays_match(g, w.numpy(), "pool/gqa", rtol=1e-5, atol=1e-6)

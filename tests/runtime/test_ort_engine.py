@@ -1,0 +1,148 @@
+"""The onnxruntime backend (``backend="onnxruntime"``: the Program emitted as ONNX, run by one
+onnxruntime session per input-shape binding) against PyTorch.
+
+The same table of cases as the JAX engine (tests/runtime/test_jax_engine.py): every core Call in a
+real lowered program, values, shapes, dtypes (int64/float64/bool/f16/bf16) and NaN/inf; every
+example at every level against PyTorch and the numpy engine; dynamic shapes; threads; errors.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import torch
+
+import rlx
+from rlx.bundle import bind_weights
+from rlx.errors import UsageError
+from rlx.runtime.model import Model
+
+from helpers import LEVELS, assert_arrays_match, assert_converts_and_matches, convert, exported_example, rand, sweep
+
+pytest.importorskip("onnxruntime")
+pytest.importorskip("onnx")
+from runtime.test_jax_engine import CASES, Convs, Norms, _params  # noqa: E402
+
+EXAMPLES = ("mlp", "transformer", "cnn", "decoder_lm")
+F32, BF16 = torch.float32, torch.bfloat16
+
+
+# onnxruntime computes these only in float32: float64 goes through float32 (a documented limit,
+# held to float32 precision by test_float64_via_float32_is_float32_accurate).
+F64_VIA_F32 = [torch.tan, torch.asin, torch.acos, torch.atan, torch.sinh, torch.cosh, torch.asinh, torch.acosh,
+               torch.atanh, torch.erf]  # fmt: skip
+
+
+def _ort_cases():
+    for name, calls, variants, *rest in CASES:
+        if name.startswith("unary-f64"):  # (the lambdas of the table are the two GELUs)
+            variants = [v for v in variants if v not in F64_VIA_F32 and getattr(v, "__name__", "") != "<lambda>"]
+        yield (name, calls, variants, *rest)
+
+
+@pytest.mark.parametrize("name,calls,variants,inputs,dtypes,levels", _params(list(_ort_cases())))
+def test_calls_match_torch(name, calls, variants, inputs, dtypes, levels):
+    fn, data = sweep(variants, inputs, dtypes)
+    program = assert_converts_and_matches(fn, data, levels=levels, backend="onnxruntime")
+    used = {type(ins.call) for ins in program.instrs}
+    assert calls <= used, f"{name}: expected {sorted(c.__name__ for c in calls - used)} in the program"
+
+
+def test_float64_via_float32_is_float32_accurate():
+    x = rand((3, 40), torch.float64, low=-0.9, high=0.9, seed=5)
+    fn, data = sweep(F64_VIA_F32 + [torch.nn.functional.gelu], (lambda d: x,), (torch.float64,))
+    model, _, _ = convert(fn, data, backend="onnxruntime")
+    got = model(x.numpy())
+    with torch.no_grad():
+        want = fn(x)
+    for g, w in zip(got, want):
+        assert g.dtype == np.float64
+        np.testing.assert_allclose(g, w.numpy(), rtol=2e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("dtype", [F32, BF16])
+def test_conv_and_norm_modules(dtype):
+    x = rand((2, 4, 5, 5), dtype, seed=3)
+    assert_converts_and_matches(Convs([dtype]), (x,), levels=("high",), backend="onnxruntime")
+    assert_converts_and_matches(Norms([dtype]), (rand((2, 6, 4, 5), dtype),), levels=("high",), backend="onnxruntime")
+
+
+@pytest.mark.parametrize("level", LEVELS)
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_examples_match_torch_and_numpy(name, level):
+    exported, program = exported_example(name, level)
+    weights = bind_weights(program, exported.weights, "weights")
+    inputs = [exported.inputs[v.name] for v in program.inputs]
+    got = Model(program, weights, backend="onnxruntime").run_flat(inputs)
+    ref = Model(program, weights).run_flat(inputs)
+    wants = [w for w in exported.outputs if w is not None]
+    assert len(got) == len(wants)
+    for k, (g, r, w) in enumerate(zip(got, ref, wants)):
+        assert_arrays_match(g, w, f"{name}/{level} output {k} vs torch", rtol=1e-4, atol=1e-5)
+        assert_arrays_match(g, r, f"{name}/{level} output {k} vs numpy", rtol=1e-4, atol=1e-5)
+
+
+def test_dynamic_shapes_one_session_per_binding():
+    from helpers import load_example
+
+    module, (ids,) = load_example("decoder_lm").get_model()
+    dim = torch.export.Dim
+    model, program, _ = convert(
+        module,
+        (ids,),
+        backend="onnxruntime",
+        dynamic_shapes={"input_ids": {0: dim("batch", max=8), 1: dim("seq", max=64)}},
+    )
+    assert program.is_dynamic
+    for batch, seq in [(1, 5), (3, 17), (2, 9), (3, 17), (1, 5)]:
+        x = torch.randint(0, 100, (batch, seq), generator=torch.Generator().manual_seed(seq))
+        got = model(x.numpy())
+        with torch.no_grad():
+            want = module(x).numpy()
+        assert_arrays_match(got, want, f"batch {batch} seq {seq}", rtol=1e-4, atol=1e-5)
+    assert model.engine.compilations == 3  # three bindings; the repeats reuse their sessions
+
+
+def test_threads_and_output_structure(tmp_path):
+    from helpers import load_example
+
+    module, inputs = load_example("transformer").get_model()
+    rlx.from_torch(module, inputs, tmp_path / "out")
+    model = rlx.load(tmp_path / "out" / "bundle", backend="onnxruntime", threads=1)
+    ref = rlx.load(tmp_path / "out" / "bundle")
+    assert model.engine.threads == 1
+    arrays = [t.numpy() for t in inputs]
+    got, want = model(*arrays), ref(*arrays)
+    assert type(got) is type(want)
+    assert_arrays_match(got, want, "transformer", rtol=1e-4, atol=1e-5)
+    with pytest.raises(rlx.RlxError, match="has dtype"):
+        model(arrays[0].astype(np.float64), arrays[1])
+    with pytest.raises(UsageError, match="threads"):
+        rlx.load(tmp_path / "out" / "bundle", backend="onnxruntime", threads=0)
+
+
+def test_missing_onnxruntime_names_the_extra(tmp_path):
+    script = textwrap.dedent(
+        """
+        import sys
+
+        class _NoOrt:
+            def find_spec(self, name, path=None, target=None):
+                if name == "onnxruntime" or name.startswith("onnxruntime."):
+                    raise ImportError("blocked")
+                return None
+
+        sys.meta_path.insert(0, _NoOrt())
+        import rlx
+        try:
+            rlx.runtime.engines.check_engine("onnxruntime")
+        except rlx.RlxError as e:
+            print("ERR", e)
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
+    assert "ERR" in out and "rlx[onnxruntime]" in out

@@ -1,0 +1,72 @@
+"""``rlx bench``: every engine timed in its own process on the bundle's inputs, parity against the
+numpy engine, a table, and the fastest passing engine named."""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+import rlx
+from rlx.bench import bench, example_inputs
+from rlx.bundle import read_bundle
+from rlx.cli import main
+from rlx.errors import UsageError
+
+from helpers import load_example
+
+pytest.importorskip("onnxruntime")
+
+
+@pytest.fixture(scope="module")
+def mlp_out(tmp_path_factory):
+    module, inputs = load_example("mlp").get_model()
+    out = tmp_path_factory.mktemp("bench") / "mlp"
+    batch = torch.export.Dim("batch", max=64)
+    rlx.from_torch(module, inputs, out, dynamic_shapes=({0: batch},))
+    return out
+
+
+def test_bench_times_engines_checks_parity_and_names_the_fastest(mlp_out, capsys):
+    assert main(["bench", str(mlp_out), "--engines", "onnxruntime", "--runs", "3", "--warmup", "1"]) == 0
+    text = capsys.readouterr().out
+    assert "reference.safetensors" in text  # the bundle's example inputs
+    lines = {line.split()[0]: line for line in text.splitlines() if line.split()}
+    assert lines["numpy"].endswith("pass") and lines["onnxruntime"].endswith("pass")  # numpy: the reference
+    assert "fastest passing engine:" in text
+
+
+def test_bench_random_inputs_and_batch(mlp_out, tmp_path):
+    bundle = tmp_path / "bundle"
+    shutil.copytree(mlp_out / "bundle", bundle)  # no reference.safetensors beside it: random inputs
+    program, _, _ = read_bundle(bundle)
+    arrays, origin = example_inputs(bundle, program, batch=5, seed=0)
+    assert origin.startswith("random") and arrays[program.inputs[0].name].shape[0] == 5
+    report = bench(bundle, engines=["numpy", "onnxruntime"], batch=5, threads=1, runs=2, warmup=0)
+    assert [r.engine for r in report.results] == ["numpy", "onnxruntime"]
+    for r in report.results:
+        assert not r.error and r.passed and r.median_ms > 0 and r.p90_ms >= r.median_ms and r.peak_mb > 0
+        assert r.min_cosine is not None and r.min_cosine > 0.9999
+    assert report.fastest is not None
+
+
+def test_bench_errors(mlp_out, tmp_path):
+    with pytest.raises(UsageError, match="unknown engine"):
+        bench(mlp_out, engines=["tvm"])
+    module, inputs = load_example("mlp").get_model()
+    rlx.from_torch(module, inputs, tmp_path / "static", verify=False)
+    with pytest.raises(UsageError, match="dynamic"):
+        bench(tmp_path / "static", engines=["numpy"], batch=4)
+    assert main(["bench", str(tmp_path / "static"), "--batch", "4"]) != 0
+
+
+def test_example_inputs_match_the_reference(mlp_out):
+    program, _, _ = read_bundle(mlp_out)
+    arrays, origin = example_inputs(mlp_out / "bundle", program, None, 0)
+    from rlx import safetensors_io
+
+    ref, _ = safetensors_io.read(mlp_out / "reference.safetensors")
+    for name, arr in arrays.items():
+        np.testing.assert_array_equal(arr, ref[f"in::{name}"])

@@ -21,7 +21,6 @@ import torch
 
 import rlx
 from rlx.errors import RlxError
-
 from rlx.torch_import.tensors import tensor_to_numpy
 
 from helpers import as_module, assert_arrays_match, convert
@@ -136,9 +135,7 @@ def pairwise(f):
     return lambda a, b, c, d: (f(a, b), f(c, d))
 
 
-@pytest.mark.parametrize(
-    "fn", [torch.special.zeta, torch.igamma, torch.igammac], ids=["zeta", "igamma", "igammac"]
-)
+@pytest.mark.parametrize("fn", [torch.special.zeta, torch.igamma, torch.igammac], ids=["zeta", "igamma", "igammac"])
 def test_two_argument_functions(fn):
     check(pairwise(fn), pair_inputs(X_GRID, X_GRID))
 

@@ -19,8 +19,8 @@ import numpy as np
 
 from rlx.errors import RlxError, UsageError
 from rlx.ir import dtypes
-from rlx.ir.program import Program, Ref, resolve_operand
 from rlx.ir.calls import Special
+from rlx.ir.program import Program, Ref, resolve_operand
 from rlx.kernels import special
 from rlx.runtime.jax_engine.kernels import JAX, KERNELS, x64
 

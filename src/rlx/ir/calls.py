@@ -20,12 +20,14 @@ UNARY_FNS = (
     "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh",
     "sigmoid", "relu", "silu", "gelu", "gelu_tanh", "erf", "floor", "ceil", "round", "trunc",
     "sign", "logical_not", "bitwise_not", "isnan", "isinf", "isfinite", "identity", "square",
-    "hardsigmoid", "hardswish", "mish", "softplus", "relu6", "elu", "selu", "exp2",
+    "hardsigmoid", "hardswish", "mish", "softplus", "relu6", "elu", "selu", "exp2", "signbit", "angle",
+    "real", "imag", "frexp_mantissa", "frexp_exponent",
 )  # fmt: skip
 BINARY_FNS = (
     "add", "sub", "mul", "div", "floor_divide", "trunc_divide", "remainder", "fmod", "pow",
     "maximum", "minimum", "fmax", "fmin", "atan2", "eq", "ne", "lt", "le", "gt", "ge",
     "logical_and", "logical_or", "logical_xor", "bitwise_and", "bitwise_or", "bitwise_xor",
+    "left_shift", "right_shift", "copysign", "hypot", "nextafter", "gcd", "lcm", "complex",
 )  # fmt: skip
 # Special functions understood by Special (one operand, then two).
 SPECIAL_UNARY_FNS = (

@@ -68,7 +68,10 @@ JAX = ArrayNamespace(
     cummax=lax.cummax,
     cummin=lax.cummin,
     cumlogsumexp=lax.cumlogsumexp,
-    fori_loop=lax.fori_loop,  # a traced trip count is fine: XLA makes it a while loop
+    fori_loop=lax.fori_loop,
+    make_complex=lambda re, im: lax.complex(
+        *jnp.broadcast_arrays(re, im)
+    ),  # a traced trip count is fine: XLA makes it a while loop
     special_library=lambda *fns: jax_special,
 )
 elementwise.bind(JAX)

@@ -122,6 +122,14 @@ def fori_loop(lower: int, upper: Any, body: Callable[[int, Any], Any], init: Any
     return carry
 
 
+def make_complex(re: np.ndarray, im: np.ndarray) -> np.ndarray:
+    """real + i·imag, written part by part (complex128 from float64, else complex64)."""
+    re, im = np.broadcast_arrays(re, im)
+    out = np.empty(re.shape, np.complex128 if re.dtype == np.float64 else np.complex64)
+    out.real, out.imag = re, im
+    return out
+
+
 NUMPY = ArrayNamespace(
     "numpy",
     np,
@@ -131,6 +139,7 @@ NUMPY = ArrayNamespace(
     cummin=np.minimum.accumulate,
     cumlogsumexp=np.logaddexp.accumulate,
     fori_loop=fori_loop,
+    make_complex=make_complex,
     special_library=scipy_special,  # imports scipy at first use: only special-function programs need it
 )
 elementwise.bind(NUMPY, {"gelu": gelu, "relu": relu})

@@ -418,6 +418,8 @@ MATH_OPS = [
          pairs((I64,), lhs={"low": -100, "high": 100}, rhs=SHIFT_AMOUNTS), levels=AT),
     case("angle", torch.angle, singles(FLOATS + (I64, BOOL)), levels=AT),  # π below 0, else 0; NaN kept
     case("complex", complex_parts, pairs((F32, F64), shapes=BROADCAST[:3]), levels=AT),  # complex64 / complex128
+    case("complex_arithmetic", lambda a, b: (torch.complex(a, b).abs(), torch.exp(torch.complex(a, b)), torch.complex(a, b) * torch.complex(b, a) - 2,
+                                              torch.complex(a, b).real, torch.complex(a, b).imag), pairs((F32, F64), shapes=BROADCAST[:1]), levels=AT),
     case("view_as_complex", lambda a: (torch.view_as_complex(a), torch.view_as_complex(a) * 2),
          singles((F32, F64), shapes=[(3, 4, 2), (2,)]), levels=AT),
 ]

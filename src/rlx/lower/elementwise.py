@@ -188,7 +188,9 @@ def unary(b: Builder, node: Node, fn: str, x_arg: object) -> Operand:
     predicates (``isnan`` …), which read the input in its own dtype."""
     out = node.meta
     x = b.operand(x_arg, None)
-    compute = b.dtype(x) if out.dtype == "bool" else out.dtype
+    # A complex input to a real result (abs) is read as it is: a cast first would drop the imaginary part.
+    keep = out.dtype == "bool" or (dtypes.is_complex(b.dtype(x)) and not dtypes.is_complex(out.dtype))
+    compute = b.dtype(x) if keep else out.dtype
     return b.emit(Unary(fn, b.cast(x, compute)), out.shape, out.dtype)
 
 

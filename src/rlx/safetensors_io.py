@@ -21,7 +21,10 @@ from .ir import dtypes
 # safetensors dtype names ↔ rlx tokens.
 ST_TO_TOKEN = {
     "F32": "f32", "F16": "f16", "BF16": "bf16", "F64": "f64", "I64": "i64", "I32": "i32",
-    "I16": "i16", "I8": "i8", "U8": "u8", "BOOL": "bool", "C64": "c64",
+    "I16": "i16", "I8": "i8", "U8": "u8", "BOOL": "bool", "C64": "c64", "U16": "u16", "U32": "u32",
+    "U64": "u64",
+    # Not in the safetensors spec (which stops at C64): rlx's name for complex128 tensors.
+    "C128": "c128",
 }  # fmt: skip
 TOKEN_TO_ST = {v: k for k, v in ST_TO_TOKEN.items()}
 MAX_HEADER_BYTES = 100 * 1024 * 1024

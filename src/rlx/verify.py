@@ -113,9 +113,9 @@ def compare(index: int, got: np.ndarray, ref: np.ndarray) -> OutputParity:
             passed=ok,
             reason="" if ok else "values differ",
         )
-    if dtypes.is_complex(ref_tok):  # real and imaginary parts side by side, compared as float32 values
+    if dtypes.is_complex(ref_tok):  # real and imaginary parts side by side, compared as values of their float type
         got, ref = _real_view(got), _real_view(ref)
-        ref_tok = "f32"
+        ref_tok = dtypes.real_of(ref_tok)
     g, r = got.astype(np.float64), ref.astype(np.float64)
     nonfinite_match = bool(
         np.array_equal(np.isnan(g), np.isnan(r))

@@ -395,6 +395,35 @@ CASTS += [
          singles(FLOATS, shapes=[(3, 4)])),
 ]
 
+# ── floats' bits, integers' divisors, shifts, complex numbers ────────────────
+AT = ("aten",)  # these ops stay whole at every level: the other levels give the same graph
+SHIFT_AMOUNTS = {"low": -2, "high": 70, "specials": False}  # negative and past the width: 0 / sign fill
+
+
+def complex_parts(a, b):
+    z = torch.complex(a, b)
+    return z, torch.view_as_real(z), torch.angle(z), torch.view_as_real(torch.polar(a.abs(), b))
+
+
+MATH_OPS = [
+    case("copysign", torch.copysign, pairs(FLOATS + (I64, BOOL))),  # integers and bools give float32
+    case("copysign_scalar", lambda a: (torch.copysign(a, -1.0), torch.copysign(a, 0.0)), singles((F32, I64)), levels=AT),
+    case("signbit", torch.signbit, singles(ALL), levels=AT),  # -0.0 and -NaN included
+    case("hypot", torch.hypot, pairs(FLOATS), levels=AT),
+    case("nextafter", torch.nextafter, pairs((F32, F64, BF16)), levels=AT),  # one ulp of the operands' own type
+    case("frexp", torch.frexp, singles(FLOATS), levels=AT),  # (mantissa, int32 exponent); ±inf/NaN: (x, 0)
+    case("gcd_lcm", lambda a, b: (torch.gcd(a, b), torch.lcm(a, b)), pairs((I64, I32, I8, U8), lhs={"low": -20, "high": 20}, rhs={"low": -12, "high": 12}), levels=AT),
+    case("shifts", lambda a, b: (a << b, a >> b), pairs((I64, I32, I8, U8), lhs={"low": -100, "high": 100}, rhs=SHIFT_AMOUNTS), levels=AT),
+    case("shifts_named", lambda a, b: (torch.bitwise_left_shift(a, b), torch.bitwise_right_shift(a, b), a << 3, a >> 65, torch.bitwise_left_shift(5, b)),
+         pairs((I64,), lhs={"low": -100, "high": 100}, rhs=SHIFT_AMOUNTS), levels=AT),
+    case("angle", torch.angle, singles(FLOATS + (I64, BOOL)), levels=AT),  # π below 0, else 0; NaN kept
+    case("complex", complex_parts, pairs((F32, F64), shapes=BROADCAST[:3]), levels=AT),  # complex64 / complex128
+    case("complex_arithmetic", lambda a, b: (torch.complex(a, b).abs(), torch.exp(torch.complex(a, b)), torch.complex(a, b) * torch.complex(b, a) - 2,
+                                              torch.complex(a, b).real, torch.complex(a, b).imag), pairs((F32, F64), shapes=BROADCAST[:1]), levels=AT),
+    case("view_as_complex", lambda a: (torch.view_as_complex(a), torch.view_as_complex(a) * 2),
+         singles((F32, F64), shapes=[(3, 4, 2), (2,)]), levels=AT),
+]
+
 # ── known failures, each with its reason ─────────────────────────────────────
 KNOWN_FAILURES = [
     case("gelu_pos_inf_f32", F.gelu, [(torch.tensor([INF, 1.0, -1.0]),)], levels=("aten",),
@@ -406,7 +435,7 @@ KNOWN_FAILURES = [
 ]
 # fmt: on
 
-CASES = BINARY + SCALARS + UNARY + SELECT + CASTS + KNOWN_FAILURES
+CASES = BINARY + SCALARS + UNARY + SELECT + CASTS + MATH_OPS + KNOWN_FAILURES
 
 
 @pytest.mark.parametrize("c", CASES)
@@ -419,3 +448,9 @@ def test_native_dropout_in_training_is_refused() -> None:
 
     with pytest.raises(LoweringError, match="random numbers"):
         convert(lambda a: torch.ops.aten.native_dropout(a, 0.5, True), [rand((3, 4))], decomposition="core")
+
+
+@pytest.mark.parametrize("c", [p for p in MATH_OPS if p.id in ("frexp", "shifts", "complex")])
+def test_math_ops_on_jax(c: Case) -> None:
+    pytest.importorskip("jax")
+    check(c, backend="jax")

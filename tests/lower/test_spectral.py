@@ -18,7 +18,6 @@ from test_elementwise import BOOL, F32, I64, INF, NAN, case, check
 
 import rlx
 from rlx import safetensors_io
-from rlx.errors import ExportError
 from rlx.verify import verify_bundle
 
 from helpers import rand
@@ -111,10 +110,13 @@ def test_jax_backend_matches_torch(c) -> None:
     check(c, backend="jax")
 
 
-def test_float64_is_refused_clearly(tmp_path) -> None:
-    # float64 transforms are complex128, a dtype rlx has no token for
-    with pytest.raises(ExportError, match="complex128"):
-        rlx.from_torch(_Fn(lambda x: fft.rfft(x)), [real((8,)).double()], tmp_path / "o")
+def test_float64_transforms_are_complex128(tmp_path) -> None:
+    # float64 in, complex128 out (and back to float64), through the files and the parity check
+    x = real((4, 8)).double()
+    model = _Fn(lambda x: (fft.rfft(x), fft.fft(x), fft.irfft(fft.rfft(x) * 2), fft.ifft(fft.fft(x) * 3)))
+    report = rlx.from_torch(model, [x], tmp_path / "o")
+    assert report.passed, report.parity.table()
+    assert [o.dtype for o in report.parity.outputs] == ["c128", "c128", "f64", "c128"]
 
 
 class _Fn(torch.nn.Module):

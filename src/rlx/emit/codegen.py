@@ -24,7 +24,8 @@ from rlx.version import __version__
 
 _FLOAT_NP = {"f32": "np.float32", "f64": "np.float64", "f16": "np.float16", "bf16": "_ops.bfloat16"}
 _NP_TYPE = {**_FLOAT_NP, "i64": "np.int64", "i32": "np.int32", "i16": "np.int16", "i8": "np.int8", "u8": "np.uint8",
-            "bool": "np.bool_", "c64": "np.complex64"}  # fmt: skip
+            "bool": "np.bool_", "c64": "np.complex64", "c128": "np.complex128", "u16": "np.uint16",
+            "u32": "np.uint32", "u64": "np.uint64"}  # fmt: skip
 SYMBOLIC_FUNCS = ("Max", "Min", "Mod", "PythonMod", "FloorDiv", "CeilDiv", "floor", "ceiling", "FloorToInt",
                   "CeilToInt", "TruncToInt", "IntTrueDiv", "ToFloat", "Abs")  # fmt: skip
 

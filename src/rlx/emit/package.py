@@ -26,7 +26,9 @@ from rlx import safetensors_io
 from rlx.emit.codegen import ops_init, snake, writer
 from rlx.emit.vendor import STYLES, vendor_ops
 from rlx.errors import UsageError
+from rlx.ir.calls import Special
 from rlx.ir.program import Program
+from rlx.kernels.special import library_functions
 from rlx.version import __version__
 
 INIT = '''"""{name}: a PyTorch model converted by rlx {version}; runs with numpy only."""
@@ -180,16 +182,28 @@ def write_package(
     )
     needed = {w.key: weights[w.key] for w in program.weights}
     safetensors_io.write(pkg / "weights.safetensors", needed)
-    (root / "pyproject.toml").write_text(_pyproject(name, program.name, style), encoding="utf-8")
-    (root / "README.md").write_text(_readme(name, program, decomposition, style), encoding="utf-8")
+    (root / "pyproject.toml").write_text(
+        _pyproject(name, program.name, style, _needs_scipy(program, style)), encoding="utf-8"
+    )
+    readme = _readme(name, program, decomposition, style)
+    if _needs_scipy(program, style):
+        readme = readme.replace("numpy and ml_dtypes only", "numpy, ml_dtypes and scipy (its special functions) only")
+    (root / "README.md").write_text(readme, encoding="utf-8")
     os.chmod(root, 0o755)
     return root
 
 
-def _pyproject(name: str, model: str, style: str) -> str:
+def _needs_scipy(program: Program, style: str) -> bool:
+    """A numpy-style package of a program with special functions computes them with scipy."""
+    fns = (ins.call.fn for ins in program.instrs if isinstance(ins.call, Special))
+    return style == "numpy" and bool(library_functions(fns))
+
+
+def _pyproject(name: str, model: str, style: str, scipy: bool = False) -> str:
     # Weights are read by the vendored safetensors reader (_ops/safetensors_io.py): no safetensors
     # package needed. ml_dtypes: the vendored dtype table imports it (bfloat16).
     deps = ["numpy>=1.24", "ml_dtypes>=0.3"] if style == "numpy" else ["jax>=0.4.30", "numpy>=1.24", "ml_dtypes>=0.3"]
+    deps += ["scipy>=1.10"] if scipy else []
     return f"""[build-system]
 requires = ["setuptools>=68"]
 build-backend = "setuptools.build_meta"

@@ -20,12 +20,27 @@ UNARY_FNS = (
     "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh",
     "sigmoid", "relu", "silu", "gelu", "gelu_tanh", "erf", "floor", "ceil", "round", "trunc",
     "sign", "logical_not", "bitwise_not", "isnan", "isinf", "isfinite", "identity", "square",
-    "hardsigmoid", "hardswish", "mish", "softplus", "relu6", "elu", "selu", "exp2",
+    "hardsigmoid", "hardswish", "mish", "softplus", "relu6", "elu", "selu", "exp2", "signbit", "angle",
+    "real", "imag", "frexp_mantissa", "frexp_exponent",
 )  # fmt: skip
 BINARY_FNS = (
     "add", "sub", "mul", "div", "floor_divide", "trunc_divide", "remainder", "fmod", "pow",
     "maximum", "minimum", "fmax", "fmin", "atan2", "eq", "ne", "lt", "le", "gt", "ge",
     "logical_and", "logical_or", "logical_xor", "bitwise_and", "bitwise_or", "bitwise_xor",
+    "left_shift", "right_shift", "copysign", "hypot", "nextafter", "gcd", "lcm", "complex",
+)  # fmt: skip
+# Special functions understood by Special (one operand, then two).
+SPECIAL_UNARY_FNS = (
+    "lgamma", "digamma", "trigamma", "erfc", "erfcx", "erfinv", "ndtri", "log_ndtr", "i0", "i0e", "i1", "i1e",
+    "bessel_j0", "bessel_j1", "bessel_y0", "bessel_y1", "modified_bessel_k0", "modified_bessel_k1",
+    "scaled_modified_bessel_k0", "scaled_modified_bessel_k1", "spherical_bessel_j0", "airy_ai",
+)  # fmt: skip
+SPECIAL_BINARY_FNS = (
+    "polygamma", "zeta", "igamma", "igammac",
+    "chebyshev_polynomial_t", "chebyshev_polynomial_u", "chebyshev_polynomial_v", "chebyshev_polynomial_w",
+    "shifted_chebyshev_polynomial_t", "shifted_chebyshev_polynomial_u", "shifted_chebyshev_polynomial_v",
+    "shifted_chebyshev_polynomial_w", "hermite_polynomial_h", "hermite_polynomial_he",
+    "laguerre_polynomial_l", "legendre_polynomial_p",
 )  # fmt: skip
 REDUCE_FNS = ("sum", "mean", "prod", "amax", "amin", "any", "all", "var", "std")
 
@@ -58,6 +73,18 @@ class Clamp(Call):
     x: Operand
     lo: Operand | None
     hi: Operand | None
+
+
+@dataclass(frozen=True)
+class Special(Call):
+    """A special function of PyTorch's ``torch.special`` family (``SPECIAL_FNS``), elementwise and
+    broadcasting: ``fn(x)``, or ``fn(x, y)`` where ``y`` is the second argument (``zeta``'s q,
+    ``igamma``'s x, a polynomial's degree n, ``polygamma``'s order). Operands come in the float
+    dtype the result has; PyTorch's own edge cases (poles, NaN, integer degrees) are part of ``fn``."""
+
+    fn: str
+    x: Operand
+    y: Operand | None
 
 
 @dataclass(frozen=True)

@@ -19,16 +19,22 @@ NUMPY_DTYPES: dict[str, np.dtype] = {
     "i16": np.dtype(np.int16),
     "i8": np.dtype(np.int8),
     "u8": np.dtype(np.uint8),
+    "u16": np.dtype(np.uint16),
+    "u32": np.dtype(np.uint32),
+    "u64": np.dtype(np.uint64),
     "bool": np.dtype(np.bool_),
     "c64": np.dtype(np.complex64),
+    "c128": np.dtype(np.complex128),
 }
 DTYPES = tuple(NUMPY_DTYPES)
 _TOKEN_OF = {dt: tok for tok, dt in NUMPY_DTYPES.items()}
 
 FLOATS = ("f16", "bf16", "f32", "f64")
-INTS = ("u8", "i8", "i16", "i32", "i64")
-# Bits of each integer type, for promotion between integer types.
-_INT_BITS = {"u8": 8, "i8": 8, "i16": 16, "i32": 32, "i64": 64}
+INTS = ("u8", "i8", "i16", "i32", "i64", "u16", "u32", "u64")
+COMPLEX = ("c64", "c128")
+# Bits of each integer type, for promotion between integer types. PyTorch promotes uint16/32/64
+# only with themselves and with floats (anything else is an error there, so never reaches here).
+_INT_BITS = {"u8": 8, "i8": 8, "i16": 16, "i32": 32, "i64": 64, "u16": 16, "u32": 32, "u64": 64}
 _FLOAT_RANK = {"f16": 1, "bf16": 1, "f32": 2, "f64": 3}
 
 
@@ -58,7 +64,17 @@ def is_int(tok: str) -> bool:
 
 
 def is_complex(tok: str) -> bool:
-    return tok == "c64"
+    return tok in COMPLEX
+
+
+def complex_of(tok: str) -> str:
+    """The complex type whose parts are ``tok`` (float64 → complex128; the other floats → complex64)."""
+    return "c128" if tok in ("f64", "c128") else "c64"
+
+
+def real_of(tok: str) -> str:
+    """The float type of a complex type's parts (complex128 → float64, complex64 → float32)."""
+    return {"c128": "f64", "c64": "f32"}.get(tok, tok)
 
 
 def category(tok: str) -> int:
@@ -79,7 +95,8 @@ def promote_types(a: str, b: str) -> str:
     ca, cb = category(a), category(b)
     if ca != cb:
         hi, lo = (a, b) if ca > cb else (b, a)
-        return hi
+        # A complex type takes a float's precision if that is higher (float64 + complex64 = complex128).
+        return complex_of(lo) if hi == "c64" and lo == "f64" else hi
     if ca == 1:
         if "u8" in (a, b):
             other = b if a == "u8" else a
@@ -89,7 +106,7 @@ def promote_types(a: str, b: str) -> str:
         if {a, b} == {"f16", "bf16"}:
             return "f32"
         return a if _FLOAT_RANK[a] >= _FLOAT_RANK[b] else b
-    return a
+    return "c128" if "c128" in (a, b) else a
 
 
 def scalar_dtype(value: bool | int | float) -> str:
@@ -110,7 +127,11 @@ def _combine_categories(higher: str | None, lower: str | None) -> str | None:
         return lower
     if lower is None:
         return higher
-    if category(higher) >= 2:
+    if category(higher) == 3:
+        return higher
+    if category(lower) == 3:  # c10: a complex scalar keeps a float tensor's precision
+        return complex_of(higher) if category(higher) == 2 else lower
+    if category(higher) == 2:
         return higher
     if higher == "bool" or category(lower) >= 2:
         return promote_types(higher, lower)

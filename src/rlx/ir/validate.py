@@ -56,6 +56,10 @@ def _function_problem(call: Call, dtype: str) -> str | None:
         return f"unknown binary function {call.fn!r}"
     if isinstance(call, C.Unary) and call.fn not in C.UNARY_FNS:
         return f"unknown unary function {call.fn!r}"
+    if isinstance(call, C.Special) and call.fn not in (
+        C.SPECIAL_BINARY_FNS if call.y is not None else C.SPECIAL_UNARY_FNS
+    ):
+        return f"unknown special function {call.fn!r} of {1 if call.y is None else 2} operand(s)"
     if isinstance(call, C.Reduce) and call.fn not in C.REDUCE_FNS:
         return f"unknown reduction {call.fn!r}"
     return None

@@ -32,8 +32,9 @@ if TYPE_CHECKING:
 class Elementwise:
     """One elementwise function: ``spelling`` (an expression) or ``define`` (``fn(xp, *arrays)``).
 
-    ``exact``: computes integers, bools and half-precision floats exactly in their own dtype, so a
-    Unary never widens them; ``predicate``: a Binary whose result is bool (never widened either)."""
+    ``exact``: computes integers, bools and half-precision floats exactly in their own dtype, so it
+    is never widened (``nextafter`` of float16 steps by a float16 ulp); ``predicate``: a Binary whose
+    result is bool (never widened either)."""
 
     name: str
     arity: int
@@ -110,6 +111,46 @@ def _pow(xp: ArrayNamespace, x: Any, y: Any) -> Any:
     return out
 
 
+def _signbit(xp: ArrayNamespace, x: Any) -> Any:
+    # Integers: x < 0 (numpy's signbit takes floats only); bools are never negative.
+    # float16/bfloat16 through float32, which keeps the sign of −0 and NaN (ml_dtypes' own loses it).
+    if x.dtype.kind == "f" or x.dtype in HALF:
+        return xp.signbit(widen(x))
+    return x < 0
+
+
+def _angle(xp: ArrayNamespace, x: Any) -> Any:
+    """PyTorch's angle: atan2(imag, real) of a complex number; of a real one π below 0, else 0
+    (−0 included), NaN kept."""
+    if x.dtype.kind == "c":
+        return xp.angle(x)
+    return xp.where(xp.isnan(x), x, xp.where(x < 0, np.array(math.pi, x.dtype), np.array(0, x.dtype)))
+
+
+def _shift_bits(x: Any) -> int:
+    return 8 * x.dtype.itemsize
+
+
+def _left_shift(xp: ArrayNamespace, x: Any, y: Any) -> Any:
+    """PyTorch's ``a << b``: 0 once b reaches the type's width, or is negative (C leaves both undefined)."""
+    ok = (y >= 0) & (y < _shift_bits(x))
+    return xp.where(ok, xp.left_shift(x, xp.where(ok, y, 0).astype(x.dtype)), 0).astype(x.dtype)
+
+
+def _right_shift(xp: ArrayNamespace, x: Any, y: Any) -> Any:
+    """PyTorch's ``a >> b``: past the type's width (or negative b), a signed value keeps only its
+    sign (−1 or 0) and an unsigned one becomes 0."""
+    top = _shift_bits(x) - (1 if x.dtype.kind == "i" else 0)
+    ok = (y >= 0) & (y < top)
+    far = xp.right_shift(x, np.array(top, x.dtype)) if x.dtype.kind == "i" else xp.zeros_like(x)
+    return xp.where(ok, xp.right_shift(x, xp.where(ok, y, 0).astype(x.dtype)), far).astype(x.dtype)
+
+
+def _complex(xp: ArrayNamespace, re: Any, im: Any) -> Any:
+    """real + i·imag, part by part (arithmetic would turn inf·i into NaN + inf·i)."""
+    return xp.make_complex(re, im)
+
+
 _SELU = "1.0507009873554805 * {xp}.where({0} > 0, {0}, 1.6732632423543772 * {xp}.expm1({xp}.minimum({0}, 0)))"
 _SOFTPLUS = "{xp}.where({0} > 20, {0}, {xp}.log1p({xp}.exp({xp}.minimum({0}, 20))))"
 _HARD = "{xp}.minimum({xp}.maximum({0} + 3, 0), 6)"
@@ -121,9 +162,13 @@ def _unary(name: str, spelling: str = "", define: Callable[..., Any] | None = No
 
 
 def _binary(
-    name: str, spelling: str = "", define: Callable[..., Any] | None = None, predicate: bool = False
+    name: str,
+    spelling: str = "",
+    define: Callable[..., Any] | None = None,
+    predicate: bool = False,
+    exact: bool = False,
 ) -> Elementwise:
-    return Elementwise(name, 2, spelling, define, predicate=predicate)
+    return Elementwise(name, 2, spelling, define, exact=exact, predicate=predicate)
 
 
 def _call(fn: str) -> str:
@@ -159,6 +204,12 @@ UNARY: dict[str, Elementwise] = {
         _unary("logical_not", _call("logical_not"), exact=True),
         _unary("bitwise_not", "~{0}", exact=True),
         *(_unary(n, _call(n), exact=True) for n in ("isnan", "isinf", "isfinite")),
+        _unary("signbit", define=_signbit, exact=True),
+        _unary("angle", define=_angle),
+        _unary("real", _call("real"), exact=True),
+        _unary("imag", _call("imag"), exact=True),
+        _unary("frexp_mantissa", "{xp}.frexp({0})[0]", exact=True),
+        _unary("frexp_exponent", "{xp}.frexp({0})[1]", exact=True),
         _unary("identity", "{0}", exact=True),
     ]
 }
@@ -182,6 +233,14 @@ BINARY: dict[str, Elementwise] = {
         _binary("bitwise_and", "{0} & {1}"),
         _binary("bitwise_or", "{0} | {1}"),
         _binary("bitwise_xor", "{0} ^ {1}"),
+        _binary("left_shift", define=_left_shift),
+        _binary("right_shift", define=_right_shift),
+        _binary("copysign", "{xp}.copysign({0}, {1})"),
+        _binary("hypot", "{xp}.hypot({0}, {1})"),
+        _binary("nextafter", "{xp}.nextafter({0}, {1})", exact=True),
+        _binary("gcd", "{xp}.gcd({0}, {1})"),
+        _binary("lcm", "{xp}.lcm({0}, {1})"),
+        _binary("complex", define=_complex, exact=True),
     ]
 }
 
@@ -207,7 +266,7 @@ def unary(c: C.Unary, x: Any, *, xp: ArrayNamespace) -> Any:
 @kernel("Binary")
 def binary(c: C.Binary, x: Any, y: Any, *, xp: ArrayNamespace) -> Any:
     fn = xp.binary[c.fn]
-    if x.dtype in HALF and not BINARY[c.fn].predicate:
+    if x.dtype in HALF and not (BINARY[c.fn].predicate or BINARY[c.fn].exact):
         return xp.asarray(fn(widen(x), widen(y))).astype(x.dtype)
     return xp.asarray(fn(x, y))
 

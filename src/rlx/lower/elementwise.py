@@ -15,7 +15,7 @@ import numpy as np
 
 from rlx.errors import LoweringError
 from rlx.ir import dtypes
-from rlx.ir.calls import Binary, Clamp, Full, LeakyRelu, Unary, Where
+from rlx.ir.calls import Binary, Clamp, Concat, Full, LeakyRelu, Reshape, Slice, Unary, Where
 from rlx.ir.program import Operand, Ref
 from rlx.ir.torch_ir import Node
 from rlx.lower.registry import Builder, lowers
@@ -188,7 +188,9 @@ def unary(b: Builder, node: Node, fn: str, x_arg: object) -> Operand:
     predicates (``isnan`` …), which read the input in its own dtype."""
     out = node.meta
     x = b.operand(x_arg, None)
-    compute = b.dtype(x) if out.dtype == "bool" else out.dtype
+    # A complex input to a real result (abs) is read as it is: a cast first would drop the imaginary part.
+    keep = out.dtype == "bool" or (dtypes.is_complex(b.dtype(x)) and not dtypes.is_complex(out.dtype))
+    compute = b.dtype(x) if keep else out.dtype
     return b.emit(Unary(fn, b.cast(x, compute)), out.shape, out.dtype)
 
 
@@ -384,3 +386,112 @@ def native_dropout(node: Node, b: Builder) -> tuple[Operand, Operand]:
         )
     x = b.input(node, 0)
     return x, b.emit(Full(True, b.shape(x), "bool"), b.shape(x), "bool")
+
+
+# ── math on floats' bits, integers' divisors, and complex numbers ───────────
+@lowers("aten.copysign", "aten.hypot", "aten.nextafter")
+def float_binary(node: Node, b: Builder) -> Operand:
+    # Integer and bool inputs give a float result (copysign): the math happens in the output dtype.
+    return binary(b, node, node.base, node.arg(0), node.arg(1), compute=node.meta.dtype)
+
+
+@lowers("aten.gcd", "aten.lcm")
+def divisors(node: Node, b: Builder) -> Operand:
+    return binary(b, node, node.base, node.arg(0), node.arg(1))
+
+
+_SHIFTS = {
+    "bitwise_left_shift": "left_shift", "__lshift__": "left_shift",
+    "bitwise_right_shift": "right_shift", "__rshift__": "right_shift",
+}  # fmt: skip
+
+
+@lowers(*(f"aten.{name}" for name in _SHIFTS))
+def shift(node: Node, b: Builder) -> Operand:
+    compute = promoted_dtype(b, node.arg(0), node.arg(1))
+    if not dtypes.is_int(compute):
+        raise LoweringError(f"node {node.id}: {node.base} of {compute} values; rlx shifts integers only")
+    return binary(b, node, _SHIFTS[node.base], node.arg(0), node.arg(1), compute=compute)
+
+
+@lowers("aten.signbit")
+def signbit(node: Node, b: Builder) -> Operand:
+    return unary(b, node, "signbit", node.arg(0))
+
+
+@lowers("aten.angle")
+def angle(node: Node, b: Builder) -> Operand:
+    """π below 0 and 0 elsewhere for real numbers (integers promoted to float); the argument of a complex one."""
+    out = node.meta
+    x = b.operand(node.arg(0), None)
+    if not dtypes.is_complex(b.dtype(x)):
+        x = b.cast(x, out.dtype)
+    return b.emit(Unary("angle", x), out.shape, out.dtype)
+
+
+@lowers("aten.frexp")
+def frexp(node: Node, b: Builder) -> tuple[Operand, Operand]:
+    """(mantissa in [0.5, 1) with x's sign, int32 exponent): x = mantissa · 2^exponent."""
+    x = b.input(node, 0)
+    mantissa, exponent = node.meta_at(0), node.meta_at(1)
+    return (
+        b.emit(Unary("frexp_mantissa", x), mantissa.shape, mantissa.dtype),
+        b.emit(Unary("frexp_exponent", x), exponent.shape, exponent.dtype),
+    )
+
+
+@lowers("aten.complex")
+def complex_(node: Node, b: Builder) -> Operand:
+    out = node.meta
+    part = dtypes.real_of(out.dtype)
+    return b.emit(
+        Binary("complex", b.cast(b.input(node, 0), part), b.cast(b.input(node, 1), part)), out.shape, out.dtype
+    )
+
+
+@lowers("aten.polar")
+def polar(node: Node, b: Builder) -> Operand:
+    """abs·cos(angle) + i·abs·sin(angle), as PyTorch computes it (inf · 0 gives NaN there too)."""
+    out = node.meta
+    part = dtypes.real_of(out.dtype)
+    r, theta = b.cast(b.input(node, 0), part), b.cast(b.input(node, 1), part)
+    parts = [
+        b.emit(Binary("mul", r, b.emit(Unary(fn, theta), b.shape(theta), part)), out.shape, part)
+        for fn in ("cos", "sin")
+    ]
+    return b.emit(Binary("complex", *parts), out.shape, out.dtype)
+
+
+@lowers("aten.view_as_complex")
+def view_as_complex(node: Node, b: Builder) -> Operand:
+    """``x[..., 0] + i·x[..., 1]`` of a float tensor whose last axis has 2 entries."""
+    out = node.meta
+    x = b.input(node, 0)
+    axis = b.rank(x) - 1
+    part = b.dtype(x)
+    re, im = (
+        b.emit(Reshape(b.emit(Slice(x, axis, k, k + 1, 1), (*out.shape, 1), part), tuple(out.shape)), out.shape, part)
+        for k in (0, 1)
+    )
+    return b.emit(Binary("complex", re, im), out.shape, out.dtype)
+
+
+@lowers("aten.view_as_real")
+def view_as_real(node: Node, b: Builder) -> Operand:
+    """A complex tensor as floats with a trailing (real, imag) axis."""
+    out = node.meta
+    z = b.input(node, 0)
+    shape = (*b.shape(z), 1)
+    parts = [
+        b.emit(Reshape(b.emit(Unary(fn, z), b.shape(z), out.dtype), shape), shape, out.dtype) for fn in ("real", "imag")
+    ]
+    return b.emit(Concat(tuple(parts), len(shape) - 1), out.shape, out.dtype)
+
+
+@lowers("aten.real", "aten.imag")
+def real_imag(node: Node, b: Builder) -> Operand:
+    out = node.meta
+    z = b.input(node, 0)
+    if not dtypes.is_complex(b.dtype(z)):  # real of a real tensor is itself (imag of one is an error in PyTorch)
+        return z
+    return b.emit(Unary(node.base, z), out.shape, out.dtype)

@@ -95,6 +95,7 @@ def _load_families() -> None:
         reduce,
         resample,
         scatter,
+        special,
         spectral,
     )
 

@@ -107,7 +107,7 @@ def _promote(b: Builder, x: Ref, complex_: bool) -> Ref:
         x = b.cast(x, "f32")
     if b.dtype(x) in ("f16", "bf16"):
         raise LoweringError("FFTs of float16/bfloat16 tensors are not supported on CPU (PyTorch refuses them too)")
-    return b.cast(x, "c64") if complex_ and not dtypes.is_complex(b.dtype(x)) else x
+    return b.cast(x, dtypes.complex_of(b.dtype(x))) if complex_ and not dtypes.is_complex(b.dtype(x)) else x
 
 
 def _resize(b: Builder, x: Ref, axes: tuple[int, ...], sizes: tuple[int, ...]) -> Ref:

@@ -11,7 +11,8 @@ from rlx.ir import dtypes
 _TOKENS = {
     torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16", torch.float64: "f64",
     torch.int64: "i64", torch.int32: "i32", torch.int16: "i16", torch.int8: "i8", torch.uint8: "u8",
-    torch.bool: "bool", torch.complex64: "c64",
+    torch.bool: "bool", torch.complex64: "c64", torch.complex128: "c128", torch.uint16: "u16",
+    torch.uint32: "u32", torch.uint64: "u64",
 }  # fmt: skip
 _TORCH = {v: k for k, v in _TOKENS.items()}
 

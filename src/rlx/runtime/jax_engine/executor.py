@@ -19,8 +19,10 @@ import numpy as np
 
 from rlx.errors import RlxError, UsageError
 from rlx.ir import dtypes
+from rlx.ir.calls import Special
 from rlx.ir.program import Program, Ref, resolve_operand
-from rlx.runtime.jax_engine.kernels import KERNELS, x64
+from rlx.kernels import special
+from rlx.runtime.jax_engine.kernels import JAX, KERNELS, x64
 
 
 class JaxEngine:
@@ -54,6 +56,8 @@ def check_coverage(program: Program) -> None:
     for ins in program.instrs:
         if ins.call.op not in KERNELS:
             missing.setdefault(ins.call.op, []).append(ins.result)
+        elif isinstance(ins.call, Special) and special.missing(JAX, ins.call.fn):  # jax.scipy.special lacks it
+            missing.setdefault(f"Special({ins.call.fn})", []).append(ins.result)
     if missing:
         listed = ", ".join(f"{op} ×{len(r)} (first: {r[0]})" for op, r in sorted(missing.items()))
         raise UsageError(f"the JAX backend has no kernel for {listed}; run this model with backend='numpy'")

@@ -18,6 +18,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import jax.scipy.special as jax_special
 from jax import lax
 
 from ...kernels import elementwise
@@ -67,5 +68,10 @@ JAX = ArrayNamespace(
     cummax=lax.cummax,
     cummin=lax.cummin,
     cumlogsumexp=lax.cumlogsumexp,
+    fori_loop=lax.fori_loop,
+    make_complex=lambda re, im: lax.complex(
+        *jnp.broadcast_arrays(re, im)
+    ),  # a traced trip count is fine: XLA makes it a while loop
+    special_library=lambda *fns: jax_special,
 )
 elementwise.bind(JAX)

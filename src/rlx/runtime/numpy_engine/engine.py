@@ -6,7 +6,9 @@ from collections.abc import Iterable, Mapping
 
 import numpy as np
 
+from rlx.ir.calls import Special
 from rlx.ir.program import Program
+from rlx.kernels.special import library_functions, scipy_special
 from rlx.passes import pipeline
 from rlx.runtime.numpy_engine.executor import Executor
 
@@ -21,6 +23,7 @@ class NumpyEngine:
     def __init__(
         self, program: Program, weights: Mapping[str, np.ndarray], disable_passes: Iterable[str] | None = ()
     ) -> None:
+        _load_libraries(program)
         self.disabled = (
             frozenset(pipeline.PASS_NAMES) if disable_passes is None else pipeline.check_names(disable_passes)
         )
@@ -34,3 +37,11 @@ class NumpyEngine:
 
     def compile(self, program: Program) -> Executor:
         return Executor(*pipeline.optimize(program, self.weights, self.disabled))
+
+
+def _load_libraries(program: Program) -> None:
+    """Import the optional libraries ``program``'s kernels need (scipy for special functions) now,
+    so a missing one fails at load with one line naming the extra, not halfway through a run."""
+    fns = library_functions(ins.call.fn for ins in program.instrs if isinstance(ins.call, Special))
+    if fns:
+        scipy_special(*fns)

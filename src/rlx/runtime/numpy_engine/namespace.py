@@ -10,13 +10,16 @@ Two elementwise overrides, both held to the shared definitions by tests:
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 
 from ...kernels import elementwise
 from ...kernels.namespace import ArrayNamespace
 from ...kernels.precision import F32
+from ...kernels.special import scipy_special
 
 _ERF_CHUNK = 1 << 16
 
@@ -111,6 +114,22 @@ def relu(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     return np.maximum(x, _zeros(x.shape, x.dtype), out=out)
 
 
+def fori_loop(lower: int, upper: Any, body: Callable[[int, Any], Any], init: Any) -> Any:
+    """``jax.lax.fori_loop`` on numpy: ``body(i, carry)`` for i in [lower, upper)."""
+    carry = init
+    for i in range(lower, int(upper)):
+        carry = body(i, carry)
+    return carry
+
+
+def make_complex(re: np.ndarray, im: np.ndarray) -> np.ndarray:
+    """real + i·imag, written part by part (complex128 from float64, else complex64)."""
+    re, im = np.broadcast_arrays(re, im)
+    out = np.empty(re.shape, np.complex128 if re.dtype == np.float64 else np.complex64)
+    out.real, out.imag = re, im
+    return out
+
+
 NUMPY = ArrayNamespace(
     "numpy",
     np,
@@ -119,5 +138,8 @@ NUMPY = ArrayNamespace(
     cummax=np.maximum.accumulate,
     cummin=np.minimum.accumulate,
     cumlogsumexp=np.logaddexp.accumulate,
+    fori_loop=fori_loop,
+    make_complex=make_complex,
+    special_library=scipy_special,  # imports scipy at first use: only special-function programs need it
 )
 elementwise.bind(NUMPY, {"gelu": gelu, "relu": relu})

@@ -177,6 +177,67 @@ class Linear(Call):
     bias: Operand | None
 
 
+@dataclass(frozen=True)
+class Svd(Call):
+    """One part of the singular value decomposition ``x = U·diag(S)·Vh`` of the matrices in the
+    last two axes: ``part`` is u / s / vh; S is in descending order. ``full_matrices``: U and Vh
+    are square (else ``k = min(m, n)`` columns of U and rows of Vh). The parts of one ``x`` come
+    from the same deterministic factorisation, so their signs agree with each other."""
+
+    x: Ref
+    part: str
+    full_matrices: bool
+
+
+@dataclass(frozen=True)
+class Det(Call):
+    """Of the square matrices in the last two axes: ``part`` det (the determinant), sign or
+    logabsdet (``slogdet``: sign 0 and logabsdet -inf for a singular matrix)."""
+
+    x: Ref
+    part: str
+
+
+@dataclass(frozen=True)
+class LuFactor(Call):
+    """LU factorisation with partial pivoting of the matrices in the last two axes, as LAPACK's
+    ``getrf`` (the pivot of a column is its first entry of largest magnitude): ``part`` lu (L
+    below the diagonal, unit diagonal implied, U on and above it), pivots (int32, 1-based: row
+    ``j`` was swapped with row ``pivots[j]`` at step ``j``) or info (int32: 1 + the first step
+    whose pivot is zero, 0 when there is none)."""
+
+    x: Ref
+    part: str
+
+
+@dataclass(frozen=True)
+class LuPermutation(Call):
+    """LAPACK pivots (int32, 1-based, ``[..., k]``) as the int64 permutation ``perm`` (``[..., size]``)
+    they apply: ``x[perm]`` is ``x`` with the row swaps done in order, so ``A[perm] = L·U``."""
+
+    pivots: Ref
+    size: int
+
+
+@dataclass(frozen=True)
+class TriangularSolve(Call):
+    """``x`` with ``a @ x = b`` for triangular ``a`` (the lower triangle, or the upper one with
+    ``upper``; the other triangle is never read; ``unitriangular``: the diagonal is taken as ones),
+    by substitution as BLAS ``trsm`` (a zero on the diagonal gives inf/NaN). Batch axes broadcast."""
+
+    a: Ref
+    b: Ref
+    upper: bool
+    unitriangular: bool
+
+
+@dataclass(frozen=True)
+class MatrixExp(Call):
+    """The matrix exponential of the square matrices in the last two axes."""
+
+    x: Ref
+
+
 # ── reductions ───────────────────────────────────────────────────────────────
 @dataclass(frozen=True)
 class Reduce(Call):

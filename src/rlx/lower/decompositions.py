@@ -107,7 +107,7 @@ def linalg_svd(node: Node, b: Builder) -> tuple[Ref, Ref, Ref]:
     """``(U, S, Vh)``; without ``compute_uv`` PyTorch returns empty U and Vh."""
     u_meta, s_meta, vh_meta = (_meta(node, k) for k in range(3))
     x = b.cast(b.input(node, 0), s_meta.dtype)
-    full, compute_uv = _flag(node, 1, "full_matrices", True), _flag(node, 2, "compute_uv", True)
+    full, compute_uv = _flag(node, 1, "full_matrices", False), _flag(node, 2, "compute_uv", True)
     s = b.emit_like(Svd(x, "s", full), s_meta)
     if not compute_uv:
         return _full(b, u_meta), s, _full(b, vh_meta)

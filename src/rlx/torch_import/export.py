@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 import sympy
+from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 import torch
 from torch.export import ExportedProgram
 from torch.utils import _pytree as pytree
@@ -246,6 +247,8 @@ class _Recorder:
         for sym, vr in ep.range_constraints.items():
             if not getattr(sym, "is_Symbol", False):
                 continue  # derived extents (2*seq) are ranges of expressions, not new symbols
+            if free_unbacked_symbols(sym):
+                continue  # an extent read from data (u0 …), not an input's: lowering reports the op
             upper = None if vr.upper == int_oo or not vr.upper.is_finite else int(vr.upper)
             self.symbols.append(Symbol(self.name(sym), int(vr.lower), upper, 0))
 

@@ -427,6 +427,17 @@ class ArgSort(Call):
 
 
 @dataclass(frozen=True)
+class SearchSorted(Call):
+    """int64 insertion points of ``values`` in ``sorted`` (ascending along its last axis): the
+    number of entries ``< v`` (``right``: ``<= v``). A 1-d ``sorted`` serves values of any shape;
+    otherwise both share their leading axes and ``values`` lists its queries on the last one."""
+
+    sorted: Ref
+    values: Ref
+    right: bool
+
+
+@dataclass(frozen=True)
 class CumReduce(Call):
     """Inclusive scan along ``axis``: ``fn`` is sum / prod / max / min / logsumexp;
     ``indices`` returns the int64 position of the running max/min instead of its value."""

@@ -232,6 +232,35 @@ class TriangularSolve(Call):
 
 
 @dataclass(frozen=True)
+class Cholesky(Call):
+    """The Cholesky factor of the symmetric positive definite matrices in the last two axes: lower
+    ``L`` with ``A = L·Lᵀ`` (``upper``: ``Lᵀ``); only the lower triangle of ``A`` is read."""
+
+    x: Ref
+    upper: bool
+
+
+@dataclass(frozen=True)
+class Qr(Call):
+    """One part (q / r) of the Householder QR of the matrices in the last two axes, with LAPACK's
+    signs (``geqrf``: R's diagonal may be negative). ``complete``: Q is square (else ``[m, k]``)."""
+
+    x: Ref
+    part: str
+    complete: bool
+
+
+@dataclass(frozen=True)
+class Eigh(Call):
+    """One part of the eigendecomposition of the symmetric matrices in the last two axes (only
+    the ``lower`` — else upper — triangle is read): ``part`` values (ascending) or vectors (columns)."""
+
+    x: Ref
+    part: str
+    lower: bool
+
+
+@dataclass(frozen=True)
 class MatrixExp(Call):
     """The matrix exponential of the square matrices in the last two axes."""
 

@@ -151,3 +151,29 @@ def matrix_exp(c: C.MatrixExp, x: Any, *, xp: ArrayNamespace) -> Any:
     for _ in range(squarings):
         r = xp.matmul(r, r)
     return r.astype(x.dtype)
+
+
+def _symmetric(a: Any, lower: bool, xp: ArrayNamespace) -> Any:
+    """The symmetric matrix one triangle of ``a`` stands for (LAPACK reads only that triangle)."""
+    n = a.shape[-1]
+    rows, cols = xp.arange(n)[:, None], xp.arange(n)[None, :]
+    tri = xp.where(cols <= rows if lower else cols >= rows, a, 0)
+    return tri + xp.swapaxes(xp.where(cols == rows, 0, tri), -1, -2)
+
+
+@kernel("Cholesky")
+def cholesky(c: C.Cholesky, x: Any, *, xp: ArrayNamespace) -> Any:
+    factor = xp.linalg.cholesky(_symmetric(_f64(x), True, xp))
+    return (xp.swapaxes(factor, -1, -2) if c.upper else factor).astype(x.dtype)
+
+
+@kernel("Qr")
+def qr(c: C.Qr, x: Any, *, xp: ArrayNamespace) -> Any:
+    q, r = xp.linalg.qr(_f64(x), mode="complete" if c.complete else "reduced")
+    return (q if c.part == "q" else r).astype(x.dtype)
+
+
+@kernel("Eigh")
+def eigh(c: C.Eigh, x: Any, *, xp: ArrayNamespace) -> Any:
+    values, vectors = xp.linalg.eigh(_symmetric(_f64(x), c.lower, xp))
+    return (values if c.part == "values" else vectors).astype(x.dtype)

@@ -17,7 +17,9 @@ from rlx.ir.calls import (
     ArgSort,
     Binary,
     Cast,
+    Cholesky,
     Det,
+    Eigh,
     Expand,
     Full,
     Gather,
@@ -26,6 +28,7 @@ from rlx.ir.calls import (
     MatMul,
     MatrixExp,
     Permute,
+    Qr,
     Svd,
     TriangularSolve,
     Unary,
@@ -398,3 +401,73 @@ def _where_positive(b: Builder, atol: Operand, default: Lit, dt: str) -> Operand
 def matrix_exp(node: Node, b: Builder) -> Operand:
     meta = node.meta
     return b.emit_like(MatrixExp(b.cast(b.input(node, 0), meta.dtype)), meta)
+
+
+# ── Cholesky, QR, eigh, inverse, solve ───────────────────────────────────────
+@lowers("aten.cholesky", "aten.linalg_cholesky_ex", "aten.linalg_cholesky")
+def cholesky(node: Node, b: Builder) -> Operand | tuple[Ref, Ref]:
+    meta = _meta(node, 0)
+    upper = _flag(node, 1, "upper", False)
+    factor = b.emit_like(Cholesky(b.cast(b.input(node, 0), meta.dtype), upper), meta)
+    return (factor, _full(b, _meta(node, 1))) if node.base == "linalg_cholesky_ex" else factor
+
+
+@lowers("aten.linalg_qr")
+def linalg_qr(node: Node, b: Builder) -> tuple[Ref, Ref]:
+    q_meta, r_meta = _meta(node, 0), _meta(node, 1)
+    x = b.cast(b.input(node, 0), r_meta.dtype)
+    mode = node.arg(1, "mode", "reduced")
+    complete = mode == "complete"
+    q = _full(b, q_meta) if mode == "r" else b.emit_like(Qr(x, "q", complete), q_meta)
+    return q, b.emit_like(Qr(x, "r", complete), r_meta)
+
+
+@lowers("aten._linalg_eigh", "aten.linalg_eigh")
+def linalg_eigh(node: Node, b: Builder) -> tuple[Ref, Ref]:
+    values_meta, vectors_meta = _meta(node, 0), _meta(node, 1)
+    x = b.cast(b.input(node, 0), values_meta.dtype)
+    lower = str(node.arg(1, "UPLO", "L")).upper() == "L"
+    values = b.emit_like(Eigh(x, "values", lower), values_meta)
+    if not _flag(node, 2, "compute_v", True):
+        return values, _full(b, vectors_meta)
+    return values, b.emit_like(Eigh(x, "vectors", lower), vectors_meta)
+
+
+def _lu_solve_left(b: Builder, x: Ref, rhs: Ref, m: Dim) -> tuple[Ref, Ref, Ref]:
+    """``A⁻¹·B`` through ``A``'s LU: (solution, LU, pivots)."""
+    k = static_dim(m, "the matrix extent")
+    lu = b.emit(LuFactor(x, "lu"), b.shape(x), b.dtype(x))
+    pivots = b.emit(LuFactor(x, "pivots"), (*b.shape(x)[:-2], k), "i32")
+    perm = b.emit(LuPermutation(pivots, k), (*b.shape(x)[:-2], m), "i64")
+    solution = _solve(b, lu, _solve(b, lu, _gather_rows(b, rhs, perm), upper=False, unit=True), upper=True)
+    return solution, lu, pivots
+
+
+@lowers("aten.linalg_inv_ex", "aten.linalg_inv", "aten.inverse")
+def inverse(node: Node, b: Builder) -> Operand | tuple[Ref, Ref]:
+    meta = _meta(node, 0)
+    x = b.cast(b.input(node, 0), meta.dtype)
+    n = b.shape(x)[-1]
+    solution, _, _ = _lu_solve_left(b, x, _eye(b, n, n, meta.dtype), n)
+    result = _expand(b, solution, meta.shape)
+    return (result, _full(b, _meta(node, 1))) if node.base == "linalg_inv_ex" else result
+
+
+@lowers("aten._linalg_solve_ex", "aten.linalg_solve")
+def linalg_solve(node: Node, b: Builder) -> Operand | tuple[Ref, ...]:
+    """``A·X = B`` (not ``left``: ``X·A = B``); a ``B`` of one rank less than ``A`` is a vector (batch)."""
+    meta = _meta(node, 0)
+    x, rhs = b.cast(b.input(node, 0), meta.dtype), b.cast(b.input(node, 1), meta.dtype)
+    left = _flag(node, 2, "left", True)
+    vector = b.rank(rhs) == b.rank(x) - 1
+    if vector:
+        rhs = reshape_to(b, rhs, (*b.shape(rhs), 1))
+    if not left:  # X·A = B ⟺ Aᵀ·Xᵀ = Bᵀ
+        solution, lu, pivots = _lu_solve_left(b, _mt(b, x), _mt(b, rhs), b.shape(x)[-1])
+        solution = _mt(b, solution)
+    else:
+        solution, lu, pivots = _lu_solve_left(b, x, rhs, b.shape(x)[-2])
+    result = reshape_to(b, _expand(b, solution, (*meta.shape, 1) if vector else meta.shape), meta.shape)
+    if node.base == "linalg_solve":
+        return result
+    return result, lu, pivots, _full(b, _meta(node, 3))

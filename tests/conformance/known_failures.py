@@ -39,6 +39,12 @@ KNOWN_WHEN: dict[str, tuple[str, str]] = {
 }
 
 TOLERANCES: dict[str, tuple[dict[str, tuple[float, float]], str]] = {
+    "matrix_exp": (
+        {"f32": (1e-4, 1e-1)},
+        "PyTorch computes a float32 exponential in float32 (Taylor approximants with squarings): on the "
+        "samples' entries of ~9e4 it is off by up to 5e-2 from the float64 result; rlx computes in float64 "
+        "(Padé 13, within 2e-8 of scipy.linalg.expm) and rounds once",
+    ),
     "nn.functional.scaled_dot_product_attention": (
         {"f32": (1e-4, 1e-5)},
         "PyTorch runs its fused CPU flash-attention kernel (blocked, online softmax); rlx computes the "

@@ -263,3 +263,165 @@ CASES = [
 @pytest.mark.parametrize("fn,inputs,levels", CASES)
 def test_matches_torch(fn, inputs, levels):
     assert_converts_and_matches(fn, inputs, levels=levels)
+
+
+# ── decompositions and solvers ───────────────────────────────────────────────
+# Singular vectors are defined up to sign, so the SVD cases check what is well-defined (as
+# PyTorch's own linalg tests do): singular values, the reconstruction U·diag(S)·Vh and U's
+# orthonormal columns. The factorisations run on numpy and on JAX.
+REAL = (F32, F64)
+
+
+def spd(shape, seed=0):
+    """A well-conditioned symmetric positive definite matrix (batch) of each dtype."""
+
+    def make(d):
+        a = rand(shape, F64, seed=seed)
+        return (a @ a.mT + shape[-1] * torch.eye(shape[-1], dtype=F64)).to(d)
+
+    return make
+
+
+def lower_factor(shape, upper=False, seed=0):
+    def make(d):
+        factor = torch.linalg.cholesky(spd(shape, seed)(F64))
+        return (factor.mT if upper else factor).to(d)
+
+    return make
+
+
+def geqrf(shape, seed=0):
+    """``(a, tau)`` of torch.geqrf, flattened into two inputs by the caller."""
+    return lambda d: torch.geqrf(rand(shape, d, seed=seed))
+
+
+def singular(shape):
+    def make(d):
+        a = rand(shape, d, seed=3)
+        a[..., -1, :] = 0  # exactly singular (dependent rows would leave PyTorch a rounding error)
+        return a
+
+    return make
+
+
+def svd_parts(a, full=False):
+    u, s, vh = torch.linalg.svd(a, full_matrices=full)
+    k = s.shape[-1]
+    return s, (u[..., :, :k] * s.unsqueeze(-2)) @ vh[..., :k, :], u.mT @ u, vh @ vh.mT
+
+
+DECOMPOSITION_CASES = [
+    case("svd", [svd_parts, lambda a: svd_parts(a, True)], (4, 3), dtypes=REAL),
+    case("svd-wide-batched", [svd_parts, lambda a: svd_parts(a, True)], (2, 3, 5), dtypes=REAL),
+    case(
+        "svdvals-nuclear-cond",
+        [torch.linalg.svdvals, lambda a: torch.linalg.matrix_norm(a, "nuc"), torch.linalg.cond],
+        (2, 4, 4),
+        dtypes=REAL,
+    ),
+    case("det-slogdet-logdet", [torch.linalg.det, torch.linalg.slogdet, torch.logdet], (3, 4, 4), dtypes=REAL),
+    case("det-singular-empty", [torch.linalg.det, torch.linalg.slogdet], singular((2, 3, 3)), dtypes=REAL),
+    case("det-empty", torch.linalg.det, (0, 0), dtypes=(F32,)),
+    case(
+        "solve-triangular",
+        [
+            lambda a, b: torch.linalg.solve_triangular(a, b, upper=up, left=True, unitriangular=unit)
+            for up in (False, True)
+            for unit in (False, True)
+        ],
+        spd((2, 4, 4)),
+        (4, 3),
+        dtypes=REAL,
+    ),
+    case(
+        "solve-triangular-right",
+        [lambda a, b: torch.linalg.solve_triangular(a, b, upper=up, left=False) for up in (False, True)],
+        spd((4, 4)),
+        (2, 3, 4),
+        dtypes=REAL,
+    ),
+    case(
+        "triangular-solve",
+        [lambda b, a: torch.triangular_solve(b, a, upper=up, transpose=t) for up in (False, True) for t in (False, True)],
+        (4, 2),
+        spd((4, 4)),
+        dtypes=REAL,
+    ),
+    case(
+        "cholesky-solve-inverse",
+        [lambda b, factor: torch.cholesky_solve(b, factor), lambda b, factor: torch.cholesky_inverse(factor)],
+        (2, 4, 3),
+        lower_factor((2, 4, 4)),
+        dtypes=REAL,
+    ),
+    case(
+        "cholesky-upper",
+        [lambda b, f: torch.cholesky_solve(b, f, upper=True), lambda b, f: torch.cholesky_inverse(f, upper=True)],
+        (4, 3),
+        lower_factor((4, 4), upper=True),
+        dtypes=REAL,
+    ),
+    case(
+        "lu-factor-lu",
+        [lambda a: torch.linalg.lu_factor_ex(a), torch.linalg.lu],
+        (2, 5, 5),
+        dtypes=REAL,
+    ),
+    case("lu-rectangular", [torch.linalg.lu_factor_ex, torch.linalg.lu], (3, 5), dtypes=REAL),
+    case("lu-tall-singular", [torch.linalg.lu_factor_ex, torch.linalg.lu], singular((5, 3)), dtypes=REAL),
+    case(
+        "lu-unpack-solve",
+        [
+            lambda a, b: torch.lu_unpack(*torch.linalg.lu_factor_ex(a)[:2]),
+            *(
+                lambda a, b, left=left, adjoint=adjoint: torch.linalg.lu_solve(
+                    *torch.linalg.lu_factor_ex(a)[:2], b if left else b.mT, left=left, adjoint=adjoint
+                )
+                for left in (True, False)
+                for adjoint in (False, True)
+            ),
+        ],
+        (2, 4, 4),
+        (4, 3),
+        dtypes=REAL,
+    ),
+    case(
+        "householder-ormqr",
+        [
+            lambda a, tau, c: torch.linalg.householder_product(a, tau),
+            *(
+                lambda a, tau, c, left=left, t=t: torch.ormqr(a, tau, c if left else c.mT, left=left, transpose=t)
+                for left in (True, False)
+                for t in (False, True)
+            ),
+        ],
+        lambda d: torch.geqrf(rand((5, 3), d))[0],
+        lambda d: torch.geqrf(rand((5, 3), d))[1],
+        (5, 4),
+        dtypes=REAL,
+    ),
+    case("householder-batched", torch.linalg.householder_product, (2, 4, 3), (2, 2), dtypes=REAL),
+    case("matrix-exp", torch.linalg.matrix_exp, lambda d: rand((2, 4, 4), d) * 0.3, dtypes=REAL),
+    case("matrix-exp-large-norm", torch.linalg.matrix_exp, lambda d: rand((3, 3), d, seed=4), dtypes=(F64,)),
+    case(
+        "pinv",
+        [
+            torch.linalg.pinv,
+            lambda a, t: torch.linalg.pinv(a, atol=t),
+            lambda a, t: torch.linalg.pinv(a, rtol=t * 0.1),
+            lambda a, t: torch.linalg.pinv(a, atol=t, rtol=t * 0.05),
+            lambda a, t: torch.linalg.pinv(a @ a.mT, hermitian=True),
+        ],
+        singular((2, 4, 3)),
+        lambda d: torch.tensor([0.5, 2.0], dtype=d),
+        dtypes=REAL,
+    ),
+]
+
+
+@pytest.mark.parametrize("backend", ["numpy", "jax"])
+@pytest.mark.parametrize("fn,inputs,levels", DECOMPOSITION_CASES)
+def test_decompositions_match_torch(fn, inputs, levels, backend):
+    if backend == "jax":
+        pytest.importorskip("jax")
+    assert_converts_and_matches(fn, inputs, levels=("high",), backend=backend)

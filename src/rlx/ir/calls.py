@@ -212,6 +212,96 @@ class Linear(Call):
     bias: Operand | None
 
 
+@dataclass(frozen=True)
+class Svd(Call):
+    """One part of the singular value decomposition ``x = U·diag(S)·Vh`` of the matrices in the
+    last two axes: ``part`` is u / s / vh; S is in descending order. ``full_matrices``: U and Vh
+    are square (else ``k = min(m, n)`` columns of U and rows of Vh). The parts of one ``x`` come
+    from the same deterministic factorisation, so their signs agree with each other."""
+
+    x: Ref
+    part: str
+    full_matrices: bool
+
+
+@dataclass(frozen=True)
+class Det(Call):
+    """Of the square matrices in the last two axes: ``part`` det (the determinant), sign or
+    logabsdet (``slogdet``: sign 0 and logabsdet -inf for a singular matrix)."""
+
+    x: Ref
+    part: str
+
+
+@dataclass(frozen=True)
+class LuFactor(Call):
+    """LU factorisation with partial pivoting of the matrices in the last two axes, as LAPACK's
+    ``getrf`` (the pivot of a column is its first entry of largest magnitude): ``part`` lu (L
+    below the diagonal, unit diagonal implied, U on and above it), pivots (int32, 1-based: row
+    ``j`` was swapped with row ``pivots[j]`` at step ``j``) or info (int32: 1 + the first step
+    whose pivot is zero, 0 when there is none)."""
+
+    x: Ref
+    part: str
+
+
+@dataclass(frozen=True)
+class LuPermutation(Call):
+    """LAPACK pivots (int32, 1-based, ``[..., k]``) as the int64 permutation ``perm`` (``[..., size]``)
+    they apply: ``x[perm]`` is ``x`` with the row swaps done in order, so ``A[perm] = L·U``."""
+
+    pivots: Ref
+    size: int
+
+
+@dataclass(frozen=True)
+class TriangularSolve(Call):
+    """``x`` with ``a @ x = b`` for triangular ``a`` (the lower triangle, or the upper one with
+    ``upper``; the other triangle is never read; ``unitriangular``: the diagonal is taken as ones),
+    by substitution as BLAS ``trsm`` (a zero on the diagonal gives inf/NaN). Batch axes broadcast."""
+
+    a: Ref
+    b: Ref
+    upper: bool
+    unitriangular: bool
+
+
+@dataclass(frozen=True)
+class Cholesky(Call):
+    """The Cholesky factor of the symmetric positive definite matrices in the last two axes: lower
+    ``L`` with ``A = L·Lᵀ`` (``upper``: ``Lᵀ``); only the lower triangle of ``A`` is read."""
+
+    x: Ref
+    upper: bool
+
+
+@dataclass(frozen=True)
+class Qr(Call):
+    """One part (q / r) of the Householder QR of the matrices in the last two axes, with LAPACK's
+    signs (``geqrf``: R's diagonal may be negative). ``complete``: Q is square (else ``[m, k]``)."""
+
+    x: Ref
+    part: str
+    complete: bool
+
+
+@dataclass(frozen=True)
+class Eigh(Call):
+    """One part of the eigendecomposition of the symmetric matrices in the last two axes (only
+    the ``lower`` — else upper — triangle is read): ``part`` values (ascending) or vectors (columns)."""
+
+    x: Ref
+    part: str
+    lower: bool
+
+
+@dataclass(frozen=True)
+class MatrixExp(Call):
+    """The matrix exponential of the square matrices in the last two axes."""
+
+    x: Ref
+
+
 # ── reductions ───────────────────────────────────────────────────────────────
 @dataclass(frozen=True)
 class Reduce(Call):
@@ -398,6 +488,17 @@ class ArgSort(Call):
     axis: int
     descending: bool
     stable: bool
+
+
+@dataclass(frozen=True)
+class SearchSorted(Call):
+    """int64 insertion points of ``values`` in ``sorted`` (ascending along its last axis): the
+    number of entries ``< v`` (``right``: ``<= v``). A 1-d ``sorted`` serves values of any shape;
+    otherwise both share their leading axes and ``values`` lists its queries on the last one."""
+
+    sorted: Ref
+    values: Ref
+    right: bool
 
 
 @dataclass(frozen=True)

@@ -90,3 +90,13 @@ def roll(c: C.Roll, x: Any, *, xp: ArrayNamespace) -> Any:
     if not c.axes:  # the flattened tensor, shape kept
         return xp.roll(x, c.shifts[0])
     return xp.roll(x, tuple(c.shifts), axis=tuple(c.axes))
+
+
+@kernel("SearchSorted")
+def search_sorted(c: C.SearchSorted, sorted_: Any, values: Any, *, xp: ArrayNamespace) -> Any:
+    # Counting comparisons works on every engine and any batch; the sequences are short.
+    if sorted_.ndim == 1:
+        below = sorted_ <= values[..., None] if c.right else sorted_ < values[..., None]
+    else:
+        below = sorted_[..., None, :] <= values[..., :, None] if c.right else sorted_[..., None, :] < values[..., :, None]
+    return xp.sum(below, axis=-1).astype(np.int64)

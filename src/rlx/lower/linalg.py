@@ -216,3 +216,23 @@ def _pair_rows(b: Builder, n: int, pairs: int) -> tuple[Ref, Ref]:
     i = op("sub", i, b.emit(Cast(down, "i64"), v, "i64"))
     j = op("add", op("sub", k, start(i)), op("add", i, Lit(1, "i64")))
     return i, j
+
+
+@lowers("aten.dist")
+def dist(node: Node, b: Builder) -> Operand:
+    """``dist(x, y, p)``: the p-norm of the broadcast difference, over every element."""
+    out = node.meta
+    x, y = b.cast(b.input(node, 0), out.dtype), b.cast(b.input(node, 1), out.dtype)
+    p = node.arg(2, "p", 2.0)
+    shape = _broadcast(b.shape(x), b.shape(y))
+    diff = b.emit(Binary("sub", x, y), shape, out.dtype)
+    n = 1
+    for d in shape:
+        n *= static_dim(d, "the dist extent", node)
+    flat = reshape_to(b, diff, (n,))
+    if n == 0:
+        return b.emit_like(Full(0.0, out.shape, out.dtype), out)
+    if isinstance(p, (int, float)) and p == float("-inf"):
+        absolute = b.emit(Unary("abs", flat), (n,), out.dtype)
+        return reduce_value(b, "amin", absolute, (0,), False, out.dtype)
+    return _p_distance(b, flat, float(_distance_p(node, 2)), nan_max=False)

@@ -28,6 +28,7 @@ from rlx.ir.calls import (
     IndexSelect,
     Permute,
     Roll,
+    SearchSorted,
     Unary,
     Where,
 )
@@ -403,3 +404,35 @@ def fill(node: Node, b: Builder) -> Operand:
     if not isinstance(value, (bool, int, float)):
         raise LoweringError(f"node {node.id}: fill value must be a number, found {value!r}")
     return b.emit_like(Full(fill_value(value, out.dtype), out.shape, out.dtype), out)
+
+
+# ── searchsorted, bucketize ──────────────────────────────────────────────────
+@lowers("aten.searchsorted", "aten.bucketize")
+def searchsorted(node: Node, b: Builder) -> Operand:
+    """``searchsorted(sorted, values, out_int32, right, side, sorter)`` and ``bucketize(values,
+    boundaries, out_int32, right)``: insertion points, int64 (int32 with ``out_int32``)."""
+    out = node.meta
+    seq_at, val_at = (1, 0) if node.base == "bucketize" else (0, 1)
+    seq = b.input(node, seq_at)
+    raw = node.arg(val_at)
+    values = b.operand(raw, None)
+    common = _common_dtype(b.dtype(seq), b.dtype(values))
+    seq = b.cast(seq, common)
+    values = b.cast(values, common)
+    if isinstance(values, Lit):  # the Scalar overloads: one query
+        values = b.emit(Full(values.value, (), common), (), common)  # type: ignore[arg-type]
+    right = bool(node.kwargs.get("right", False)) or node.kwargs.get("side") == "right"
+    sorter = node.kwargs.get("sorter")
+    if sorter is not None:  # the sequence in its sorted order
+        sorter_ref = b.cast(b.tensor(node, sorter), "i64")
+        seq = b.emit(Gather(seq, b.rank(seq) - 1, sorter_ref), b.shape(seq), common)
+    found = b.emit(SearchSorted(seq, values, right), out.shape, "i64")
+    return b.cast(found, out.dtype)
+
+
+def _common_dtype(a: str, c: str) -> str:
+    """The dtype both sides are compared in: the float one if either is (the wider), else int64."""
+    floats = [d for d in (a, c) if d.startswith(("f", "bf"))]
+    if not floats:
+        return "i64"
+    return "f64" if "f64" in floats else floats[0]

@@ -86,6 +86,7 @@ def _load_families() -> None:
     # Importing the family modules runs their @lowers decorators.
     from rlx.lower import (  # noqa: F401
         creation,
+        decompositions,
         elementwise,
         linalg,
         misc,

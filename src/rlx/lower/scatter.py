@@ -216,3 +216,29 @@ def diag(node: Node, b: Builder) -> Operand:
     rows = b.emit(Binary("add", steps, b.lit(max(-k, 0), "i64")), (n,), "i64")
     cols = b.emit(Binary("add", steps, b.lit(max(k, 0), "i64")), (n,), "i64")
     return _put(b, node, zeros, (rows, cols), x, False)
+
+
+@lowers("aten.index_reduce", "aten.index_reduce_")
+def index_reduce(node: Node, b: Builder) -> Operand:
+    """``index_reduce(x, dim, index, source, reduce, include_self)``: ``source[.., i, ..]`` combined
+    into ``x[.., index[i], ..]`` — a scatter_reduce along ``dim`` whose index is ``index`` laid
+    along that axis of ``source`` (prod / mean / amax / amin; mean floors for integers, as both do)."""
+    x = b.input(node, 0)
+    dt = b.dtype(x)
+    reduce = node.arg(4, "reduce")
+    if reduce not in ("prod", "mean", "amax", "amin"):
+        raise LoweringError(f"node {node.id}: unknown index_reduce reduction {reduce!r}")
+    include_self = bool(node.arg(5, "include_self", True))
+    index = b.input(node, 2, "index")
+    source = b.cast(b.input(node, 3, "source"), dt)
+    if b.rank(x) == 0:  # a 0-d tensor reduces as a 1-element vector
+        x1, index, source = (reshape_to(b, v, (1,)) for v in (x, index, source))
+        out = b.emit(Scatter(x1, 0, index, source, reduce, include_self), (1,), dt)
+        return reshape_to(b, out, ())
+    axis = norm_axis(node.arg(1, "dim"), b.rank(x))
+    shape = b.shape(source)
+    if b.rank(index) == 0:
+        index = reshape_to(b, index, (1,))
+    laid = reshape_to(b, index, tuple(shape[axis] if k == axis else 1 for k in range(len(shape))))
+    spread = b.emit(Expand(laid, shape), shape, b.dtype(index))
+    return b.emit_like(Scatter(x, axis, spread, source, reduce, include_self), node.meta)

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 import sympy
+from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 import torch
 from torch.export import ExportedProgram
 from torch.utils import _pytree as pytree
@@ -246,6 +247,8 @@ class _Recorder:
         for sym, vr in ep.range_constraints.items():
             if not getattr(sym, "is_Symbol", False):
                 continue  # derived extents (2*seq) are ranges of expressions, not new symbols
+            if free_unbacked_symbols(sym):
+                continue  # an extent read from data (u0 …), not an input's: lowering reports the op
             upper = None if vr.upper == int_oo or not vr.upper.is_finite else int(vr.upper)
             self.symbols.append(Symbol(self.name(sym), int(vr.lower), upper, 0))
 
@@ -316,6 +319,8 @@ def _graph_to_ir(
     for spec in ep.graph_signature.input_specs:
         name = spec.arg.name
         val = placeholders[name].meta.get("val")
+        if spec.kind.name == "TOKEN":  # threads effects; only dropped checks use it (_effect_free)
+            continue
         if spec.kind.name == "USER_INPUT":
             if isinstance(val, torch.Tensor):
                 meta = rec.tensor_meta(val)
@@ -336,11 +341,15 @@ def _graph_to_ir(
 
     nodes: list[Node] = []
     outputs: list[Output] = []
+    dropped = _effect_free(ep)
+    out_kinds = [spec.kind.name for spec in ep.graph_signature.output_specs]
     for n in ep.graph.nodes:
-        if n.op == "call_function":
+        if n.op == "call_function" and n not in dropped:
             nodes.append(rec.node(n))
         elif n.op == "output":
             for k, arg in enumerate(n.args[0]):
+                if k < len(out_kinds) and out_kinds[k] == "TOKEN":
+                    continue
                 if isinstance(arg, torch.fx.Node):
                     out_meta = rec.meta(arg.meta.get("val"))
                     shape, dtype = (
@@ -361,6 +370,26 @@ def _graph_to_ir(
         symbols=rec.finished_symbols(),
     )
     return ir, tensors
+
+
+# Effectful ops torch.export threads through a token that only check their inputs (they raise in
+# eager PyTorch on a singular or non-definite matrix and compute nothing): rlx drops them.
+_CHECKS = ("aten._linalg_check_errors.default",)
+
+
+def _effect_free(ep: ExportedProgram) -> set[Any]:
+    """The ``with_effects`` nodes of checks in ``_CHECKS`` and the getitems of their tokens; any
+    other effectful op is refused (it would do something rlx cannot replay)."""
+    dropped: set[Any] = set()
+    for n in ep.graph.nodes:
+        if n.op != "call_function" or n.target is not torch.ops.higher_order.with_effects:
+            continue
+        op = _op_name(n.args[1])
+        if op not in _CHECKS:
+            raise ExportError(f"node {n.name}: effectful op {op} is not supported (it has side effects rlx cannot run)")
+        dropped.add(n)
+        dropped.update(user for user in n.users if user.target is operator.getitem)
+    return dropped
 
 
 def _op_name(target: Any) -> str:

@@ -186,7 +186,7 @@ def conv_plan(c: Conv, x_shape: tuple[int, ...], w_shape: tuple[int, ...], dtype
     def windows_of(x: np.ndarray) -> np.ndarray:
         return _window_view(np.ascontiguousarray(buffer(x)), windows, taps_first=True)
 
-    if _tap_by_tap(cg, og, k, p, n):
+    if _tap_by_tap(cg, og, k, n * cin * k * p):
         by_tap = _grouped_by_tap(n, g, cg, og, ksp, out_sp)
 
         def grouped(x: np.ndarray, w: np.ndarray, b: np.ndarray | None) -> np.ndarray:
@@ -206,13 +206,17 @@ def conv_plan(c: Conv, x_shape: tuple[int, ...], w_shape: tuple[int, ...], dtype
     return run
 
 
-def _tap_by_tap(cg: int, og: int, k: int, p: int, n: int) -> bool:
-    """Whether a conv goes tap by tap (a multiply-add per kernel tap and input channel of a group)
-    rather than im2col + GEMM: depthwise convs always (a GEMM of width one per channel is all
-    overhead); grouped ones while the per-tap work stays small next to the copy im2col makes."""
-    if k == 1:
-        return False
-    return cg == 1 and og <= 4
+# Above this many im2col elements (N·C·K·P) a depthwise conv goes tap by tap: the windows copied
+# out for the GEMM then cost more memory traffic than a multiply-add per tap over the output.
+# Below it the GEMM's few numpy calls beat the tap loop's 2·K (measured on 3×3 to 7×7 depthwise).
+TAP_BY_TAP_MIN_COLS = 8 * 2**20
+
+
+def _tap_by_tap(cg: int, og: int, k: int, cols: int) -> bool:
+    """Whether a conv goes tap by tap (a multiply-add per kernel tap) rather than im2col + one
+    batched GEMM: only depthwise convs (one input channel per group) with ``cols`` im2col elements
+    or more."""
+    return k > 1 and cg == 1 and og <= 4 and cols >= TAP_BY_TAP_MIN_COLS
 
 
 def _grouped_by_tap(

@@ -1,5 +1,6 @@
-"""The numpy engine's two algorithms for grouped convolution — im2col + one batched GEMM, and a
-multiply-add per kernel tap for large depthwise convs — each held to PyTorch on the same cases."""
+"""The numpy engine's algorithms for grouped convolution — im2col + one batched GEMM, a banded GEMM
+per channel for 2-d depthwise convs, and a multiply-add per kernel tap for large depthwise convs —
+each held to PyTorch on the same cases."""
 
 from __future__ import annotations
 
@@ -24,17 +25,27 @@ CASES = [
     ((1, 4, 9, 9), (4, 1, 3, 3), 1, 2, 2, 4),  # dilated
     ((2, 16, 40), (16, 2, 17), 1, 8, 1, 8),  # wav2vec2-like positional conv: 1-d, large kernel, groups
     ((1, 8, 30), (8, 1, 9), 3, 4, 1, 8),  # 1-d depthwise, strided
+    ((3, 5, 6, 13), (5, 1, 3, 2), 2, 1, 2, 5),  # rectangular kernel, strided and dilated
+    ((1, 2, 5, 5), (2, 1, 9, 9), 1, 4, 1, 2),  # a kernel larger than the map
 ]
 
 
-@pytest.mark.parametrize("path", ["gemm", "tap-by-tap"])
+# path -> (BANDED_MAX_WASTE, TAP_BY_TAP_MIN_COLS): which algorithm a depthwise conv takes.
+PATHS = {"banded": (2**62, 2**62), "gemm": (0, 2**62), "tap-by-tap": (0, 0)}
+
+
+@pytest.mark.parametrize("path", sorted(PATHS))
 @pytest.mark.parametrize(("x_shape", "w_shape", "stride", "padding", "dilation", "groups"), CASES)
 def test_grouped_conv_paths_match_torch(monkeypatch, path, x_shape, w_shape, stride, padding, dilation, groups):
-    monkeypatch.setattr(numpy_nn, "TAP_BY_TAP_MIN_COLS", 0 if path == "tap-by-tap" else 2**62)
+    monkeypatch.setattr(numpy_nn, "BANDED_MAX_WASTE", PATHS[path][0])
+    monkeypatch.setattr(numpy_nn, "TAP_BY_TAP_MIN_COLS", PATHS[path][1])
     nd = len(w_shape) - 2
     g = torch.Generator().manual_seed(0)
     x, w, b = torch.randn(x_shape, generator=g), torch.randn(w_shape, generator=g), torch.randn(w_shape[0], generator=g)
     call = C.Conv(X, X, X, (stride,) * nd, (padding,) * nd, (dilation,) * nd, groups, False, (0,) * nd)
-    want = (F.conv1d if nd == 1 else F.conv2d)(x, w, b, stride, padding, dilation, groups).numpy()
-    got = numpy_nn.conv_plan(call, x_shape, w_shape, np.dtype(np.float32))(x.numpy(), w.numpy(), b.numpy())
-    assert_arrays_match(got, want, rtol=1e-5, atol=1e-5)
+    conv = F.conv1d if nd == 1 else F.conv2d
+    plan = numpy_nn.conv_plan(call, x_shape, w_shape, np.dtype(np.float32))
+    weight = w.numpy()
+    for bias in (b, None):  # twice with one weight array: the banded path caches its matrix
+        got = plan(x.numpy(), weight, None if bias is None else bias.numpy())
+        assert_arrays_match(got, conv(x, w, bias, stride, padding, dilation, groups).numpy(), rtol=1e-5, atol=1e-5)

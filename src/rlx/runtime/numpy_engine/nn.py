@@ -245,7 +245,7 @@ def _depthwise_banded(
     is built from the weight once per weight array (the executor passes the same one every run)."""
     rows_a, cols_a = windows
     kh, kw, ho, wo = rows_a.kernel, cols_a.kernel, rows_a.out, cols_a.out
-    hb, wb = rows_a.extent, cols_a.extent
+    wb = cols_a.extent
     # Output column o, tap j reads buffer column o·stride + j·dilation.
     out_cols = np.arange(wo)
     band_cols = [out_cols * cols_a.stride + j * cols_a.dilation for j in range(kw)]

@@ -34,6 +34,8 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 import rlx  # noqa: E402
+from rlx.ir import dtypes  # noqa: E402
+from rlx.ir.symbolic import is_static  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 THREADS = 2
@@ -75,7 +77,144 @@ def hf_models(batch: int):
         model.config.return_dict = False
         model.config.use_cache = False  # a KV cache object is not an output torch.export can flatten
         out.append((name, model, inputs))
-    return out
+    return out + hf_architectures(batch)
+
+
+class Output(torch.nn.Module):
+    """One output of a transformers model (its ModelOutput flattened by position)."""
+
+    def __init__(self, model: torch.nn.Module, index: int = 0) -> None:
+        super().__init__()
+        self.model, self.index = model, index
+
+    def forward(self, *inputs):
+        return self.model(*inputs)[self.index]
+
+
+def random_batch_norms(model: torch.nn.Module) -> torch.nn.Module:
+    """BatchNorm weights and running statistics drawn at random: transformers initialises some of
+    them so that a randomly weighted EfficientNet or MobileViT outputs exact zeros."""
+    g = torch.Generator().manual_seed(0)
+    for m in model.modules():
+        if isinstance(m, torch.nn.modules.batchnorm._BatchNorm) and m.running_var is not None:
+            n = m.num_features
+            m.running_mean.copy_(torch.randn(n, generator=g) * 0.1)
+            m.running_var.copy_(torch.rand(n, generator=g) + 0.5)
+            if m.affine:
+                m.weight.data.copy_(torch.rand(n, generator=g) + 0.5)
+                m.bias.data.copy_(torch.randn(n, generator=g) * 0.1)
+    return model
+
+
+def hf_architectures(batch: int):
+    """Convolutional, windowed-attention, audio and encoder-decoder architectures at small configs
+    (the families whose kernels rlx's numpy engine plans specially: depthwise and grouped convs,
+    pooling, windowed and efficient attention), each returning its first output (EfficientNet: the
+    pooled one, after its ``AvgPool2d(kernel_size=hidden_dim, ceil_mode=True)``)."""
+    import transformers as tf
+    from transformers.models.whisper.modeling_whisper import WhisperEncoder
+
+    torch.manual_seed(0)
+    ids = torch.randint(0, 1000, (batch, 32))
+    image = torch.randn(batch, 3, 64, 64)
+    small = dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=4, intermediate_size=256)
+    builders = [
+        (
+            "efficientnet",
+            lambda: tf.EfficientNetModel(
+                tf.EfficientNetConfig(image_size=64, width_coefficient=0.25, depth_coefficient=0.25, hidden_dim=320)
+            ),
+            (image,),
+            1,
+        ),
+        (
+            "convnext",
+            lambda: tf.ConvNextModel(
+                tf.ConvNextConfig(image_size=64, hidden_sizes=[32, 64, 128, 256], depths=[1, 1, 2, 1])
+            ),
+            (image,),
+            0,
+        ),
+        (
+            "swin",
+            lambda: tf.SwinModel(
+                tf.SwinConfig(image_size=64, patch_size=4, embed_dim=32, depths=[2, 2], num_heads=[2, 4], window_size=4)
+            ),
+            (image,),
+            0,
+        ),
+        (
+            "wav2vec2",
+            lambda: tf.Wav2Vec2Model(
+                tf.Wav2Vec2Config(
+                    **small,
+                    conv_dim=(32, 32, 32),
+                    conv_stride=(5, 2, 2),
+                    conv_kernel=(10, 3, 3),
+                    num_conv_pos_embeddings=128,
+                    num_conv_pos_embedding_groups=16,
+                )
+            ),
+            (torch.randn(batch, 4000),),
+            0,
+        ),
+        (
+            "mobilevit",
+            lambda: tf.MobileViTModel(
+                tf.MobileViTConfig(
+                    image_size=64, hidden_sizes=[48, 64, 80], neck_hidden_sizes=[8, 16, 24, 32, 48, 64, 160]
+                )
+            ),
+            (image,),
+            0,
+        ),
+        (
+            "segformer",
+            lambda: tf.SegformerModel(
+                tf.SegformerConfig(
+                    hidden_sizes=[16, 32, 64, 128], depths=[1, 1, 1, 1], num_attention_heads=[1, 2, 4, 8]
+                )
+            ),
+            (image,),
+            0,
+        ),
+        (
+            "bart",
+            lambda: tf.BartModel(
+                tf.BartConfig(
+                    vocab_size=1000,
+                    d_model=128,
+                    encoder_layers=2,
+                    decoder_layers=2,
+                    encoder_attention_heads=4,
+                    decoder_attention_heads=4,
+                    encoder_ffn_dim=256,
+                    decoder_ffn_dim=256,
+                    use_cache=False,
+                )
+            ),
+            (ids,),
+            0,
+        ),
+        (
+            "whisper-encoder",
+            lambda: WhisperEncoder(
+                tf.WhisperConfig(
+                    d_model=128,
+                    encoder_layers=2,
+                    encoder_attention_heads=4,
+                    encoder_ffn_dim=256,
+                    max_source_positions=100,
+                )
+            ),
+            (torch.randn(batch, 80, 200),),
+            0,
+        ),
+        ("deit", lambda: tf.DeiTModel(tf.DeiTConfig(image_size=64, patch_size=16, **small)), (image,), 0),
+    ]
+    return [
+        (name, Output(random_batch_norms(build()), index).eval(), inputs) for name, build, inputs, index in builders
+    ]
 
 
 def first_tensor(x):
@@ -220,6 +359,27 @@ def cold_start(engines: Engines, example_file: Path) -> dict[str, tuple[float, f
     return out
 
 
+def peak_memory(engines: Engines) -> tuple[float, float, float]:
+    """Peak RSS (MB) of a fresh process that loads the bundle and runs it on numpy, against what
+    the model needs: its weights and its largest activation (MB, from the program's value types)."""
+    files = []
+    for k, a in enumerate(engines.np_inputs):
+        f = engines.out / f"in{k}.npy"
+        np.save(f, a)
+        files.append(str(f))
+    script = textwrap.dedent(COLD["rlx"]).format(bundle=str(engines.out / "bundle"), inputs=files)
+    env = dict(os.environ, OMP_NUM_THREADS="2", OPENBLAS_NUM_THREADS="2")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
+    rss = float(proc.stdout.split()[-1]) / 1024 if proc.returncode == 0 else math.nan
+    program = engines.rlx_model.program
+    weights = sum(a.nbytes for a in engines.rlx_model.weights.values())
+    activation = max(
+        (math.prod(i.shape) * dtypes.to_numpy(i.dtype).itemsize for i in program.instrs if is_static(i.shape)),
+        default=0,
+    )
+    return rss, weights / 2**20, activation / 2**20
+
+
 def geomean(values):
     values = [v for v in values if v and math.isfinite(v)]
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else math.nan
@@ -228,11 +388,13 @@ def geomean(values):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="examples only, batch 1, few rounds")
+    parser.add_argument("--only", default="", help="comma-separated model names (e.g. bert,swin): those only")
     args = parser.parse_args()
+    only = {n for n in args.only.split(",") if n}
     torch.set_num_threads(THREADS)
     rounds, warmup = (40, 5) if args.quick else (100, 10)
     batches = (1,) if args.quick else (1, 8)
-    rows, cold_rows = [], []
+    rows, cold_rows, memory_rows = [], [], []
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         cases = []
@@ -242,6 +404,8 @@ def main() -> None:
             if not args.quick:
                 cases += [(f"{n}/b{batch}", m, i, None) for n, m, i in hf_models(batch)]
         for label, model, inputs, example_file in cases:
+            if only and label.split("/")[0] not in only:
+                continue
             print(f"benchmarking {label} ...", flush=True)
             try:
                 engines = Engines(label.replace("/", "_"), model, inputs, work)
@@ -252,6 +416,7 @@ def main() -> None:
             med = measure(fns, rounds, warmup)
             err = parity(fns)
             rows.append((label, med, err))
+            memory_rows.append((label, peak_memory(engines)))
             if example_file is not None and label.endswith("/b1"):
                 cold_rows.append((label, cold_start(engines, example_file)))
     print()
@@ -287,6 +452,14 @@ def main() -> None:
         (rs, rm), (es, em) = cold["rlx"], cold["eager"]
         print(f"{label:<22}{rs:>9.2f}{es:>9.2f}{rs / es:>8.2f}{rm:>9.0f}{em:>10.0f}")
     print(f"{'geomean ratio':<22}{'':>18}{geomean([c['rlx'][0] / c['eager'][0] for _, c in cold_rows]):>8.2f}")
+    print()
+    print("Peak memory of rlx (new process: load + one run), against weights + 4 x largest activation + 150 MB")
+    print(f"{'model':<22}{'peak MB':>9}{'weights':>9}{'activ.':>9}{'budget':>9}{'within':>8}")
+    for label, (rss, weights, activation) in memory_rows:
+        budget = weights + 4 * activation + 150
+        print(
+            f"{label:<22}{rss:>9.0f}{weights:>9.1f}{activation:>9.1f}{budget:>9.0f}{'yes' if rss <= budget else 'NO':>8}"
+        )
 
 
 if __name__ == "__main__":

@@ -6,6 +6,8 @@ differently from another.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 
@@ -30,40 +32,31 @@ def conv_output_shape(
     return (x_shape[0], w_shape[0]) + tuple(conv_out_size(*geometry) for geometry in spatial)
 
 
-def pool_geometry(
+def pool_output(
     shape: tuple[int, ...],
     kernel: tuple[int, ...],
     stride: tuple[int, ...],
     padding: tuple[int, ...],
     dilation: tuple[int, ...],
     ceil_mode: bool,
-) -> tuple[tuple[int, ...], list[tuple[int, int]]]:
-    """Output extents (PyTorch's rule) and per-axis (left, right) padding; the right padding grows
-    so ceil_mode's last partial window fits."""
-    nd = len(kernel)
-    sizes = shape[len(shape) - nd :]
-    out = tuple(conv_out_size(sizes[i], kernel[i], stride[i], padding[i], dilation[i], ceil_mode) for i in range(nd))
-    pads = [
-        (
-            padding[i],
-            max(padding[i], (out[i] - 1) * stride[i] + dilation[i] * (kernel[i] - 1) + 1 - sizes[i] - padding[i]),
-        )
-        for i in range(nd)
-    ]
-    return out, pads
+) -> tuple[int, ...]:
+    """Output extents of pooling over the trailing ``len(kernel)`` axes of ``shape`` (PyTorch's rule)."""
+    sizes = shape[len(shape) - len(kernel) :]
+    return tuple(conv_out_size(*axis, ceil_mode) for axis in zip(sizes, kernel, stride, padding, dilation))
 
 
-def avg_pool_counts(
-    sizes: tuple[int, ...], padding: tuple[int, ...], pads: list[tuple[int, int]], count_include_pad: bool
-) -> np.ndarray:
-    """1 where a window element counts towards the average, over the padded plane: the real
-    elements, plus the zero padding when ``count_include_pad`` — but never the extra right margin
-    ceil_mode adds (PyTorch clips windows to input + padding)."""
-    counted = np.ones(sizes, dtype=np.float64)
-    if not count_include_pad:
-        return np.pad(counted, pads, constant_values=0)
-    counted = np.pad(counted, [(p, p) for p in padding], constant_values=1)
-    return np.pad(counted, [(0, hi - p) for (_lo, hi), p in zip(pads, padding)], constant_values=0)
+def pool_windows(
+    shape: tuple[int, ...],
+    kernel: tuple[int, ...],
+    stride: tuple[int, ...],
+    padding: tuple[int, ...],
+    dilation: tuple[int, ...],
+    ceil_mode: bool,
+) -> tuple[AxisWindows, ...]:
+    """The clipped windows of pooling over the trailing ``len(kernel)`` axes of ``shape``: ceil_mode's
+    last partial window reads padding past the input, which the buffer covers."""
+    out = pool_output(shape, kernel, stride, padding, dilation, ceil_mode)
+    return clip_windows(shape[len(shape) - len(kernel) :], kernel, stride, padding, dilation, out)
 
 
 def avg_pool_divisor(
@@ -71,39 +64,98 @@ def avg_pool_divisor(
     kernel: tuple[int, ...],
     stride: tuple[int, ...],
     padding: tuple[int, ...],
-    pads: list[tuple[int, int]],
     out: tuple[int, ...],
     count_include_pad: bool,
 ) -> np.ndarray:
-    """The divisor of every output window, ``[*out]`` (a static table)."""
-    counted = avg_pool_counts(sizes, padding, pads, count_include_pad)
-    divisor = np.zeros(out)
-    for offs in np.ndindex(*kernel):
-        divisor += counted[tuple(slice(o, o + (n - 1) * s + 1, s) for o, n, s in zip(offs, out, stride))]
+    """The divisor of every output window, ``[*out]`` (a static table), by PyTorch's rule: a window
+    is clipped to input + padding (never ceil_mode's extra margin), and to the input itself unless
+    ``count_include_pad``. A window is a box, so its count is a product of one count per axis."""
+    divisor = np.ones((), dtype=np.float64)
+    for size, k, s, p, n in zip(sizes, kernel, stride, padding, out):
+        start = np.arange(n, dtype=np.int64) * s - p
+        end = np.minimum(start + k, size + p)
+        if not count_include_pad:
+            start, end = np.maximum(start, 0), np.minimum(end, size)
+        divisor = np.multiply.outer(divisor, (end - start).astype(np.float64))
     return divisor
 
 
-def window_positions(
+@dataclass(frozen=True)
+class AxisWindows:
+    """The windows of one spatial axis, clipped to the taps that can read the input.
+
+    Output ``o``'s tap ``t`` (``0 <= t < kernel``) reads element ``o·stride + t·dilation`` of the
+    buffer ``pad(x[start:stop], (pad_lo, pad_hi))``, which is input position
+    ``o·stride + (first_tap + t)·dilation − padding``. Taps that read only padding at every output
+    are dropped, so the buffer and the work are bounded by the input and output sizes, whatever the
+    kernel: a window covering the whole input is a reduction over it."""
+
+    out: int
+    kernel: int
+    first_tap: int
+    stride: int
+    dilation: int
+    origin: int  # the input position of buffer element 0 (negative inside the left padding)
+    start: int
+    stop: int
+    pad_lo: int
+    pad_hi: int
+
+    @property
+    def extent(self) -> int:
+        """The buffer's length: padding, the kept input, padding."""
+        return self.pad_lo + self.stop - self.start + self.pad_hi
+
+
+def clip_axis(size: int, kernel: int, stride: int, padding: int, dilation: int, out: int) -> AxisWindows:
+    """The clipped windows of one axis (``out`` from ``conv_out_size``); see ``AxisWindows``.
+
+    The same arithmetic clips a transposed convolution's taps to its (cropped) output: there input
+    element ``o`` writes output ``o·stride + t·dilation − padding``, so ``size`` is the output's
+    extent and ``out`` the input's."""
+    if out <= 0 or size <= 0:
+        first, last = 0, kernel - 1
+    else:
+        # Tap t reads the input at some output iff 0 <= o·s + t·d − p < size for some 0 <= o < out.
+        first = max(0, -(-(padding - (out - 1) * stride) // dilation))
+        last = min(kernel - 1, (size - 1 + padding) // dilation)
+        last = max(first, last)  # no tap reaches the input (an empty input): keep one
+        first = min(first, kernel - 1)
+    taps = last - first + 1
+    lo_pos = first * dilation - padding  # the input position of output 0's first kept tap
+    length = max(out - 1, 0) * stride + (taps - 1) * dilation + 1
+    pad_lo = min(max(0, -lo_pos), length)
+    start = min(max(lo_pos, 0), size)
+    stop = max(min(lo_pos + length, size), start)
+    pad_hi = length - pad_lo - (stop - start)
+    return AxisWindows(out, taps, first, stride, dilation, lo_pos, start, stop, pad_lo, pad_hi)
+
+
+def clip_windows(
     sizes: tuple[int, ...],
     kernel: tuple[int, ...],
     stride: tuple[int, ...],
+    padding: tuple[int, ...],
     dilation: tuple[int, ...],
-    pads: list[tuple[int, int]],
     out: tuple[int, ...],
-) -> np.ndarray:
-    """For each output window, the flat positions in the unpadded plane of its elements (−1 in the
-    padding): a static table ``[*out, prod(kernel)]``."""
+) -> tuple[AxisWindows, ...]:
+    """``clip_axis`` for every spatial axis."""
+    return tuple(clip_axis(*axis) for axis in zip(sizes, kernel, stride, padding, dilation, out))
+
+
+def window_positions(sizes: tuple[int, ...], windows: tuple[AxisWindows, ...]) -> np.ndarray:
+    """For each output window, the flat positions in the unpadded plane of its (kept) taps (−1 in
+    the padding): a static table ``[*out, prod(kept taps)]``."""
     nd = len(sizes)
-    coords = []  # per axis: [out_i, k_i] input coordinate, −1 outside
-    for i in range(nd):
-        pos = np.arange(out[i])[:, None] * stride[i] + np.arange(kernel[i])[None, :] * dilation[i] - pads[i][0]
-        coords.append(np.where((pos >= 0) & (pos < sizes[i]), pos, -1))
-    table = np.zeros(out + kernel, dtype=np.int64)
-    valid = np.ones(out + kernel, dtype=bool)
-    for i in range(nd):
+    out = tuple(w.out for w in windows)
+    taps = tuple(w.kernel for w in windows)
+    table = np.zeros(out + taps, dtype=np.int64)
+    valid = np.ones(out + taps, dtype=bool)
+    for i, (size, w) in enumerate(zip(sizes, windows)):
+        pos = np.arange(w.out)[:, None] * w.stride + np.arange(w.kernel)[None, :] * w.dilation + w.origin
         shape = [1] * (2 * nd)
-        shape[i], shape[nd + i] = out[i], kernel[i]
-        ci = coords[i].reshape(shape)
-        table = table * sizes[i] + np.maximum(ci, 0)
+        shape[i], shape[nd + i] = w.out, w.kernel
+        ci = np.where((pos >= 0) & (pos < size), pos, -1).reshape(shape)
+        table = table * size + np.maximum(ci, 0)
         valid &= ci >= 0
     return np.where(valid, table, -1).reshape(out + (-1,))

@@ -171,7 +171,9 @@ def aa_taps(
     s = area_scale(size_in, size_out, align_corners, scale, dt)
     half = 2.0 if cubic else 1.0
     support = t(half * float(s)) if s >= 1 else t(half)
-    taps = int(np.ceil(support)) * 2 + 1
+    # No output reads more than the whole input: a filter wider than the input (a user's tiny
+    # scale factor) keeps size_in taps, so the cost follows the sizes, never the scale.
+    taps = min(int(np.ceil(support)) * 2 + 1, max(size_in, 1))
     center = (np.float64(s) * (np.arange(size_out) + 0.5)).astype(dt)
     invscale = t(1.0 / float(s)) if s >= 1 else t(1.0)
     lo = np.maximum(np.trunc((center - support).astype(_F64) + 0.5).astype(np.int64), 0)

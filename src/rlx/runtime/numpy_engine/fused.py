@@ -39,7 +39,7 @@ from rlx.kernels.precision import HALF
 from rlx.kernels.registry import Kernel, overrides
 from rlx.runtime.numpy_engine.kernels import KERNELS, NUMPY
 from rlx.runtime.numpy_engine.namespace import erf64, gelu_float32, relu
-from rlx.runtime.numpy_engine.nn import conv_output_shape, conv_plan, max_pool_plan, norm_plan
+from rlx.runtime.numpy_engine.nn import avg_pool_plan, conv_output_shape, conv_plan, max_pool_plan, norm_plan
 
 Fn = Callable[..., np.ndarray]
 _F32, _F64 = np.dtype(np.float32), np.dtype(np.float64)
@@ -626,7 +626,20 @@ def bind_max_pool(site: Site[C.MaxPool]) -> Fn | None:
     c = site.call
     if c.indices or x.dtype not in _FAST_FLOATS or site.dtype != x.dtype:
         return None
-    out, _ = geometry.pool_geometry(x.shape, c.kernel, c.stride, c.padding, c.dilation, c.ceil_mode)
+    out = geometry.pool_output(x.shape, c.kernel, c.stride, c.padding, c.dilation, c.ceil_mode)
     if site.shape != x.shape[: len(x.shape) - len(out)] + out:
         return None  # a shape the program declares wrongly: the generic kernel reports it
     return max_pool_plan(c, x.shape, x.dtype)
+
+
+@binds("AvgPool")
+def bind_avg_pool(site: Site[C.AvgPool]) -> Fn | None:
+    """Float32/float64 average pooling with its geometry and divisor table worked out at load."""
+    x = site.operand(0)
+    c = site.call
+    if x.dtype not in _FAST_FLOATS or site.dtype != x.dtype:
+        return None
+    out = geometry.pool_output(x.shape, c.kernel, c.stride, c.padding, (1,) * len(c.kernel), c.ceil_mode)
+    if site.shape != x.shape[: len(x.shape) - len(out)] + out:
+        return None  # a shape the program declares wrongly: the generic kernel reports it
+    return avg_pool_plan(c, x.shape, x.dtype)

@@ -16,11 +16,11 @@ definitions, planned for numpy's speed):
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
 import numpy as np
-from numpy.lib.stride_tricks import sliding_window_view
 
 from ...kernels import geometry
 from ...kernels.precision import lowest, widen
@@ -85,31 +85,56 @@ def norm_plan(shape: tuple[int, ...], dtype: np.dtype, ndim: int, eps: float, rm
     return layer
 
 
-def _pad_spatial(x: np.ndarray, pads: list[tuple[int, int]], value: float | int | bool) -> np.ndarray:
-    if not any(lo or hi for lo, hi in pads):
-        return x
-    nd = len(pads)
-    sizes = x.shape[x.ndim - nd :]
+def _buffer_plan(
+    x_shape: tuple[int, ...], windows: tuple[geometry.AxisWindows, ...], fill: float | int | bool, dtype: np.dtype
+) -> Kernel:
+    """``x`` → the buffer its clipped windows read: each spatial axis cropped to ``[start, stop)`` and
+    padded with ``fill`` (a view of ``x`` itself when nothing is padded)."""
+    nd = len(windows)
+    lead = x_shape[: len(x_shape) - nd]
+    crop = (Ellipsis,) + tuple(slice(w.start, w.stop) for w in windows)
+    if not any(w.pad_lo or w.pad_hi for w in windows):
+        if all(w.start == 0 and w.stop == size for w, size in zip(windows, x_shape[len(x_shape) - nd :])):
+            return lambda x: x
+        return lambda x: x[crop]
+    shape = lead + tuple(w.extent for w in windows)
+    interior = (Ellipsis,) + tuple(slice(w.pad_lo, w.pad_lo + w.stop - w.start) for w in windows)
     # np.full + one assignment: np.pad's generality costs several times more on small tensors.
-    out = np.full(x.shape[: x.ndim - nd] + tuple(n + lo + hi for n, (lo, hi) in zip(sizes, pads)), value, dtype=x.dtype)
-    out[(Ellipsis,) + tuple(slice(lo, lo + n) for n, (lo, _) in zip(sizes, pads))] = x
-    return out
+    if fill == 0:
+
+        def zero_padded(x: np.ndarray) -> np.ndarray:
+            buf = np.zeros(shape, dtype)
+            buf[interior] = x[crop]
+            return buf
+
+        return zero_padded
+
+    def padded(x: np.ndarray) -> np.ndarray:
+        buf = np.full(shape, fill, dtype)
+        buf[interior] = x[crop]
+        return buf
+
+    return padded
 
 
-def _windows(
-    x: np.ndarray, kernel_: tuple[int, ...], stride: tuple[int, ...], dilation: tuple[int, ...], out: tuple[int, ...]
-) -> np.ndarray:
-    """Sliding windows over the trailing ``len(kernel_)`` axes: shape ``[..., *out, *kernel]``."""
-    nd = len(kernel_)
-    extent = tuple(d * (k - 1) + 1 for k, d in zip(kernel_, dilation))
-    win = sliding_window_view(x, extent, axis=tuple(range(x.ndim - nd, x.ndim)))
-    lead = (slice(None),) * (x.ndim - nd)
-    win = win[
-        lead
-        + tuple(slice(0, (o - 1) * s + 1, s) for o, s in zip(out, stride))
-        + tuple(slice(None, None, d) for d in dilation)
-    ]
-    return win
+def _window_view(buf: np.ndarray, windows: tuple[geometry.AxisWindows, ...], taps_first: bool) -> np.ndarray:
+    """The windows over the trailing spatial axes of ``buf`` as a strided view: ``[..., *taps, *out]``
+    (``taps_first``) or ``[..., *out, *taps]``; entry ``(o, t)`` is ``buf[o·stride + t·dilation]``,
+    inside ``buf`` by construction of the clipped windows."""
+    nd = len(windows)
+    lead = buf.shape[: buf.ndim - nd]
+    taps = tuple(w.kernel for w in windows)
+    out = tuple(w.out for w in windows)
+    sp = buf.strides[buf.ndim - nd :]
+    tap_strides = tuple(w.dilation * st for w, st in zip(windows, sp))
+    out_strides = tuple(w.stride * st for w, st in zip(windows, sp))
+    if taps_first:
+        return np.lib.stride_tricks.as_strided(
+            buf, lead + taps + out, buf.strides[: buf.ndim - nd] + tap_strides + out_strides
+        )
+    return np.lib.stride_tricks.as_strided(
+        buf, lead + out + taps, buf.strides[: buf.ndim - nd] + out_strides + tap_strides
+    )
 
 
 @override("Conv")
@@ -126,106 +151,190 @@ def conv_output_shape(c: Conv, x_shape: tuple[int, ...], w_shape: tuple[int, ...
     return geometry.conv_output_shape(x_shape, w_shape, c.stride, c.padding, c.dilation)
 
 
+def _kept_taps(
+    windows: tuple[geometry.AxisWindows, ...], w_shape: tuple[int, ...]
+) -> Callable[[np.ndarray], np.ndarray]:
+    """``w`` → its kernel taps that ever read the input (all of them, unclipped, in the common case)."""
+    ksp = w_shape[2:]
+    if all(a.first_tap == 0 and a.kernel == k for a, k in zip(windows, ksp)):
+        return lambda w: w
+    kept = (slice(None), slice(None)) + tuple(slice(a.first_tap, a.first_tap + a.kernel) for a in windows)
+    return lambda w: np.ascontiguousarray(w[kept])
+
+
 def conv_plan(c: Conv, x_shape: tuple[int, ...], w_shape: tuple[int, ...], dtype: np.dtype) -> Kernel:
     """A forward (not transposed) convolution of these shapes as ``run(x, w, b)``, its geometry
     worked out once: the executor binds it at load, the generic kernel builds it per call.
 
+    The windows are clipped to the kernel taps that ever read the input (``geometry.clip_axis``:
+    padding no tap reads is never built, a kernel larger than the input costs what the input does).
     im2col as ``[C·K, P]`` — one strided copy out of a zero-padded buffer, none for a 1×1 stride-1
     conv — then one batched GEMM with the weight as it is stored, ``[out, in·k]``, so the result
-    is NC… already. A depthwise conv is a multiply-add per kernel tap instead."""
+    is NC… already. Depthwise and grouped convs with few channels per group go tap by tap."""
     nd = len(w_shape) - 2
     n, cin, g = x_shape[0], x_shape[1], c.groups
-    cout, ksp = w_shape[0], tuple(w_shape[2:])
+    cout = w_shape[0]
     cg, og = cin // g, cout // g
-    in_sp = tuple(x_shape[2:])
     out_shape = conv_output_shape(c, x_shape, w_shape)
     out_sp, bias_shape = out_shape[2:], (-1,) + (1,) * nd
+    windows = geometry.clip_windows(x_shape[2:], w_shape[2:], c.stride, c.padding, c.dilation, out_sp)
+    ksp = tuple(a.kernel for a in windows)
     p, k = math.prod(out_sp), math.prod(ksp)
-    padded_shape = (n, cin) + tuple(d + 2 * pad for d, pad in zip(in_sp, c.padding))
-    interior = (Ellipsis,) + tuple(slice(pad, pad + d) for d, pad in zip(in_sp, c.padding))
-    # The windows [N, C, *k, *out] as a strided view of the padded buffer: entry (.., κ, o) is
-    # xp[.., o·stride + κ·dilation], inside xp because out_sp comes from geometry.conv_out_size.
-    plane = tuple(np.dtype(dtype).itemsize * math.prod(padded_shape[i + 1 :]) for i in range(len(padded_shape)))
-    win_shape = (n, cin) + ksp + out_sp
-    win_strides = (
-        plane[:2]
-        + tuple(d * st for d, st in zip(c.dilation, plane[2:]))
-        + tuple(s * st for s, st in zip(c.stride, plane[2:]))
-    )
-    if any(
-        o > 0 and (o - 1) * s + (kk - 1) * d >= e
-        for o, s, kk, d, e in zip(out_sp, c.stride, ksp, c.dilation, padded_shape[2:])
-    ):
-        raise ValueError(f"conv windows {out_sp} x {ksp} do not fit the padded input {padded_shape[2:]}")
-    padded = any(c.padding)
+    buffer = _buffer_plan(x_shape, windows, 0, np.dtype(dtype))
+    kept = _kept_taps(windows, w_shape)
 
-    def windows(x: np.ndarray) -> np.ndarray:
-        if padded:
-            xp = np.zeros(padded_shape, x.dtype)
-            xp[interior] = x
-        else:
-            xp = np.ascontiguousarray(x)
-        return np.ndarray(win_shape, x.dtype, xp, 0, win_strides)
+    def windows_of(x: np.ndarray) -> np.ndarray:
+        return _window_view(np.ascontiguousarray(buffer(x)), windows, taps_first=True)
 
-    if cg == 1 and og == 1 and k > 1:
+    if len(windows) == 2 and cg == 1 and k > 1 and _banded_fits(windows[1]):
+        banded = _depthwise_banded(n, g, og, windows)
 
         def depthwise(x: np.ndarray, w: np.ndarray, b: np.ndarray | None) -> np.ndarray:
-            out = _depthwise(windows(x), w)
-            return out if b is None else np.add(out, b.reshape(bias_shape), out=out)
+            return banded(np.ascontiguousarray(buffer(x)), kept(w), b)
 
         return depthwise
-    pointwise = k == 1 and all(s == 1 for s in c.stride) and not any(c.padding)
+    if _tap_by_tap(cg, og, k, n * cin * k * p):
+        by_tap = _grouped_by_tap(n, g, cg, og, ksp, out_sp)
+
+        def grouped(x: np.ndarray, w: np.ndarray, b: np.ndarray | None) -> np.ndarray:
+            out = by_tap(windows_of(x), kept(w))
+            return out if b is None else np.add(out, b.reshape(bias_shape), out=out)
+
+        return grouped
+    unclipped = all(a.start == 0 and a.stop == size and not a.extent - size for a, size in zip(windows, x_shape[2:]))
+    pointwise = k == 1 and all(s == 1 for s in c.stride) and unclipped
     cols_shape, w_mat = (n, g, cg * k, p), (g, og, cg * k)
 
     def run(x: np.ndarray, w: np.ndarray, b: np.ndarray | None) -> np.ndarray:
-        cols = (x if pointwise else windows(x)).reshape(cols_shape)
-        out = np.matmul(w.reshape(w_mat), cols).reshape(out_shape)
+        cols = (x if pointwise else windows_of(x)).reshape(cols_shape)
+        out = np.matmul(kept(w).reshape(w_mat), cols).reshape(out_shape)
         return out if b is None else np.add(out, b.reshape(bias_shape), out=out)
 
     return run
 
 
-def _depthwise(win: np.ndarray, w: np.ndarray) -> np.ndarray:
-    """Depthwise conv (one input and one output channel per group) over its windows
-    ``[N, C, *k, *out]``: a multiply-add per kernel tap over the whole batch, instead of a GEMM of
-    width one per channel."""
-    ksp = w.shape[2:]
+# Above this many im2col elements (N·C·K·P) a depthwise conv goes tap by tap: the windows copied
+# out for the GEMM then cost more memory traffic than a multiply-add per tap over the output.
+# Below it the GEMM's few numpy calls beat the tap loop's 2·K (measured on 3×3 to 7×7 depthwise).
+TAP_BY_TAP_MIN_COLS = 8 * 2**20
+
+
+def _tap_by_tap(cg: int, og: int, k: int, cols: int) -> bool:
+    """Whether a conv goes tap by tap (a multiply-add per kernel tap) rather than im2col + one
+    batched GEMM: only depthwise convs (one input channel per group) with ``cols`` im2col elements
+    or more."""
+    return k > 1 and cg == 1 and og <= 4 and cols >= TAP_BY_TAP_MIN_COLS
+
+
+# A banded matrix wastes (buffer width / kernel width) multiply-adds on zeros; BLAS still wins
+# while that stays below this factor (measured on 3×3 to 7×7 depthwise convs, maps 2×2 to 56×56).
+BANDED_MAX_WASTE = 12
+
+
+def _banded_fits(a: geometry.AxisWindows) -> bool:
+    return a.extent <= BANDED_MAX_WASTE * a.kernel
+
+
+def _depthwise_banded(
+    n: int, g: int, og: int, windows: tuple[geometry.AxisWindows, ...]
+) -> Callable[[np.ndarray, np.ndarray, np.ndarray | None], np.ndarray]:
+    """A 2-d depthwise conv (one input channel per group, ``og`` outputs each) as one batched GEMM
+    per channel: the buffer's kernel-height rows side by side, ``[C, N·Ho, kh·Wb]``, times a banded
+    matrix ``[C, kh·Wb, og·Wo]`` holding the kernel row at each output column's offset. The copy is
+    kh times the input (not kh·kw as im2col), and one BLAS call does every tap; the banded matrix
+    is built from the weight once per weight array (the executor passes the same one every run)."""
+    rows_a, cols_a = windows
+    kh, kw, ho, wo = rows_a.kernel, cols_a.kernel, rows_a.out, cols_a.out
+    wb = cols_a.extent
+    # Output column o, tap j reads buffer column o·stride + j·dilation.
+    out_cols = np.arange(wo)
+    band_cols = [out_cols * cols_a.stride + j * cols_a.dilation for j in range(kw)]
+    cached: list[tuple[np.ndarray, np.ndarray]] = []
+
+    def band(w: np.ndarray) -> np.ndarray:
+        if cached and cached[0][0] is w:
+            return cached[0][1]
+        taps = w.reshape(g, og, kh, kw).transpose(0, 2, 1, 3)  # [C, kh, og, kw]
+        matrix = np.zeros((g, kh, wb, og, wo), w.dtype)
+        for j in range(kw):
+            matrix[:, :, band_cols[j], :, out_cols] = taps[None, :, :, :, j]
+        matrix = matrix.reshape(g, kh * wb, og * wo)
+        cached[:] = [(w, matrix)]
+        return matrix
+
+    def run(buf: np.ndarray, w: np.ndarray, b: np.ndarray | None) -> np.ndarray:
+        sn, sc, sh, sw = buf.strides
+        rows = np.lib.stride_tricks.as_strided(
+            buf, (g, n, ho, kh, wb), (sc, sn, sh * rows_a.stride, sh * rows_a.dilation, sw)
+        ).reshape(g, n * ho, kh * wb)
+        prod = np.matmul(rows, band(w)).reshape(g, n, ho, og, wo)
+        if b is not None:
+            prod += b.reshape(g, 1, 1, og, 1)
+        out = prod.transpose(1, 0, 3, 2, 4)
+        return np.ascontiguousarray(out).reshape(n, g * og, ho, wo) if n > 1 or og > 1 else out.reshape(n, g, ho, wo)
+
+    return run
+
+
+def _grouped_by_tap(
+    n: int, g: int, cg: int, og: int, ksp: tuple[int, ...], out_sp: tuple[int, ...]
+) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
+    """Depthwise (and channel-multiplier) conv over its windows ``[N, C, *k, *out]``: a multiply-add
+    per kernel tap over the whole batch, instead of a GEMM of width one per channel."""
     nd = len(ksp)
-    taps = w.reshape((w.shape[0], -1))  # [C, K]
     offsets = list(np.ndindex(*ksp))
+    spatial = (1,) * nd
 
-    def tap(flat: int) -> tuple[np.ndarray, np.ndarray]:
-        return win[(slice(None), slice(None)) + offsets[flat]], taps[:, flat].reshape((-1,) + (1,) * nd)
+    def run(win: np.ndarray, w: np.ndarray) -> np.ndarray:
+        # [N, G, 1, *k, *out] against weights [G, og, *k]: output channel g·og + j reads input channel g.
+        win = win.reshape((n, g, 1) + ksp + out_sp)
+        taps = w.reshape((g, og, -1))
+        out = np.empty((n, g, og) + out_sp, dtype=np.result_type(win.dtype, w.dtype))
+        tmp = np.empty_like(out)
+        for flat, offs in enumerate(offsets):
+            src = win[(slice(None), slice(None), slice(None)) + offs]
+            wt = taps[:, :, flat].reshape((g, og) + spatial)
+            if flat == 0:
+                np.multiply(src, wt, out=out)
+            else:
+                np.multiply(src, wt, out=tmp)
+                np.add(out, tmp, out=out)
+        return out.reshape((n, g * og) + out_sp)
 
-    out = np.multiply(*tap(0))
-    tmp = np.empty_like(out)
-    for flat in range(1, len(offsets)):
-        np.multiply(*tap(flat), out=tmp)
-        np.add(out, tmp, out=out)
-    return out
+    return run
 
 
 def _conv_transpose(c: Conv, x: np.ndarray, w: np.ndarray, b: np.ndarray | None) -> np.ndarray:
+    """A transposed convolution: every input element scatters ``x · w`` into the output. The taps
+    whose every write falls in the cropped padding are dropped first (the same clipping as forward
+    windows, with input and output swapped), so a kernel far larger than the output costs what the
+    output does."""
     xw, ww = widen(x), widen(w)
     nd = w.ndim - 2
     n, g = x.shape[0], c.groups
     cg, og = w.shape[0] // g, w.shape[1]
-    ksp, in_sp = w.shape[2:], x.shape[2:]
-    k = int(np.prod(ksp))
-    full = tuple(
-        (i - 1) * s + d * (kk - 1) + 1 + op
-        for i, s, d, kk, op in zip(in_sp, c.stride, c.dilation, ksp, c.output_padding)
+    in_sp = x.shape[2:]
+    out_sp = tuple(
+        (i - 1) * s - 2 * p + d * (kk - 1) + 1 + op
+        for i, s, p, d, kk, op in zip(in_sp, c.stride, c.padding, c.dilation, w.shape[2:], c.output_padding)
     )
+    # Input element i, tap t writes output i·s + t·d − p: forward windows with output and input swapped.
+    windows = geometry.clip_windows(out_sp, w.shape[2:], c.stride, c.padding, c.dilation, in_sp)
+    ww = _kept_taps(windows, w.shape)(ww)
+    ksp = ww.shape[2:]
+    k = math.prod(ksp)
     # contributions[n, g, og, k, *in] = Σ_c x[n, g, c, *in] · w[g, c, og, k]
     xs = xw.reshape((n, g, cg, -1))
     wk = ww.reshape(g, cg, og * k)
     contrib = np.matmul(wk.transpose(0, 2, 1)[None], xs).reshape((n, g, og, k) + in_sp)
-    out = np.zeros((n, g, og) + full, dtype=contrib.dtype)
+    buf = np.zeros((n, g, og) + tuple(a.extent for a in windows), dtype=contrib.dtype)
     for flat, offs in enumerate(np.ndindex(*ksp)):
         dst = tuple(slice(o * d, o * d + (i - 1) * s + 1, s) for o, d, i, s in zip(offs, c.dilation, in_sp, c.stride))
-        out[(slice(None),) * 3 + dst] += contrib[:, :, :, flat]
-    crop = tuple(slice(p, f - p) for p, f in zip(c.padding, full))
-    out = out[(slice(None),) * 3 + crop].reshape((n, g * og) + tuple(f - 2 * p for p, f in zip(c.padding, full)))
+        buf[(slice(None),) * 3 + dst] += contrib[:, :, :, flat]
+    out = np.zeros((n, g, og) + out_sp, dtype=contrib.dtype)
+    kept = tuple(slice(a.pad_lo, a.pad_lo + a.stop - a.start) for a in windows)
+    out[(slice(None),) * 3 + tuple(slice(a.start, a.stop) for a in windows)] = buf[(slice(None),) * 3 + kept]
+    out = out.reshape((n, g * og) + out_sp)
     if b is not None:
         out = out + widen(b).reshape((-1,) + (1,) * nd)
     return out.astype(x.dtype, copy=False)
@@ -233,20 +342,18 @@ def _conv_transpose(c: Conv, x: np.ndarray, w: np.ndarray, b: np.ndarray | None)
 
 @override("MaxPool")
 def max_pool(c: MaxPool, x: np.ndarray) -> np.ndarray:
+    xw = widen(x)
     if not c.indices:
-        xw = widen(x)
         return max_pool_plan(c, x.shape, xw.dtype)(xw).astype(x.dtype, copy=False)
     nd = len(c.kernel)
-    out, pads = geometry.pool_geometry(x.shape, c.kernel, c.stride, c.padding, c.dilation, c.ceil_mode)
-    xw = widen(x)
-    padded = _pad_spatial(xw, pads, lowest(xw.dtype))
-    win = _windows(padded, c.kernel, c.stride, c.dilation, out)
+    windows = geometry.pool_windows(x.shape, c.kernel, c.stride, c.padding, c.dilation, c.ceil_mode)
+    out = tuple(a.out for a in windows)
+    buf = np.ascontiguousarray(_buffer_plan(x.shape, windows, lowest(xw.dtype), xw.dtype)(xw))
+    win = _window_view(buf, windows, taps_first=False)
     flat: np.ndarray = win.reshape(win.shape[: x.ndim] + (-1,))
     # Positions of each window element in the unpadded spatial plane (−1 in the padding).
-    sizes = x.shape[x.ndim - nd :]
-    positions = np.arange(int(np.prod(sizes)), dtype=np.int64).reshape(sizes)
-    pos_win = _windows(_pad_spatial(positions, pads, -1), c.kernel, c.stride, c.dilation, out)
-    pos_flat = np.broadcast_to(pos_win.reshape(out + (-1,)), flat.shape)
+    positions = geometry.window_positions(x.shape[x.ndim - nd :], windows)
+    pos_flat = np.broadcast_to(positions.reshape(out + (-1,)), flat.shape)
     # PyTorch's scan: the first in-bounds maximum wins ties (a window of only -inf picks its first
     # in-bounds element, never the padding), and a NaN wins over everything — the last NaN seen.
     best = (flat == flat.max(axis=-1, keepdims=True)) & (pos_flat >= 0)
@@ -258,56 +365,86 @@ def max_pool(c: MaxPool, x: np.ndarray) -> np.ndarray:
     return picked[..., 0]
 
 
-def max_pool_plan(c: MaxPool, x_shape: tuple[int, ...], dtype: np.dtype) -> Kernel:
-    """Max pooling (values only) of this input shape as ``run(x)``, its geometry worked out once.
-
-    The window maximum is separable: one spatial axis at a time, a running maximum over one
-    strided view per tap of that axis (Σk views instead of Πk). NaN propagates as in max()."""
-    nd, rank = len(c.kernel), len(x_shape)
-    out, pads = geometry.pool_geometry(x_shape, c.kernel, c.stride, c.padding, c.dilation, c.ceil_mode)
-    sizes = x_shape[rank - nd :]
-    padded_shape = x_shape[: rank - nd] + tuple(n + lo + hi for n, (lo, hi) in zip(sizes, pads))
-    interior = (Ellipsis,) + tuple(slice(lo, lo + n) for n, (lo, _) in zip(sizes, pads))
-    padded = any(lo or hi for lo, hi in pads)
-    fill = lowest(dtype)
-    taps_per_axis = []
-    for i in range(nd):
-        lead = (slice(None),) * (rank - nd + i)
-        k, s, d, n = c.kernel[i], c.stride[i], c.dilation[i], out[i]
-        taps_per_axis.append([lead + (slice(t * d, t * d + (n - 1) * s + 1, s),) for t in range(k)])
+def _separable_plan(
+    x_shape: tuple[int, ...], windows: tuple[geometry.AxisWindows, ...], ufunc: np.ufunc, fill: float, dtype: np.dtype
+) -> Kernel:
+    """``ufunc`` (maximum or add) over the clipped windows, one spatial axis at a time: a running
+    result over one strided view per tap of that axis (Σk views instead of Πk). An axis whose one
+    window covers every element it reads is one reduction (a global pool). NaN propagates as in max()."""
+    nd, rank = len(windows), len(x_shape)
+    # An axis with one window of unit dilation reads exactly x[start:stop]: reduce it, unpadded.
+    whole = [a.out == 1 and a.dilation == 1 and a.stop > a.start for a in windows]
+    buffer = _buffer_plan(
+        x_shape,
+        tuple(
+            geometry.AxisWindows(1, a.stop - a.start, 0, 1, 1, a.start, a.start, a.stop, 0, 0) if w else a
+            for a, w in zip(windows, whole)
+        ),
+        fill,
+        dtype,
+    )
+    passes: list[tuple[int, list[tuple[slice, ...]] | None]] = []
+    for i, a in enumerate(windows):
+        axis = rank - nd + i
+        if whole[i]:
+            passes.append((axis, None))
+            continue
+        lead = (slice(None),) * axis
+        span = (a.out - 1) * a.stride + 1
+        passes.append(
+            (axis, [lead + (slice(t * a.dilation, t * a.dilation + span, a.stride),) for t in range(a.kernel)])
+        )
 
     def run(x: np.ndarray) -> np.ndarray:
-        best = x
-        if padded:
-            best = np.full(padded_shape, fill, x.dtype)
-            best[interior] = x
-        for taps in taps_per_axis:
-            if len(taps) == 1:
-                best = best[taps[0]].copy()
-                continue
-            running = np.maximum(best[taps[0]], best[taps[1]])
-            for tap in taps[2:]:
-                np.maximum(running, best[tap], out=running)
-            best = running
-        return best if best is not x else x.copy()
+        best = buffer(x)
+        for axis, taps in passes:
+            if taps is None:
+                best = ufunc.reduce(best, axis=axis, keepdims=True)
+            elif len(taps) == 1:
+                best = best[taps[0]]
+            else:
+                running = ufunc(best[taps[0]], best[taps[1]])
+                for tap in taps[2:]:
+                    ufunc(running, best[tap], out=running)
+                best = running
+        return best.copy() if not best.flags.owndata or best is x else best
+
+    return run
+
+
+def max_pool_plan(c: MaxPool, x_shape: tuple[int, ...], dtype: np.dtype) -> Kernel:
+    """Max pooling (values only) of this input shape as ``run(x)``, its geometry worked out once
+    (windows clipped to the input, so a kernel larger than the input is a global maximum)."""
+    windows = geometry.pool_windows(x_shape, c.kernel, c.stride, c.padding, c.dilation, c.ceil_mode)
+    return _separable_plan(x_shape, windows, np.maximum, lowest(dtype), dtype)
+
+
+def avg_pool_plan(c: AvgPool, x_shape: tuple[int, ...], dtype: np.dtype) -> Kernel:
+    """Average pooling of this input shape as ``run(x)``: the window sums separably over the clipped
+    windows, then one division by a static divisor table (or ``divisor_override``)."""
+    nd = len(c.kernel)
+    ones = (1,) * nd
+    windows = geometry.pool_windows(x_shape, c.kernel, c.stride, c.padding, ones, c.ceil_mode)
+    total = _separable_plan(x_shape, windows, np.add, 0, dtype)
+    if c.divisor_override:
+        divisor: np.ndarray = np.asarray(c.divisor_override, dtype=dtype)
+    else:
+        sizes = x_shape[len(x_shape) - nd :]
+        out = tuple(a.out for a in windows)
+        divisor = geometry.avg_pool_divisor(sizes, c.kernel, c.stride, c.padding, out, c.count_include_pad)
+        divisor = divisor.astype(dtype)
+
+    def run(x: np.ndarray) -> np.ndarray:
+        summed = total(x)
+        return np.divide(summed, divisor, out=summed)
 
     return run
 
 
 @override("AvgPool")
 def avg_pool(c: AvgPool, x: np.ndarray) -> np.ndarray:
-    nd = len(c.kernel)
-    ones = (1,) * nd
-    out, pads = geometry.pool_geometry(x.shape, c.kernel, c.stride, c.padding, ones, c.ceil_mode)
     xw = widen(x)
-    win = _windows(_pad_spatial(xw, pads, 0), c.kernel, c.stride, ones, out)
-    total = win.sum(axis=tuple(range(x.ndim, x.ndim + nd)))
-    if c.divisor_override:
-        return (total / c.divisor_override).astype(x.dtype, copy=False)
-    sizes = x.shape[x.ndim - nd :]
-    counted = geometry.avg_pool_counts(sizes, c.padding, pads, c.count_include_pad)
-    divisor = _windows(counted, c.kernel, c.stride, ones, out).sum(axis=tuple(range(nd, 2 * nd)))
-    return (total / divisor).astype(x.dtype, copy=False)
+    return avg_pool_plan(c, x.shape, xw.dtype)(xw).astype(x.dtype, copy=False)
 
 
 @lru_cache(maxsize=64)

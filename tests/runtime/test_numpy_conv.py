@@ -1,0 +1,51 @@
+"""The numpy engine's algorithms for grouped convolution — im2col + one batched GEMM, a banded GEMM
+per channel for 2-d depthwise convs, and a multiply-add per kernel tap for large depthwise convs —
+each held to PyTorch on the same cases."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from rlx.ir import calls as C
+from rlx.ir.program import Ref
+from rlx.runtime.numpy_engine import nn as numpy_nn
+
+from helpers import assert_arrays_match
+
+X = Ref("x")
+
+# (x shape, weight shape, stride, padding, dilation, groups)
+CASES = [
+    ((2, 6, 9, 8), (6, 1, 3, 3), 1, 1, 1, 6),  # depthwise 3×3
+    ((1, 4, 11, 10), (4, 1, 7, 7), 1, 3, 1, 4),  # ConvNeXt's 7×7
+    ((2, 3, 12, 9), (6, 1, 5, 5), 2, 2, 1, 3),  # channel multiplier 2, strided
+    ((1, 4, 9, 9), (4, 1, 3, 3), 1, 2, 2, 4),  # dilated
+    ((2, 16, 40), (16, 2, 17), 1, 8, 1, 8),  # wav2vec2-like positional conv: 1-d, large kernel, groups
+    ((1, 8, 30), (8, 1, 9), 3, 4, 1, 8),  # 1-d depthwise, strided
+    ((3, 5, 6, 13), (5, 1, 3, 2), 2, 1, 2, 5),  # rectangular kernel, strided and dilated
+    ((1, 2, 5, 5), (2, 1, 9, 9), 1, 4, 1, 2),  # a kernel larger than the map
+]
+
+
+# path -> (BANDED_MAX_WASTE, TAP_BY_TAP_MIN_COLS): which algorithm a depthwise conv takes.
+PATHS = {"banded": (2**62, 2**62), "gemm": (0, 2**62), "tap-by-tap": (0, 0)}
+
+
+@pytest.mark.parametrize("path", sorted(PATHS))
+@pytest.mark.parametrize(("x_shape", "w_shape", "stride", "padding", "dilation", "groups"), CASES)
+def test_grouped_conv_paths_match_torch(monkeypatch, path, x_shape, w_shape, stride, padding, dilation, groups):
+    monkeypatch.setattr(numpy_nn, "BANDED_MAX_WASTE", PATHS[path][0])
+    monkeypatch.setattr(numpy_nn, "TAP_BY_TAP_MIN_COLS", PATHS[path][1])
+    nd = len(w_shape) - 2
+    g = torch.Generator().manual_seed(0)
+    x, w, b = torch.randn(x_shape, generator=g), torch.randn(w_shape, generator=g), torch.randn(w_shape[0], generator=g)
+    call = C.Conv(X, X, X, (stride,) * nd, (padding,) * nd, (dilation,) * nd, groups, False, (0,) * nd)
+    conv = F.conv1d if nd == 1 else F.conv2d
+    plan = numpy_nn.conv_plan(call, x_shape, w_shape, np.dtype(np.float32))
+    weight = w.numpy()
+    for bias in (b, None):  # twice with one weight array: the banded path caches its matrix
+        got = plan(x.numpy(), weight, None if bias is None else bias.numpy())
+        assert_arrays_match(got, conv(x, w, bias, stride, padding, dilation, groups).numpy(), rtol=1e-5, atol=1e-5)

@@ -109,8 +109,11 @@ def capture(
             )
             ep = decompose(ep, decomposition)
     except Exception as e:  # torch raises many types; the user needs the gist of its message
-        hint = "" if strict else "; if the module keeps a cache or other state, try strict=True (--strict)"
-        raise ExportError(f"torch.export failed for {type(model).__name__}: {_export_error_gist(e)}{hint}") from e
+        gist = _export_error_gist(e)
+        # Non-strict export lifts tensors a module creates itself (a cache object's) as constants and
+        # cannot trace in-place updates of them; TorchDynamo (strict) sees them as the buffers they are.
+        hint = "; try strict=True (--strict)" if not strict and "compiled_fn" in gist else ""
+        raise ExportError(f"torch.export failed for {type(model).__name__}: {gist}{hint}") from e
     flat_in, _ = pytree.tree_flatten((example_inputs, kwargs))
     user_inputs = [s for s in ep.graph_signature.input_specs if s.kind.name == "USER_INPUT"]
     inputs = {}

@@ -279,7 +279,10 @@ def from_torch(
         )
         notes = []
         if exported.auto_decomposed:
-            notes.append(f"auto-decomposed with torch's decompositions: {', '.join(exported.auto_decomposed)}")
+            notes.append(
+                "auto-decomposed with torch's decompositions (or a custom op's registered implementation): "
+                + ", ".join(exported.auto_decomposed)
+            )
         write(exported, staged.path)
         reference = None
         if verify:

@@ -319,11 +319,14 @@ def check_coverage(ir: TorchIR) -> None:
         for op, ids in sorted(missing.items()):
             first = ", ".join(ids[:3]) + (", …" if len(ids) > 3 else "")
             parts.append(f"{op} ×{len(ids)} (nodes {first})")
-        raise UnsupportedOpError(
-            f"unsupported ops ({len(missing)}): {'; '.join(parts)}. "
-            "Try --decomposition core, or file an issue with this line",
-            missing,
+        custom = sorted(op for op in missing if not op.startswith(("aten.", "prims.")))
+        advice = (
+            f"custom op(s) {', '.join(custom)} have no implementation rlx can trace: register a decomposition "
+            "or a traceable Python implementation with torch.library (custom_op / register_decomposition)"
+            if custom
+            else "Try --decomposition core, or file an issue with this line"
         )
+        raise UnsupportedOpError(f"unsupported ops ({len(missing)}): {'; '.join(parts)}. {advice}", missing)
 
 
 def lower(ir: TorchIR) -> Program:

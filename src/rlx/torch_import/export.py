@@ -185,19 +185,35 @@ def _auto_decompose(
         tried.update(candidates)
         good = {}
         for op, overload in candidates.items():
-            if overload is None or overload not in decomposition_table:
+            table = _decomposition_for(overload, decomposition_table)
+            if table is None:
                 continue
-            trial = _run_decompositions(ep, [overload], decomposition_table)
+            trial = _run_decompositions(ep, [overload], table)
             if trial is not None and set(unsupported_ops(record(trial)[0])) <= missing - {op}:
-                good[op] = overload
+                good[op] = (overload, table)
         if not good:
             break
-        applied = _run_decompositions(ep, list(good.values()), decomposition_table)
+        merged = {o: t[o] for o, t in good.values()}
+        applied = _run_decompositions(ep, list(merged), merged)
         if applied is None:
             break
         ep, (ir, weights) = applied, record(applied)
         done.extend(sorted(good))
     return ep, ir, weights, done
+
+
+def _decomposition_for(overload: Any, table: Mapping[Any, Any]) -> Mapping[Any, Any] | None:
+    """torch's decomposition of ``overload``, else the Python implementation a custom op was
+    registered with (``torch.library.custom_op``), traced through like a decomposition."""
+    if overload is None:
+        return None
+    if overload in table:
+        return table
+    from torch._library.custom_ops import _maybe_get_opdef
+
+    opdef = _maybe_get_opdef(overload)
+    init = getattr(opdef, "_init_fn", None) if opdef is not None else None
+    return {overload: init} if init is not None else None
 
 
 def _run_decompositions(ep: ExportedProgram, ops: list[Any], table: Mapping[Any, Any]) -> ExportedProgram | None:
@@ -210,11 +226,15 @@ def _run_decompositions(ep: ExportedProgram, ops: list[Any], table: Mapping[Any,
 
 
 def overload_of(op: str) -> Any:
-    """``aten.cumsum.default`` → ``torch.ops.aten.cumsum.default`` (None if torch has no such op)."""
+    """``aten.cumsum.default`` → ``torch.ops.aten.cumsum.default``, and a custom op's
+    ``mylib.rms.default`` likewise (None if torch has no such op)."""
     parts = op.split(".")
-    if len(parts) != 3 or parts[0] != "aten":
+    if len(parts) != 3:
         return None
-    packet = getattr(torch.ops.aten, parts[1], None)
+    try:
+        packet = getattr(getattr(torch.ops, parts[0]), parts[1], None)
+    except (AttributeError, RuntimeError):
+        return None
     return getattr(packet, parts[2], None) if packet is not None else None
 
 

@@ -67,6 +67,11 @@ def _parser() -> argparse.ArgumentParser:
         help="decompose ops rlx lacks with torch's decompositions (default on)",
     )
     imp.add_argument(
+        "--strict",
+        action="store_true",
+        help="export with TorchDynamo (torch.export strict mode), e.g. for transformers' static-cache wrappers",
+    )
+    imp.add_argument(
         "--dynamic",
         action="append",
         default=[],
@@ -275,6 +280,7 @@ def cmd_import(args: argparse.Namespace) -> int:
         force=args.force,
         dynamic_shapes=dynamic_shapes,
         auto_decompose=args.auto_decompose,
+        strict=args.strict,
         emit_style=args.emit_style,
         on_step=lambda name, secs: _say(f"  {labels.get(name, name):<40} {secs:7.2f} s"),
     )

@@ -111,7 +111,7 @@ def test_usage_error_is_one_line(capsys):
     assert err.count("\n") == 1 and err.startswith("rlx: ")
 
 
-STATEFUL_MODEL = '''
+STATEFUL_MODEL = """
 import torch
 
 
@@ -127,7 +127,7 @@ class Counter(torch.nn.Module):
 
 def get_model():
     return Counter(), (torch.ones(3),)
-'''
+"""
 
 
 def test_import_strict_keeps_buffers_as_state(tmp_path, capsys):

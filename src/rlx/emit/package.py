@@ -212,9 +212,7 @@ def write_package(
     (pkg / "_ops" / "__init__.py").write_text(ops_init(sorted(code.kernels), style), encoding="utf-8")
     init = JAX_INIT if style == "jax" else INIT
     state = {identifier(s.name): s.key for s in program.state}
-    (pkg / "__init__.py").write_text(
-        init.format(name=program.name, version=__version__, state=state), encoding="utf-8"
-    )
+    (pkg / "__init__.py").write_text(init.format(name=program.name, version=__version__, state=state), encoding="utf-8")
     (pkg / "__main__.py").write_text(
         MAIN.format(package=name, inputs=[v.name for v in program.user_inputs]), encoding="utf-8"
     )

@@ -152,7 +152,9 @@ def evaluate(expr: str, bindings: Mapping[str, int]) -> Any:
             return node.value
         if isinstance(node, ast.Name):
             if node.id not in bindings:
-                raise UnboundSymbolError(f"symbolic size {expr} reads {node.id}, which no input or earlier result binds")
+                raise UnboundSymbolError(
+                    f"symbolic size {expr} reads {node.id}, which no input or earlier result binds"
+                )
             return bindings[node.id]
         if isinstance(node, ast.BinOp):
             return _BINOPS[type(node.op)](ev(node.left), ev(node.right))
@@ -160,13 +162,7 @@ def evaluate(expr: str, bindings: Mapping[str, int]) -> Any:
             v = ev(node.operand)
             return -v if isinstance(node.op, ast.USub) else (not v if isinstance(node.op, ast.Not) else v)
         if isinstance(node, ast.Compare):
-            left = ev(node.left)
-            for op, right_node in zip(node.ops, node.comparators):
-                right = ev(right_node)
-                if not _CMPOPS[type(op)](left, right):
-                    return False
-                left = right
-            return True
+            return _compare(ev(node.left), [(op, ev(r)) for op, r in zip(node.ops, node.comparators)])
         if isinstance(node, ast.BoolOp):
             vals = [ev(v) for v in node.values]
             return all(vals) if isinstance(node.op, ast.And) else any(vals)
@@ -175,6 +171,21 @@ def evaluate(expr: str, bindings: Mapping[str, int]) -> Any:
         raise SchemaError(f"cannot evaluate {ast.dump(node)}")
 
     return ev(parse(expr))
+
+
+def _compare(left: Any, rest: list[tuple[ast.cmpop, Any]]) -> bool:
+    """A chained comparison ``a < b <= c`` (every operand evaluated, as the expressions are pure)."""
+    for op, right in rest:
+        if not _CMPOPS[type(op)](left, right):
+            return False
+        left = right
+    return True
+
+
+def _lookup(expr: str, name: str, bindings: Mapping[str, int]) -> int:
+    if name not in bindings:
+        raise UnboundSymbolError(f"symbolic size {expr} reads {name}, which no input or earlier result binds")
+    return bindings[name]
 
 
 def eval_dim(d: Dim, bindings: Mapping[str, int]) -> int:

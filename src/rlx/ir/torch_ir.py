@@ -423,8 +423,7 @@ def _parse_state_updates(
     r: _Reader, doc: dict[str, Any], inputs: list[Input], weights: list[TorchWeight]
 ) -> dict[str, int]:
     """``outputs[k].state``: the buffer or input that output ``k`` is the new value of."""
-    targets = {w.id: (w.shape, w.dtype) for w in weights if w.kind == "buffer"}
-    targets.update({i.id: (i.shape, i.dtype) for i in inputs})
+    targets = {w.id for w in weights if w.kind == "buffer"} | {i.id for i in inputs}
     updates: dict[str, int] = {}
     for k, raw in enumerate(doc["outputs"]):
         target = raw.get("state") if isinstance(raw, dict) else None

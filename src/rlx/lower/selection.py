@@ -39,7 +39,9 @@ def masked_select(node: Node, b: Builder) -> Operand:
 _UNIQUE_PARTS = ("values", "inverse", "counts")
 
 
-def _unique_parts(node: Node, b: Builder, consecutive: bool, axis: int | None, wanted: tuple[bool, ...]) -> tuple[Operand, ...]:
+def _unique_parts(
+    node: Node, b: Builder, consecutive: bool, axis: int | None, wanted: tuple[bool, ...]
+) -> tuple[Operand, ...]:
     """One ``Unique`` per requested result; a result not asked for is the empty tensor torch records."""
     x = b.input(node, 0)
     out: list[Operand] = []
@@ -128,6 +130,3 @@ def grouped_mm(node: Node, b: Builder) -> Operand:
     dt = node.meta.dtype
     x, w = b.cast(x, dt), b.cast(w, dt)
     return b.emit_like(GroupedMatMul(x, w, offsets), node.meta)
-
-
-

@@ -104,9 +104,7 @@ def capture(
     try:
         with warnings.catch_warnings():  # torch's own deprecation chatter is not the user's concern
             warnings.simplefilter("ignore", FutureWarning)
-            ep = torch.export.export(
-                model, example_inputs, kwargs=kwargs, dynamic_shapes=dynamic_shapes, strict=strict
-            )
+            ep = torch.export.export(model, example_inputs, kwargs=kwargs, dynamic_shapes=dynamic_shapes, strict=strict)
             ep = decompose(ep, decomposition)
     except Exception as e:  # torch raises many types; the user needs the gist of its message
         gist = _export_error_gist(e)
@@ -327,6 +325,8 @@ class _Recorder:
             value = values.get(name)
             if isinstance(value, tuple):
                 value = value[int(k or 0)]
+            if value is None:
+                raise ExportError(f"no example value for node {name}, whose size {sym} depends on the data")
             hint = int(np.shape(value)[axis]) if axis is not None else int(np.asarray(value))
             vr = self.ranges.get(sym)
             lo = 0 if vr is None or not vr.lower.is_finite else max(0, int(vr.lower))

@@ -20,6 +20,7 @@ import numpy as np
 from rlx.errors import RlxError, UsageError
 from rlx.ir import dtypes
 from rlx.ir.program import Program, Ref, resolve_operand
+from rlx.ir.symbolic import Sym
 from rlx.runtime.jax_engine.kernels import KERNELS, x64
 
 
@@ -73,8 +74,8 @@ def _size_producers(program: Program) -> list[str]:
     ops: list[str] = []
     for ins in program.instrs:
         for d in ins.shape:
-            if getattr(d, "expr", None) in pending:
-                pending.discard(getattr(d, "expr"))
+            if isinstance(d, Sym) and d.expr in pending:
+                pending.discard(d.expr)
                 ops.append(ins.call.op)
     return sorted(set(ops))
 

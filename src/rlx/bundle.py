@@ -29,13 +29,13 @@ BUNDLE_VERSION = 1
 def meta_json(program: Program, source: Mapping[str, Any] | None = None) -> dict[str, Any]:
     values = program.values()
     outputs = []
-    for k, o in enumerate(program.outputs):
+    for k, o in enumerate(program.outputs[: program.n_user_outputs]):
         if isinstance(o, Ref):
             v = values[o.name]
             outputs.append({"name": f"out{k}", "shape": [dim_json(d) for d in v.shape], "dtype": v.dtype})
         elif isinstance(o, Lit):
             outputs.append({"name": f"out{k}", "shape": [], "dtype": o.dtype})
-    return {
+    doc = {
         "format": BUNDLE_FORMAT,
         "version": BUNDLE_VERSION,
         "model_name": program.name,
@@ -46,6 +46,9 @@ def meta_json(program: Program, source: Mapping[str, Any] | None = None) -> dict
         "rlx_version": __version__,
         "source": dict(source or {"format": "rlx-torch-ir", "version": 1}),
     }
+    if program.state:  # buffers the runtime carries from call to call (their initial values: the weights)
+        doc["state"] = [s.name for s in program.state]
+    return doc
 
 
 def write_bundle(

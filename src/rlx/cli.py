@@ -407,13 +407,19 @@ def _inspect_bundle(path: Path) -> None:
     lines = [f"bundle {path}: model {program.name}"]
     if source.get("producer") or source.get("decomposition"):
         lines.append(f"source: {source.get('producer', '?')}, decomposition {source.get('decomposition', '?')}")
-    lines += _fmt_values("inputs", [(v.name, v.shape, v.dtype) for v in program.inputs])
+    lines += _fmt_values("inputs", [(v.name, v.shape, v.dtype) for v in program.user_inputs])
     if program.symbols:
         lines += ["symbols:"] + [f"  {format_symbol(s)}" for s in program.symbols]
+    if program.data_symbols:
+        lines += ["sizes set by the data:"] + [f"  {format_symbol(s)}" for s in program.data_symbols]
+    if program.state:
+        state = {v.name: v for v in program.inputs}
+        lines += _fmt_values("state (updated by every call)", [(s.name, state[s.name].shape, state[s.name].dtype)
+                                                                for s in program.state])  # fmt: skip
     values = program.values()
     outs = [
         (f"out{k}", values[o.name].shape, values[o.name].dtype)
-        for k, o in enumerate(program.outputs)
+        for k, o in enumerate(program.outputs[: program.n_user_outputs])
         if hasattr(o, "name")
     ]
     lines += _fmt_values("outputs", outs)
@@ -434,7 +440,11 @@ def _inspect_torch_ir(path: Path) -> None:
     lines += _fmt_values("inputs", [(i.id, i.shape, i.dtype) for i in ir.inputs])
     if ir.symbols:
         lines += ["symbols:"] + [f"  {format_symbol(s)}" for s in ir.symbols]
+    if ir.data_symbols:
+        lines += ["sizes set by the data:"] + [f"  {format_symbol(s)}" for s in ir.data_symbols]
     lines += _fmt_values("outputs", [(o.ref or "const", o.shape or (), o.dtype or "-") for o in ir.outputs])
+    if ir.state_updates:
+        lines.append("state updates: " + ", ".join(f"out{k} → {t}" for t, k in ir.state_updates.items()))
     lines.append(f"parameters: {n_params:,} in {len(ir.weights)} tensors")
     lines += _fmt_hist("aten ops", ir.op_histogram())
     _say("\n".join(lines))

@@ -159,7 +159,8 @@ def test_data_sizes_mixed_with_dynamic_input_sizes() -> None:
         rows = torch.nonzero(x > 0)
         return rows.float().sum(0) * rows.shape[0] + x.shape[0], x[x > 0.5].reshape(-1, 1) * x.shape[0]
 
-    model, program, _ = convert(select, (_floats((3, 4), 0),), dynamic_shapes=({0: Dim("batch", min=1, max=10)},))
+    dynamic = {"args": ({0: Dim("batch", min=1, max=10)},)}  # Wrap's forward takes *args
+    model, program, _ = convert(select, (_floats((3, 4), 0),), dynamic_shapes=dynamic)
     assert [s.name for s in program.symbols] == ["batch"] and len(program.data_symbols) == 2
     for seed, batch in enumerate((1, 7, 5, 7)):  # one plan per batch size; the data sizes vary within each
         _check_run(model, select, (_floats((batch, 4), seed),), f"batch {batch}")

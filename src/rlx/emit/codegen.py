@@ -165,6 +165,8 @@ class NumpyWriter:
         doc = f"Inputs: {doc_inputs}. ``params`` maps state_dict names to arrays."
         if state:
             doc += f" State (current values in, new values out): {', '.join(identifier(v.name) for v in state)}."
+        if p.input_updates:
+            doc += " Last result: the new values of the inputs updated in place, by position."
         body.append(f'    """{doc}"""')
         body += self.bind_symbols()
         data_symbols = {s.name for s in p.data_symbols}
@@ -181,6 +183,10 @@ class NumpyWriter:
         result = self.output(p.output_tree)
         if p.state:
             updates = ", ".join(f"{identifier(s.name)!r}: {self.operand(p.outputs[s.output])}" for s in p.state)
+            result = f"{result}, {{{updates}}}"
+        if p.input_updates:  # new values of inputs the model updates in place, by input position
+            positions = {v.name: k for k, v in enumerate(p.user_inputs)}
+            updates = ", ".join(f"{positions[n]}: {self.operand(p.outputs[k])}" for n, k in p.input_updates.items())
             result = f"{result}, {{{updates}}}"
         body.append(f"    return {result}")
         hist = "\n".join(f"#   {n:>5}  {op}" for op, n in p.source_histogram.items())

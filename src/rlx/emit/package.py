@@ -40,6 +40,7 @@ from ._ops import read_safetensors
 
 WEIGHTS = Path(__file__).parent / "weights.safetensors"
 STATE = {state!r}  # buffers the model updates on every call → the tensor holding each one's initial value
+UPDATES_INPUTS = {updates_inputs!r}  # whether the model writes into some of its inputs, as PyTorch's did
 
 
 class Model:
@@ -66,10 +67,15 @@ class Model:
 
     def __call__(self, *inputs):
         with np.errstate(all="ignore"):  # inf and NaN are values here, as in PyTorch, not warnings
-            if not STATE:
-                return model.forward(self.params, *inputs)
-            result, self.state = model.forward(self.params, *inputs, **self.state)
-            return result
+            result = model.forward(self.params, *inputs, **self.state)
+        if UPDATES_INPUTS:  # the new values of inputs updated in place go into the arrays given
+            *result, updates = result
+            for position, value in updates.items():
+                np.copyto(inputs[position], value)
+            result = result[0] if len(result) == 1 else tuple(result)
+        if STATE:
+            result, self.state = result
+        return result
 
 
 def load(weights_path=WEIGHTS):
@@ -83,6 +89,7 @@ from pathlib import Path
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from . import model
 from ._ops import read_safetensors, x64
@@ -122,10 +129,15 @@ class Model:
 
     def __call__(self, *inputs):
         with x64():
-            if not STATE:
-                return self.forward(self.params, *inputs)
-            result, self.state = self.forward(self.params, *inputs, **self.state)
-            return result
+            result = self.forward(self.params, *inputs, **self.state)
+        if UPDATES_INPUTS:  # JAX arrays are immutable: the new values go into numpy arrays given
+            *result, updates = result
+            for position, value in updates.items():
+                np.copyto(inputs[position], np.asarray(value))
+            result = result[0] if len(result) == 1 else tuple(result)
+        if STATE:
+            result, self.state = result
+        return result
 
 
 def load(weights_path=WEIGHTS):
@@ -212,7 +224,10 @@ def write_package(
     (pkg / "_ops" / "__init__.py").write_text(ops_init(sorted(code.kernels), style), encoding="utf-8")
     init = JAX_INIT if style == "jax" else INIT
     state = {identifier(s.name): s.key for s in program.state}
-    (pkg / "__init__.py").write_text(init.format(name=program.name, version=__version__, state=state), encoding="utf-8")
+    (pkg / "__init__.py").write_text(
+        init.format(name=program.name, version=__version__, state=state, updates_inputs=bool(program.input_updates)),
+        encoding="utf-8",
+    )
     (pkg / "__main__.py").write_text(
         MAIN.format(package=name, inputs=[v.name for v in program.user_inputs]), encoding="utf-8"
     )

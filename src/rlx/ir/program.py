@@ -183,6 +183,9 @@ class Program:
     # instruction whose result first has that extent.
     data_symbols: list[Symbol] = field(default_factory=list)
     state: list[StateVar] = field(default_factory=list)
+    # Inputs the model updates in place (``x.add_(1)`` on an argument): input name → the output
+    # holding the new value, which the runtime writes back into the caller's array.
+    input_updates: dict[str, int] = field(default_factory=dict)
 
     @property
     def is_dynamic(self) -> bool:
@@ -196,8 +199,8 @@ class Program:
 
     @property
     def n_user_outputs(self) -> int:
-        """Outputs before the state updates (which come last)."""
-        return len(self.outputs) - len(self.state)
+        """Outputs before the state and input updates (which come last)."""
+        return len(self.outputs) - len(self.state) - len(self.input_updates)
 
     def values(self) -> dict[str, Value]:
         """Every named value of the program with its shape and dtype."""
@@ -220,6 +223,8 @@ class Program:
             doc["data_symbols"] = [_symbol_json(s) for s in self.data_symbols]
         if self.state:
             doc["state"] = [{"name": s.name, "key": s.key, "output": s.output} for s in self.state]
+        if self.input_updates:
+            doc["input_updates"] = [{"name": n, "output": k} for n, k in self.input_updates.items()]
         return doc
 
     def _core_json(self) -> dict[str, Any]:
@@ -530,7 +535,22 @@ def _program_from_json(doc: Any, where: str) -> Program:
         guards=[_guard(g, f"{where}.guards[{k}]") for k, g in enumerate(doc.get("guards", []) or [])],
         data_symbols=_symbols(doc.get("data_symbols", []), where, "data_symbols"),
         state=_state(doc.get("state", []), where, inputs, len(outputs)),
+        input_updates=_input_updates(doc.get("input_updates", []), where, inputs, len(outputs)),
     )
+
+
+def _input_updates(raw: Any, where: str, inputs: list[Value], n_outputs: int) -> dict[str, int]:
+    if not isinstance(raw, list):
+        raise SchemaError(f"{where}.input_updates: expected a list")
+    names = {v.name for v in inputs}
+    out: dict[str, int] = {}
+    for k, u in enumerate(raw):
+        at = f"{where}.input_updates[{k}]"
+        name, output = _get(u, "name", at, str), _get(u, "output", at, int)
+        if name not in names or name in out or not 0 <= output < n_outputs:
+            raise SchemaError(f"{at}: expected a distinct input name and an output index below {n_outputs}")
+        out[name] = output
+    return out
 
 
 def _state(raw: Any, where: str, inputs: list[Value], n_outputs: int) -> list[StateVar]:

@@ -349,6 +349,7 @@ def lower(ir: TorchIR) -> Program:
         symbols=list(ir.symbols),
         data_symbols=list(ir.data_symbols),
         state=[StateVar(w.id, w.key, ir.state_updates[w.id]) for w in ir.weights if w.id in state_buffers],
+        input_updates={i.id: ir.state_updates[i.id] for i in ir.inputs if i.id in ir.state_updates},
     )
     b = Builder(program)
     for v in program.inputs:
@@ -368,18 +369,11 @@ def lower(ir: TorchIR) -> Program:
 
 
 def _state_buffers(ir: TorchIR) -> set[str]:
-    """The buffers the graph updates; an update of a user input is refused with what to do instead."""
-    buffers = {w.id for w in ir.weights}
-    for target in ir.state_updates:
-        if target not in buffers:
-            raise LoweringError(
-                f"the model updates its input {target!r} in place; rlx models do not write into their "
-                "inputs: return the new value instead, or keep it in a registered buffer (which becomes state)"
-            )
+    """The buffers the graph updates (the other updated targets are inputs)."""
     n_user = len(ir.outputs) - len(ir.state_updates)
     if any(k < n_user for k in ir.state_updates.values()):
         raise LoweringError("torch-ir.json: state updates must be the last outputs")
-    return set(ir.state_updates)
+    return set(ir.state_updates) & {w.id for w in ir.weights}
 
 
 def _lower_one(node: Node, b: Builder, program: Program, known_symbols: set[str]) -> None:

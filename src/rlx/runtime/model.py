@@ -110,14 +110,17 @@ class Model:
     def run_flat(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
         """Run on inputs in program order (as ``bind`` returns them); a model with state reads and
         updates it, and returns only its own outputs."""
-        if not self.program.state:
+        program = self.program
+        if not program.state and not program.input_updates:
             return self.executor_for(inputs).run(inputs)
         carried = iter(inputs)
-        full = [self._state[v.name] if v.name in self._state else next(carried) for v in self.program.inputs]
+        full = [self._state[v.name] if v.name in self._state else next(carried) for v in program.inputs]
         outputs = self.executor_for(full).run(full)
-        for s in self.program.state:
+        for s in program.state:
             self._state[s.name] = outputs[s.output]
-        return outputs[: self.program.n_user_outputs]
+        if program.input_updates:
+            write_back(program, full, outputs)
+        return outputs[: program.n_user_outputs]
 
     def executor_for(self, inputs: list[np.ndarray]) -> Executor:
         if self._static is not None:
@@ -135,6 +138,17 @@ class Model:
             if len(self._by_binding) > PLAN_CACHE_SIZE:
                 self._by_binding.popitem(last=False)
         return executor
+
+
+def write_back(program: Program, inputs: list[np.ndarray], outputs: list[np.ndarray]) -> None:
+    """Inputs the model updates in place receive their new values, as the PyTorch tensors would
+    (the caller sees it when it passed a numpy array of the input's dtype, which is used as is)."""
+    index = {v.name: k for k, v in enumerate(program.inputs)}
+    for name, k in program.input_updates.items():
+        target = inputs[index[name]]
+        if not target.flags.writeable:
+            raise InputError(f"input {name!r} is updated in place by the model, but the array given is read-only")
+        np.copyto(target, outputs[k])
 
 
 PLAN_CACHE_SIZE = 16  # evaluated plans kept per model, least recently used first out

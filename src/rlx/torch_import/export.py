@@ -119,9 +119,15 @@ def capture(
         if isinstance(value, torch.Tensor):
             inputs[spec.arg.name] = tensor_to_numpy(value)
     state_before = _snapshot_state(model)
+    eager_args, eager_kwargs = example_inputs, kwargs
+    if any(s.kind.name == "USER_INPUT_MUTATION" for s in ep.graph_signature.output_specs):
+        # The forward writes into some inputs: run it on copies, so the caller's tensors stay as they were.
+        eager_args, eager_kwargs = pytree.tree_map(
+            lambda t: t.clone() if isinstance(t, torch.Tensor) else t, (example_inputs, kwargs)
+        )
     try:
         with torch.no_grad():
-            eager = model(*example_inputs, **kwargs)
+            eager = model(*eager_args, **eager_kwargs)
     finally:
         _restore_state(model, state_before)
     flat_out, _ = pytree.tree_flatten(eager)

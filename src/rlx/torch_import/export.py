@@ -118,18 +118,7 @@ def capture(
     for spec, value in zip(user_inputs, flat_in):
         if isinstance(value, torch.Tensor):
             inputs[spec.arg.name] = tensor_to_numpy(value)
-    state_before = _snapshot_state(model)
-    eager_args, eager_kwargs = example_inputs, kwargs
-    if any(s.kind.name == "USER_INPUT_MUTATION" for s in ep.graph_signature.output_specs):
-        # The forward writes into some inputs: run it on copies, so the caller's tensors stay as they were.
-        eager_args, eager_kwargs = pytree.tree_map(
-            lambda t: t.clone() if isinstance(t, torch.Tensor) else t, (example_inputs, kwargs)
-        )
-    try:
-        with torch.no_grad():
-            eager = model(*eager_args, **eager_kwargs)
-    finally:
-        _restore_state(model, state_before)
+    eager = _eager_run(model, example_inputs, kwargs, ep)
     flat_out, _ = pytree.tree_flatten(eager)
     name = model_name or type(model).__name__
 
@@ -151,6 +140,19 @@ def capture(
     if len(outputs) != n_user:
         raise ExportError(f"eager run returned {len(outputs)} outputs but the exported graph has {n_user}")
     return Exported(ir, weights, inputs, outputs, ep, decomposed)
+
+
+def _eager_run(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], ep: ExportedProgram) -> Any:
+    """The reference outputs, leaving the module's buffers and the example inputs as they were
+    (a forward that updates them in place runs on copies of the inputs, and its buffers are restored)."""
+    state_before = _snapshot_state(model)
+    if any(s.kind.name == "USER_INPUT_MUTATION" for s in ep.graph_signature.output_specs):
+        args, kwargs = pytree.tree_map(lambda t: t.clone() if isinstance(t, torch.Tensor) else t, (args, kwargs))
+    try:
+        with torch.no_grad():
+            return model(*args, **kwargs)
+    finally:
+        _restore_state(model, state_before)
 
 
 def _snapshot_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:

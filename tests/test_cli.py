@@ -109,3 +109,34 @@ def test_usage_error_is_one_line(capsys):
     assert main(["import"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("rlx: ")
+
+
+STATEFUL_MODEL = """
+import torch
+
+
+class Counter(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("total", torch.zeros(3))
+
+    def forward(self, x):
+        self.total.add_(x)
+        return self.total * 2
+
+
+def get_model():
+    return Counter(), (torch.ones(3),)
+"""
+
+
+def test_import_strict_keeps_buffers_as_state(tmp_path, capsys):
+    src = tmp_path / "counter.py"
+    src.write_text(STATEFUL_MODEL)
+    assert main(["import", str(src), "-o", str(tmp_path / "o"), "--strict"]) == 0
+    assert "parity: PASS" in capsys.readouterr().out
+    import rlx
+
+    model = rlx.load(tmp_path / "o")
+    outs = [model(np.ones(3, np.float32)) for _ in range(3)]
+    np.testing.assert_array_equal(outs[-1], np.full(3, 6.0, np.float32))

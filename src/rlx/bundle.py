@@ -29,13 +29,13 @@ BUNDLE_VERSION = 1
 def meta_json(program: Program, source: Mapping[str, Any] | None = None) -> dict[str, Any]:
     values = program.values()
     outputs = []
-    for k, o in enumerate(program.outputs):
+    for k, o in enumerate(program.outputs[: program.n_user_outputs]):
         if isinstance(o, Ref):
             v = values[o.name]
             outputs.append({"name": f"out{k}", "shape": [dim_json(d) for d in v.shape], "dtype": v.dtype})
         elif isinstance(o, Lit):
             outputs.append({"name": f"out{k}", "shape": [], "dtype": o.dtype})
-    return {
+    doc = {
         "format": BUNDLE_FORMAT,
         "version": BUNDLE_VERSION,
         "model_name": program.name,
@@ -46,6 +46,9 @@ def meta_json(program: Program, source: Mapping[str, Any] | None = None) -> dict
         "rlx_version": __version__,
         "source": dict(source or {"format": "rlx-torch-ir", "version": 1}),
     }
+    if program.state:  # buffers the runtime carries from call to call (their initial values: the weights)
+        doc["state"] = [s.name for s in program.state]
+    return doc
 
 
 def write_bundle(
@@ -60,7 +63,7 @@ def write_bundle(
     exactly those tensors it is linked (or copied) instead of written again."""
     bundle_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_text(bundle_dir / "program.json", program.dumps())
-    needed = {w.key for w in program.weights}
+    needed = {w.key for w in program.weights} | {s.key for s in program.state}
     target = bundle_dir / "weights.safetensors"
     if weights_file is not None and set(weights) == needed:
         try:
@@ -96,7 +99,7 @@ def read_bundle(bundle_dir: str | Path) -> tuple[Program, dict[str, np.ndarray],
     meta = read_json(paths["meta.json"])
     check_meta(meta, program, paths["meta.json"])
     tensors, _ = safetensors_io.read(paths["weights.safetensors"])
-    extra = sorted(set(tensors) - {w.key for w in program.weights})
+    extra = sorted(set(tensors) - {w.key for w in program.weights} - {s.key for s in program.state})
     if extra:
         more = f" and {len(extra) - 3} more" if len(extra) > 3 else ""
         raise BundleError(
@@ -141,6 +144,18 @@ def bind_weights(program: Program, tensors: Mapping[str, np.ndarray], source: Pa
                 f"the program declares {w.dtype}{list(w.shape)}"
             )
         out[w.name] = arr
+    inputs = {v.name: v for v in program.inputs}
+    for s in program.state:  # the initial value of each state buffer
+        v = inputs[s.name]
+        if s.key not in tensors:
+            raise BundleError(f"{source}: tensor {s.key!r} is missing (the initial value of state {s.name})")
+        arr = tensors[s.key]
+        if dtypes.from_numpy(arr.dtype) != v.dtype or tuple(arr.shape) != v.shape:
+            raise BundleError(
+                f"{source}: tensor {s.key!r} is {dtypes.from_numpy(arr.dtype)}{list(arr.shape)}, "
+                f"state {s.name} is {v.dtype}{list(v.shape)}"
+            )
+        out[s.name] = arr
     return out
 
 

@@ -67,6 +67,11 @@ def _parser() -> argparse.ArgumentParser:
         help="decompose ops rlx lacks with torch's decompositions (default on)",
     )
     imp.add_argument(
+        "--strict",
+        action="store_true",
+        help="export with TorchDynamo (torch.export strict mode), e.g. for transformers' static-cache wrappers",
+    )
+    imp.add_argument(
         "--dynamic",
         action="append",
         default=[],
@@ -288,6 +293,7 @@ def cmd_import(args: argparse.Namespace) -> int:
         force=args.force,
         dynamic_shapes=dynamic_shapes,
         auto_decompose=args.auto_decompose,
+        strict=args.strict,
         emit_style=args.emit_style,
         on_step=lambda name, secs: _say(f"  {labels.get(name, name):<40} {secs:7.2f} s"),
     )
@@ -420,13 +426,19 @@ def _inspect_bundle(path: Path) -> None:
     lines = [f"bundle {path}: model {program.name}"]
     if source.get("producer") or source.get("decomposition"):
         lines.append(f"source: {source.get('producer', '?')}, decomposition {source.get('decomposition', '?')}")
-    lines += _fmt_values("inputs", [(v.name, v.shape, v.dtype) for v in program.inputs])
+    lines += _fmt_values("inputs", [(v.name, v.shape, v.dtype) for v in program.user_inputs])
     if program.symbols:
         lines += ["symbols:"] + [f"  {format_symbol(s)}" for s in program.symbols]
+    if program.data_symbols:
+        lines += ["sizes set by the data:"] + [f"  {format_symbol(s)}" for s in program.data_symbols]
+    if program.state:
+        state = {v.name: v for v in program.inputs}
+        lines += _fmt_values("state (updated by every call)", [(s.name, state[s.name].shape, state[s.name].dtype)
+                                                                for s in program.state])  # fmt: skip
     values = program.values()
     outs = [
         (f"out{k}", values[o.name].shape, values[o.name].dtype)
-        for k, o in enumerate(program.outputs)
+        for k, o in enumerate(program.outputs[: program.n_user_outputs])
         if hasattr(o, "name")
     ]
     lines += _fmt_values("outputs", outs)
@@ -447,7 +459,11 @@ def _inspect_torch_ir(path: Path) -> None:
     lines += _fmt_values("inputs", [(i.id, i.shape, i.dtype) for i in ir.inputs])
     if ir.symbols:
         lines += ["symbols:"] + [f"  {format_symbol(s)}" for s in ir.symbols]
+    if ir.data_symbols:
+        lines += ["sizes set by the data:"] + [f"  {format_symbol(s)}" for s in ir.data_symbols]
     lines += _fmt_values("outputs", [(o.ref or "const", o.shape or (), o.dtype or "-") for o in ir.outputs])
+    if ir.state_updates:
+        lines.append("state updates: " + ", ".join(f"out{k} → {t}" for t, k in ir.state_updates.items()))
     lines.append(f"parameters: {n_params:,} in {len(ir.weights)} tensors")
     lines += _fmt_hist("aten ops", ir.op_histogram())
     _say("\n".join(lines))

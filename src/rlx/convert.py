@@ -225,7 +225,7 @@ def write_and_verify(
         out_dir=final_dir,
         bundle_dir=final_dir / "bundle" if "bundle" in emit else None,
         decomposition=decomposition,
-        n_inputs=len(program.inputs),
+        n_inputs=len(program.user_inputs),
         n_params=n_params,
         param_bytes=sum(int(np.asarray(a).nbytes) for a in weights.values()),
         n_instructions=len(program.instrs),
@@ -255,8 +255,13 @@ def from_torch(
     on_step: StepCallback | None = None,
     emit_style: str = "numpy",
     backend: str = "numpy",
+    strict: bool = False,
 ) -> ConvertReport:
     """Convert a PyTorch module into ``out_dir`` and (by default) check parity against PyTorch.
+
+    ``strict=True`` exports with TorchDynamo (``torch.export.export(strict=True)``), which
+    transformers' static-cache export wrappers need. Buffers the forward updates in place (a KV
+    cache) become the model's state: see ``Model.state``.
 
     Ops the registry lacks but torch can decompose are decomposed automatically (``auto_decompose``);
     the report's notes list them. ``emit_style`` picks the generated package's array library
@@ -278,11 +283,15 @@ def from_torch(
                 dynamic_shapes=dynamic_shapes,
                 model_name=model_name,
                 auto_decompose=auto_decompose,
+                strict=strict,
             ),
         )
         notes = []
         if exported.auto_decomposed:
-            notes.append(f"auto-decomposed with torch's decompositions: {', '.join(exported.auto_decomposed)}")
+            notes.append(
+                "auto-decomposed with torch's decompositions (or a custom op's registered implementation): "
+                + ", ".join(exported.auto_decomposed)
+            )
         write(exported, staged.path)
         reference = None
         if verify:

@@ -118,12 +118,14 @@ def compare_nodes(
     torch_values: Mapping[str, Any],
 ) -> DebugReport:
     """Compare every single-tensor aten value, accumulated and local (see the module docstring)."""
-    arrays = [np.asarray(inputs[v.name]) for v in program.inputs]
+    # State inputs (a KV cache) start from their stored initial values, as the first call does.
+    arrays = [np.asarray(inputs[v.name] if v.name in inputs else weights[v.name]) for v in program.inputs]
     if program.is_dynamic:
         program = specialize(program, bind_symbols(program, arrays))
     env: dict[str, np.ndarray] = {v.name: a for v, a in zip(program.inputs, arrays)}
     env.update(weights)
-    rlx_values = run_instructions(program.instrs, dict(env))
+    sizes: dict[str, int] = {}
+    rlx_values = run_instructions(program.instrs, dict(env), sizes)
     producer = {ins.result: ins.node for ins in program.instrs}
     groups: dict[str, list] = {}
     for ins in program.instrs:
@@ -148,7 +150,7 @@ def compare_nodes(
                         continue
                     source = torch_values.get(to_aten.get(r.name, ""))
                     seeded[r.name] = source if isinstance(source, np.ndarray) else rlx_values[r.name]
-            local = compare(index, np.asarray(run_instructions(group, seeded)[value]), want)
+            local = compare(index, np.asarray(run_instructions(group, seeded, dict(sizes))[value]), want)
         report.nodes.append(
             NodeReport(index, node.id, node.op, list(want.shape), dtypes.from_numpy(want.dtype), accumulated, local)
         )

@@ -147,3 +147,25 @@ def test_rows_the_model_refuses_are_found_within_their_batch(per_token, tmp_path
     summary = rlx.batch.run(bundle, tmp_path / "d.parquet", tmp_path / "out", on_error="skip")
     assert (summary.written, summary.skipped) == (5, 1)
     assert pq.read_table(tmp_path / "out").column("row_index").to_pylist() == [0, 1, 2, 3, 5]
+
+
+def test_stateful_model_is_refused_in_one_line(tmp_path):
+    import torch
+
+    import rlx
+    from rlx.batch.spec import signature
+    from rlx.errors import UsageError
+
+    class Counter(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("seen", torch.zeros(()))
+
+        def forward(self, x):
+            self.seen.add_(1)
+            return x * self.seen
+
+    rlx.from_torch(Counter(), (torch.ones(2, 3),), tmp_path / "counter")
+    with pytest.raises(UsageError) as err:
+        signature(rlx.load(tmp_path / "counter"))
+    assert "b_seen" in str(err.value) and "\n" not in str(err.value)

@@ -325,7 +325,7 @@ DECOMPOSITION_CASES = [
     case(
         "solve-triangular",
         [
-            lambda a, b: torch.linalg.solve_triangular(a, b, upper=up, left=True, unitriangular=unit)
+            lambda a, b, up=up, unit=unit: torch.linalg.solve_triangular(a, b, upper=up, left=True, unitriangular=unit)
             for up in (False, True)
             for unit in (False, True)
         ],
@@ -335,14 +335,18 @@ DECOMPOSITION_CASES = [
     ),
     case(
         "solve-triangular-right",
-        [lambda a, b: torch.linalg.solve_triangular(a, b, upper=up, left=False) for up in (False, True)],
+        [lambda a, b, up=up: torch.linalg.solve_triangular(a, b, upper=up, left=False) for up in (False, True)],
         spd((4, 4)),
         (2, 3, 4),
         dtypes=REAL,
     ),
     case(
         "triangular-solve",
-        [lambda b, a: torch.triangular_solve(b, a, upper=up, transpose=t) for up in (False, True) for t in (False, True)],
+        [
+            lambda b, a, up=up, t=t: torch.triangular_solve(b, a, upper=up, transpose=t)
+            for up in (False, True)
+            for t in (False, True)
+        ],
         (4, 2),
         spd((4, 4)),
         dtypes=REAL,

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import rlx
+
 from helpers import load_example
 
 torch = pytest.importorskip("torch")
@@ -27,7 +28,11 @@ def test_example_export_imports_with_parity(name, exporter, tmp_path):
     model, inputs = load_example(name).get_model()
     model.eval()
     path = tmp_path / f"{name}.onnx"
-    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+    with (
+        warnings.catch_warnings(),
+        contextlib.redirect_stdout(io.StringIO()),
+        contextlib.redirect_stderr(io.StringIO()),
+    ):
         warnings.simplefilter("ignore")
         dynamo = exporter == "dynamo"
         torch.onnx.export(model, inputs, str(path), dynamo=dynamo, **({} if dynamo else {"opset_version": 18}))

@@ -102,8 +102,9 @@ def test_dynamic_plans_are_cached_per_binding(setting):
         return
     # Weights folded and packed once, on the program as written, and shared by every binding's plan.
     plans = list(runtime._by_binding.values())
+    # Slots 0 and 1 hold None and the run's data-dependent sizes; then the inputs, then the weights.
     packed = [
-        {w.name: id(p._base[1 + len(p.program.inputs) + k]) for k, w in enumerate(p.program.weights)} for p in plans
+        {w.name: id(p._base[2 + len(p.program.inputs) + k]) for k, w in enumerate(p.program.weights)} for p in plans
     ]
     once = set(packed[0]) & set(packed[1]) & set(runtime.engine.weights)  # not per-binding ones (arange(seq))
     assert any("permute" in n for n in once)  # a packed weight

@@ -63,6 +63,12 @@ class Signature:
 def signature(model: Model, column_map: Mapping[str, str] | None = None) -> Signature:
     """The batch view of ``model``; ``column_map`` maps input names to data columns (default: same name)."""
     column_map = dict(column_map or {})
+    if model.program.state or model.program.input_updates:
+        # Rows in batches, in any order and on several workers: a state carried between them means nothing.
+        raise UsageError(
+            f"{model.name} updates state or its inputs on every call ({', '.join(model.state) or 'its inputs'}); "
+            "rlx batch runs models whose rows are independent: call the model in a loop instead"
+        )
     unknown = sorted(set(column_map) - set(model.input_names))
     if unknown:
         raise UsageError(

@@ -159,18 +159,37 @@ class NumpyWriter:
     # ── the module ───────────────────────────────────────────────────────────
     def module(self, decomposition: str) -> str:
         p = self.program
-        signature = ", ".join(["params"] + [identifier(v.name) for v in p.inputs])
+        state = [v for v in p.inputs if v.name in {s.name for s in p.state}]
+        signature = ", ".join(["params"] + [identifier(v.name) for v in [*p.user_inputs, *state]])
         body = [f"def forward({signature}):"]
-        doc_inputs = ", ".join(f"{v.name} {format_shape(v.shape)} {v.dtype}" for v in p.inputs)
-        body.append(f'    """Inputs: {doc_inputs}. ``params`` maps state_dict names to arrays."""')
+        doc_inputs = ", ".join(f"{v.name} {format_shape(v.shape)} {v.dtype}" for v in p.user_inputs)
+        doc = f"Inputs: {doc_inputs}. ``params`` maps state_dict names to arrays."
+        if state:
+            doc += f" State (current values in, new values out): {', '.join(identifier(v.name) for v in state)}."
+        if p.input_updates:
+            doc += " Last result: the new values of the inputs updated in place, by position."
+        body.append(f'    """{doc}"""')
         body += self.bind_symbols()
+        data_symbols = {s.name for s in p.data_symbols}
         last_node = None
         for ins in p.instrs:
             if ins.node != last_node and ins.note:
                 body.append(f"    # {ins.note}")
                 last_node = ins.node
             body.append(f"    {identifier(ins.result)} = {self.expression(ins)}")
-        body.append(f"    return {self.output(p.output_tree)}")
+            for axis, d in enumerate(ins.shape):  # a size the data decides, known from here on
+                if isinstance(d, Sym) and d.expr in data_symbols:
+                    body.append(f"    {d.expr} = {identifier(ins.result)}.shape[{axis}]")
+                    data_symbols.discard(d.expr)
+        result = self.output(p.output_tree)
+        if p.state:
+            updates = ", ".join(f"{identifier(s.name)!r}: {self.operand(p.outputs[s.output])}" for s in p.state)
+            result = f"{result}, {{{updates}}}"
+        if p.input_updates:  # new values of inputs the model updates in place, by input position
+            positions = {v.name: k for k, v in enumerate(p.user_inputs)}
+            updates = ", ".join(f"{positions[n]}: {self.operand(p.outputs[k])}" for n, k in p.input_updates.items())
+            result = f"{result}, {{{updates}}}"
+        body.append(f"    return {result}")
         hist = "\n".join(f"#   {n:>5}  {op}" for op, n in p.source_histogram.items())
         code = "\n".join(body)
         # Import only what the code uses, so the module stays ruff-clean (F401) for any program.

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from rlx import safetensors_io
-from rlx.emit.codegen import ops_init, snake, writer
+from rlx.emit.codegen import identifier, ops_init, snake, writer
 from rlx.emit.vendor import STYLES, vendor_ops
 from rlx.errors import UsageError
 from rlx.ir.calls import Special
@@ -41,18 +41,43 @@ from . import model
 from ._ops import read_safetensors
 
 WEIGHTS = Path(__file__).parent / "weights.safetensors"
+STATE = {state!r}  # buffers the model updates on every call → the tensor holding each one's initial value
+UPDATES_INPUTS = {updates_inputs!r}  # whether the model writes into some of its inputs, as PyTorch's did
 
 
 class Model:
-    """The converted model: ``Model()(*inputs)`` returns outputs in the original structure."""
+    """The converted model: ``Model()(*inputs)`` returns outputs in the original structure.
+
+    A model with state (a KV cache) keeps it in ``state``, updated by every call; ``reset()``
+    restores the initial values, and ``fork()`` makes a model sharing the weights with its own
+    state: one per concurrent conversation or stream.
+    """
 
     def __init__(self, weights_path=WEIGHTS):
         tensors, _ = read_safetensors(weights_path)
         self.params = tensors
+        self.reset()
+
+    def reset(self):
+        self.state = {{name: np.array(self.params[key]) for name, key in STATE.items()}}
+
+    def fork(self):
+        twin = object.__new__(Model)
+        twin.params = self.params
+        twin.reset()
+        return twin
 
     def __call__(self, *inputs):
         with np.errstate(all="ignore"):  # inf and NaN are values here, as in PyTorch, not warnings
-            return model.forward(self.params, *inputs)
+            result = model.forward(self.params, *inputs, **self.state)
+        if UPDATES_INPUTS:  # the new values of inputs updated in place go into the arrays given
+            *result, updates = result
+            for position, value in updates.items():
+                np.copyto(inputs[position], value)
+            result = result[0] if len(result) == 1 else tuple(result)
+        if STATE:
+            result, self.state = result
+        return result
 
 
 def load(weights_path=WEIGHTS):
@@ -66,15 +91,21 @@ from pathlib import Path
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from . import model
 from ._ops import read_safetensors, x64
 
 WEIGHTS = Path(__file__).parent / "weights.safetensors"
+STATE = {state!r}  # buffers the model updates on every call → the tensor holding each one's initial value
 
 
 class Model:
     """The converted model: ``Model()(*inputs)`` returns outputs (jax arrays) in the original structure.
+
+    A model with state (a KV cache) passes it into the jitted forward and keeps what comes out in
+    ``state``; ``reset()`` restores the initial values, ``fork()`` makes a model sharing the
+    weights with its own state (one per concurrent conversation or stream).
 
     Calls run ``jax.jit(model.forward)`` with 64-bit types enabled, so int64 and float64 stay 64-bit
     as in PyTorch (``x64()`` is a thread-local scope; your own JAX code keeps its setting). To jit,
@@ -87,10 +118,28 @@ class Model:
         with x64():
             self.params = {{key: jnp.asarray(value) for key, value in tensors.items()}}
         self.forward = jax.jit(model.forward)
+        self.reset()
+
+    def reset(self):
+        self.state = {{name: self.params[key] for name, key in STATE.items()}}
+
+    def fork(self):
+        twin = object.__new__(Model)
+        twin.params, twin.forward = self.params, self.forward
+        twin.reset()
+        return twin
 
     def __call__(self, *inputs):
         with x64():
-            return self.forward(self.params, *inputs)
+            result = self.forward(self.params, *inputs, **self.state)
+        if UPDATES_INPUTS:  # JAX arrays are immutable: the new values go into numpy arrays given
+            *result, updates = result
+            for position, value in updates.items():
+                np.copyto(inputs[position], np.asarray(value))
+            result = result[0] if len(result) == 1 else tuple(result)
+        if STATE:
+            result, self.state = result
+        return result
 
 
 def load(weights_path=WEIGHTS):
@@ -176,11 +225,16 @@ def write_package(
     (pkg / "model.py").write_text(code.module(decomposition), encoding="utf-8")
     (pkg / "_ops" / "__init__.py").write_text(ops_init(sorted(code.kernels), style), encoding="utf-8")
     init = JAX_INIT if style == "jax" else INIT
-    (pkg / "__init__.py").write_text(init.format(name=program.name, version=__version__), encoding="utf-8")
+    state = {identifier(s.name): s.key for s in program.state}
+    (pkg / "__init__.py").write_text(
+        init.format(name=program.name, version=__version__, state=state, updates_inputs=bool(program.input_updates)),
+        encoding="utf-8",
+    )
     (pkg / "__main__.py").write_text(
-        MAIN.format(package=name, inputs=[v.name for v in program.inputs]), encoding="utf-8"
+        MAIN.format(package=name, inputs=[v.name for v in program.user_inputs]), encoding="utf-8"
     )
     needed = {w.key: weights[w.key] for w in program.weights}
+    needed.update({s.key: weights[s.key] for s in program.state})
     safetensors_io.write(pkg / "weights.safetensors", needed)
     (root / "pyproject.toml").write_text(
         _pyproject(name, program.name, style, _needs_scipy(program, style)), encoding="utf-8"
@@ -231,7 +285,7 @@ ignore = ["E501", "E731", "B905"]
 
 
 def _readme(name: str, program: Program, decomposition: str, style: str) -> str:
-    inputs = "\n".join(f"- `{v.name}`: shape {[str(d) for d in v.shape]}, {v.dtype}" for v in program.inputs)
+    inputs = "\n".join(f"- `{v.name}`: shape {[str(d) for d in v.shape]}, {v.dtype}" for v in program.user_inputs)
     ops = "\n".join(f"| `{op}` | {n} |" for op, n in program.source_histogram.items())
     runs_with = (
         "It runs with numpy and ml_dtypes only: no torch, no rlx."

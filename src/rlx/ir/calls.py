@@ -527,6 +527,77 @@ class Roll(Call):
     axes: tuple[int, ...]
 
 
+# ── selection: results whose size depends on the data ─────────────────────────
+# A result extent that is a bare data symbol (``u0``) is bound at run time from the result itself;
+# the JAX backend, which compiles fixed shapes, refuses programs that have any.
+@dataclass(frozen=True)
+class Nonzero(Call):
+    """``torch.nonzero``: the int64 coordinates ``[n, rank]`` of the non-zero entries, row-major order."""
+
+    x: Ref
+
+
+@dataclass(frozen=True)
+class NonzeroStatic(Call):
+    """``torch.nonzero_static``: ``Nonzero`` cut or padded with ``fill`` to ``size`` rows (a static shape)."""
+
+    x: Ref
+    size: int
+    fill: int
+
+
+@dataclass(frozen=True)
+class MaskedSelect(Call):
+    """``torch.masked_select``: the entries of ``x`` where ``mask`` is true (both broadcast), as a vector."""
+
+    x: Ref
+    mask: Ref
+
+
+@dataclass(frozen=True)
+class Unique(Call):
+    """One result of ``torch.unique`` / ``unique_consecutive`` / ``unique_dim`` (``part``: values,
+    inverse or counts). Values come sorted (``consecutive``: runs of equal entries collapse, in
+    order); ``axis`` None works on the flattened tensor, else on the slices along ``axis``."""
+
+    x: Ref
+    part: str
+    consecutive: bool
+    axis: int | None
+
+
+@dataclass(frozen=True)
+class Bincount(Call):
+    """``torch.bincount``: occurrences (or summed ``weights``) of each value of the int vector
+    ``x``; ``max(x) + 1`` entries, at least ``minlength``."""
+
+    x: Ref
+    weights: Ref | None
+    minlength: int
+
+
+@dataclass(frozen=True)
+class Histc(Call):
+    """``torch.histc``: ``bins`` equal-width bins over ``[lo, hi]`` (the data's own range when
+    ``lo == hi``); entries outside are ignored, ``hi`` itself falls in the last bin."""
+
+    x: Ref
+    bins: int
+    lo: float
+    hi: float
+
+
+@dataclass(frozen=True)
+class GroupedMatMul(Call):
+    """``out[r] = x[r] @ w[g(r)]`` where the rows of ``x`` are sorted by group and ``offsets[g]``
+    is the cumulative row count through group ``g`` (``torch._grouped_mm`` with 2-d ``x``,
+    transformers' ``grouped_mm_fallback``); rows past the last offset are zero."""
+
+    x: Ref
+    w: Ref
+    offsets: Ref
+
+
 # ── scatter and diagonals ────────────────────────────────────────────────────
 @dataclass(frozen=True)
 class IndexPut(Call):

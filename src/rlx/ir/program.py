@@ -20,7 +20,7 @@ import numpy as np
 
 from rlx.errors import SchemaError
 from rlx.ir import dtypes
-from rlx.ir.symbolic import Shape, Sym, Symbol, dim_from_json, dim_json, eval_dim, eval_shape, evaluate
+from rlx.ir.symbolic import Shape, Sym, Symbol, dim_from_json, dim_json, evaluate, names, partial_dim
 
 PROGRAM_FORMAT = "rlx-program"
 PROGRAM_VERSION = 1
@@ -153,6 +153,17 @@ class Instr:
     note: str = ""  # "aten.op.overload (x[2,3], y[3]) -> [2,3] f32"
 
 
+@dataclass(frozen=True)
+class StateVar:
+    """A buffer the program updates on every call (a KV cache): the input ``name`` carries its
+    current value in, output ``output`` its new value out; ``key`` names its initial value in
+    ``weights.safetensors``."""
+
+    name: str
+    key: str
+    output: int
+
+
 @dataclass
 class Program:
     name: str
@@ -168,10 +179,28 @@ class Program:
     # (the parity debugger compares them; the code generator names values after them).
     value_map: dict[str, str] = field(default_factory=dict)
     guards: list[str] = field(default_factory=list)  # boolean expressions torch asserted over them
+    # Sizes known only once the data is (nonzero's row count …): bound at run time by the
+    # instruction whose result first has that extent.
+    data_symbols: list[Symbol] = field(default_factory=list)
+    state: list[StateVar] = field(default_factory=list)
+    # Inputs the model updates in place (``x.add_(1)`` on an argument): input name → the output
+    # holding the new value, which the runtime writes back into the caller's array.
+    input_updates: dict[str, int] = field(default_factory=dict)
 
     @property
     def is_dynamic(self) -> bool:
         return bool(self.symbols)
+
+    @property
+    def user_inputs(self) -> list[Value]:
+        """The inputs a caller passes (state inputs are carried by the runtime)."""
+        carried = {s.name for s in self.state}
+        return [v for v in self.inputs if v.name not in carried]
+
+    @property
+    def n_user_outputs(self) -> int:
+        """Outputs before the state and input updates (which come last)."""
+        return len(self.outputs) - len(self.state) - len(self.input_updates)
 
     def values(self) -> dict[str, Value]:
         """Every named value of the program with its shape and dtype."""
@@ -188,6 +217,17 @@ class Program:
 
     # ── JSON ────────────────────────────────────────────────────────────────
     def to_json(self) -> dict[str, Any]:
+        doc = self._core_json()
+        # Written only when present, so programs without them stay byte-identical to older ones.
+        if self.data_symbols:
+            doc["data_symbols"] = [_symbol_json(s) for s in self.data_symbols]
+        if self.state:
+            doc["state"] = [{"name": s.name, "key": s.key, "output": s.output} for s in self.state]
+        if self.input_updates:
+            doc["input_updates"] = [{"name": n, "output": k} for n, k in self.input_updates.items()]
+        return doc
+
+    def _core_json(self) -> dict[str, Any]:
         return {
             "format": PROGRAM_FORMAT,
             "version": PROGRAM_VERSION,
@@ -213,7 +253,7 @@ class Program:
             "output_tree": self.output_tree,
             "value_map": self.value_map,
             "source_histogram": self.source_histogram,
-            "symbols": [{"name": s.name, "min": s.min, "max": s.max, "hint": s.hint} for s in self.symbols],
+            "symbols": [_symbol_json(s) for s in self.symbols],
             "guards": list(self.guards),
         }
 
@@ -228,6 +268,10 @@ class Program:
 def dumps_json(doc: Any) -> str:
     """Deterministic, strict JSON (non-finite floats are encoded by ``encode`` beforehand)."""
     return json.dumps(doc, indent=1, sort_keys=False, allow_nan=False) + "\n"
+
+
+def _symbol_json(s: Symbol) -> dict[str, Any]:
+    return {"name": s.name, "min": s.min, "max": s.max, "hint": s.hint}
 
 
 def _value_json(v: Value) -> dict[str, Any]:
@@ -402,10 +446,10 @@ def _shape(raw: Any, where: str) -> Shape:
     return tuple(dim_from_json(d, f"{where}[{k}]") for k, d in enumerate(raw))
 
 
-def _symbols(raw: Any, where: str) -> list[Symbol]:
+def _symbols(raw: Any, where: str, key: str = "symbols") -> list[Symbol]:
     out = []
     for k, s in enumerate(raw if isinstance(raw, list) else []):
-        at = f"{where}.symbols[{k}]"
+        at = f"{where}.{key}[{k}]"
         name, lo, hi, hint = _get(s, "name", at, str), _get(s, "min", at, int), s.get("max"), _get(s, "hint", at, int)
         if not name.isidentifier() or (hi is not None and (not isinstance(hi, int) or isinstance(hi, bool))):
             raise SchemaError(f"{at}: expected an identifier name and an int or null max")
@@ -489,7 +533,42 @@ def _program_from_json(doc: Any, where: str) -> Program:
         source_format=doc.get("source_format", "") if isinstance(doc.get("source_format", ""), str) else "",
         symbols=_symbols(doc.get("symbols", []), where),
         guards=[_guard(g, f"{where}.guards[{k}]") for k, g in enumerate(doc.get("guards", []) or [])],
+        data_symbols=_symbols(doc.get("data_symbols", []), where, "data_symbols"),
+        state=_state(doc.get("state", []), where, inputs, len(outputs)),
+        input_updates=_input_updates(doc.get("input_updates", []), where, inputs, len(outputs)),
     )
+
+
+def _input_updates(raw: Any, where: str, inputs: list[Value], n_outputs: int) -> dict[str, int]:
+    if not isinstance(raw, list):
+        raise SchemaError(f"{where}.input_updates: expected a list")
+    names = {v.name for v in inputs}
+    out: dict[str, int] = {}
+    for k, u in enumerate(raw):
+        at = f"{where}.input_updates[{k}]"
+        name, output = _get(u, "name", at, str), _get(u, "output", at, int)
+        if name not in names or name in out or not 0 <= output < n_outputs:
+            raise SchemaError(f"{at}: expected a distinct input name and an output index below {n_outputs}")
+        out[name] = output
+    return out
+
+
+def _state(raw: Any, where: str, inputs: list[Value], n_outputs: int) -> list[StateVar]:
+    if not isinstance(raw, list):
+        raise SchemaError(f"{where}.state: expected a list")
+    names = {v.name for v in inputs}
+    out = []
+    for k, s in enumerate(raw):
+        at = f"{where}.state[{k}]"
+        var = StateVar(_get(s, "name", at, str), _get(s, "key", at, str), _get(s, "output", at, int))
+        if var.name not in names:
+            raise SchemaError(f"{at}.name: {var.name!r} is not an input of the program")
+        if not n_outputs - len(raw) <= var.output < n_outputs:
+            raise SchemaError(f"{at}.output: {var.output} is not one of the last {len(raw)} outputs")
+        out.append(var)
+    if len({s.name for s in out}) != len(out) or len({s.output for s in out}) != len(out):
+        raise SchemaError(f"{where}.state: a state input or output is listed twice")
+    return out
 
 
 def _value_map(raw: Any, where: str) -> dict[str, str]:
@@ -505,36 +584,49 @@ def _guard(raw: Any, where: str) -> str:
     return raw
 
 
-def _subst_dims(v: Any, bindings: dict[str, int]) -> Any:
+def _subst_dims(v: Any, bindings: Mapping[str, int]) -> Any:
+    """``v`` with the bound symbols evaluated; expressions reading a data-dependent size (not
+    bound yet) keep that part symbolic."""
     if isinstance(v, Sym):
-        return eval_dim(v, bindings)
+        return partial_dim(v, bindings)
     if isinstance(v, Lit) and isinstance(v.value, Sym):
+        if not names(v.value.expr) <= bindings.keys():
+            return Lit(partial_dim(v.value, bindings), v.dtype)
         if dtypes.is_float(v.dtype):  # a symbolic float (e.g. a scale in/out): no integrality check
             return Lit(float(evaluate(v.value.expr, bindings)), v.dtype)
-        return Lit(eval_dim(v.value, bindings), v.dtype)
+        return Lit(partial_dim(v.value, bindings), v.dtype)
     if isinstance(v, tuple):
         return tuple(_subst_dims(x, bindings) for x in v)
     return v
 
 
+def subst_call(call: Call, bindings: Mapping[str, int]) -> Call:
+    """``call`` with its symbolic fields evaluated (as far as ``bindings`` reach)."""
+    changes = {}
+    for f in dataclasses.fields(call):
+        v = getattr(call, f.name)
+        new = _subst_dims(v, bindings)
+        if new is not v:
+            changes[f.name] = new
+    return dataclasses.replace(call, **changes) if changes else call
+
+
 def specialize(program: Program, bindings: dict[str, int]) -> Program:
-    """The program with every symbolic extent evaluated for one binding of the input symbols."""
-    instrs = []
-    for ins in program.instrs:
-        call = ins.call
-        changes = {}
-        for f in dataclasses.fields(call):
-            v = getattr(call, f.name)
-            new = _subst_dims(v, bindings)
-            if new is not v:
-                changes[f.name] = new
-        if changes:
-            call = dataclasses.replace(call, **changes)
-        instrs.append(Instr(ins.result, call, eval_shape(ins.shape, bindings), ins.dtype, ins.node, ins.note))
+    """The program with every symbolic extent evaluated for one binding of the input symbols
+    (extents that depend on data stay symbolic until the run computes them)."""
+    instrs = [
+        Instr(ins.result, subst_call(ins.call, bindings), _partial_shape(ins.shape, bindings), ins.dtype, ins.node,
+              ins.note)
+        for ins in program.instrs
+    ]  # fmt: skip
     return dataclasses.replace(
         program,
-        inputs=[Value(v.name, eval_shape(v.shape, bindings), v.dtype) for v in program.inputs],
+        inputs=[Value(v.name, _partial_shape(v.shape, bindings), v.dtype) for v in program.inputs],
         instrs=instrs,
         symbols=[],
         guards=[],
     )
+
+
+def _partial_shape(shape: Shape, bindings: Mapping[str, int]) -> Shape:
+    return tuple(partial_dim(d, bindings) for d in shape)

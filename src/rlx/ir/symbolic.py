@@ -18,6 +18,15 @@ from typing import Any
 from rlx.errors import SchemaError
 
 
+class UnboundSymbolError(SchemaError, KeyError):
+    """An expression reads a symbol nothing binds (a damaged symbol table, or a data-dependent size
+    read before the instruction that produces it). A ``KeyError`` too, for callers that skip such
+    expressions."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""
+
+
 @dataclass(frozen=True)
 class Sym:
     """A symbolic integer expression over input symbols."""
@@ -133,7 +142,8 @@ def names(expr: str) -> set[str]:
 
 
 def evaluate(expr: str, bindings: Mapping[str, int]) -> Any:
-    """Evaluate ``expr`` with the symbols bound (raises ``KeyError`` for an unbound symbol)."""
+    """Evaluate ``expr`` with the symbols bound (raises ``UnboundSymbolError``, a ``KeyError``,
+    for an unbound symbol)."""
 
     def ev(node: ast.AST) -> Any:
         if isinstance(node, ast.Expression):
@@ -141,6 +151,10 @@ def evaluate(expr: str, bindings: Mapping[str, int]) -> Any:
         if isinstance(node, ast.Constant):
             return node.value
         if isinstance(node, ast.Name):
+            if node.id not in bindings:
+                raise UnboundSymbolError(
+                    f"symbolic size {expr} reads {node.id}, which no input or earlier result binds"
+                )
             return bindings[node.id]
         if isinstance(node, ast.BinOp):
             return _BINOPS[type(node.op)](ev(node.left), ev(node.right))
@@ -148,13 +162,7 @@ def evaluate(expr: str, bindings: Mapping[str, int]) -> Any:
             v = ev(node.operand)
             return -v if isinstance(node.op, ast.USub) else (not v if isinstance(node.op, ast.Not) else v)
         if isinstance(node, ast.Compare):
-            left = ev(node.left)
-            for op, right_node in zip(node.ops, node.comparators):
-                right = ev(right_node)
-                if not _CMPOPS[type(op)](left, right):
-                    return False
-                left = right
-            return True
+            return _compare(ev(node.left), [(op, ev(r)) for op, r in zip(node.ops, node.comparators)])
         if isinstance(node, ast.BoolOp):
             vals = [ev(v) for v in node.values]
             return all(vals) if isinstance(node.op, ast.And) else any(vals)
@@ -163,6 +171,21 @@ def evaluate(expr: str, bindings: Mapping[str, int]) -> Any:
         raise SchemaError(f"cannot evaluate {ast.dump(node)}")
 
     return ev(parse(expr))
+
+
+def _compare(left: Any, rest: list[tuple[ast.cmpop, Any]]) -> bool:
+    """A chained comparison ``a < b <= c`` (every operand evaluated, as the expressions are pure)."""
+    for op, right in rest:
+        if not _CMPOPS[type(op)](left, right):
+            return False
+        left = right
+    return True
+
+
+def _lookup(expr: str, name: str, bindings: Mapping[str, int]) -> int:
+    if name not in bindings:
+        raise UnboundSymbolError(f"symbolic size {expr} reads {name}, which no input or earlier result binds")
+    return bindings[name]
 
 
 def eval_dim(d: Dim, bindings: Mapping[str, int]) -> int:
@@ -174,6 +197,25 @@ def eval_dim(d: Dim, bindings: Mapping[str, int]) -> int:
             raise SchemaError(f"symbolic dimension {d.expr} evaluated to the non-integer {value}")
         value = int(value)
     return int(value)
+
+
+def partial_dim(d: Dim, bindings: Mapping[str, int]) -> Dim:
+    """``d`` with the bound symbols substituted: an int once every symbol it reads is bound, else
+    the rest of the expression (``u0*s0`` with ``s0=3`` → ``u0*3``), to be finished at run time
+    when a data-dependent size (``u0``) is known."""
+    if isinstance(d, int):
+        return d
+    free = names(d.expr)
+    if free <= bindings.keys():
+        return eval_dim(d, bindings)
+    if not free & bindings.keys():
+        return d
+
+    class Substitute(ast.NodeTransformer):
+        def visit_Name(self, node: ast.Name) -> ast.AST:
+            return ast.Constant(bindings[node.id]) if node.id in bindings and node.id in free else node
+
+    return Sym(ast.unparse(Substitute().visit(ast.parse(d.expr, mode="eval"))))
 
 
 def eval_shape(shape: Sequence[Dim], bindings: Mapping[str, int]) -> tuple[int, ...]:

@@ -125,11 +125,18 @@ class TorchIR:
     output_tree: Any = None
     symbols: list[Symbol] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
+    # Sizes that depend on data (torch's unbacked symbols u0, u1 …: nonzero's row count, unique's
+    # length), with their range and the value they had in the example run.
+    data_symbols: list[Symbol] = field(default_factory=list)
+    # Buffers (kind "buffer" weights) and inputs the graph updates in place: target id → the index
+    # in ``outputs`` of the new value. Those outputs come after the model's own outputs and carry
+    # ``"state": target`` in the file, so readers that do not know state still read the rest.
+    state_updates: dict[str, int] = field(default_factory=dict)
 
     @property
     def hints(self) -> dict[str, int]:
-        """The example extent of every symbol."""
-        return {s.name: s.hint for s in self.symbols}
+        """The example extent of every symbol (data-dependent ones included)."""
+        return {s.name: s.hint for s in [*self.symbols, *self.data_symbols]}
 
     def op_histogram(self) -> dict[str, int]:
         hist: dict[str, int] = {}
@@ -163,8 +170,14 @@ class TorchIR:
             ],
             "outputs": [_output_json(o, hints) for o in self.outputs],
         }
+        for target, k in self.state_updates.items():
+            doc["outputs"][k]["state"] = target
         if self.symbols:
             doc["symbols"] = [{"name": s.name, "min": s.min, "max": s.max, "hint": s.hint} for s in self.symbols]
+        if self.data_symbols:
+            doc["data_symbols"] = [
+                {"name": s.name, "min": s.min, "max": s.max, "hint": s.hint} for s in self.data_symbols
+            ]
         if self.output_tree is not None:
             doc["output_tree"] = self.output_tree
         return doc
@@ -377,14 +390,19 @@ def parse(doc: Any, source: str = "torch-ir.json") -> TorchIR:
         raise r.fail("version", f"this rlx reads version {VERSION}, found {version}; upgrade rlx")
 
     symbols = _parse_symbols(r, doc)
+    data_symbols = _parse_symbols(r, doc, "data_symbols")
+    clash = {s.name for s in symbols} & {s.name for s in data_symbols}
+    if clash:
+        raise r.fail("data_symbols", f"{', '.join(sorted(clash))} also named in symbols")
     defined: set[str] = set()  # ids of inputs, weights and nodes so far: references must point back
     inputs = _parse_inputs(r, doc, symbols, defined)
     weights = _parse_weights(r, doc, defined)
     nodes = _parse_nodes(r, doc, defined)
     outputs = _parse_outputs(r, doc, defined)
+    state_updates = _parse_state_updates(r, doc, inputs, weights)
 
     known = {"format", "version", "model_name", "producer", "decomposition", "inputs", "weights", "nodes", "outputs",
-             "output_tree", "symbols"}  # fmt: skip
+             "output_tree", "symbols", "data_symbols"}  # fmt: skip
     return TorchIR(
         model_name=str(doc.get("model_name") or "model"),
         inputs=inputs,
@@ -396,7 +414,28 @@ def parse(doc: Any, source: str = "torch-ir.json") -> TorchIR:
         output_tree=doc.get("output_tree"),
         symbols=[sym for sym in symbols if sym.hint >= 0],
         extra={k: v for k, v in doc.items() if k not in known},
+        data_symbols=data_symbols,
+        state_updates=state_updates,
     )
+
+
+def _parse_state_updates(
+    r: _Reader, doc: dict[str, Any], inputs: list[Input], weights: list[TorchWeight]
+) -> dict[str, int]:
+    """``outputs[k].state``: the buffer or input that output ``k`` is the new value of."""
+    targets = {w.id for w in weights if w.kind == "buffer"} | {i.id for i in inputs}
+    updates: dict[str, int] = {}
+    for k, raw in enumerate(doc["outputs"]):
+        target = raw.get("state") if isinstance(raw, dict) else None
+        if target is None:
+            continue
+        at = f"outputs[{k}].state"
+        if not isinstance(target, str) or target not in targets:
+            raise r.fail(at, f"{target!r} is not a buffer or input of this graph")
+        if target in updates:
+            raise r.fail(at, f"{target!r} is updated by two outputs")
+        updates[target] = k
+    return updates
 
 
 def _define(r: _Reader, defined: set[str], name: str, where: str) -> None:
@@ -405,10 +444,13 @@ def _define(r: _Reader, defined: set[str], name: str, where: str) -> None:
     defined.add(name)
 
 
-def _parse_symbols(r: _Reader, doc: dict[str, Any]) -> list[Symbol]:
+def _parse_symbols(r: _Reader, doc: dict[str, Any], key: str = "symbols") -> list[Symbol]:
     symbols = []
-    for k, raw in enumerate(doc.get("symbols") or []):
-        at = f"symbols[{k}]"
+    raw_list = doc.get(key) or []
+    if not isinstance(raw_list, list):
+        raise r.fail(key, f"expected a list, found {_kind(raw_list)}")
+    for k, raw in enumerate(raw_list):
+        at = f"{key}[{k}]"
         d = r.obj(raw, at)
         name = r.field(d, "name", at, str)
         if not name.isidentifier():

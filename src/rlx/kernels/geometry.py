@@ -45,6 +45,25 @@ def pool_output(
     return tuple(conv_out_size(*axis, ceil_mode) for axis in zip(sizes, kernel, stride, padding, dilation))
 
 
+def pool_geometry(
+    shape: tuple[int, ...],
+    kernel: tuple[int, ...],
+    stride: tuple[int, ...],
+    padding: tuple[int, ...],
+    dilation: tuple[int, ...],
+    ceil_mode: bool,
+) -> tuple[tuple[int, ...], list[tuple[int, int]]]:
+    """Output extents and per-axis (left, right) explicit padding, for runtimes whose pooling takes
+    pads (ONNX): the right padding grows so ceil_mode's last partial window fits."""
+    out = pool_output(shape, kernel, stride, padding, dilation, ceil_mode)
+    sizes = shape[len(shape) - len(kernel) :]
+    pads = [
+        (p, max(p, (n - 1) * s + d * (k - 1) + 1 - size - p))
+        for size, k, s, p, d, n in zip(sizes, kernel, stride, padding, dilation, out)
+    ]
+    return out, pads
+
+
 def pool_windows(
     shape: tuple[int, ...],
     kernel: tuple[int, ...],

@@ -138,14 +138,18 @@ def matrix_exp(c: C.MatrixExp, x: Any, *, xp: ArrayNamespace) -> Any:
     if a.size == 0:
         return x
     norm = float(xp.max(xp.sum(xp.abs(a), axis=-2)))
-    squarings = 0 if not norm < float("inf") or norm <= _THETA13 else min(int(math.ceil(math.log2(norm / _THETA13))), 1100)
+    squarings = (
+        0 if not norm < float("inf") or norm <= _THETA13 else min(int(math.ceil(math.log2(norm / _THETA13))), 1100)
+    )
     a = a / 2.0**squarings
     b = _PADE13
     eye = xp.eye(n, dtype=F64)
     a2 = xp.matmul(a, a)
     a4 = xp.matmul(a2, a2)
     a6 = xp.matmul(a4, a2)
-    u = xp.matmul(a, xp.matmul(a6, b[13] * a6 + b[11] * a4 + b[9] * a2) + b[7] * a6 + b[5] * a4 + b[3] * a2 + b[1] * eye)
+    u = xp.matmul(
+        a, xp.matmul(a6, b[13] * a6 + b[11] * a4 + b[9] * a2) + b[7] * a6 + b[5] * a4 + b[3] * a2 + b[1] * eye
+    )
     v = xp.matmul(a6, b[12] * a6 + b[10] * a4 + b[8] * a2) + b[6] * a6 + b[4] * a4 + b[2] * a2 + b[0] * eye
     r = xp.linalg.solve(v - u, v + u)
     for _ in range(squarings):

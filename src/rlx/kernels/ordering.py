@@ -98,5 +98,7 @@ def search_sorted(c: C.SearchSorted, sorted_: Any, values: Any, *, xp: ArrayName
     if sorted_.ndim == 1:
         below = sorted_ <= values[..., None] if c.right else sorted_ < values[..., None]
     else:
-        below = sorted_[..., None, :] <= values[..., :, None] if c.right else sorted_[..., None, :] < values[..., :, None]
+        below = (
+            sorted_[..., None, :] <= values[..., :, None] if c.right else sorted_[..., None, :] < values[..., :, None]
+        )
     return xp.sum(below, axis=-1).astype(np.int64)

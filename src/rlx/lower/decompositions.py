@@ -170,7 +170,7 @@ def _permutation_matrix(b: Builder, pivots: Ref, m: Dim, meta: TensorMeta) -> Re
 
 def _unpack(b: Builder, lu: Ref, metas: tuple[TensorMeta, TensorMeta]) -> tuple[Ref, Ref]:
     """``L`` (unit lower, ``[m, k]``) and ``U`` (upper, ``[k, n]``) of a packed LU ``[m, n]``."""
-    (m, n), (l_meta, u_meta) = b.shape(lu)[-2:], metas
+    (m, n), l_meta = b.shape(lu)[-2:], metas[0]
     k = l_meta.shape[-1]
     lower = _keep(b, take_slice(b, lu, b.rank(lu) - 1, 0, k) if k != n else lu, "lt")
     unit = b.emit_like(Binary("add", lower, _eye(b, m, k, l_meta.dtype)), l_meta)

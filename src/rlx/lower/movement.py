@@ -285,8 +285,6 @@ def index(node: Node, b: Builder) -> Operand:
         if a is None:
             indices.append(None)
             continue
-        idx = b.tensor(node, a)
-        if b.dtype(idx) == "bool":
-            raise LoweringError(f"node {node.id}: indexing with a boolean mask has a data-dependent shape")
-        indices.append(idx)
+        # A boolean mask selects its True positions: the result length is a data-dependent size.
+        indices.append(b.tensor(node, a))
     return b.emit_like(Index(x, tuple(indices)), node.meta)

@@ -18,7 +18,7 @@ from typing import Any, overload
 from rlx.errors import LoweringError, RlxError, UnsupportedOpError
 from rlx.ir import dtypes, symbolic
 from rlx.ir.calls import Cast
-from rlx.ir.program import Call, Instr, Lit, Operand, Program, Ref, Value, Weight
+from rlx.ir.program import Call, Instr, Lit, Operand, Program, Ref, StateVar, Value, Weight
 from rlx.ir.symbolic import Dim, Shape, Sym, eval_shape
 from rlx.ir.torch_ir import Node, Output, ScalarMeta, TensorMeta, TorchIR
 
@@ -96,6 +96,7 @@ def _load_families() -> None:
         reduce,
         resample,
         scatter,
+        selection,
         special,
         spectral,
     )
@@ -109,7 +110,7 @@ class Builder:
         self.env: dict[str, Any] = {}  # aten value id → Operand, or a tuple of them for multi-output nodes
         self.info: dict[str, Value] = {v.name: v for v in program.inputs}
         self.info.update({w.name: Value(w.name, w.shape, w.dtype) for w in program.weights})
-        self.hints = {s.name: s.hint for s in program.symbols}
+        self.hints = {s.name: s.hint for s in [*program.symbols, *program.data_symbols]}
         self._node: Node | None = None
         self._names: set[str] = set(self.info)
         self._emitted: list[Instr] = []
@@ -320,40 +321,61 @@ def check_coverage(ir: TorchIR) -> None:
         for op, ids in sorted(missing.items()):
             first = ", ".join(ids[:3]) + (", …" if len(ids) > 3 else "")
             parts.append(f"{op} ×{len(ids)} (nodes {first})")
-        raise UnsupportedOpError(
-            f"unsupported ops ({len(missing)}): {'; '.join(parts)}. "
-            "Try --decomposition core, or file an issue with this line",
-            missing,
+        custom = sorted(op for op in missing if not op.startswith(("aten.", "prims.")))
+        advice = (
+            f"custom op(s) {', '.join(custom)} have no implementation rlx can trace: register a decomposition "
+            "or a traceable Python implementation with torch.library (custom_op / register_decomposition)"
+            if custom
+            else "Try --decomposition core, or file an issue with this line"
         )
+        raise UnsupportedOpError(f"unsupported ops ({len(missing)}): {'; '.join(parts)}. {advice}", missing)
 
 
 def lower(ir: TorchIR) -> Program:
-    """Lower a parsed torch-ir graph to a Program (coverage is checked first, all at once)."""
+    """Lower a parsed torch-ir graph to a Program (coverage is checked first, all at once).
+
+    Buffers the graph updates in place become state: program inputs that the runtime feeds with
+    their current value (initially the stored weight) and replaces with the output that updates
+    them after every call."""
     check_coverage(ir)
+    state_buffers = _state_buffers(ir)
     program = Program(
         name=ir.model_name,
-        inputs=[Value(i.id, i.shape, i.dtype) for i in ir.inputs],
-        weights=[Weight(w.id, w.key, w.shape, w.dtype) for w in ir.weights],
+        inputs=[Value(i.id, i.shape, i.dtype) for i in ir.inputs]
+        + [Value(w.id, w.shape, w.dtype) for w in ir.weights if w.id in state_buffers],
+        weights=[Weight(w.id, w.key, w.shape, w.dtype) for w in ir.weights if w.id not in state_buffers],
         instrs=[],
         outputs=[],
         output_tree=ir.output_tree,
         source_histogram=ir.op_histogram(),
         symbols=list(ir.symbols),
+        data_symbols=list(ir.data_symbols),
+        state=[StateVar(w.id, w.key, ir.state_updates[w.id]) for w in ir.weights if w.id in state_buffers],
+        input_updates={i.id: ir.state_updates[i.id] for i in ir.inputs if i.id in ir.state_updates},
     )
     b = Builder(program)
     for v in program.inputs:
         b.env[v.name] = Ref(v.name)
     for w in program.weights:
         b.env[w.name] = Ref(w.name)
-    known_symbols = {s.name for s in ir.symbols}
+    known_symbols = {s.name for s in [*ir.symbols, *ir.data_symbols]}
     for node in ir.nodes:
         _lower_one(node, b, program, known_symbols)
     program.value_map = {key: v.name for key, v in b.env.items() if isinstance(v, Ref)}
     program.outputs.extend(_output_operand(k, out, b) for k, out in enumerate(ir.outputs))
+    program.state.sort(key=lambda s: s.output)
     if program.output_tree is None:  # producers that do not record it: one output bare, several as a tuple
-        n = len(program.outputs)
+        n = program.n_user_outputs
         program.output_tree = {"out": 0} if n == 1 else {"tuple": [{"out": k} for k in range(n)]}
     return program
+
+
+def _state_buffers(ir: TorchIR) -> set[str]:
+    """The buffers the graph updates (the other updated targets are inputs)."""
+    n_user = len(ir.outputs) - len(ir.state_updates)
+    if any(k < n_user for k in ir.state_updates.values()):
+        raise LoweringError("torch-ir.json: state updates must be the last outputs")
+    return set(ir.state_updates) & {w.id for w in ir.weights}
 
 
 def _lower_one(node: Node, b: Builder, program: Program, known_symbols: set[str]) -> None:
@@ -406,8 +428,8 @@ def _shape_value(node: Node, known_symbols: set[str]) -> int | float | bool | Sy
         unknown = symbolic.names(value.expr) - known_symbols
         if unknown:
             raise LoweringError(
-                f"node {node.id} ({node.op}) depends on data ({', '.join(sorted(unknown))}): "
-                "data-dependent shapes are not supported"
+                f"node {node.id} ({node.op}) reads {', '.join(sorted(unknown))}, which neither `symbols` nor "
+                "`data_symbols` of torch-ir.json defines; re-export the model"
             )
         return value
     if isinstance(value, (bool, int, float)):

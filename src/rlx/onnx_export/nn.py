@@ -156,7 +156,7 @@ def avg_pool(g: OnnxGraph, c: C.AvgPool, out: Instr, x: T) -> T:
     squeeze = x.rank == nd + 1
     xin = g.op("Unsqueeze", [x, g.ints([0])], x.dtype, (1, *x.static_shape("pooling"))) if squeeze else x
     sizes = x.static_shape("AvgPool")[-nd:]
-    divisor = geometry.avg_pool_divisor(sizes, c.kernel, c.stride, c.padding, pads, windows, c.count_include_pad)
+    divisor = geometry.avg_pool_divisor(sizes, c.kernel, c.stride, c.padding, windows, c.count_include_pad)
     attrs: dict[str, Any] = dict(
         kernel_shape=list(c.kernel), strides=list(c.stride), pads=[lo for lo, _ in pads] + [hi for _, hi in pads]
     )

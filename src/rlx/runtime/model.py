@@ -19,7 +19,15 @@ from rlx.runtime.engines import Executor, create_engine
 
 
 class Model:
-    """A loaded model. ``model(*arrays, **named)`` returns outputs in the model's structure."""
+    """A loaded model. ``model(*arrays, **named)`` returns outputs in the model's structure.
+
+    A model whose forward updates buffers in place (a KV cache) carries that state: every call
+    reads the current values and stores the new ones (``state``; ``reset()`` restores the values
+    it was exported with). The state belongs to this Model object, so give each concurrent
+    conversation or stream its own: ``fork()`` makes one that shares the weights and compiled
+    plans (cheap) and starts from the initial state. Models without state run from any number of
+    threads at once.
+    """
 
     def __init__(
         self,
@@ -34,11 +42,19 @@ class Model:
         engine_options: Mapping[str, Any] | None = None,
     ) -> None:
         self.program = program
+        initial = weights
         self.meta = meta or {}
         self.name = program.name
-        self.inputs: list[Value] = list(program.inputs)
+        self.inputs: list[Value] = program.user_inputs
         self.output_tree = program.output_tree
-        check_tree(self.output_tree, len(program.outputs), "output_tree")
+        check_tree(self.output_tree, program.n_user_outputs, "output_tree")
+        self._initial_state = {s.name: initial[s.name] for s in program.state}
+        self._state = {k: np.array(v) for k, v in self._initial_state.items()}
+        # State buffers' initial values come with the weights; the engine must see them only as
+        # the inputs they are (constant folding would bake them in).
+        carried = {s.name for s in program.state}
+        if carried:
+            weights = {k: v for k, v in weights.items() if k not in carried}
         self._weights = weights
         self.backend = backend
         # The numpy engine's passes (rlx.passes.pipeline) run unless `optimize=False` (`rlx run --no-opt`).
@@ -58,6 +74,22 @@ class Model:
     @property
     def input_names(self) -> list[str]:
         return [v.name for v in self.inputs]
+
+    @property
+    def state(self) -> dict[str, np.ndarray]:
+        """The current value of every state buffer, by name (copies: writing them changes nothing)."""
+        return {k: v.copy() for k, v in self._state.items()}
+
+    def reset(self) -> None:
+        """Put every state buffer back to the value it was exported with."""
+        self._state = {k: np.array(v) for k, v in self._initial_state.items()}
+
+    def fork(self) -> Model:
+        """A Model with its own state (the initial values) sharing this one's weights, engine and plans."""
+        twin = object.__new__(Model)
+        twin.__dict__.update(self.__dict__)
+        twin.reset()
+        return twin
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return unflatten(self.output_tree, self.run_flat(self.bind(args, kwargs)))
@@ -82,8 +114,19 @@ class Model:
         return [check_input(v, bound[v.name]) for v in self.inputs]
 
     def run_flat(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
-        """Run on inputs in program order (as ``bind`` returns them)."""
-        return self.executor_for(inputs).run(inputs)
+        """Run on inputs in program order (as ``bind`` returns them); a model with state reads and
+        updates it, and returns only its own outputs."""
+        program = self.program
+        if not program.state and not program.input_updates:
+            return self.executor_for(inputs).run(inputs)
+        carried = iter(inputs)
+        full = [self._state[v.name] if v.name in self._state else next(carried) for v in program.inputs]
+        outputs = self.executor_for(full).run(full)
+        for s in program.state:
+            self._state[s.name] = outputs[s.output]
+        if program.input_updates:
+            write_back(program, full, outputs)
+        return outputs[: program.n_user_outputs]
 
     def executor_for(self, inputs: list[np.ndarray]) -> Executor:
         if self._static is not None:
@@ -101,6 +144,17 @@ class Model:
             if len(self._by_binding) > PLAN_CACHE_SIZE:
                 self._by_binding.popitem(last=False)
         return executor
+
+
+def write_back(program: Program, inputs: list[np.ndarray], outputs: list[np.ndarray]) -> None:
+    """Inputs the model updates in place receive their new values, as the PyTorch tensors would
+    (the caller sees it when it passed a numpy array of the input's dtype, which is used as is)."""
+    index = {v.name: k for k, v in enumerate(program.inputs)}
+    for name, k in program.input_updates.items():
+        target = inputs[index[name]]
+        if not target.flags.writeable:
+            raise InputError(f"input {name!r} is updated in place by the model, but the array given is read-only")
+        np.copyto(target, outputs[k])
 
 
 PLAN_CACHE_SIZE = 16  # evaluated plans kept per model, least recently used first out

@@ -18,9 +18,9 @@ from typing import Any
 
 import numpy as np
 import sympy
-from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 import torch
 from torch.export import ExportedProgram
+from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 from torch.utils import _pytree as pytree
 from torch.utils._sympy.numbers import int_oo
 
@@ -56,6 +56,7 @@ def export(
     decomposition: str = "high",
     dynamic_shapes: Any = None,
     model_name: str | None = None,
+    strict: bool = False,
 ) -> Exported:
     """Export ``model`` and write ``torch-ir.json``, ``weights.safetensors``, ``reference.safetensors``."""
     result = capture(
@@ -65,6 +66,7 @@ def export(
         decomposition=decomposition,
         dynamic_shapes=dynamic_shapes,
         model_name=model_name,
+        strict=strict,
     )
     write(result, out_dir)
     return result
@@ -79,11 +81,19 @@ def capture(
     dynamic_shapes: Any = None,
     model_name: str | None = None,
     auto_decompose: bool = True,
+    strict: bool = False,
 ) -> Exported:
     """Export in memory: the torch-ir graph, weights, example inputs and eager reference outputs.
 
     With ``auto_decompose``, ops the registry lacks but torch can decompose are decomposed and
     the graph re-recorded, a few rounds at most; ``Exported.auto_decomposed`` lists them.
+    ``strict`` exports with TorchDynamo tracing (``torch.export.export(strict=True)``), which some
+    modules need (transformers' static-cache export wrappers, whose cache non-strict export lifts
+    as mutated constants).
+
+    Buffers the forward updates in place (a KV cache) are recorded as state: their values before
+    the call are the weights, the graph's buffer-mutation outputs their new values. The eager
+    reference run starts from the same values, and the module's buffers are put back afterwards.
     """
     if decomposition not in LEVELS:
         raise UsageError(f"unknown decomposition level {decomposition!r}; use one of {', '.join(LEVELS)}")
@@ -95,19 +105,28 @@ def capture(
     try:
         with warnings.catch_warnings():  # torch's own deprecation chatter is not the user's concern
             warnings.simplefilter("ignore", FutureWarning)
-            ep = torch.export.export(model, example_inputs, kwargs=kwargs, dynamic_shapes=dynamic_shapes)
+            ep = torch.export.export(model, example_inputs, kwargs=kwargs, dynamic_shapes=dynamic_shapes, strict=strict)
             ep = decompose(ep, decomposition)
     except Exception as e:  # torch raises many types; the user needs the gist of its message
-        raise ExportError(f"torch.export failed for {type(model).__name__}: {_export_error_gist(e)}") from e
-    with torch.no_grad():
-        eager = model(*example_inputs, **kwargs)
+        gist = _export_error_gist(e)
+        # Non-strict export lifts tensors a module creates itself (a cache object's) as constants and
+        # cannot trace in-place updates of them; TorchDynamo (strict) sees them as the buffers they are.
+        hint = "; try strict=True (--strict)" if not strict and "compiled_fn" in gist else ""
+        raise ExportError(f"torch.export failed for {type(model).__name__}: {gist}{hint}") from e
+    flat_in, _ = pytree.tree_flatten((example_inputs, kwargs))
+    user_inputs = [s for s in ep.graph_signature.input_specs if s.kind.name == "USER_INPUT"]
+    inputs = {}
+    for spec, value in zip(user_inputs, flat_in):
+        if isinstance(value, torch.Tensor):
+            inputs[spec.arg.name] = tensor_to_numpy(value)
+    eager = _eager_run(model, example_inputs, kwargs, ep)
     flat_out, _ = pytree.tree_flatten(eager)
     name = model_name or type(model).__name__
 
     def record(ep: ExportedProgram) -> tuple[TorchIR, dict[str, np.ndarray]]:
         try:
             names = user_dim_names(model, example_inputs, kwargs, dynamic_shapes, ep)
-            return _graph_to_ir(ep, name, decomposition, names)
+            return _graph_to_ir(ep, name, decomposition, names, inputs)
         except RlxError:
             raise
         except Exception as e:  # a graph this recorder does not understand yet: say where, in one line
@@ -117,16 +136,36 @@ def capture(
     decomposed: list[str] = []
     if auto_decompose:
         ep, ir, weights, decomposed = _auto_decompose(ep, ir, weights, record)
-    flat_in, _ = pytree.tree_flatten((example_inputs, kwargs))
-    user_inputs = [s for s in ep.graph_signature.input_specs if s.kind.name == "USER_INPUT"]
-    inputs = {}
-    for spec, value in zip(user_inputs, flat_in):
-        if isinstance(value, torch.Tensor):
-            inputs[spec.arg.name] = tensor_to_numpy(value)
     outputs = [tensor_to_numpy(v) if isinstance(v, torch.Tensor) else None for v in flat_out]
-    if len(outputs) != len(ir.outputs):
-        raise ExportError(f"eager run returned {len(outputs)} outputs but the exported graph has {len(ir.outputs)}")
+    n_user = len(ir.outputs) - len(ir.state_updates)
+    if len(outputs) != n_user:
+        raise ExportError(f"eager run returned {len(outputs)} outputs but the exported graph has {n_user}")
     return Exported(ir, weights, inputs, outputs, ep, decomposed)
+
+
+def _eager_run(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], ep: ExportedProgram) -> Any:
+    """The reference outputs, leaving the module's buffers and the example inputs as they were
+    (a forward that updates them in place runs on copies of the inputs, and its buffers are restored)."""
+    state_before = _snapshot_state(model)
+    if any(s.kind.name == "USER_INPUT_MUTATION" for s in ep.graph_signature.output_specs):
+        args, kwargs = pytree.tree_map(lambda t: t.clone() if isinstance(t, torch.Tensor) else t, (args, kwargs))
+    try:
+        with torch.no_grad():
+            return model(*args, **kwargs)
+    finally:
+        _restore_state(model, state_before)
+
+
+def _snapshot_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """Copies of the module's buffers, so a forward that updates them in place can be undone."""
+    return {k: b.detach().clone() for k, b in model.named_buffers()}
+
+
+def _restore_state(model: torch.nn.Module, saved: Mapping[str, torch.Tensor]) -> None:
+    with torch.no_grad():
+        for k, b in model.named_buffers():
+            if k in saved and b.shape == saved[k].shape:
+                b.copy_(saved[k])
 
 
 MAX_DECOMPOSE_ROUNDS = 4
@@ -153,19 +192,35 @@ def _auto_decompose(
         tried.update(candidates)
         good = {}
         for op, overload in candidates.items():
-            if overload is None or overload not in decomposition_table:
+            table = _decomposition_for(overload, decomposition_table)
+            if table is None:
                 continue
-            trial = _run_decompositions(ep, [overload], decomposition_table)
+            trial = _run_decompositions(ep, [overload], table)
             if trial is not None and set(unsupported_ops(record(trial)[0])) <= missing - {op}:
-                good[op] = overload
+                good[op] = (overload, table)
         if not good:
             break
-        applied = _run_decompositions(ep, list(good.values()), decomposition_table)
+        merged = {o: t[o] for o, t in good.values()}
+        applied = _run_decompositions(ep, list(merged), merged)
         if applied is None:
             break
         ep, (ir, weights) = applied, record(applied)
         done.extend(sorted(good))
     return ep, ir, weights, done
+
+
+def _decomposition_for(overload: Any, table: Mapping[Any, Any]) -> Mapping[Any, Any] | None:
+    """torch's decomposition of ``overload``, else the Python implementation a custom op was
+    registered with (``torch.library.custom_op``), traced through like a decomposition."""
+    if overload is None:
+        return None
+    if overload in table:
+        return table
+    from torch._library.custom_ops import _maybe_get_opdef
+
+    opdef = _maybe_get_opdef(overload)
+    init = getattr(opdef, "_init_fn", None) if opdef is not None else None
+    return {overload: init} if init is not None else None
 
 
 def _run_decompositions(ep: ExportedProgram, ops: list[Any], table: Mapping[Any, Any]) -> ExportedProgram | None:
@@ -178,11 +233,15 @@ def _run_decompositions(ep: ExportedProgram, ops: list[Any], table: Mapping[Any,
 
 
 def overload_of(op: str) -> Any:
-    """``aten.cumsum.default`` → ``torch.ops.aten.cumsum.default`` (None if torch has no such op)."""
+    """``aten.cumsum.default`` → ``torch.ops.aten.cumsum.default``, and a custom op's
+    ``mylib.rms.default`` likewise (None if torch has no such op)."""
     parts = op.split(".")
-    if len(parts) != 3 or parts[0] != "aten":
+    if len(parts) != 3:
         return None
-    packet = getattr(torch.ops.aten, parts[1], None)
+    try:
+        packet = getattr(getattr(torch.ops, parts[0]), parts[1], None)
+    except (AttributeError, RuntimeError):
+        return None
     return getattr(packet, parts[2], None) if packet is not None else None
 
 
@@ -244,6 +303,8 @@ class _Recorder:
                 self.rename[sym] = sympy.Symbol(user_names[str(sym)], integer=True)
         self.symbols: list[Symbol] = []
         self._hints: dict[str, int] = {}
+        self.ranges = {str(k): v for k, v in ep.range_constraints.items()}
+        self.unbacked: dict[str, tuple[str, int | None]] = {}  # data symbol → (node, axis or None for a scalar)
         for sym, vr in ep.range_constraints.items():
             if not getattr(sym, "is_Symbol", False):
                 continue  # derived extents (2*seq) are ranges of expressions, not new symbols
@@ -255,31 +316,51 @@ class _Recorder:
     def name(self, expr: Any) -> str:
         return str(expr.xreplace(self.rename)) if self.rename else str(expr)
 
-    def dim(self, d: Any) -> Dim:
+    def dim(self, d: Any, where: tuple[str, int | None] | None = None) -> Dim:
         if isinstance(d, torch.SymInt):
             expr = d.node.expr
             if getattr(expr, "is_number", False):
                 return int(expr)
             if getattr(expr, "is_Symbol", False) and d.node.hint is not None:
                 self._hints[self.name(expr)] = int(d.node.hint)
+            elif getattr(expr, "is_Symbol", False) and str(expr).startswith("u") and where is not None:
+                self.unbacked.setdefault(str(expr), where)  # the first node whose result has this size
             return Sym(self.name(expr))
         return int(d)
+
+    def data_symbols(self, values: Mapping[str, Any]) -> list[Symbol]:
+        """The unbacked symbols (``u0`` …) with their range and their value in the example run."""
+        out = []
+        for sym, (node, axis) in self.unbacked.items():
+            name, _, k = node.partition("\0")
+            value = values.get(name)
+            if isinstance(value, tuple):
+                value = value[int(k or 0)]
+            if value is None:
+                raise ExportError(f"no example value for node {name}, whose size {sym} depends on the data")
+            hint = int(np.shape(value)[axis]) if axis is not None else int(np.asarray(value))
+            vr = self.ranges.get(sym)
+            lo = 0 if vr is None or not vr.lower.is_finite else max(0, int(vr.lower))
+            hi = None if vr is None or vr.upper == int_oo or not vr.upper.is_finite else int(vr.upper)
+            out.append(Symbol(sym, lo, hi, hint))
+        return out
 
     def finished_symbols(self) -> list[Symbol]:
         return [
             Symbol(s.name, s.min, s.max, self._hints.get(s.name, s.min)) for s in self.symbols if s.name in self._hints
         ]
 
-    def tensor_meta(self, val: torch.Tensor) -> TensorMeta:
-        return TensorMeta(tuple(self.dim(d) for d in val.shape), torch_dtype_token(val.dtype))
+    def tensor_meta(self, val: torch.Tensor, node: str | None = None) -> TensorMeta:
+        shape = tuple(self.dim(d, None if node is None else (node, k)) for k, d in enumerate(val.shape))
+        return TensorMeta(shape, torch_dtype_token(val.dtype))
 
-    def meta(self, val: Any) -> TensorMeta | ScalarMeta | None:
+    def meta(self, val: Any, node: str | None = None) -> TensorMeta | ScalarMeta | None:
         if isinstance(val, torch.Tensor):
-            return self.tensor_meta(val)
+            return self.tensor_meta(val, node)
         if isinstance(val, (bool, int, float)):
             return ScalarMeta(val)
         if isinstance(val, torch.SymInt):
-            return ScalarMeta(self.dim(val))
+            return ScalarMeta(self.dim(val, None if node is None else (node, None)))
         if isinstance(val, (torch.SymFloat, torch.SymBool)):
             return ScalarMeta(Sym(self.name(val.node.expr)))
         return None
@@ -303,14 +384,46 @@ class _Recorder:
         kwargs = {k: self.arg(v, where) for k, v in n.kwargs.items()}
         val = n.meta.get("val")
         if isinstance(val, (tuple, list)):
-            return Node(n.name, _op_name(n.target), args, kwargs, tuple(self.meta(v) for v in val), True)
-        return Node(n.name, _op_name(n.target), args, kwargs, (self.meta(val),), False)
+            # A data-dependent size first seen in result k is read from result k of the example run.
+            metas = tuple(self.meta(v, f"{n.name}\0{k}") for k, v in enumerate(val))
+            return Node(n.name, _op_name(n.target), args, kwargs, metas, True)
+        return Node(n.name, _op_name(n.target), args, kwargs, (self.meta(val, n.name),), False)
 
 
 def _graph_to_ir(
-    ep: ExportedProgram, model_name: str, decomposition: str, user_names: dict[str, str]
+    ep: ExportedProgram,
+    model_name: str,
+    decomposition: str,
+    user_names: dict[str, str],
+    example_inputs: Mapping[str, np.ndarray] | None = None,
 ) -> tuple[TorchIR, dict[str, np.ndarray]]:
     rec = _Recorder(ep, user_names)
+    inputs, weights, tensors = _record_inputs(ep, rec)
+    dropped = _effect_free(ep)
+    nodes = [rec.node(n) for n in ep.graph.nodes if n.op == "call_function" and n not in dropped]
+    outputs, state_updates = _record_outputs(ep, rec)
+    data_symbols: list[Symbol] = []
+    if rec.unbacked:  # sizes that depend on data: their example values come from running the graph
+        from rlx.torch_import.interpret import node_values
+
+        data_symbols = rec.data_symbols(node_values(ep, example_inputs or {}))
+    ir = TorchIR(
+        model_name=model_name,
+        inputs=inputs,
+        weights=weights,
+        nodes=nodes,
+        outputs=outputs,
+        producer=f"rlx {rlx.__version__} (torch {torch.__version__.split('+')[0]})",
+        decomposition=decomposition,
+        output_tree=tree_json(ep.call_spec.out_spec),
+        symbols=rec.finished_symbols(),
+        data_symbols=data_symbols,
+        state_updates=state_updates,
+    )
+    return ir, tensors
+
+
+def _record_inputs(ep: ExportedProgram, rec: _Recorder) -> tuple[list[Input], list[TorchWeight], dict[str, np.ndarray]]:
     inputs: list[Input] = []
     weights: list[TorchWeight] = []
     tensors: dict[str, np.ndarray] = {}
@@ -338,38 +451,36 @@ def _graph_to_ir(
             TorchWeight(name, spec.target, tuple(arr.shape), torch_dtype_token(tensor.dtype), kinds[spec.kind.name])
         )
         tensors[spec.target] = arr
+    return inputs, weights, tensors
 
-    nodes: list[Node] = []
-    outputs: list[Output] = []
-    dropped = _effect_free(ep)
-    out_kinds = [spec.kind.name for spec in ep.graph_signature.output_specs]
-    for n in ep.graph.nodes:
-        if n.op == "call_function" and n not in dropped:
-            nodes.append(rec.node(n))
-        elif n.op == "output":
-            for k, arg in enumerate(n.args[0]):
-                if k < len(out_kinds) and out_kinds[k] == "TOKEN":
-                    continue
-                if isinstance(arg, torch.fx.Node):
-                    out_meta = rec.meta(arg.meta.get("val"))
-                    shape, dtype = (
-                        (out_meta.shape, out_meta.dtype) if isinstance(out_meta, TensorMeta) else (None, None)
-                    )
-                    outputs.append(Output(arg.name, None, shape, dtype))
-                else:
-                    outputs.append(Output(None, rec.arg(arg, f"output {k}")))
-    ir = TorchIR(
-        model_name=model_name,
-        inputs=inputs,
-        weights=weights,
-        nodes=nodes,
-        outputs=outputs,
-        producer=f"rlx {rlx.__version__} (torch {torch.__version__.split('+')[0]})",
-        decomposition=decomposition,
-        output_tree=tree_json(ep.call_spec.out_spec),
-        symbols=rec.finished_symbols(),
-    )
-    return ir, tensors
+
+def _record_outputs(ep: ExportedProgram, rec: _Recorder) -> tuple[list[Output], dict[str, int]]:
+    """The model's outputs, then the new values of the buffers and inputs it updates in place
+    (torch lists those first; here they follow, so ``output_tree`` indices stay the user's)."""
+    placeholder_of = {s.target: s.arg.name for s in ep.graph_signature.input_specs if s.kind.name == "BUFFER"}
+    output_node = next(n for n in ep.graph.nodes if n.op == "output")
+    user: list[Output] = []
+    updates: list[tuple[str, Output]] = []
+    for k, (spec, arg) in enumerate(zip(ep.graph_signature.output_specs, output_node.args[0])):
+        if spec.kind.name == "TOKEN":  # threads the effects of dropped checks (_effect_free)
+            continue
+        if isinstance(arg, torch.fx.Node):
+            out_meta = rec.meta(arg.meta.get("val"))
+            shape, dtype = (out_meta.shape, out_meta.dtype) if isinstance(out_meta, TensorMeta) else (None, None)
+            out = Output(arg.name, None, shape, dtype)
+        else:
+            out = Output(None, rec.arg(arg, f"output {k}"))
+        kind = spec.kind.name
+        if kind == "USER_OUTPUT":
+            user.append(out)
+        elif kind == "BUFFER_MUTATION":
+            updates.append((placeholder_of[spec.target], out))
+        elif kind == "USER_INPUT_MUTATION":
+            updates.append((spec.target, out))
+        else:
+            raise ExportError(f"output {k}: {kind} outputs are not supported (inference graphs only)")
+    state = {target: len(user) + j for j, (target, _) in enumerate(updates)}
+    return user + [out for _, out in updates], state
 
 
 # Effectful ops torch.export threads through a token that only check their inputs (they raise in

@@ -53,9 +53,14 @@ def node_values(ep: ExportedProgram, user_inputs: Mapping[str, np.ndarray]) -> d
     """Every node's value (numpy; tuples for multi-output nodes), placeholders included, from
     running the exported graph on ``user_inputs`` (keyed by input id)."""
     tensors = {**ep.state_dict, **ep.constants}
+    placeholders = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
     args = []
     for spec in ep.graph_signature.input_specs:
         if spec.kind.name == "USER_INPUT":
+            constant = placeholders[spec.arg.name].meta.get("val")
+            if spec.arg.name not in user_inputs and not isinstance(constant, torch.Tensor):
+                args.append(constant)  # a non-tensor argument (use_cache=False): export fixed its value
+                continue
             if spec.arg.name not in user_inputs:
                 raise BundleError(f"no value for input {spec.arg.name!r} in the reference file")
             args.append(numpy_to_tensor(np.asarray(user_inputs[spec.arg.name])))

@@ -21,6 +21,7 @@ from rlx.errors import RlxError, UsageError
 from rlx.ir import dtypes
 from rlx.ir.calls import Special
 from rlx.ir.program import Program, Ref, resolve_operand
+from rlx.ir.symbolic import Sym
 from rlx.kernels import special
 from rlx.runtime.jax_engine.kernels import JAX, KERNELS, x64
 
@@ -51,7 +52,15 @@ class JaxEngine:
 
 
 def check_coverage(program: Program) -> None:
-    """Every Call of ``program`` must have a JAX kernel: say which ones do not, all at once."""
+    """Every Call of ``program`` must have a JAX kernel: say which ones do not, all at once; and no
+    size may depend on the data, which XLA's fixed shapes cannot express."""
+    if program.data_symbols:
+        producers = _size_producers(program)
+        raise UsageError(
+            f"the JAX backend compiles fixed shapes, and {program.name} has sizes that depend on the data "
+            f"({', '.join(s.name for s in program.data_symbols)}, from {', '.join(producers) or 'its graph'}); "
+            "run it with backend='numpy'"
+        )
     missing: dict[str, list[str]] = {}
     for ins in program.instrs:
         if ins.call.op not in KERNELS:
@@ -61,6 +70,18 @@ def check_coverage(program: Program) -> None:
     if missing:
         listed = ", ".join(f"{op} ×{len(r)} (first: {r[0]})" for op, r in sorted(missing.items()))
         raise UsageError(f"the JAX backend has no kernel for {listed}; run this model with backend='numpy'")
+
+
+def _size_producers(program: Program) -> list[str]:
+    """The Calls whose results first have each data-dependent size."""
+    pending = {s.name for s in program.data_symbols}
+    ops: list[str] = []
+    for ins in program.instrs:
+        for d in ins.shape:
+            if isinstance(d, Sym) and d.expr in pending:
+                pending.discard(d.expr)
+                ops.append(ins.call.op)
+    return sorted(set(ops))
 
 
 class JaxExecutor:

@@ -12,6 +12,7 @@ fusion, weight packing, buffer reuse) are Program → Program passes run before 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable, Mapping
 from operator import itemgetter
 from typing import Any
@@ -20,11 +21,12 @@ import numpy as np
 
 from rlx.errors import BundleError, RlxError
 from rlx.ir import dtypes
-from rlx.ir.program import Instr, Lit, Program, Ref, resolve_operand
-from rlx.ir.symbolic import is_static
+from rlx.ir.program import Instr, Lit, Program, Ref, resolve_operand, subst_call
+from rlx.ir.symbolic import Sym, UnboundSymbolError, eval_dim, is_static, partial_dim
 from rlx.runtime.numpy_engine.fused import BINDERS, Site, TensorType, kernel_for
 
 _NONE_SLOT = 0  # always holds None: an absent optional operand reads it
+_SIZES_SLOT = 1  # one run's data-dependent sizes (u0 …), bound as the instructions producing them run
 
 
 class _Slots:
@@ -32,7 +34,7 @@ class _Slots:
     results, each with its static type; slot 0 always holds None (an absent optional operand)."""
 
     def __init__(self) -> None:
-        self.base: list[Any] = [None]
+        self.base: list[Any] = [None, None]
         self.index: dict[str, int] = {}
         self.types: dict[str, TensorType | None] = {}
         self._consts: dict[tuple[Any, str, type], int] = {}
@@ -47,6 +49,8 @@ class _Slots:
     def operand(self, v: Any) -> tuple[int, TensorType | None]:
         if v is None:
             return _NONE_SLOT, None
+        if isinstance(v, Lit) and isinstance(v.value, Sym):
+            return _NONE_SLOT, None  # a data-dependent size: the late-bound step computes it per run
         if isinstance(v, Lit):
             key = (v.value, v.dtype, type(v.value))
             if key not in self._consts:
@@ -92,6 +96,7 @@ class Executor:
             slots.define(w.name, w.shape, w.dtype, weights[w.name])
         self._steps: list[Step] = []
         self._labels: list[str] = []
+        self._sized = False  # whether some step reads or binds a data-dependent size
         reads = [self._plan(ins, slots) for ins in program.instrs]
         self._base = slots.base
         self._input_slots = [slots.index[v.name] for v in program.inputs]
@@ -116,7 +121,13 @@ class Executor:
         flat, types, layout, static = slots.operands(ins)
         label = f"{ins.result} = {ins.call.op} [{ins.note or ins.node}]"
         try:
-            fn = self._bind(ins, kern, tuple(types) if static else None, layout, label)
+            if _has_sym(ins.call) or not is_static(ins.shape):
+                # A size known only at run time: evaluated (or bound) as the run goes.
+                fn = _late_bound(kern, ins, layout, label)
+                flat = [_SIZES_SLOT, *flat]
+                self._sized = True
+            else:
+                fn = self._bind(ins, kern, tuple(types) if static else None, layout, label)
         except RlxError:
             raise
         except Exception as e:  # shapes or dtypes that contradict each other: a damaged program
@@ -149,6 +160,8 @@ class Executor:
         env = self._base.copy()
         for slot, arr in zip(self._input_slots, inputs):
             env[slot] = arr
+        if self._sized:
+            env[_SIZES_SLOT] = {}
         step = None
         try:
             with np.errstate(all="ignore"):  # inf/NaN are values here, as in PyTorch, not warnings
@@ -173,6 +186,7 @@ class Executor:
             env = self._base.copy()
             for slot, arr in zip(self._input_slots, inputs):
                 env[slot] = arr
+            env[_SIZES_SLOT] = {}
             with np.errstate(all="ignore"):
                 for k, (fn, get, out, free, single) in enumerate(self._steps):
                     t0 = time.perf_counter()
@@ -206,7 +220,7 @@ def _no_args(env: list[Any]) -> tuple[()]:
 
 
 def _generic(
-    kern: Callable[..., Any], call: Any, layout: list[int], dtype: np.dtype, shape: tuple[Any, ...], label: str
+    kern: Callable[..., Any], call: Any, layout: list[int], dtype: np.dtype, shape: tuple[Any, ...] | None, label: str
 ) -> Callable[..., Any]:
     """The generic kernel with its Call applied, the operands regrouped into the Call's fields, and
     the result checked against the declared dtype and shape."""
@@ -227,7 +241,7 @@ def _generic(
             out = kern(call, *flat)
         if out.dtype != dtype:
             out = out.astype(dtype)
-        if out.shape != shape:
+        if shape is not None and out.shape != shape:
             raise RlxError(
                 f"runtime error in {label}: produced shape {list(out.shape)}, program declares {list(shape)}"
             )
@@ -236,25 +250,92 @@ def _generic(
     return run
 
 
-def run_instruction(ins: Instr, env: Mapping[str, np.ndarray]) -> np.ndarray:
-    """One instruction through its generic kernel, the result in its declared dtype."""
+def _has_sym(v: Any) -> bool:
+    """Whether a Call (or a field of one) mentions a symbolic size."""
+    if isinstance(v, Sym):
+        return True
+    if isinstance(v, Lit):
+        return isinstance(v.value, Sym)
+    if isinstance(v, tuple):
+        return any(_has_sym(x) for x in v)
+    if dataclasses.is_dataclass(v) and not isinstance(v, type):
+        return any(_has_sym(getattr(v, f.name)) for f in dataclasses.fields(v))
+    return False
+
+
+def _late_bound(kern: Callable[..., Any], ins: Instr, layout: list[int], label: str) -> Callable[..., Any]:
+    """The generic kernel for an instruction whose sizes depend on data: its symbolic fields are
+    evaluated with this run's sizes, and an extent it produces first (``u0``) is bound from its result."""
+
+    # Operands that are literal sizes (Lit(u0)) are read from the call once its sizes are known.
+    symbolic = [k for k, v in enumerate(_flat_operands(ins.call)) if isinstance(v, Lit) and isinstance(v.value, Sym)]
+
+    def run(sizes: dict[str, int], *flat: Any) -> np.ndarray:
+        try:
+            call = subst_call(ins.call, sizes)
+            shape = tuple(partial_dim(d, sizes) for d in ins.shape)
+        except UnboundSymbolError as e:
+            raise RlxError(f"runtime error in {label}: {e}") from None
+        if symbolic:
+            operands = _flat_operands(call)
+            flat = tuple(resolve_operand(operands[k], {}) if k in symbolic else v for k, v in enumerate(flat))
+        out = _generic(kern, call, layout, dtypes.to_numpy(ins.dtype), None, label)(*flat)
+        bind_sizes(shape, out.shape, sizes, label)
+        return out
+
+    return run
+
+
+def _flat_operands(call: Any) -> list[Any]:
+    """A call's operands in the kernels' flat order (tuple fields spread)."""
+    out: list[Any] = []
+    for f in call.operand_fields():
+        v = getattr(call, f)
+        out.extend(v if isinstance(v, tuple) else (v,))
+    return out
+
+
+def bind_sizes(declared: tuple[Any, ...], actual: tuple[int, ...], sizes: dict[str, int], label: str) -> None:
+    """Check a result's shape against its declaration, binding each data-dependent size it defines."""
+    if len(declared) != len(actual):
+        raise RlxError(f"runtime error in {label}: produced rank {len(actual)}, program declares {len(declared)}")
+    for d, n in zip(declared, actual):
+        if isinstance(d, Sym) and d.expr.isidentifier() and d.expr not in sizes:
+            sizes[d.expr] = int(n)
+            continue
+        want = d if isinstance(d, int) else eval_dim(d, sizes)
+        if want != n:
+            shown = [str(x) for x in declared]
+            raise RlxError(f"runtime error in {label}: produced shape {list(actual)}, program declares {shown}")
+
+
+def run_instruction(ins: Instr, env: Mapping[str, np.ndarray], sizes: dict[str, int] | None = None) -> np.ndarray:
+    """One instruction through its generic kernel, the result in its declared dtype; ``sizes``
+    holds the data-dependent sizes bound so far (and receives the ones this result defines)."""
     kern = kernel_for(ins.call.op)
     if kern is None:
         raise BundleError(f"program.json: the numpy backend has no kernel for {ins.call.op}")
-    out = kern(ins.call, *[resolve_operand(getattr(ins.call, f), env) for f in ins.call.operand_fields()])
-    return np.asarray(out).astype(dtypes.to_numpy(ins.dtype), copy=False)
+    call = ins.call if sizes is None else subst_call(ins.call, sizes)
+    out = kern(call, *[resolve_operand(getattr(call, f), env) for f in call.operand_fields()])
+    out = np.asarray(out).astype(dtypes.to_numpy(ins.dtype), copy=False)
+    if sizes is not None and not is_static(ins.shape):
+        bind_sizes(tuple(partial_dim(d, sizes) for d in ins.shape), out.shape, sizes, ins.result)
+    return out
 
 
-def run_instructions(instrs: Iterable[Instr], env: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def run_instructions(
+    instrs: Iterable[Instr], env: dict[str, np.ndarray], sizes: dict[str, int] | None = None
+) -> dict[str, np.ndarray]:
     """Run instructions one by one on a value environment, keeping every result.
 
     The slow, transparent path used by the parity debugger (a plain dict, nothing freed); the
     ``Executor`` is the fast one. Both call the same kernels.
     """
+    sizes = {} if sizes is None else sizes  # data-dependent sizes, bound as they are produced
     with np.errstate(all="ignore"):
         for ins in instrs:
             try:
-                env[ins.result] = run_instruction(ins, env)
+                env[ins.result] = run_instruction(ins, env, sizes)
             except KeyError as e:
                 raise RlxError(f"{ins.result} = {ins.call.op}: operand {e} has no value") from None
             except RlxError:

@@ -1,0 +1,117 @@
+"""Selection: Nonzero, NonzeroStatic, MaskedSelect, Unique, Bincount, Histc, GroupedMatMul.
+
+Most of these produce a result whose length depends on the data (a bare data symbol ``u0`` in the
+program); the numpy engine binds it from the result. ``NonzeroStatic``, ``Histc`` and
+``GroupedMatMul`` have fixed shapes and trace under JAX as well.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .registry import kernel
+
+if TYPE_CHECKING:
+    from ..ir import calls as C
+    from .namespace import ArrayNamespace
+
+
+@kernel("Nonzero")
+def nonzero(c: C.Nonzero, x: Any, *, xp: ArrayNamespace) -> Any:
+    return xp.argwhere(x).astype(np.int64).reshape(-1, x.ndim)
+
+
+@kernel("NonzeroStatic")
+def nonzero_static(c: C.NonzeroStatic, x: Any, *, xp: ArrayNamespace) -> Any:
+    # The first `size` non-zero positions in row-major order, padded with `fill`: every position's
+    # rank among the non-zero ones is a running count, and each row picks the position of its rank.
+    flat = xp.reshape(x, (-1,)) != 0
+    rank = xp.cumsum(flat.astype(np.int64)) - 1
+    slots = xp.arange(c.size, dtype=np.int64)
+    hit = flat[None, :] & (rank[None, :] == slots[:, None])  # [size, numel]: row s marks the s-th non-zero
+    found = xp.any(hit, axis=1) if flat.shape[0] else xp.zeros((c.size,), dtype=bool)
+    position = xp.argmax(hit, axis=1) if flat.shape[0] else xp.zeros((c.size,), dtype=np.int64)
+    coords = []
+    for extent in reversed(x.shape):  # unravel the flat position, last axis fastest
+        coords.append(position % extent)
+        position = position // extent
+    out = xp.stack(coords[::-1], axis=1).astype(np.int64) if coords else xp.zeros((c.size, 0), np.int64)
+    return xp.where(found[:, None], out, np.int64(c.fill))
+
+
+@kernel("MaskedSelect")
+def masked_select(c: C.MaskedSelect, x: Any, mask: Any, *, xp: ArrayNamespace) -> Any:
+    shape = xp.broadcast_shapes(x.shape, mask.shape)
+    return xp.broadcast_to(x, shape)[xp.broadcast_to(mask, shape)]
+
+
+def _runs(x: Any, xp: ArrayNamespace) -> tuple[Any, Any, Any]:
+    """``unique_consecutive`` of a vector (or of the rows of a matrix): values, inverse, counts."""
+    if x.shape[0] == 0:
+        return x, xp.zeros((0,), np.int64), xp.zeros((0,), np.int64)
+    differs = x[1:] != x[:-1]
+    if differs.ndim > 1:
+        differs = differs.reshape(differs.shape[0], -1).any(axis=1)
+    starts = xp.concatenate([xp.ones((1,), bool), differs])
+    inverse = xp.cumsum(starts.astype(np.int64)) - 1
+    first = xp.flatnonzero(starts)
+    counts = xp.diff(xp.concatenate([first, xp.asarray([x.shape[0]])])).astype(np.int64)
+    return x[first], inverse, counts
+
+
+@kernel("Unique")
+def unique(c: C.Unique, x: Any, *, xp: ArrayNamespace) -> Any:
+    axis = c.axis
+    lanes = xp.reshape(x, (-1,)) if axis is None else xp.moveaxis(x, axis, 0)
+    if not c.consecutive:
+        # Sorted order first (stable, lexicographic over the slices), then runs of equal entries.
+        if lanes.ndim == 1:
+            order = xp.argsort(lanes, stable=True)
+        else:
+            flat = lanes.reshape(lanes.shape[0], -1)
+            order = xp.lexsort(flat.T[::-1]) if flat.shape[1] else xp.arange(flat.shape[0])
+        values, inverse_sorted, counts = _runs(lanes[order], xp)
+        inverse = xp.zeros(inverse_sorted.shape, np.int64)
+        inverse[order] = inverse_sorted
+    else:
+        values, inverse, counts = _runs(lanes, xp)
+    if c.part == "values":
+        return values if axis is None else xp.moveaxis(values, 0, axis)
+    if c.part == "inverse":
+        return inverse.reshape(x.shape) if axis is None else inverse
+    return counts
+
+
+@kernel("Bincount")
+def bincount(c: C.Bincount, x: Any, weights: Any, *, xp: ArrayNamespace) -> Any:
+    if x.shape[0] and x.min() < 0:
+        raise ValueError("bincount only counts non-negative values")
+    return xp.bincount(x, weights=weights, minlength=c.minlength)
+
+
+@kernel("Histc")
+def histc(c: C.Histc, x: Any, *, xp: ArrayNamespace) -> Any:
+    flat = xp.reshape(x, (-1,))
+    lo, hi = xp.asarray(c.lo, x.dtype), xp.asarray(c.hi, x.dtype)
+    if c.lo == c.hi and flat.shape[0]:  # PyTorch takes the data's range, widened by 1 if it is a point
+        lo, hi = flat.min(), flat.max()
+        point = lo == hi
+        lo, hi = xp.where(point, lo - 1, lo), xp.where(point, hi + 1, hi)
+    inside = (flat >= lo) & (flat <= hi)
+    # PyTorch's CPU formula, in the input's precision: bin = (x - lo) * bins / (hi - lo), hi → last bin.
+    position = ((flat - lo) * c.bins / (hi - lo)).astype(np.int64)
+    position = xp.where(inside, xp.minimum(position, c.bins - 1), c.bins)
+    hits = position[:, None] == xp.arange(c.bins, dtype=np.int64)[None, :]
+    return hits.sum(axis=0).astype(x.dtype)
+
+
+@kernel("GroupedMatMul")
+def grouped_mat_mul(c: C.GroupedMatMul, x: Any, w: Any, offsets: Any, *, xp: ArrayNamespace) -> Any:
+    rows = xp.arange(x.shape[0], dtype=np.int64)
+    group = xp.searchsorted(offsets.astype(np.int64), rows, side="right")
+    valid = group < w.shape[0]
+    picked = w[xp.minimum(group, w.shape[0] - 1)]  # [rows, K, N]
+    out = xp.matmul(x[:, None, :], picked)[:, 0, :]
+    return xp.where(valid[:, None], out, xp.zeros((), out.dtype)).astype(x.dtype)

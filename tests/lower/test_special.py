@@ -185,8 +185,9 @@ def test_polynomials_match_torch(name):
 
     degrees_int = torch.tensor([0, 1, 2, 5, 9, -1, 40], dtype=I64)[None, :]
     # float32: up to 600 recurrence steps amplify a rounding difference per step (PyTorch's C++ may
-    # fuse a multiply-add) near the polynomials' roots; 1e-4 relative still pins every value.
-    check(run, [*pair_inputs(points, DEGREES), degrees_int], tol={F32: (1e-4, 1e-5)})
+    # fuse a multiply-add) near the polynomials' roots, where the terms summed reach 2n + 1 ≈ 1200
+    # while the value is ~0.05: 1e-4 relative, 1e-3 absolute (1e-6 of the terms) pins every value.
+    check(run, [*pair_inputs(points, DEGREES), degrees_int], tol={F32: (1e-4, 1e-3)})
 
 
 @pytest.mark.parametrize("name", sorted(UNINITIALISED_AT_NAN))

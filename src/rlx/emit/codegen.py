@@ -123,7 +123,10 @@ class NumpyWriter:
         """Casts, producers and data movement as array expressions (exact in every dtype)."""
         xp = self.array_module
         if isinstance(c, C.Cast):
-            return f"{self.operand(c.x)}.astype({self.TYPES[c.dtype]})"
+            x = self.operand(c.x)
+            if self.dtype_of(c.x) in ("f16", "bf16") and c.dtype[0] in "iu":
+                x = f"{x}.astype({self.TYPES['f32']})"  # as the Cast kernel: half → int through float
+            return f"{x}.astype({self.TYPES[c.dtype]})"
         if isinstance(c, C.Reshape):
             return f"{self.operand(c.x)}.reshape({', '.join(self.dim(d) for d in c.shape) or '()'})"
         if isinstance(c, C.Permute):

@@ -98,6 +98,7 @@ from ._ops import read_safetensors, x64
 
 WEIGHTS = Path(__file__).parent / "weights.safetensors"
 STATE = {state!r}  # buffers the model updates on every call → the tensor holding each one's initial value
+UPDATES_INPUTS = {updates_inputs!r}  # whether the model writes into some of its inputs, as PyTorch's did
 
 
 class Model:

@@ -146,6 +146,24 @@ def _right_shift(xp: ArrayNamespace, x: Any, y: Any) -> Any:
     return xp.where(ok, xp.right_shift(x, xp.where(ok, y, 0).astype(x.dtype)), far).astype(x.dtype)
 
 
+def _magnitude(xp: ArrayNamespace, x: Any) -> Any:
+    """|x| in the unsigned type of x's width, where |INT_MIN| still fits."""
+    if x.dtype.kind != "i":
+        return x
+    u = x.astype(np.dtype(f"u{x.dtype.itemsize}"))
+    return xp.where(x < 0, -u, u)
+
+
+def _gcd(xp: ArrayNamespace, x: Any, y: Any) -> Any:
+    # On magnitudes: abs(INT_MIN) overflows to a negative value, and Euclid's loop on it never ends
+    # on JAX (a while_loop); numpy's answer for every other value is unchanged.
+    return xp.gcd(_magnitude(xp, x), _magnitude(xp, y)).astype(x.dtype)
+
+
+def _lcm(xp: ArrayNamespace, x: Any, y: Any) -> Any:
+    return xp.lcm(_magnitude(xp, x), _magnitude(xp, y)).astype(x.dtype)
+
+
 def _complex(xp: ArrayNamespace, re: Any, im: Any) -> Any:
     """real + i·imag, part by part (arithmetic would turn inf·i into NaN + inf·i)."""
     return xp.make_complex(re, im)
@@ -238,8 +256,8 @@ BINARY: dict[str, Elementwise] = {
         _binary("copysign", "{xp}.copysign({0}, {1})"),
         _binary("hypot", "{xp}.hypot({0}, {1})"),
         _binary("nextafter", "{xp}.nextafter({0}, {1})", exact=True),
-        _binary("gcd", "{xp}.gcd({0}, {1})"),
-        _binary("lcm", "{xp}.lcm({0}, {1})"),
+        _binary("gcd", define=_gcd),
+        _binary("lcm", define=_lcm),
         _binary("complex", define=_complex, exact=True),
     ]
 }
@@ -291,7 +309,12 @@ def leaky_relu(c: C.LeakyRelu, x: Any, *, xp: ArrayNamespace) -> Any:
 
 @kernel("Cast")
 def cast(c: C.Cast, x: Any, *, xp: ArrayNamespace) -> Any:
-    return xp.asarray(x).astype(ir_dtypes.to_numpy(c.dtype))
+    x, dt = xp.asarray(x), ir_dtypes.to_numpy(c.dtype)
+    if dt.kind in "iu" and x.dtype in HALF:
+        # PyTorch converts a half float to an integer through float (C's cast: out-of-range values
+        # wrap through int32); ml_dtypes' own half → integer cast does something else.
+        x = x.astype(np.float32)
+    return x.astype(dt)
 
 
 @kernel("Bitcast")

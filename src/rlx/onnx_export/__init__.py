@@ -5,18 +5,30 @@ Standard ai.onnx operators at opset ``OPSET``; weights become initializers (exte
 from the inputs' shapes inside the graph; every node's ``doc_string`` is the provenance note of
 the instruction it came from (``aten.op (x[2,3]) -> [2,3] f32``) and its name starts with that
 instruction's result. One emitter per Call family is registered in ``registry.EMITTERS``
-(``@emits``); ``check_coverage`` lists what a program uses that has none. Needs ``rlx[onnx]``.
+(``@emits``), or declared in ``NO_ONNX_FORM`` with the reason it has none; ``check_coverage``
+lists what a program uses that has no emitter, all at once. Needs ``rlx[onnx]``.
 """
 
 from __future__ import annotations
 
-from rlx.onnx_export import elementwise, linalg, movement, nn, ordering, reduce, resample, scatter, spectral
+from rlx.onnx_export import (
+    elementwise,
+    linalg,
+    movement,
+    nn,
+    ordering,
+    reduce,
+    resample,
+    scatter,
+    selection,
+    spectral,
+)
 from rlx.onnx_export.build import EXTERNAL_DATA_THRESHOLD, MODEL_FILE, check_coverage, to_onnx, write_onnx
-from rlx.onnx_export.registry import EMITTERS, OPSET, EmitError, emits
+from rlx.onnx_export.registry import EMITTERS, NO_ONNX_FORM, OPSET, EmitError, emits
 
-FAMILIES = (elementwise, linalg, movement, nn, ordering, reduce, resample, scatter, spectral)
+FAMILIES = (elementwise, linalg, movement, nn, ordering, reduce, resample, scatter, selection, spectral)
 
 __all__ = [
-    "EMITTERS", "EXTERNAL_DATA_THRESHOLD", "FAMILIES", "MODEL_FILE", "OPSET", "EmitError", "check_coverage",
+    "EMITTERS", "EXTERNAL_DATA_THRESHOLD", "FAMILIES", "MODEL_FILE", "NO_ONNX_FORM", "OPSET", "EmitError", "check_coverage",
     "emits", "to_onnx", "write_onnx",
 ]  # fmt: skip

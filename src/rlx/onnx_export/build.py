@@ -12,7 +12,17 @@ import numpy as np
 
 from rlx.ir.program import Instr, Lit, Program, Ref
 from rlx.ir.symbolic import Dim, Sym
-from rlx.onnx_export.registry import EMITTERS, HALF, ONNX_TYPES, OPSET, EmitError, OnnxGraph, T, require_onnx
+from rlx.onnx_export.registry import (
+    EMITTERS,
+    HALF,
+    NO_ONNX_FORM,
+    ONNX_TYPES,
+    OPSET,
+    EmitError,
+    OnnxGraph,
+    T,
+    require_onnx,
+)
 
 MODEL_FILE = "model.onnx"
 EXTERNAL_DATA_FILE = "model.onnx.data"
@@ -20,14 +30,16 @@ EXTERNAL_DATA_THRESHOLD = 2 * 1024**3  # protobuf's limit on one message
 
 
 def check_coverage(program: Program) -> None:
-    """Every Call of ``program`` must have an emitter: say which ones do not, all at once."""
+    """Every Call of ``program`` must have an emitter: say which ones do not (and why), all at once."""
     missing: dict[str, list[str]] = {}
+    reasons: dict[str, str] = {}
     for ins in program.instrs:
         if type(ins.call) not in EMITTERS:
             missing.setdefault(ins.call.op, []).append(ins.result)
+            reasons[ins.call.op] = NO_ONNX_FORM.get(type(ins.call), "no emitter yet")
     if missing:
-        listed = ", ".join(f"{op} ×{len(r)} (first: {r[0]})" for op, r in sorted(missing.items()))
-        raise EmitError(f"the ONNX emitter has no emitter for {listed}")
+        listed = "; ".join(f"{op} ×{len(r)} (first: {r[0]}): {reasons[op]}" for op, r in sorted(missing.items()))
+        raise EmitError(f"the program has Calls with no ONNX form: {listed}; use the numpy or JAX engine")
 
 
 @dataclass

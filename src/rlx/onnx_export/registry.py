@@ -96,6 +96,18 @@ def emits(*calls: type[Call], widen: bool = False) -> Callable[[Emitter], Emitte
     return register
 
 
+# Calls with no faithful ONNX form at this opset → why (checked before anything is emitted).
+NO_ONNX_FORM: dict[type[Call], str] = {}
+
+
+def no_onnx_form(why: str, *calls: type[Call]) -> None:
+    """Declare ``calls`` as having no ONNX form, for the reason ``why`` (said to the user)."""
+    for cls in calls:
+        if cls in EMITTERS or cls in NO_ONNX_FORM:
+            raise RuntimeError(f"{cls.__name__} is declared twice in the ONNX emitter")
+        NO_ONNX_FORM[cls] = why
+
+
 class OnnxGraph:
     """Nodes and initializers being built for one Program (onnx protos are made at the end)."""
 

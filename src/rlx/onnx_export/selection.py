@@ -1,0 +1,52 @@
+"""Selection: Nonzero through NonZero, MaskedSelect through Compress, SearchSorted by counting
+comparisons (as the shared kernel does), the determinant through Det. The data-dependent Calls
+ONNX has no operator for (and the factorisations) are declared here with the reason."""
+
+from __future__ import annotations
+
+from rlx.ir import calls as C
+from rlx.ir.program import Instr
+from rlx.onnx_export.registry import OnnxGraph, T, emits, no_onnx_form, unsupported
+
+
+@emits(C.Nonzero)
+def nonzero(g: OnnxGraph, c: C.Nonzero, out: Instr, x: T) -> T:
+    if x.rank == 0:  # a scalar's coordinates have no columns: [1, 0] or [0, 0]
+        coords = g.op("NonZero", [g.cast(g.op("Reshape", [x, g.ints([1])], x.dtype), "bool")], "i64")
+        column = g.op("Transpose", [coords], "i64", perm=[1, 0])
+        return g.op("Slice", [column, g.ints([0]), g.ints([0]), g.ints([1])], "i64", out.shape)
+    coords = g.op("NonZero", [g.cast(x, "bool")], "i64")  # [rank, n], row-major order
+    return g.op("Transpose", [coords], "i64", out.shape, perm=[1, 0])
+
+
+@emits(C.MaskedSelect)
+def masked_select(g: OnnxGraph, c: C.MaskedSelect, out: Instr, x: T, mask: T) -> T:
+    both = g.op("Where", [mask, x, x], x.dtype)  # x broadcast against the mask
+    full_mask = g.op("Expand", [mask, g.op("Shape", [both], "i64")], "bool")
+    flat = g.op("Reshape", [both, g.ints([-1])], x.dtype)
+    return g.op("Compress", [flat, g.op("Reshape", [full_mask, g.ints([-1])], "bool")], x.dtype, out.shape, axis=0)
+
+
+@emits(C.SearchSorted)
+def search_sorted(g: OnnxGraph, c: C.SearchSorted, out: Instr, sorted_: T, values: T) -> T:
+    queries = g.op("Unsqueeze", [values, g.ints([-1])], values.dtype)
+    table = sorted_ if sorted_.rank == 1 else g.op("Unsqueeze", [sorted_, g.ints([-2])], sorted_.dtype)
+    below = g.op("LessOrEqual" if c.right else "Less", [table, queries], "bool")
+    counted = g.op("ReduceSum", [g.cast(below, "i64"), g.ints([-1])], "i64", out.shape, keepdims=0)
+    return counted
+
+
+@emits(C.Det, widen=True)
+def det(g: OnnxGraph, c: C.Det, out: Instr, x: T) -> T:
+    if c.part != "det":  # log|det| through Det would overflow where slogdet does not
+        raise unsupported(c, f"part {c.part!r} (slogdet); only the determinant itself has an ONNX operator")
+    return g.op("Det", [x], x.dtype, out.shape)
+
+
+no_onnx_form("ai.onnx has no operator for this factorisation", C.Svd, C.LuFactor, C.LuPermutation,
+             C.TriangularSolve, C.MatrixExp, C.Cholesky, C.Qr, C.Eigh)  # fmt: skip
+no_onnx_form("ai.onnx has no operator for these data-dependent sizes and orders", C.Unique, C.NonzeroStatic,
+             C.Bincount, C.Histc)  # fmt: skip
+no_onnx_form("its grouped product has no ai.onnx operator", C.GroupedMatMul)
+no_onnx_form("ai.onnx has no special functions beyond erf", C.Special)
+no_onnx_form("BitCast needs opset 26; the emitter writes opset 21", C.Bitcast)

@@ -176,3 +176,59 @@ def test_unbatched_pool_and_gqa_run():
         want = fn(x, q, kv)
     for g, w in zip(model(x.numpy(), q.numpy(), kv.numpy()), want):
         assert_arrays_match(g, w.numpy(), "pool/gqa", rtol=1e-5, atol=1e-6)
+
+
+def _assigned(x, key, v):
+    y = x.clone()
+    y[key] = v
+    return y
+
+
+INDEX_PUTS = {
+    "axis1": lambda x, i, m, v: _assigned(x, (slice(None), i), v[: len(i)].reshape(len(i), 1)),
+    "index_copy_axis1": lambda x, i, m, v: x.index_copy(1, i, x[:, : len(i)] * 2),
+    "two_axes_after_one": lambda x, i, m, v: _assigned(x, (slice(None), i, i), v[: len(i)]),
+    "mask_after_one": lambda x, i, m, v: _assigned(x, (slice(None), m), -1.0),
+    "accumulate_axis1": lambda x, i, m, v: x.index_add(1, torch.cat([i, i]), x[:, : 2 * len(i)]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(INDEX_PUTS))
+def test_index_put_after_whole_axes_runs_on_onnxruntime(name):
+    fn = INDEX_PUTS[name]
+    x = torch.randn(3, 5, 4)
+    i = torch.tensor([3, 0])
+    m = torch.tensor([True, False, True, True, False])
+    v = torch.randn(8)
+    inputs = (x, i, m, v)
+    model, program, _ = convert(fn, inputs, backend="onnxruntime")
+    assert "IndexPut" in {ins.call.op for ins in program.instrs}
+    with torch.no_grad():
+        want = fn(*inputs)
+    got = model(*(t.numpy() for t in inputs))
+    assert got.shape == tuple(want.shape) and got.dtype == want.numpy().dtype
+    assert_arrays_match(got, want.numpy(), name, rtol=1e-6, atol=1e-6)
+
+
+def test_kv_cache_state_on_onnxruntime(tmp_path):
+    class Cache(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("k", torch.zeros(1, 6, 4))
+            self.proj = torch.nn.Linear(4, 4)
+
+        def forward(self, x, pos):
+            self.k.index_copy_(1, pos, self.proj(x))
+            return self.k.sum(1)
+
+    module = Cache()
+    reference = Cache()
+    reference.load_state_dict(module.state_dict())
+    rlx.from_torch(module, (torch.randn(1, 1, 4), torch.tensor([0])), tmp_path / "b", verify=False)
+    model = rlx.load(tmp_path / "b", backend="onnxruntime")
+    for step in range(3):
+        x, pos = torch.randn(1, 1, 4), torch.tensor([step])
+        with torch.no_grad():
+            want = reference(x, pos)
+        assert_arrays_match(model(x.numpy(), pos.numpy()), want.numpy(), f"step {step}", rtol=1e-5, atol=1e-6)
+    assert_arrays_match(model.state["b_k"], reference.k.numpy(), "state", rtol=1e-5, atol=1e-6)

@@ -14,27 +14,43 @@ from rlx.onnx_export.registry import OnnxGraph, T, emits, unsupported
 
 @emits(C.IndexPut, widen=True)
 def index_put(g: OnnxGraph, c: C.IndexPut, out: Instr, x: T, indices: list[T | None], values: T) -> T:
-    """``x[i0, i1, …] = values`` for index tensors on the leading axes (trailing axes whole)."""
-    first_none = next((k for k, i in enumerate(indices) if i is None), len(indices))
-    if any(i is not None for i in indices[first_none:]):
-        raise unsupported(c, "with an index after a whole axis (x[:, i] = v); index the leading axes")
+    """``x[:, …, i0, i1, …] = values``: one block of index tensors (after any whole leading axes,
+    as a KV cache's ``index_copy_`` along the sequence axis) through ScatterND, with the block's
+    axes moved to the front of ``x`` and of the values and moved back after."""
+    lead = next((k for k, i in enumerate(indices) if i is not None), len(indices))
+    block_end = next((k for k in range(lead, len(indices)) if indices[k] is None), len(indices))
+    if any(i is not None for i in indices[block_end:]):
+        raise unsupported(c, "with whole axes between its index tensors (x[i, :, j] = v)")
     assert x.shape is not None
     entries: list[T] = []
-    for idx in indices[:first_none]:
+    index_rank = 0
+    for idx in indices[lead:block_end]:
         assert idx is not None
         entries += _bool_to_ints(g, idx) if idx.dtype == "bool" else [idx]
-    entries = [normalize_index(g, t, x.shape[a]) for a, t in enumerate(entries)]
+        index_rank = max(index_rank, 1 if idx.dtype == "bool" else idx.rank)
+    entries = [normalize_index(g, t, x.shape[lead + a]) for a, t in enumerate(entries)]
     joint = entries[0]
     for t in entries[1:]:  # broadcast the index tensors together
         joint = g.op("Add", [g.op("Mul", [joint, g.ints(0)], "i64"), g.op("Mul", [t, g.ints(0)], "i64")], "i64")
     joint_shape = g.op("Shape", [joint], "i64")
     stacked = [g.op("Unsqueeze", [g.op("Expand", [t, joint_shape], "i64"), g.ints([-1])], "i64") for t in entries]
     nd_index = g.op("Concat", stacked, "i64", axis=-1)
-    rest = g.dims(list(x.shape[len(entries) :]))
-    update_shape = g.op("Concat", [joint_shape, rest], "i64", axis=0)
-    updates = g.op("Expand", [g.cast(values, x.dtype), update_shape], x.dtype)
+    indexed = lead + len(entries)  # x's axes up to here are whole (lead) or indexed
+    parts = [g.dims(list(x.shape[:lead])), joint_shape, g.dims(list(x.shape[indexed:]))] if lead else [
+        joint_shape, g.dims(list(x.shape[indexed:]))]  # fmt: skip
+    updates = g.op("Expand", [g.cast(values, x.dtype), g.op("Concat", parts, "i64", axis=0)], x.dtype)
     reduction = "add" if c.accumulate else "none"
-    return g.op("ScatterND", [x, nd_index, updates], x.dtype, out.shape, reduction=reduction)
+    if not lead:
+        return g.op("ScatterND", [x, nd_index, updates], x.dtype, out.shape, reduction=reduction)
+    rank = len(x.shape)
+    to_front = [*range(lead, indexed), *range(lead), *range(indexed, rank)]
+    update_rank = lead + index_rank + rank - indexed
+    updates_to_front = [*range(lead, lead + index_rank), *range(lead), *range(lead + index_rank, update_rank)]
+    xt = g.op("Transpose", [x], x.dtype, perm=to_front)
+    ut = g.op("Transpose", [updates], x.dtype, perm=updates_to_front)
+    scattered = g.op("ScatterND", [xt, nd_index, ut], x.dtype, reduction=reduction)
+    back = [to_front.index(a) for a in range(rank)]
+    return g.op("Transpose", [scattered], x.dtype, out.shape, perm=back)
 
 
 _REDUCTIONS = {"none": "none", "sum": "add", "prod": "mul", "amax": "max", "amin": "min", "mean": "add"}

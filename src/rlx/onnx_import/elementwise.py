@@ -140,31 +140,10 @@ def pow_(node: OnnxNode, b: OnnxBuilder) -> Env:
 
 @onnx_op("BitShift")
 def bit_shift(node: OnnxNode, b: OnnxBuilder) -> Env:
-    # Shifts are multiplications / floor divisions by powers of two; a shift by a negative amount or by
-    # the bit width or more gives 0 (-1 for a negative value shifted right), as the ONNX reference does.
-    x, y = b.input(node, 0), b.input(node, 1)
-    dt = b.dtype(x)
-    bits = int(np.iinfo(dtypes.to_numpy(dt)).bits)
-    zero = b.lit(0, b.dtype(y))
-    out_of_range = emit_binary(
-        b, "logical_or", emit_binary(b, "lt", y, zero), emit_binary(b, "ge", y, b.lit(bits, b.dtype(y)))
-    )
-    safe = b.emit(Where(out_of_range, zero, y), b.shape(out_of_range), b.dtype(y))
-    safe = b.cast(safe, dt)
-    if node.attr("direction") == "LEFT":
-        shifted = emit_binary(b, "mul", x, emit_binary(b, "pow", b.lit(2, dt), safe))  # wraps like a shift
-        fill: Operand = b.lit(0, dt)
-    else:  # 2**(bits-1) overflows the type: shift in two steps
-        first = emit_binary(b, "minimum", safe, b.lit(bits - 2, dt))
-        shifted = emit_binary(b, "floor_divide", x, emit_binary(b, "pow", b.lit(2, dt), first))
-        rest = emit_binary(b, "sub", safe, first)
-        shifted = emit_binary(b, "floor_divide", shifted, emit_binary(b, "pow", b.lit(2, dt), rest))
-        negative = emit_binary(b, "lt", x, b.lit(0, dt))
-        fill = (
-            b.emit(Where(negative, b.lit(-1, dt), b.lit(0, dt)), b.shape(negative), dt) if dt != "u8" else b.lit(0, dt)
-        )
-    shape = broadcast(b.shape(out_of_range), b.shape(shifted))
-    return b.emit(Where(out_of_range, fill, shifted), shape, dt)
+    # ONNX shifts unsigned integers only; a shift by the bit width or more gives 0, which is also
+    # PyTorch's rule that the shared left_shift / right_shift functions follow.
+    fn = "left_shift" if node.attr("direction") == "LEFT" else "right_shift"
+    return emit_binary(b, fn, b.input(node, 0), b.input(node, 1))
 
 
 def _variadic(fn: str, mean: bool = False):  # noqa: ANN202

@@ -28,17 +28,21 @@ ELEM_TYPES = {
     1: "f32",
     2: "u8",
     3: "i8",
+    4: "u16",
     5: "i16",
     6: "i32",
     7: "i64",
     9: "bool",
     10: "f16",
     11: "f64",
+    12: "u32",
+    13: "u64",
     14: "c64",
+    15: "c128",
     16: "bf16",
 }
 _TYPE_NAMES = {
-    4: "uint16", 8: "string", 12: "uint32", 13: "uint64", 15: "complex128", 17: "float8e4m3fn", 18: "float8e4m3fnuz",
+    8: "string", 17: "float8e4m3fn", 18: "float8e4m3fnuz",
     19: "float8e5m2", 20: "float8e5m2fnuz", 21: "uint4", 22: "int4", 23: "float4e2m1",
 }  # fmt: skip
 TRAINING_DOMAIN = "ai.onnx.preview.training"

@@ -424,6 +424,17 @@ POOL = [
         ],
         (2, 3, 7, 6),
     ),
+    case(  # integer averages truncate toward zero, as PyTorch's integer division
+        "avg_pool_int64",
+        [
+            M(lambda: nn.AvgPool2d(3, 2, 1)),
+            M(lambda: nn.AvgPool2d(3, 2, 1, count_include_pad=False)),
+            M(lambda: nn.AvgPool2d(2, divisor_override=3)),
+            M(lambda: nn.AvgPool1d(4, 3, 2, ceil_mode=True), lambda m, x: m(x[0, 0])),
+        ],
+        lambda d: rand((2, 3, 7, 6), torch.int64, low=-50, high=50, seed=4),
+        dtypes=(F32,),
+    ),
     case(
         "adaptive_avg_pool1d",
         [

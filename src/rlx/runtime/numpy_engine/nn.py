@@ -436,6 +436,8 @@ def avg_pool_plan(c: AvgPool, x_shape: tuple[int, ...], dtype: np.dtype) -> Kern
 
     def run(x: np.ndarray) -> np.ndarray:
         summed = total(x)
+        if summed.dtype.kind in "iu":  # PyTorch's integer division truncates toward zero
+            return (summed / divisor).astype(summed.dtype)
         return np.divide(summed, divisor, out=summed)
 
     return run

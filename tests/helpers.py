@@ -57,6 +57,7 @@ def convert(
     decomposition: str = "high",
     dynamic_shapes: Any = None,
     backend: str = "numpy",
+    engine_options: Mapping[str, Any] | None = None,
 ) -> tuple[Model, Program, Any]:
     """Export, lower and bind: returns (runtime model on ``backend``, program, exported)."""
     module = as_module(fn).eval()
@@ -64,7 +65,8 @@ def convert(
         module, tuple(inputs), example_kwargs=kwargs, decomposition=decomposition, dynamic_shapes=dynamic_shapes
     )
     program = build_program(exported.ir)
-    model = Model(program, bind_weights(program, exported.weights, "weights"), backend=backend)
+    weights = bind_weights(program, exported.weights, "weights")
+    model = Model(program, weights, backend=backend, engine_options=engine_options)
     return model, program, exported
 
 

@@ -146,3 +146,38 @@ def test_missing_onnxruntime_names_the_extra(tmp_path):
     )
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
     assert "ERR" in out and "rlx[onnxruntime]" in out
+
+
+def _sdpa_variants(q, k, v, bool_mask, add_mask):
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    return (
+        sdpa(q, k, v),
+        sdpa(q, k, v, attn_mask=bool_mask),  # query 0 of batch 1 may attend nowhere: zeros
+        sdpa(q, k, v, attn_mask=add_mask, scale=0.3),
+        sdpa(q, k, v, attn_mask=bool_mask[0, 0]),  # [L, S]
+        sdpa(q, k, v, is_causal=True),  # (stays in standard operators)
+    )
+
+
+@pytest.mark.parametrize("contrib", [("attention",), ()])
+def test_multi_head_attention_fusion_matches_torch(contrib):
+    from rlx.onnx_export import to_onnx
+
+    q, k, v = rand((2, 4, 6, 8), F32, seed=1), rand((2, 4, 7, 8), F32, seed=2), rand((2, 4, 7, 8), F32, seed=3)
+    bool_mask = torch.rand(2, 1, 6, 7, generator=torch.Generator().manual_seed(0)) > 0.3
+    bool_mask[1, 0, 0] = False
+    add_mask = torch.zeros(2, 1, 1, 7).masked_fill(torch.arange(7) >= 5, float("-inf"))
+    inputs = (q, k, v, bool_mask, add_mask)
+    model, program, _ = convert(_sdpa_variants, inputs, backend="onnxruntime", engine_options={"contrib": contrib})
+    with torch.no_grad():
+        want = _sdpa_variants(*inputs)
+    for k_, (g, w) in enumerate(zip(model(*(t.numpy() for t in inputs)), want)):
+        assert g.shape == tuple(w.shape) and g.dtype == np.float32
+        assert_arrays_match(g, w.numpy(), f"sdpa variant {k_}", rtol=1e-5, atol=1e-6)
+    ops = [n.op_type for n in to_onnx(program, {}, contrib=contrib).graph.node]
+    assert ops.count("MultiHeadAttention") == (4 if contrib else 0)
+
+
+def test_unknown_contrib_fusion_is_one_line():
+    with pytest.raises(UsageError, match="unknown contrib fusion"):
+        convert(lambda x: x + 1, (torch.ones(2),), backend="onnxruntime", engine_options={"contrib": ("gelu",)})

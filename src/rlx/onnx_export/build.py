@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -13,6 +13,7 @@ import numpy as np
 from rlx.ir.program import Instr, Lit, Program, Ref
 from rlx.ir.symbolic import Dim, Sym
 from rlx.onnx_export.registry import (
+    CONTRIB_DOMAIN,
     EMITTERS,
     HALF,
     NO_ONNX_FORM,
@@ -52,12 +53,15 @@ class Emitted:
     weights: list[str] = field(default_factory=list)  # program weights the graph reads
 
 
-def emit(program: Program, *, io_bf16_as_f32: bool = False, pooling_nan: bool = True) -> Emitted:
+def emit(
+    program: Program, *, io_bf16_as_f32: bool = False, pooling_nan: bool = True, contrib: Collection[str] = ()
+) -> Emitted:
     """Emit every instruction. ``io_bf16_as_f32``: bfloat16 inputs and outputs cross the graph's
     boundary as float32 (exact both ways), for runtimes whose Python side has no bfloat16;
-    ``pooling_nan=False`` lets max pooling skip NaN as onnxruntime's MaxPool does (faster)."""
+    ``pooling_nan=False`` lets max pooling skip NaN as onnxruntime's MaxPool does (faster);
+    ``contrib``: the onnxruntime contrib fusions to use (``CONTRIB_FUSIONS``)."""
     check_coverage(program)
-    g = OnnxGraph(program, pooling_nan=pooling_nan)
+    g = OnnxGraph(program, pooling_nan=pooling_nan, contrib=contrib)
     env: dict[str, T] = {}
     inputs = []
     for v in program.inputs:
@@ -175,11 +179,12 @@ def to_onnx(
     external_weights: bool = False,
     doc: str = "",
     pooling_nan: bool = True,
+    contrib: Collection[str] = (),
 ) -> Any:
     """The ONNX model of ``program``. ``external_weights``: weight initializers are declared as
     external data (for ``SessionOptions.add_external_initializers``) instead of holding bytes."""
     onnx = require_onnx()
-    emitted = emit(program, io_bf16_as_f32=io_bf16_as_f32, pooling_nan=pooling_nan)
+    emitted = emit(program, io_bf16_as_f32=io_bf16_as_f32, pooling_nan=pooling_nan, contrib=contrib)
     g = emitted.graph
     values = program.values()
     initializers = []
@@ -202,7 +207,10 @@ def to_onnx(
     )
     from rlx.version import __version__
 
-    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", OPSET)],
+    opsets = [onnx.helper.make_opsetid("", OPSET)]
+    if any(node[4] == CONTRIB_DOMAIN for node in g.nodes):
+        opsets.append(onnx.helper.make_opsetid(CONTRIB_DOMAIN, 1))
+    model = onnx.helper.make_model(graph, opset_imports=opsets,
                                    producer_name="rlx", producer_version=__version__)  # fmt: skip
     model.ir_version = 10  # onnxruntime ≥ 1.18 reads IR 10 (opset 21)
     return model

@@ -16,7 +16,7 @@ instruction's provenance note as its ``doc_string`` and the instruction's result
 from __future__ import annotations
 
 import ast
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -96,6 +96,10 @@ def emits(*calls: type[Call], widen: bool = False) -> Callable[[Emitter], Emitte
     return register
 
 
+# onnxruntime's contrib operators (domain com.microsoft) an emitter may use instead of standard ones.
+CONTRIB_DOMAIN = "com.microsoft"
+CONTRIB_FUSIONS = ("attention",)  # Attention → MultiHeadAttention
+
 # Calls with no faithful ONNX form at this opset → why (checked before anything is emitted).
 NO_ONNX_FORM: dict[type[Call], str] = {}
 
@@ -111,9 +115,16 @@ def no_onnx_form(why: str, *calls: type[Call]) -> None:
 class OnnxGraph:
     """Nodes and initializers being built for one Program (onnx protos are made at the end)."""
 
-    def __init__(self, program: Program, opset: int = OPSET, *, pooling_nan: bool = True) -> None:
+    def __init__(
+        self, program: Program, opset: int = OPSET, *, pooling_nan: bool = True, contrib: Collection[str] = ()
+    ) -> None:
         self.program = program
         self.opset = opset
+        unknown = set(contrib) - set(CONTRIB_FUSIONS)
+        if unknown:
+            raise EmitError(f"unknown contrib fusion(s) {sorted(unknown)}; choose from {', '.join(CONTRIB_FUSIONS)}")
+        # onnxruntime's com.microsoft operators to emit where a Call is one (``CONTRIB_FUSIONS``).
+        self.contrib = frozenset(contrib)
         # onnxruntime's MaxPool skips NaN where PyTorch's propagates it: keeping PyTorch's rule costs
         # a second pooling of the NaN mask (and breaks onnxruntime's NCHWc conv/pool chains).
         self.pooling_nan = pooling_nan

@@ -68,7 +68,7 @@ def create_engine(
     """The engine ``name`` for ``program`` and its weights. ``disable_passes``: the numpy engine's
     load-time passes to skip (``None``: all of them); ``threads``: onnxruntime's intra-op threads
     (``None``: its default, one per physical core); ``options``: the engine's own settings
-    (onnxruntime: ``optimization``, ``pooling_nan``; see ``OrtEngine``)."""
+    (onnxruntime: ``optimization``, ``pooling_nan``, ``contrib``; see ``OrtEngine``)."""
     check_engine(name)
     if name == "onnxruntime":
         from rlx.runtime.ort_engine.executor import OrtEngine

@@ -10,7 +10,7 @@ LayerNorm / attention / GELU fusions) unless told otherwise.
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 import numpy as np
@@ -19,7 +19,7 @@ from rlx.errors import RlxError, UsageError
 from rlx.ir import dtypes
 from rlx.ir.program import Program
 from rlx.onnx_export import check_coverage, to_onnx
-from rlx.onnx_export.registry import ONNX_TYPES, EmitError
+from rlx.onnx_export.registry import CONTRIB_FUSIONS, ONNX_TYPES, EmitError
 from rlx.runtime.ort_engine import require_onnxruntime
 
 OPTIMIZATION_LEVELS = ("all", "extended", "basic", "none")
@@ -38,10 +38,14 @@ class OrtEngine:
         threads: int | None = None,
         optimization: str = "all",
         pooling_nan: bool = True,
+        contrib: Collection[str] = CONTRIB_FUSIONS,
     ) -> None:
         """``optimization``: onnxruntime's graph optimization level (all / extended / basic / none);
         ``pooling_nan=False``: max pooling skips NaN as onnxruntime's MaxPool does, instead of
-        propagating it as PyTorch does (keeps conv → pool chains in onnxruntime's fast layout)."""
+        propagating it as PyTorch does (keeps conv → pool chains in onnxruntime's fast layout);
+        ``contrib``: onnxruntime's fused com.microsoft operators to emit where they are faster
+        (``"attention"``: an encoder's Attention as one MultiHeadAttention); ``()`` for standard
+        operators only."""
         self._ort = require_onnxruntime()
         try:
             check_coverage(program)
@@ -57,6 +61,10 @@ class OrtEngine:
         self.threads = threads
         self.optimization = optimization
         self.pooling_nan = pooling_nan
+        unknown = set(contrib) - set(CONTRIB_FUSIONS)
+        if unknown:
+            raise UsageError(f"unknown contrib fusion(s) {sorted(unknown)}; choose from {', '.join(CONTRIB_FUSIONS)}")
+        self.contrib = tuple(contrib)
         self._arrays = {w.name: np.asarray(weights[w.name], order="C") for w in program.weights}
         self._values = {name: _ort_value(self._ort, arr) for name, arr in self._arrays.items()}
         self.compilations = 0
@@ -109,7 +117,8 @@ class OrtExecutor:
         self.program = program
         ort = engine._ort
         scalars = {w.name: engine.array(w.name) for w in program.weights if not w.shape}
-        model = to_onnx(program, scalars, io_bf16_as_f32=True, external_weights=True, pooling_nan=engine.pooling_nan)
+        model = to_onnx(program, scalars, io_bf16_as_f32=True, external_weights=True, pooling_nan=engine.pooling_nan,
+                           contrib=engine.contrib)  # fmt: skip
         if extra_outputs:  # intermediate values to return too (the per-node debugger)
             import onnx
 

@@ -104,11 +104,4 @@ KNOWN_FAILURES: dict[str, str] = {
     "test_strnormalizer_export_monday_casesensintive_upper": "dtype string unsupported",
     "test_strnormalizer_export_monday_empty_output": "dtype string unsupported",
     "test_strnormalizer_export_monday_insensintive_upper_twodim": "dtype string unsupported",
-    "test_unique_sorted_without_axis": "op not supported",
-    "test_unique_not_sorted_without_axis": "op not supported",
-    "test_unique_sorted_with_axis": "op not supported",
-    "test_unique_sorted_with_axis_3d": "op not supported",
-    "test_unique_sorted_with_negative_axis": "op not supported",
-    "test_unique_length_1": "op not supported",
-    "test_unique_bfloat16_sorted_without_axis": "op not supported",
 }

@@ -556,14 +556,17 @@ class MaskedSelect(Call):
 
 @dataclass(frozen=True)
 class Unique(Call):
-    """One result of ``torch.unique`` / ``unique_consecutive`` / ``unique_dim`` (``part``: values,
-    inverse or counts). Values come sorted (``consecutive``: runs of equal entries collapse, in
-    order); ``axis`` None works on the flattened tensor, else on the slices along ``axis``."""
+    """One result of ``torch.unique`` / ``unique_consecutive`` / ``unique_dim`` / ONNX ``Unique``
+    (``part``: values, indices (of each value's first occurrence), inverse or counts). Values come
+    sorted, or with ``sorted`` False in the order they first occur (``consecutive``: runs of equal
+    entries collapse, in order); ``axis`` None works on the flattened tensor, else on the slices
+    along ``axis``."""
 
     x: Ref
     part: str
     consecutive: bool
     axis: int | None
+    sorted: bool = True
 
 
 @dataclass(frozen=True)

@@ -47,18 +47,20 @@ def masked_select(c: C.MaskedSelect, x: Any, mask: Any, *, xp: ArrayNamespace) -
     return xp.broadcast_to(x, shape)[xp.broadcast_to(mask, shape)]
 
 
-def _runs(x: Any, xp: ArrayNamespace) -> tuple[Any, Any, Any]:
-    """``unique_consecutive`` of a vector (or of the rows of a matrix): values, inverse, counts."""
+def _runs(x: Any, xp: ArrayNamespace) -> tuple[Any, Any, Any, Any]:
+    """``unique_consecutive`` of a vector (or of the rows of a matrix): values, inverse, counts and
+    the position where each run starts."""
     if x.shape[0] == 0:
-        return x, xp.zeros((0,), np.int64), xp.zeros((0,), np.int64)
+        empty = xp.zeros((0,), np.int64)
+        return x, empty, empty, empty
     differs = x[1:] != x[:-1]
     if differs.ndim > 1:
         differs = differs.reshape(differs.shape[0], -1).any(axis=1)
     starts = xp.concatenate([xp.ones((1,), bool), differs])
     inverse = xp.cumsum(starts.astype(np.int64)) - 1
-    first = xp.flatnonzero(starts)
+    first = xp.flatnonzero(starts).astype(np.int64)
     counts = xp.diff(xp.concatenate([first, xp.asarray([x.shape[0]])])).astype(np.int64)
-    return x[first], inverse, counts
+    return x[first], inverse, counts, first
 
 
 @kernel("Unique")
@@ -72,15 +74,28 @@ def unique(c: C.Unique, x: Any, *, xp: ArrayNamespace) -> Any:
         else:
             flat = lanes.reshape(lanes.shape[0], -1)
             order = xp.lexsort(flat.T[::-1]) if flat.shape[1] else xp.arange(flat.shape[0])
-        values, inverse_sorted, counts = _runs(lanes[order], xp)
+        values, inverse_sorted, counts, starts = _runs(lanes[order], xp)
+        first = order[starts].astype(np.int64)  # stable sort: a run starts at its first occurrence
+        if not c.sorted:  # the values in the order they first occur
+            by_first = xp.argsort(first, stable=True)
+            rank = xp.zeros(by_first.shape, np.int64)
+            rank[by_first] = xp.arange(by_first.shape[0], dtype=np.int64)
+            values, counts, first, inverse_sorted = (
+                values[by_first],
+                counts[by_first],
+                first[by_first],
+                rank[inverse_sorted],
+            )
         inverse = xp.zeros(inverse_sorted.shape, np.int64)
         inverse[order] = inverse_sorted
     else:
-        values, inverse, counts = _runs(lanes, xp)
+        values, inverse, counts, first = _runs(lanes, xp)
     if c.part == "values":
         return values if axis is None else xp.moveaxis(values, 0, axis)
     if c.part == "inverse":
         return inverse.reshape(x.shape) if axis is None else inverse
+    if c.part == "indices":
+        return first
     return counts
 
 

@@ -86,3 +86,66 @@ def test_unique_programs_round_trip_and_older_ones_load():
     old = Program.from_json(doc)
     assert all(i.call.sorted for i in old.instrs if isinstance(i.call, Unique))
     assert [s.name for s in program.data_symbols] == ["u0"]
+
+
+def _nms_model(center: int, score_threshold: bool, limits: bool = True):
+    ins = ["boxes", "scores", *(["most", "iou"] if limits else []), *(["score"] if score_threshold else [])]
+    node = helper.make_node("NonMaxSuppression", ins, ["selected"], center_point_box=center)
+    inits = {"most": np.array([3], np.int64), "iou": np.array([0.4], np.float32), "score": np.array([0.3], np.float32)}
+    m = model(
+        [node],
+        {"boxes": (TensorProto.FLOAT, [2, 12, 4]), "scores": (TensorProto.FLOAT, [2, 3, 12])},
+        ["selected"],
+        {k: v for k, v in inits.items() if k in ins},
+        opset=11,
+    )
+    return m
+
+
+def _nms_feed(center: int):
+    corner = R.random((2, 12, 2)).astype(np.float32) * 4
+    size = (R.random((2, 12, 2)).astype(np.float32) + 0.2) * 2
+    boxes = np.concatenate([corner, size], axis=-1) if center else np.concatenate([corner, corner + size], axis=-1)
+    if not center:
+        boxes[:, ::3] = boxes[:, ::3][..., [2, 3, 0, 1]]  # flipped corners
+    scores = R.random((2, 3, 12)).astype(np.float32)
+    scores[0, 0, 5] = scores[0, 0, 7]  # a tie: the lower index first
+    return {"boxes": boxes, "scores": scores}
+
+
+@pytest.mark.parametrize("score_threshold", [False, True])
+@pytest.mark.parametrize("center", [0, 1])
+def test_non_max_suppression_matches_reference(center, score_threshold):
+    m, feed = _nms_model(center, score_threshold), _nms_feed(center)
+    (got,) = run_rlx(m, feed)
+    assert_equal_outputs([got], reference(m, feed))
+    assert got.ndim == 2 and got.shape[1] == 3 and got.dtype == np.int64
+    for batch in range(2):
+        for cls in range(3):
+            picked = got[(got[:, 0] == batch) & (got[:, 1] == cls), 2]
+            assert 1 <= len(picked) <= 3  # at most max_output_boxes_per_class, best score first
+            s = feed["scores"][batch, cls]
+            assert list(s[picked]) == sorted(s[picked], reverse=True)
+            if score_threshold:
+                assert (s[picked] > 0.3).all()
+
+
+def test_non_max_suppression_without_limits_selects_nothing():
+    m, feed = _nms_model(0, False, limits=False), _nms_feed(0)
+    (got,) = run_rlx(m, feed)
+    assert got.shape == (0, 3) and got.dtype == np.int64
+
+
+def test_non_max_suppression_on_the_onnxruntime_engine():
+    from rlx.bundle import bind_weights
+    from rlx.convert import finish_program
+    from rlx.onnx_import import reader
+    from rlx.onnx_import.importer import lower_graph
+    from rlx.runtime.model import Model
+
+    m, feed = _nms_model(1, True), _nms_feed(1)
+    program, weights = lower_graph(reader.read(m, {k: v.shape for k, v in feed.items()}))
+    program = finish_program(program)
+    rt = Model(program, bind_weights(program, weights, "weights"), backend="onnxruntime")
+    (got,) = rt.run_flat(rt.bind((), feed))
+    assert_equal_outputs([np.asarray(got)], run_rlx(m, feed))

@@ -570,6 +570,23 @@ class Unique(Call):
 
 
 @dataclass(frozen=True)
+class NonMaxSuppression(Call):
+    """ONNX ``NonMaxSuppression``: per batch and class, boxes in descending score order (ties: lower
+    index first), each kept unless its IoU with a box already kept exceeds ``iou_threshold``; at
+    most ``max_per_class`` per class, only scores above ``score_threshold`` when it is given. The
+    result is [n, 3] int64 rows (batch, class, box); n depends on the data. ``boxes`` [B, N, 4] are
+    corners (y1, x1, y2, x2, either order) or, with ``center_point_box``, (x, y, width, height);
+    ``scores`` [B, C, N]; the three limits are scalars (or one-element tensors)."""
+
+    boxes: Ref
+    scores: Ref
+    max_per_class: Operand
+    iou_threshold: Operand
+    score_threshold: Operand | None
+    center_point_box: bool
+
+
+@dataclass(frozen=True)
 class Bincount(Call):
     """``torch.bincount``: occurrences (or summed ``weights``) of each value of the int vector
     ``x``; ``max(x) + 1`` entries, at least ``minlength``."""

@@ -16,7 +16,7 @@ from rlx.ir import dtypes
 from rlx.torch_import.tensors import numpy_to_tensor, tensor_to_numpy
 
 
-@pytest.mark.parametrize("tok", dtypes.DTYPES)
+@pytest.mark.parametrize("tok", sorted(safetensors_io.TOKEN_TO_ST))
 def test_round_trip_every_dtype(tok, tmp_path):
     arr = (np.arange(12).reshape(3, 4) % 5).astype(dtypes.to_numpy(tok))
     scalar = arr[1, 2][()]  # 0-d: e.g. BatchNorm's num_batches_tracked, a scalar model output
@@ -29,6 +29,14 @@ def test_round_trip_every_dtype(tok, tmp_path):
     assert got["empty"].shape == (0, 2)
     assert got["scalar"].shape == () and got["scalar"].dtype == arr.dtype
     assert got["scalar"].tobytes() == np.asarray(scalar).tobytes()
+
+
+@pytest.mark.parametrize("tok", sorted(set(dtypes.DTYPES) - set(safetensors_io.TOKEN_TO_ST)))
+def test_dtypes_safetensors_cannot_name_are_refused(tok, tmp_path):
+    assert dtypes.is_low_bit(tok)  # every other rlx dtype has a safetensors name
+    with pytest.raises(WeightsError, match=f"is {tok}, which safetensors has no name for"):
+        safetensors_io.write(tmp_path / "t.safetensors", {"a": np.zeros(4, dtypes.to_numpy(tok))})
+    assert not (tmp_path / "t.safetensors").exists()
 
 
 def test_interoperates_with_the_safetensors_package(tmp_path):

@@ -82,6 +82,9 @@ def compare(got: Any, want: Any, rtol: float, atol: float) -> str:
         return f"shape {list(got.shape)} != {list(want.shape)}"
     if got.dtype != want.dtype:
         return f"dtype {got.dtype} != {want.dtype}"
+    if want.dtype.name.startswith(("float8", "float4")):  # ml_dtypes' (kind "V" or "f"): exactly, NaN = NaN
+        same = np.array_equal(got.astype(np.float32), want.astype(np.float32), equal_nan=True)
+        return "" if same else "values differ"
     if want.dtype.name == "bfloat16":  # ml_dtypes' kind is "V": compare as the floats they are (NaN = NaN)
         got, want = got.astype(np.float32), want.astype(np.float32)
     if want.dtype.kind in "fc":

@@ -22,7 +22,7 @@ from .ir import dtypes
 ST_TO_TOKEN = {
     "F32": "f32", "F16": "f16", "BF16": "bf16", "F64": "f64", "I64": "i64", "I32": "i32",
     "I16": "i16", "I8": "i8", "U8": "u8", "BOOL": "bool", "C64": "c64", "U16": "u16", "U32": "u32",
-    "U64": "u64",
+    "U64": "u64", "F8_E4M3": "f8e4m3fn", "F8_E5M2": "f8e5m2",
     # Not in the safetensors spec (which stops at C64): rlx's name for complex128 tensors.
     "C128": "c128",
 }  # fmt: skip
@@ -119,6 +119,8 @@ def write(path: str | Path, tensors: dict[str, np.ndarray], metadata: dict[str, 
     for name in sorted(tensors):
         arr = np.asarray(tensors[name], order="C")  # ascontiguousarray would make 0-d arrays 1-d
         token = dtypes.from_numpy(arr.dtype)
+        if token not in TOKEN_TO_ST:
+            raise WeightsError(f"{path}: tensor {name!r} is {token}, which safetensors has no name for")
         data = arr.tobytes()
         header[name] = {
             "dtype": TOKEN_TO_ST[token],

@@ -26,6 +26,19 @@ _FLOAT_NP = {"f32": "np.float32", "f64": "np.float64", "f16": "np.float16", "bf1
 _NP_TYPE = {**_FLOAT_NP, "i64": "np.int64", "i32": "np.int32", "i16": "np.int16", "i8": "np.int8", "u8": "np.uint8",
             "bool": "np.bool_", "c64": "np.complex64", "c128": "np.complex128", "u16": "np.uint16",
             "u32": "np.uint32", "u64": "np.uint64"}  # fmt: skip
+_LOW_BIT_NP = {
+    "f8e4m3fn": "float8_e4m3fn",
+    "f8e4m3fnuz": "float8_e4m3fnuz",
+    "f8e5m2": "float8_e5m2",
+    "f8e5m2fnuz": "float8_e5m2fnuz",
+    "f8e8m0": "float8_e8m0fnu",
+    "f4e2m1": "float4_e2m1fn",
+    "i4": "int4",
+    "u4": "uint4",
+    "i2": "int2",
+    "u2": "uint2",
+}  # ml_dtypes names; fmt: skip
+_NP_TYPE.update({tok: f"_ops.{name}" for tok, name in _LOW_BIT_NP.items()})
 SYMBOLIC_FUNCS = ("Max", "Min", "Mod", "PythonMod", "FloorDiv", "CeilDiv", "floor", "ceiling", "FloorToInt",
                   "CeilToInt", "TruncToInt", "IntTrueDiv", "ToFloat", "Abs")  # fmt: skip
 
@@ -319,6 +332,7 @@ def ops_init(kernel_names: Sequence[str], style: str = "numpy") -> str:
             "from .safetensors_io import read as read_safetensors  # noqa: F401  (used by the package's load())",
             "",
             "bfloat16 = ml_dtypes.bfloat16",
+            *(f"{name} = ml_dtypes.{name}" for name in _LOW_BIT_NP.values()),
         ]
     lines = [*head, "", *_SYMBOLIC_HELPERS]
     lines += [

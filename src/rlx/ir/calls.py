@@ -556,14 +556,34 @@ class MaskedSelect(Call):
 
 @dataclass(frozen=True)
 class Unique(Call):
-    """One result of ``torch.unique`` / ``unique_consecutive`` / ``unique_dim`` (``part``: values,
-    inverse or counts). Values come sorted (``consecutive``: runs of equal entries collapse, in
-    order); ``axis`` None works on the flattened tensor, else on the slices along ``axis``."""
+    """One result of ``torch.unique`` / ``unique_consecutive`` / ``unique_dim`` / ONNX ``Unique``
+    (``part``: values, indices (of each value's first occurrence), inverse or counts). Values come
+    sorted, or with ``sorted`` False in the order they first occur (``consecutive``: runs of equal
+    entries collapse, in order); ``axis`` None works on the flattened tensor, else on the slices
+    along ``axis``."""
 
     x: Ref
     part: str
     consecutive: bool
     axis: int | None
+    sorted: bool = True
+
+
+@dataclass(frozen=True)
+class NonMaxSuppression(Call):
+    """ONNX ``NonMaxSuppression``: per batch and class, boxes in descending score order (ties: lower
+    index first), each kept unless its IoU with a box already kept exceeds ``iou_threshold``; at
+    most ``max_per_class`` per class, only scores above ``score_threshold`` when it is given. The
+    result is [n, 3] int64 rows (batch, class, box); n depends on the data. ``boxes`` [B, N, 4] are
+    corners (y1, x1, y2, x2, either order) or, with ``center_point_box``, (x, y, width, height);
+    ``scores`` [B, C, N]; the three limits are scalars (or one-element tensors)."""
+
+    boxes: Ref
+    scores: Ref
+    max_per_class: Operand
+    iou_threshold: Operand
+    score_threshold: Operand | None
+    center_point_box: bool
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import ml_dtypes
 import numpy as np
 
-from ..errors import SchemaError
+from ..errors import SchemaError, UnsupportedOpError
 
 NUMPY_DTYPES: dict[str, np.dtype] = {
     "f32": np.dtype(np.float32),
@@ -25,6 +25,17 @@ NUMPY_DTYPES: dict[str, np.dtype] = {
     "bool": np.dtype(np.bool_),
     "c64": np.dtype(np.complex64),
     "c128": np.dtype(np.complex128),
+    # Low-bit types, for storage and casts only (weights and quantized tensors; no arithmetic).
+    "f8e4m3fn": np.dtype(ml_dtypes.float8_e4m3fn),
+    "f8e4m3fnuz": np.dtype(ml_dtypes.float8_e4m3fnuz),
+    "f8e5m2": np.dtype(ml_dtypes.float8_e5m2),
+    "f8e5m2fnuz": np.dtype(ml_dtypes.float8_e5m2fnuz),
+    "f8e8m0": np.dtype(ml_dtypes.float8_e8m0fnu),
+    "f4e2m1": np.dtype(ml_dtypes.float4_e2m1fn),
+    "i4": np.dtype(ml_dtypes.int4),
+    "u4": np.dtype(ml_dtypes.uint4),
+    "i2": np.dtype(ml_dtypes.int2),
+    "u2": np.dtype(ml_dtypes.uint2),
 }
 DTYPES = tuple(NUMPY_DTYPES)
 _TOKEN_OF = {dt: tok for tok, dt in NUMPY_DTYPES.items()}
@@ -32,6 +43,8 @@ _TOKEN_OF = {dt: tok for tok, dt in NUMPY_DTYPES.items()}
 FLOATS = ("f16", "bf16", "f32", "f64")
 INTS = ("u8", "i8", "i16", "i32", "i64", "u16", "u32", "u64")
 COMPLEX = ("c64", "c128")
+# Stored, moved and cast, never computed on: a program that does arithmetic on them is refused.
+LOW_BIT = ("f8e4m3fn", "f8e4m3fnuz", "f8e5m2", "f8e5m2fnuz", "f8e8m0", "f4e2m1", "i4", "u4", "i2", "u2")
 # Bits of each integer type, for promotion between integer types. PyTorch promotes uint16/32/64
 # only with themselves and with floats (anything else is an error there, so never reaches here).
 _INT_BITS = {"u8": 8, "i8": 8, "i16": 16, "i32": 32, "i64": 64, "u16": 16, "u32": 32, "u64": 64}
@@ -67,6 +80,11 @@ def is_complex(tok: str) -> bool:
     return tok in COMPLEX
 
 
+def is_low_bit(tok: str) -> bool:
+    """A float8/float4/int4/int2 type: storage and casts only."""
+    return tok in LOW_BIT
+
+
 def complex_of(tok: str) -> str:
     """The complex type whose parts are ``tok`` (float64 → complex128; the other floats → complex64)."""
     return "c128" if tok in ("f64", "c128") else "c64"
@@ -90,6 +108,8 @@ def category(tok: str) -> int:
 
 def promote_types(a: str, b: str) -> str:
     """``torch.promote_types`` for the dtypes rlx knows."""
+    if a in LOW_BIT or b in LOW_BIT:
+        raise UnsupportedOpError(f"arithmetic on {a if a in LOW_BIT else b} is not supported; cast to float32 first")
     if a == b:
         return a
     ca, cb = category(a), category(b)

@@ -500,10 +500,11 @@ def _program_from_json(doc: Any, where: str) -> Program:
             raise SchemaError(f"{at}.op: unknown call {op!r}; this bundle needs a newer rlx")
         args = _get(raw, "args", at, dict)
         names = {f.name for f in dataclasses.fields(cls)}
-        if set(args) != names:
+        optional = {f.name for f in dataclasses.fields(cls) if f.default is not dataclasses.MISSING}
+        if not set(args) <= names or names - optional - set(args):
             raise SchemaError(f"{at}.args: {op} takes {sorted(names)}, found {sorted(args)}")
         hints = field_types(cls)
-        call = cls(**{n: conform(_decode(args[n], f"{at}.args.{n}"), hints[n], f"{at}.args.{n}") for n in names})
+        call = cls(**{n: conform(_decode(args[n], f"{at}.args.{n}"), hints[n], f"{at}.args.{n}") for n in args})
         instrs.append(
             Instr(
                 result=_get(raw, "result", at, str),

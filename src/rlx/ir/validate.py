@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import math
 
-from rlx.errors import SchemaError
+from rlx.errors import SchemaError, UnsupportedOpError
 from rlx.ir import calls as C
 from rlx.ir import dtypes
 from rlx.ir.program import Call, Program, Ref, Value
 from rlx.ir.symbolic import Shape, static_shape
 
 MAX_ELEMENTS = 2**36  # per value; far beyond any real model, small enough to refuse absurd headers
+# The Calls that may read or produce a low-bit (float8/float4/int4/int2) value: casts and moves (and
+# the fuser's groups, made only of Calls that passed this check before fusion).
+LOW_BIT_CALLS = (C.Cast, C.Bitcast, C.Reshape, C.Permute, C.Expand, C.Slice, C.Concat, C.IndexSelect, C.Flip, C.Fused)
 
 
 def validate(program: Program, source: str = "program") -> None:
@@ -35,10 +38,20 @@ def validate(program: Program, source: str = "program") -> None:
                 f"{where}: declares {math.prod(static):,} elements, more than rlx allows ({MAX_ELEMENTS:,})"
             )
         _check_call(ins.call, ins.shape, ins.dtype, known, where)
+        _check_low_bit(ins.call, ins.dtype, known, where)
         defined.add(ins.result)
     for k, o in enumerate(program.outputs):
         if isinstance(o, Ref) and o.name not in defined:
             raise SchemaError(f"{source}: outputs[{k}] names undefined value {o.name!r}")
+
+
+def _check_low_bit(call: Call, dtype: str, known: dict[str, Value], where: str) -> None:
+    """float8/float4/int4/int2 values are stored, moved and cast, never computed on."""
+    if isinstance(call, LOW_BIT_CALLS):
+        return
+    low = [t for t in (dtype, *(known[r.name].dtype for r in call.refs() if r.name in known)) if dtypes.is_low_bit(t)]
+    if low:
+        raise UnsupportedOpError(f"{where}: computes on {low[0]} values; rlx only stores and casts that type")
 
 
 def _check_call(call: Call, shape: Shape, dtype: str, known: dict[str, Value], where: str) -> None:

@@ -1,4 +1,5 @@
-"""Selection: Nonzero, NonzeroStatic, MaskedSelect, Unique, Bincount, Histc, GroupedMatMul.
+"""Selection: Nonzero, NonzeroStatic, MaskedSelect, Unique, NonMaxSuppression, Bincount, Histc,
+GroupedMatMul.
 
 Most of these produce a result whose length depends on the data (a bare data symbol ``u0`` in the
 program); the numpy engine binds it from the result. ``NonzeroStatic``, ``Histc`` and
@@ -47,18 +48,20 @@ def masked_select(c: C.MaskedSelect, x: Any, mask: Any, *, xp: ArrayNamespace) -
     return xp.broadcast_to(x, shape)[xp.broadcast_to(mask, shape)]
 
 
-def _runs(x: Any, xp: ArrayNamespace) -> tuple[Any, Any, Any]:
-    """``unique_consecutive`` of a vector (or of the rows of a matrix): values, inverse, counts."""
+def _runs(x: Any, xp: ArrayNamespace) -> tuple[Any, Any, Any, Any]:
+    """``unique_consecutive`` of a vector (or of the rows of a matrix): values, inverse, counts and
+    the position where each run starts."""
     if x.shape[0] == 0:
-        return x, xp.zeros((0,), np.int64), xp.zeros((0,), np.int64)
+        empty = xp.zeros((0,), np.int64)
+        return x, empty, empty, empty
     differs = x[1:] != x[:-1]
     if differs.ndim > 1:
         differs = differs.reshape(differs.shape[0], -1).any(axis=1)
     starts = xp.concatenate([xp.ones((1,), bool), differs])
     inverse = xp.cumsum(starts.astype(np.int64)) - 1
-    first = xp.flatnonzero(starts)
+    first = xp.flatnonzero(starts).astype(np.int64)
     counts = xp.diff(xp.concatenate([first, xp.asarray([x.shape[0]])])).astype(np.int64)
-    return x[first], inverse, counts
+    return x[first], inverse, counts, first
 
 
 @kernel("Unique")
@@ -72,16 +75,80 @@ def unique(c: C.Unique, x: Any, *, xp: ArrayNamespace) -> Any:
         else:
             flat = lanes.reshape(lanes.shape[0], -1)
             order = xp.lexsort(flat.T[::-1]) if flat.shape[1] else xp.arange(flat.shape[0])
-        values, inverse_sorted, counts = _runs(lanes[order], xp)
+        values, inverse_sorted, counts, starts = _runs(lanes[order], xp)
+        first = order[starts].astype(np.int64)  # stable sort: a run starts at its first occurrence
+        if not c.sorted:  # the values in the order they first occur
+            by_first = xp.argsort(first, stable=True)
+            rank = xp.zeros(by_first.shape, np.int64)
+            rank[by_first] = xp.arange(by_first.shape[0], dtype=np.int64)
+            values, counts, first, inverse_sorted = (
+                values[by_first],
+                counts[by_first],
+                first[by_first],
+                rank[inverse_sorted],
+            )
         inverse = xp.zeros(inverse_sorted.shape, np.int64)
         inverse[order] = inverse_sorted
     else:
-        values, inverse, counts = _runs(lanes, xp)
+        values, inverse, counts, first = _runs(lanes, xp)
     if c.part == "values":
         return values if axis is None else xp.moveaxis(values, 0, axis)
     if c.part == "inverse":
         return inverse.reshape(x.shape) if axis is None else inverse
+    if c.part == "indices":
+        return first
     return counts
+
+
+def _first(v: Any) -> Any:
+    return np.asarray(v).reshape(-1)[0]
+
+
+def _iou_suppresses(boxes: Any, center: bool, threshold: Any) -> Any:
+    """[N, N]: whether box i and box j overlap by more than ``threshold`` (IoU), computed in the
+    boxes' precision term by term as ONNX's reference does (no overlap, empty boxes: never)."""
+    if center:
+        half_w, half_h = boxes[:, 2] / 2, boxes[:, 3] / 2
+        x_lo, x_hi = boxes[:, 0] - half_w, boxes[:, 0] + half_w
+        y_lo, y_hi = boxes[:, 1] - half_h, boxes[:, 1] + half_h
+    else:
+        x_lo, x_hi = np.minimum(boxes[:, 1], boxes[:, 3]), np.maximum(boxes[:, 1], boxes[:, 3])
+        y_lo, y_hi = np.minimum(boxes[:, 0], boxes[:, 2]), np.maximum(boxes[:, 0], boxes[:, 2])
+    ix_lo, ix_hi = np.maximum(x_lo[:, None], x_lo[None, :]), np.minimum(x_hi[:, None], x_hi[None, :])
+    iy_lo, iy_hi = np.maximum(y_lo[:, None], y_lo[None, :]), np.minimum(y_hi[:, None], y_hi[None, :])
+    inter = (ix_hi - ix_lo) * (iy_hi - iy_lo)
+    area = (x_hi - x_lo) * (y_hi - y_lo)
+    union = area[:, None] + area[None, :] - inter
+    valid = (ix_hi > ix_lo) & (iy_hi > iy_lo) & (inter > 0) & (area[:, None] > 0) & (area[None, :] > 0) & (union > 0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return valid & (inter / np.where(valid, union, 1) > threshold)
+
+
+@kernel("NonMaxSuppression")
+def non_max_suppression(
+    c: C.NonMaxSuppression, boxes: Any, scores: Any, max_per_class: Any, iou: Any, score_threshold: Any, *, xp: Any
+) -> Any:
+    # A greedy loop over the data (numpy only: its result size is data-dependent, which the JAX
+    # engine refuses up front).
+    boxes, scores = np.asarray(boxes), np.asarray(scores)
+    limit = max(int(_first(max_per_class)), 0)
+    threshold = _first(iou).astype(boxes.dtype)
+    rows: list[tuple[int, int, int]] = []
+    for batch in range(boxes.shape[0]):
+        suppresses = _iou_suppresses(boxes[batch], c.center_point_box, threshold)
+        for cls in range(scores.shape[1]):
+            s = scores[batch, cls]
+            order = np.argsort(-s, kind="stable")  # descending score, ties by lower index
+            if score_threshold is not None:
+                order = order[s[order] > _first(score_threshold)]
+            kept: list[int] = []
+            for box in order.tolist():
+                if len(kept) >= limit:
+                    break
+                if not suppresses[box, kept].any():
+                    kept.append(box)
+                    rows.append((batch, cls, box))
+    return np.asarray(rows, np.int64).reshape(-1, 3)
 
 
 @kernel("Bincount")

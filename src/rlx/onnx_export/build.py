@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from rlx.ir import dtypes
 from rlx.ir.program import Instr, Lit, Program, Ref
 from rlx.ir.symbolic import Dim, Sym
 from rlx.onnx_export.registry import (
@@ -31,7 +32,11 @@ EXTERNAL_DATA_THRESHOLD = 2 * 1024**3  # protobuf's limit on one message
 
 
 def check_coverage(program: Program) -> None:
-    """Every Call of ``program`` must have an emitter: say which ones do not (and why), all at once."""
+    """Every Call of ``program`` must have an emitter: say which ones do not (and why), all at once;
+    and no value may be of a low-bit storage type (float8, int4 …), which the emitter does not write."""
+    low = sorted({v.dtype for v in program.values().values() if dtypes.is_low_bit(v.dtype)})
+    if low:
+        raise EmitError(f"the ONNX emitter does not write {', '.join(low)} values yet; use the numpy engine")
     missing: dict[str, list[str]] = {}
     reasons: dict[str, str] = {}
     for ins in program.instrs:

@@ -1,5 +1,5 @@
-"""Selection: Nonzero through NonZero, MaskedSelect through Compress, SearchSorted by counting
-comparisons (as the shared kernel does), the determinant through Det. The data-dependent Calls
+"""Selection: Nonzero through NonZero, MaskedSelect through Compress, NonMaxSuppression through its
+namesake, SearchSorted by counting comparisons (as the shared kernel does), the determinant through Det. The data-dependent Calls
 ONNX has no operator for (and the factorisations) are declared here with the reason."""
 
 from __future__ import annotations
@@ -25,6 +25,19 @@ def masked_select(g: OnnxGraph, c: C.MaskedSelect, out: Instr, x: T, mask: T) ->
     full_mask = g.op("Expand", [mask, g.op("Shape", [both], "i64")], "bool")
     flat = g.op("Reshape", [both, g.ints([-1])], x.dtype)
     return g.op("Compress", [flat, g.op("Reshape", [full_mask, g.ints([-1])], "bool")], x.dtype, out.shape, axis=0)
+
+
+@emits(C.NonMaxSuppression)
+def non_max_suppression(
+    g: OnnxGraph, c: C.NonMaxSuppression, out: Instr, boxes: T, scores: T, most: T, iou: T, score: T | None
+) -> T:
+    # onnxruntime's kernel takes float32 boxes and scores, and the limits as one-element tensors
+    def one(v: T, dtype: str) -> T:
+        return g.op("Reshape", [g.cast(v, dtype), g.ints([1])], dtype)
+
+    limits = [one(most, "i64"), one(iou, "f32"), *([one(score, "f32")] if score is not None else [])]
+    ins = [g.cast(boxes, "f32"), g.cast(scores, "f32"), *limits]
+    return g.op("NonMaxSuppression", ins, "i64", out.shape, center_point_box=int(c.center_point_box))
 
 
 @emits(C.SearchSorted)

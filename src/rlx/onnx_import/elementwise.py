@@ -357,20 +357,83 @@ def cast_to(b: OnnxBuilder, v: Env | Lit, dtype: str, name: str = "x") -> Out:
     return b.cast(v, dtype)
 
 
+FLOAT8 = ("f8e4m3fn", "f8e4m3fnuz", "f8e5m2", "f8e5m2fnuz")
+
+
+def onnx_cast(
+    b: OnnxBuilder, v: Env | Lit, dtype: str, name: str = "x", saturate: bool = True, round_mode: str = "up"
+) -> Out:
+    """ONNX's Cast: numpy's, except that float8 saturates to its largest finite value when asked
+    (``saturate``, NaN stays NaN) and float8e8m0 rounds the exponent by ``round_mode``."""
+    if dtype == "f8e8m0":
+        return _to_e8m0(b, v, name, saturate, round_mode)
+    if dtype not in FLOAT8 or not saturate:
+        return cast_to(b, v, dtype, name)
+    import ml_dtypes
+
+    top = float(ml_dtypes.finfo(dtypes.to_numpy(dtype)).max)
+    if isinstance(v, np.ndarray) and v.dtype != object:
+        return np.clip(v, -top, top).astype(dtypes.to_numpy(dtype))  # the reference's saturate_cast
+    x = b.as_ref(b.operand(v, name) if isinstance(v, np.ndarray) else v)
+    if not dtypes.is_float(b.dtype(x)):
+        x = b.cast(x, "f64")
+    dt = b.dtype(x)
+    return b.cast(b.emit(Clamp(x, b.lit(-top, dt), b.lit(top, dt)), b.shape(x), dt), dtype)
+
+
+def _to_e8m0(b: OnnxBuilder, v: Env | Lit, name: str, saturate: bool, round_mode: str) -> Out:
+    """float → float8e8m0 as ``onnx.numpy_helper.to_float8e8m0``: the float32 exponent bits, raised
+    by one when the dropped mantissa says so (``up``: any bit; ``nearest``: to nearest, ties
+    away), NaN/inf → NaN, never past the largest finite value when saturating."""
+    if round_mode not in ("up", "down", "nearest"):
+        raise LoweringError(f"Cast: round_mode {round_mode!r} is not one of up, down, nearest")
+    if isinstance(v, np.ndarray) and v.dtype != object:
+        from onnx import numpy_helper
+
+        return numpy_helper.to_float8e8m0(v, saturate, round_mode)
+    bits = b.as_ref(b.cast(b.as_ref(b.operand(v, name) if isinstance(v, np.ndarray) else v), "f32"))
+    bits = b.emit(Bitcast(bits, "u32"), b.shape(bits), "u32")
+
+    def lit(n: int) -> Lit:
+        return b.lit(n, "u32")
+
+    def bit_set(mask: int) -> Ref:
+        return emit_binary(b, "ne", emit_binary(b, "bitwise_and", bits, lit(mask)), lit(0))
+
+    exponent = emit_binary(b, "bitwise_and", emit_binary(b, "right_shift", bits, lit(23)), lit(0xFF))
+    if round_mode != "down":
+        if round_mode == "up":
+            up = bit_set(0x7FFFFF)
+        else:  # guard bit, and any of round, sticky or a non-zero exponent
+            rest = emit_binary(b, "logical_or", bit_set(0x1FFFFF), emit_binary(b, "gt", exponent, lit(0)))
+            up = emit_binary(b, "logical_and", bit_set(0x400000), rest)
+        up = emit_binary(b, "logical_and", up, emit_binary(b, "ne", exponent, lit(0xFF)))
+        if saturate:
+            up = emit_binary(b, "logical_and", up, emit_binary(b, "ne", exponent, lit(0xFE)))
+        exponent = emit_binary(b, "add", exponent, b.cast(up, "u32"))
+    byte = b.cast(exponent, "u8")
+    return b.emit(Bitcast(byte, "f8e8m0"), b.shape(byte), "f8e8m0")
+
+
 @onnx_op("Cast")
 def cast(node: OnnxNode, b: OnnxBuilder) -> Out:
     to = node.attr("to")
     if to not in ELEM_TYPES:
         raise LoweringError(f"node {node.name} (Cast): cast to ONNX type {to} is not supported by rlx")
-    return cast_to(b, b.required(node, 0), ELEM_TYPES[to], node.inputs[0])
+    return _cast_node(node, b, ELEM_TYPES[to])
 
 
 @onnx_op("CastLike")
 def cast_like(node: OnnxNode, b: OnnxBuilder) -> Out:
-    return cast_to(b, b.required(node, 0), b.in_dtype(node, 1), node.inputs[0])
+    return _cast_node(node, b, b.in_dtype(node, 1))
 
 
-__all__ = ["binary", "cast_to", "emit_binary", "fold", "np_cast", "unary"]
+def _cast_node(node: OnnxNode, b: OnnxBuilder, to: str) -> Out:
+    saturate, round_mode = bool(node.attr("saturate", 1)), str(node.attr("round_mode", "up"))
+    return onnx_cast(b, b.required(node, 0), to, node.inputs[0], saturate, round_mode)
+
+
+__all__ = ["binary", "cast_to", "emit_binary", "fold", "np_cast", "onnx_cast", "unary"]
 
 
 @onnx_op("BitCast")

@@ -16,12 +16,18 @@ from rlx.ir import dtypes
 from rlx.ir.calls import Clamp, IndexSelect
 from rlx.ir.program import Operand, Ref
 from rlx.ir.symbolic import Dim
-from rlx.onnx_import.elementwise import emit_binary, unary
+from rlx.onnx_import.elementwise import FLOAT8, emit_binary, onnx_cast, unary
 from rlx.onnx_import.nn import conv, matmul
 from rlx.onnx_import.reader import elem_dtype
 from rlx.onnx_import.registry import Env, OnnxBuilder, OnnxNode, norm_axis, onnx_op, static_dim
 
-_RANGES = {"u8": (0, 255), "i8": (-128, 127), "i16": (-32768, 32767), "i32": (-(2**31), 2**31 - 1)}
+_RANGES = {
+    "u8": (0, 255), "i8": (-128, 127), "i16": (-32768, 32767), "i32": (-(2**31), 2**31 - 1), "u16": (0, 65535),
+    "u4": (0, 15), "i4": (-8, 7), "u2": (0, 3), "i2": (-2, 1),
+}  # fmt: skip
+# Float targets: x / scale cast (float8: saturating when asked; their zero point is ignored, as the
+# reference does; float4e2m1's is added).
+_FLOAT_TARGETS = (*FLOAT8, "f4e2m1")
 
 
 def _param(b: OnnxBuilder, node: OnnxNode, index: int, shape: tuple, axis: int, block: int) -> Operand | None:
@@ -79,14 +85,22 @@ def quantize_linear(node: OnnxNode, b: OnnxBuilder) -> Env:
         out = elem_dtype(int(node.attr("output_dtype")), f"node {node.name} (QuantizeLinear) output_dtype")
     else:
         out = "u8"
-    if out not in _RANGES:
+    if out not in _RANGES and out not in _FLOAT_TARGETS:
         raise LoweringError(f"node {node.name} (QuantizeLinear): quantizing to {out} is not supported")
     scale = _param(b, node, 1, shape, axis, block)
     assert scale is not None
     dt = b.dtype(x)
     if node.attr("precision"):
         dt = elem_dtype(int(node.attr("precision")), f"node {node.name} (QuantizeLinear) precision")
-    q = unary(b, "round", emit_binary(b, "div", b.cast(x, dt), b.cast(scale, dt)))  # round half to even
+    y = emit_binary(b, "div", b.cast(x, dt), b.cast(scale, dt))
+    if out in _FLOAT_TARGETS:
+        zp = _param(b, node, 2, shape, axis, block) if out == "f4e2m1" else None
+        if zp is not None:
+            y = emit_binary(b, "add", y, b.cast(zp, dt))
+        q8 = onnx_cast(b, y, out, node.inputs[0], bool(node.attr("saturate", 1)))
+        assert isinstance(q8, Ref)
+        return q8
+    q = unary(b, "round", y)  # round half to even
     q = b.cast(q, "f64")  # + zero point and saturation on exact integers
     zp = _param(b, node, 2, shape, axis, block)
     if zp is not None:
@@ -105,7 +119,7 @@ def dequantize_linear(node: OnnxNode, b: OnnxBuilder) -> Env:
     if node.attr("output_dtype"):
         out = elem_dtype(int(node.attr("output_dtype")), f"node {node.name} (DequantizeLinear) output_dtype")
     y = b.cast(x, "f32")
-    zp = _param(b, node, 2, shape, axis, block)
+    zp = _param(b, node, 2, shape, axis, block) if b.dtype(x) not in _FLOAT_TARGETS else None
     if zp is not None:
         y = emit_binary(b, "sub", y, b.cast(zp, "f32"))
     return b.cast(emit_binary(b, "mul", y, b.cast(scale, dtypes.promote_types(b.dtype(scale), "f32"))), out)

@@ -40,11 +40,20 @@ ELEM_TYPES = {
     14: "c64",
     15: "c128",
     16: "bf16",
+    # storage-and-cast types (ml_dtypes): rlx moves and casts them, never computes on them
+    17: "f8e4m3fn",
+    18: "f8e4m3fnuz",
+    19: "f8e5m2",
+    20: "f8e5m2fnuz",
+    21: "u4",
+    22: "i4",
+    23: "f4e2m1",
+    24: "f8e8m0",
+    25: "u2",
+    26: "i2",
 }
-_TYPE_NAMES = {
-    8: "string", 17: "float8e4m3fn", 18: "float8e4m3fnuz",
-    19: "float8e5m2", 20: "float8e5m2fnuz", 21: "uint4", 22: "int4", 23: "float4e2m1",
-}  # fmt: skip
+_TYPE_NAMES = {8: "string", 27: "float6e2m3", 28: "float6e3m2"}
+_PACKED = {"u4": 2, "i4": 2, "f4e2m1": 2, "u2": 4, "i2": 4}  # elements per byte of raw data
 TRAINING_DOMAIN = "ai.onnx.preview.training"
 
 
@@ -236,10 +245,11 @@ def _initializer(t: Any) -> np.ndarray:
     dtype = elem_dtype(t.data_type, where)
     n = int(np.prod(dims, dtype=np.int64)) if dims else 1
     if t.HasField("raw_data"):
-        itemsize = np.dtype(_np_type(dtype)).itemsize
-        if len(t.raw_data) != n * itemsize:
+        per_byte = _PACKED.get(dtype, 0)
+        need = -(-n // per_byte) if per_byte else n * np.dtype(_np_type(dtype)).itemsize
+        if len(t.raw_data) != need:
             raise SchemaError(
-                f"{where}: {len(t.raw_data)} bytes of data, its type {dtype} and shape {list(dims)} need {n * itemsize}"
+                f"{where}: {len(t.raw_data)} bytes of data, its type {dtype} and shape {list(dims)} need {need}"
             )
     try:
         arr = numpy_helper.to_array(t)

@@ -29,7 +29,7 @@ from rlx.errors import LoweringError, RlxError, UnsupportedOpError
 from rlx.ir import dtypes
 from rlx.ir.calls import Cast, Concat, Expand
 from rlx.ir.program import Call, Instr, Lit, Operand, Program, Ref, Value, Weight
-from rlx.ir.symbolic import Dim, Shape, Sym, is_static
+from rlx.ir.symbolic import Dim, Shape, Sym, Symbol, is_static
 
 Known = np.ndarray
 Env = Ref | Known
@@ -90,7 +90,20 @@ def onnx_op(*op_types: str, domain: str = "") -> Callable[[Handler], Handler]:
 
 def load_families() -> None:
     # Importing the family modules runs their @onnx_op decorators.
-    from rlx.onnx_import import control, elementwise, linalg, misc, nn, quant, recurrent, reduce, shape, spectral, text  # noqa: F401
+    from rlx.onnx_import import (  # noqa: F401
+        control,
+        elementwise,
+        linalg,
+        misc,
+        nn,
+        quant,
+        recurrent,
+        reduce,
+        selection,
+        shape,
+        spectral,
+        text,
+    )
 
 
 def supported_ops() -> list[str]:
@@ -361,6 +374,17 @@ class OnnxBuilder:
             name = f"{base}_{k}"
         self._names.add(name)
         return name
+
+    def data_dim(self, hint: int) -> Sym:
+        """A fresh size that only the data decides (``u0`` …): the runtime binds it from the first
+        result that has it and checks it on the others."""
+        taken = {s.name for s in [*self.program.symbols, *self.program.data_symbols]}
+        k = len(self.program.data_symbols)
+        while f"u{k}" in taken:
+            k += 1
+        self.program.data_symbols.append(Symbol(f"u{k}", 0, None, hint))
+        self.hints[f"u{k}"] = hint
+        return Sym(f"u{k}")
 
     def emit(self, call: Call, shape: Sequence[Dim], dtype: str) -> Ref:
         base = ident(self._node.name) if self._node else "v"

@@ -52,14 +52,21 @@ class JaxEngine:
 
 
 def check_coverage(program: Program) -> None:
-    """Every Call of ``program`` must have a JAX kernel: say which ones do not, all at once; and no
-    size may depend on the data, which XLA's fixed shapes cannot express."""
+    """Every Call of ``program`` must have a JAX kernel: say which ones do not, all at once; no size
+    may depend on the data, which XLA's fixed shapes cannot express; and no value may be of a
+    low-bit storage type (float8, int4 …)."""
     if program.data_symbols:
         producers = _size_producers(program)
         raise UsageError(
             f"the JAX backend compiles fixed shapes, and {program.name} has sizes that depend on the data "
             f"({', '.join(s.name for s in program.data_symbols)}, from {', '.join(producers) or 'its graph'}); "
             "run it with backend='numpy'"
+        )
+    low = sorted({v.dtype for v in program.values().values() if dtypes.is_low_bit(v.dtype)})
+    if low:
+        raise UsageError(
+            f"the JAX backend does not run {', '.join(low)} values (rlx stores and casts them on numpy only); "
+            "run this model with backend='numpy'"
         )
     missing: dict[str, list[str]] = {}
     for ins in program.instrs:

@@ -200,6 +200,7 @@ def attention(g: OnnxGraph, c: C.Attention, out: Instr, q: T, k: T, v: T, mask: 
     grouped = c.gqa and q.rank >= 3 and k.shape[-3] != q.shape[-3]
     if grouped:
         k, v = _repeat_heads(g, k, q), _repeat_heads(g, v, q)
+    assert k.shape is not None
     neg_inf = g.const(-np.inf, q.dtype)
     allowed: T | None = None  # bool [.., L, S]: where a query may attend (None: everywhere)
     if c.causal:  # lower-triangular, aligned to the top-left as PyTorch does (folded when static)

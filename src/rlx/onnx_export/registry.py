@@ -45,7 +45,7 @@ def require_onnx() -> Any:
 # rlx dtype token → onnx.TensorProto data type (the numbers are fixed by the ONNX standard).
 ONNX_TYPES = {
     "f32": 1, "u8": 2, "i8": 3, "i16": 5, "i32": 6, "i64": 7, "bool": 9, "f16": 10, "f64": 11,
-    "c64": 14, "bf16": 16,
+    "c64": 14, "bf16": 16, "u16": 4, "u32": 12, "u64": 13, "c128": 15,
 }  # fmt: skip
 HALF = ("f16", "bf16")
 

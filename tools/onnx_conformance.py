@@ -225,8 +225,25 @@ def reason_class(reason: str) -> str:
     return reason[:100]
 
 
+# Value differences rlx keeps on purpose, by case name: why rlx's answer differs from the expected one.
+DELIBERATE = {
+    r"test_attention_.*_(bf16|fp16)(_expanded)?$": "1 ulp of half precision: the reference rounds every intermediate "
+    "to bf16/f16, rlx computes in float32 and rounds once (as PyTorch's CPU kernels)",
+    r"test_dft_inverse": "float32 rounding (~2e-6) above the case's atol: rlx's inverse DFT is numpy's FFT",
+    r"test_maxunpool_export_with_output_shape": "indices address the output_shape tensor, as in onnxruntime and "
+    "PyTorch's max_unpool; the reference reads them in the inferred shape and pads",
+}
+
+
+def known_reason(o: Outcome) -> str:
+    for pattern, why in DELIBERATE.items():
+        if re.match(pattern, o.name) and "values differ" in o.reason:
+            return f"deliberate: {why}"
+    return reason_class(o.reason)
+
+
 def write_known_failures(outcomes: list[Outcome]) -> None:
-    rows = [f"    {o.name!r}: {reason_class(o.reason)!r}," for o in outcomes if not o.passed]
+    rows = [f"    {o.name!r}: {known_reason(o)!r}," for o in outcomes if not o.passed]
     KNOWN_FAILURES.write_text(
         '"""ONNX node-test cases rlx is known to fail, with the reason (written by tools/onnx_conformance.py\n'
         '--write-known-failures; tests/onnx_import/test_conformance.py checks the rest pass)."""\n\n'

@@ -457,6 +457,20 @@ POOL = [
         ],
         (2, 3, 6, 4),
     ),
+    # Uneven, overlapping windows (values and flat indices), a window wider than a row, 1d/3d, an
+    # unbatched input; NaNs planted twice in one window (PyTorch keeps the last NaN's index).
+    case(
+        "adaptive_max_pool",
+        [
+            lambda x: F.adaptive_max_pool2d(x, (3, 4), return_indices=True),
+            lambda x: F.adaptive_max_pool2d(x, (7, 2), return_indices=True),
+            lambda x: F.adaptive_max_pool2d(x[0], (5, 5), return_indices=True),
+            lambda x: F.adaptive_max_pool2d(x, 1),
+            lambda x: F.adaptive_max_pool1d(x[0], 4, return_indices=True),
+            lambda x: F.adaptive_max_pool3d(x, (2, 3, 4), return_indices=True),
+        ],
+        planted((2, 3, 7, 9), [(0, 0, 1, 1), (0, 0, 2, 2), (1, 2, 6, 8)], [float("nan")] * 3),
+    ),
 ]
 
 # ── activation modules ───────────────────────────────────────────────────────
@@ -640,3 +654,18 @@ def test_max_pool_with_indices_backward(nd, dtype):
     x.view(-1)[::7] = x.view(-1)[0]  # ties: equal maxima in a window
     g = rand(shape[-2:], dtype, seed=2)
     assert_converts_and_matches(_pool_backward(nd), (x, g))
+
+
+def test_adaptive_max_pool_on_jax():
+    pytest.importorskip("jax")
+    x = rand((2, 3, 7, 9), F32, seed=2)
+    x[0, 0, 1, 1] = x[0, 0, 2, 2] = float("nan")
+
+    def f(x):
+        return (
+            *F.adaptive_max_pool2d(x, (3, 4), return_indices=True),
+            *F.adaptive_max_pool1d(x[0], 4, return_indices=True),
+            *F.adaptive_max_pool3d(x, (2, 3, 4), return_indices=True),
+        )
+
+    assert_converts_and_matches(f, (x,), levels=("high",), backend="jax")

@@ -604,19 +604,28 @@ def test_native_batch_norm_statistics_results(dtype):
     assert_converts_and_matches(f, _bn_inputs(dtype))
 
 
-def test_batch_norm_training_with_running_stats_is_refused():
-    from rlx.errors import LoweringError
-
-    from helpers import convert
+@pytest.mark.parametrize("backend", ["numpy", "jax"])
+def test_batch_norm_training_mode(backend):
+    """Training mode normalises with the batch's mean and biased variance; the functional form's
+    results 3 and 4 are the running statistics updated with momentum (the unbiased variance)."""
+    if backend == "jax":
+        pytest.importorskip("jax")
+    aten = torch.ops.aten
 
     def f(x, w, b, mean, var):
         return (
-            torch.ops.aten._native_batch_norm_legit_no_training(x, w, b, mean, var, 0.1, 1e-5)[0]
-            + torch.ops.aten.native_batch_norm(x, w, b, mean.clone(), var.clone(), True, 0.1, 1e-5)[0]
+            aten._native_batch_norm_legit_functional(x, w, b, mean, var, True, 0.1, 1e-5),
+            aten.native_batch_norm(x, w, b, mean.clone(), var.clone(), True, 0.3, 1e-3),
+            F.batch_norm(x, mean.clone(), var.clone(), w, b, training=True),
         )
 
-    with pytest.raises(LoweringError, match="training mode"):
-        convert(f, _bn_inputs(F32), decomposition="aten")
+    assert_converts_and_matches(f, _bn_inputs(F32), levels=("aten", "high") if backend == "numpy" else ("high",),
+                                backend=backend)  # fmt: skip
+
+    def inst(x, w, b, mean, var):
+        return F.instance_norm(x, mean.clone(), var.clone(), w, b, use_input_stats=True)
+
+    assert_converts_and_matches(inst, _bn_inputs(F32), levels=("high",), backend=backend)
 
 
 def _pool_backward(nd):

@@ -120,26 +120,45 @@ def batch_norm(node: Node, b: Builder) -> Operand | tuple[Operand | None, ...]:
             training, eps = False, node.arg(6, "eps")
         else:
             training, eps = node.arg(5, "training"), node.arg(7, "eps")
-    batch_stats = mean is None or var is None
-    if mean is None or var is None:  # = batch_stats, spelled out so the checker narrows both
-        # No running statistics (track_running_stats=False): even in eval mode every forward
-        # normalises with the batch's own mean and biased variance.
+    running = None if mean is None or var is None else (mean, var)
+    batch_stats = running is None or bool(training)
+    if batch_stats:
+        # Training mode, or no running statistics (track_running_stats=False, where even eval mode
+        # does this): normalise with the batch's own mean and biased variance.
         mean, var = _batch_stats(b, x)
-    elif training:
-        raise LoweringError(
-            f"node {node.id}: batch norm in training mode uses batch statistics; call model.eval() before export"
-        )
+    assert mean is not None and var is not None
     y = b.emit_like(BatchNorm(x, mean, var, w, bias, float(eps)), node.meta)
     if not node.multi:
         return y
-    return (y, *_saved_stats(node, b, mean, var, float(eps), batch_stats))
+    saved = _saved_stats(node, b, mean, var, float(eps), batch_stats)
+    if running is not None and training and len(node.out) == 5:  # the functional form's updated running stats
+        momentum = float(node.arg(6, "momentum"))
+        total, channels = symbolic.numel(b.shape(x)), b.shape(x)[1]
+        if not isinstance(total, int) or not isinstance(channels, int):
+            raise LoweringError(f"node {node.id}: batch norm's running-variance update needs static extents")
+        n = total // channels
+        unbiased = b.emit(
+            Binary("mul", var, b.lit(n / (n - 1) if n > 1 else math.inf, b.dtype(var))), b.shape(var), b.dtype(var)
+        )
+        saved[2:4] = [_momentum_update(b, node.meta_at(3 + k), stat, old, momentum) for k, (stat, old) in
+                      enumerate([(mean, running[0]), (unbiased, running[1])])]  # fmt: skip
+    return (y, *saved)
+
+
+def _momentum_update(b: Builder, meta: TensorMeta, stat: Ref, old: Ref, momentum: float) -> Ref:
+    """``momentum · stat + (1 − momentum) · old`` in the statistics' dtype, as PyTorch's decomposition."""
+    dt = b.dtype(stat)
+    shape = b.shape(stat)
+    new = b.emit(Binary("mul", b.lit(momentum, dt), stat), shape, dt)
+    kept = b.emit(Binary("mul", b.lit(1 - momentum, dt), b.cast(old, dt)), shape, dt)
+    return b.cast(b.emit(Binary("add", new, kept), shape, dt), meta.dtype)
 
 
 def _saved_stats(node: Node, b: Builder, mean: Ref, var: Ref, eps: float, batch_stats: bool) -> list[Ref | None]:
     """Results 1 and 2 of the native batch norms: ``save_mean`` and ``save_invstd``. With running
     statistics PyTorch returns them empty (``[0]``); normalising with the batch's own statistics,
     they are its mean and ``1/sqrt(var + eps)``. The functional form's running-stat updates
-    (results 3 and 4) exist only in training mode, which is refused above."""
+    (results 3 and 4) are filled in by ``batch_norm`` in training mode."""
     saved: list[Ref | None] = []
     for k, meta in enumerate(node.out[1:3], start=1):
         if not isinstance(meta, TensorMeta):

@@ -25,6 +25,35 @@ KNOWN: dict[str, str] = {
     "empty_strided": "uninitialised memory: rlx returns zeros",
     "new_empty_strided": "uninitialised memory: rlx returns zeros",
     "nonzero": "data-dependent output shape",
+    "empty_permuted": "uninitialised memory: rlx returns zeros",
+    "cauchy": "random op",
+    "exponential": "random op",
+    "geometric": "random op",
+    "log_normal": "random op",
+    "normal.in_place": "random op",
+    "normal.number_mean": "random op",
+    "uniform": "random op",
+    "randint": "random op",
+    "multinomial": "random op",
+    "nn.functional.rrelu": "random op: the slopes are drawn in training mode",
+    "nn.functional.fractional_max_pool2d": "random op: the pooling regions are drawn at random",
+    "nn.functional.fractional_max_pool3d": "random op: the pooling regions are drawn at random",
+    "svd_lowrank": "random op: the range finder starts from randn",
+    "pca_lowrank": "random op: the range finder starts from randn",
+    "chalf": "complex32 has no numpy dtype: rlx refuses torch.complex32 at export",
+    "geqrf": (
+        "not lowered: LAPACK's Householder form needs its own Call (numpy's qr mode='raw', jax.lax.linalg.geqrf)"
+    ),
+    "nn.functional.linear_cross_entropy.chunked": "torch_nn custom op (batch-chunked loss) with no Core ATen decomposition",
+    "nn.functional.linear_cross_entropy.chunked_none": (
+        "torch_nn custom op (batch-chunked loss) with no Core ATen decomposition"
+    ),
+    "tensor_split": (
+        "split points read from a tensor (item()) become sizes: rlx binds data-dependent sizes only from "
+        "results' shapes, not from values"
+    ),
+    "linalg.eig": "complex eigenvectors of a real matrix: rlx has no complex eigen-solver Call",
+    "linalg.eigvals": "complex eigenvalues of a real matrix: rlx has no complex eigen-solver Call",
 }
 
 KNOWN_WHEN: dict[str, tuple[str, str]] = {

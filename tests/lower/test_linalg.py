@@ -259,10 +259,29 @@ CASES = [
     ),
 ]
 
+# F.bilinear (aten.bilinear, and _trilinear under Core ATen) and _trilinear itself: leading axes,
+# no bias, integer inputs (exact sums), small integers so float sums are exact too.
+BILINEAR = [
+    lambda a, c, w, bias: F.bilinear(a, c, w, bias),
+    lambda a, c, w, bias: F.bilinear(a[None], c[None], w),
+    lambda a, c, w, bias: torch.ops.aten._trilinear(a, w, c, [1, 3], [0], [1, 2], [2, 3]),
+    lambda a, c, w, bias: torch.ops.aten._trilinear(a, c, a, [2], [1], [2], [0]),
+]
+_SMALL = [lambda d, s=s: torch.randint(-4, 5, s, generator=torch.Generator().manual_seed(len(s))).to(d)
+          for s in [(3, 4), (3, 5), (6, 4, 5), (6,)]]  # fmt: skip
+CASES.append(case("bilinear", BILINEAR, *_SMALL, dtypes=(F32, F64, I64)))
+
 
 @pytest.mark.parametrize("fn,inputs,levels", CASES)
 def test_matches_torch(fn, inputs, levels):
     assert_converts_and_matches(fn, inputs, levels=levels)
+
+
+@pytest.mark.parametrize("dtype", [F32, I64], ids=str)
+def test_bilinear_on_jax(dtype):
+    pytest.importorskip("jax")
+    fn, inputs, _ = case("bilinear", BILINEAR, *_SMALL, dtypes=(dtype,)).values
+    assert_converts_and_matches(fn, inputs, levels=("high",), backend="jax")
 
 
 # ── decompositions and solvers ───────────────────────────────────────────────

@@ -457,6 +457,20 @@ POOL = [
         ],
         (2, 3, 6, 4),
     ),
+    # Uneven, overlapping windows (values and flat indices), a window wider than a row, 1d/3d, an
+    # unbatched input; NaNs planted twice in one window (PyTorch keeps the last NaN's index).
+    case(
+        "adaptive_max_pool",
+        [
+            lambda x: F.adaptive_max_pool2d(x, (3, 4), return_indices=True),
+            lambda x: F.adaptive_max_pool2d(x, (7, 2), return_indices=True),
+            lambda x: F.adaptive_max_pool2d(x[0], (5, 5), return_indices=True),
+            lambda x: F.adaptive_max_pool2d(x, 1),
+            lambda x: F.adaptive_max_pool1d(x[0], 4, return_indices=True),
+            lambda x: F.adaptive_max_pool3d(x, (2, 3, 4), return_indices=True),
+        ],
+        planted((2, 3, 7, 9), [(0, 0, 1, 1), (0, 0, 2, 2), (1, 2, 6, 8)], [float("nan")] * 3),
+    ),
 ]
 
 # ── activation modules ───────────────────────────────────────────────────────
@@ -590,19 +604,28 @@ def test_native_batch_norm_statistics_results(dtype):
     assert_converts_and_matches(f, _bn_inputs(dtype))
 
 
-def test_batch_norm_training_with_running_stats_is_refused():
-    from rlx.errors import LoweringError
-
-    from helpers import convert
+@pytest.mark.parametrize("backend", ["numpy", "jax"])
+def test_batch_norm_training_mode(backend):
+    """Training mode normalises with the batch's mean and biased variance; the functional form's
+    results 3 and 4 are the running statistics updated with momentum (the unbiased variance)."""
+    if backend == "jax":
+        pytest.importorskip("jax")
+    aten = torch.ops.aten
 
     def f(x, w, b, mean, var):
         return (
-            torch.ops.aten._native_batch_norm_legit_no_training(x, w, b, mean, var, 0.1, 1e-5)[0]
-            + torch.ops.aten.native_batch_norm(x, w, b, mean.clone(), var.clone(), True, 0.1, 1e-5)[0]
+            aten._native_batch_norm_legit_functional(x, w, b, mean, var, True, 0.1, 1e-5),
+            aten.native_batch_norm(x, w, b, mean.clone(), var.clone(), True, 0.3, 1e-3),
+            F.batch_norm(x, mean.clone(), var.clone(), w, b, training=True),
         )
 
-    with pytest.raises(LoweringError, match="training mode"):
-        convert(f, _bn_inputs(F32), decomposition="aten")
+    assert_converts_and_matches(f, _bn_inputs(F32), levels=("aten", "high") if backend == "numpy" else ("high",),
+                                backend=backend)  # fmt: skip
+
+    def inst(x, w, b, mean, var):
+        return F.instance_norm(x, mean.clone(), var.clone(), w, b, use_input_stats=True)
+
+    assert_converts_and_matches(inst, _bn_inputs(F32), levels=("high",), backend=backend)
 
 
 def _pool_backward(nd):
@@ -640,3 +663,18 @@ def test_max_pool_with_indices_backward(nd, dtype):
     x.view(-1)[::7] = x.view(-1)[0]  # ties: equal maxima in a window
     g = rand(shape[-2:], dtype, seed=2)
     assert_converts_and_matches(_pool_backward(nd), (x, g))
+
+
+def test_adaptive_max_pool_on_jax():
+    pytest.importorskip("jax")
+    x = rand((2, 3, 7, 9), F32, seed=2)
+    x[0, 0, 1, 1] = x[0, 0, 2, 2] = float("nan")
+
+    def f(x):
+        return (
+            *F.adaptive_max_pool2d(x, (3, 4), return_indices=True),
+            *F.adaptive_max_pool1d(x[0], 4, return_indices=True),
+            *F.adaptive_max_pool3d(x, (2, 3, 4), return_indices=True),
+        )
+
+    assert_converts_and_matches(f, (x,), levels=("high",), backend="jax")

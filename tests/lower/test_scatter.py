@@ -140,6 +140,18 @@ DIAGS = [
 SCATTER_IDX = torch.stack([torch.randperm(4, generator=_gen(k))[:3] for k in range(5)], 1)  # [3, 5] over axis 0
 REP_IDX = torch.randint(0, 4, (5, 5), generator=_gen(7))  # repeats over axis 0 of [4, 5]
 
+VIEW_SCATTERS = [
+    lambda x: torch.diagonal_scatter(x, x.diagonal(1, 0, 2).flip(-1), 1, 0, 2),
+    lambda x: torch.diagonal_scatter(x, x.diagonal(-1, 2, 1).flip(0), -1, 2, 1),
+    lambda x: torch.diagonal_scatter(x[0], x[1].diagonal()),
+    lambda x: torch.as_strided_scatter(x, x[0, :2, :3].flip(0), (2, 3), (4, 1), 2),
+    lambda x: torch.as_strided_scatter(x, x[1, :2, :3], (2, 3), (1, 3), 1),
+    lambda x: torch.as_strided_scatter(x, x[2, :3, :2], (3, 2), (0 + 20, 5), 0),
+    lambda x: x.put(torch.tensor([0, -1, 7]), x[0, 0, :3]),
+    lambda x: x.put(torch.tensor([[0, 0], [-1, 7]]), x[1, 1, :4], accumulate=True),
+    lambda x: x[0, 0, 0].put(torch.tensor(0), x[1, 1, 1]),
+]
+
 CASES = [
     case("index_put", INDEX_PUT, vals(4, 5), fixed(UNIQ), fixed(MASK), levels=LEVELS),
     case("index_put_dtypes", INDEX_PUT, plain(4, 5), fixed(UNIQ), fixed(MASK), dtypes=(F16, I64, BOOL)),
@@ -268,6 +280,14 @@ CASES = [
         fixed(torch.tensor([4, 1])),
         levels=LEVELS,
     ),
+    # Writes through a view: the view's flat positions say where each entry lands.
+    case(
+        "view_scatters",
+        VIEW_SCATTERS,
+        vals(3, 4, 5),
+        levels=LEVELS,
+    ),
+    case("view_scatters_dtypes", VIEW_SCATTERS, plain(3, 4, 5), dtypes=(F16, I64, BOOL)),
     case(
         "index_put_bf16",
         lambda x, r: x.index_put((r,), x[0], accumulate=True),
@@ -317,3 +337,9 @@ def test_dynamic_axis(level):
         assert len(got) == len(want)
         for i, (g, w) in enumerate(zip(got, want)):
             assert_arrays_match(g, tensor_to_numpy(w), f"batch={n} output {i}")
+
+
+def test_view_scatters_on_jax():
+    pytest.importorskip("jax")
+    fn, data = sweep(VIEW_SCATTERS, [vals(3, 4, 5)], (F32, I64))
+    assert_converts_and_matches(fn, data, levels=HIGH, backend="jax")

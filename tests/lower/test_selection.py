@@ -164,3 +164,33 @@ def test_data_sizes_mixed_with_dynamic_input_sizes() -> None:
     assert [s.name for s in program.symbols] == ["batch"] and len(program.data_symbols) == 2
     for seed, batch in enumerate((1, 7, 5, 7)):  # one plan per batch size; the data sizes vary within each
         _check_run(model, select, (_floats((batch, 4), seed),), f"batch {batch}")
+
+
+@pytest.mark.parametrize("backend", ["numpy", "jax"])
+@pytest.mark.parametrize(
+    "x",
+    [torch.tensor(3.5), torch.tensor([-7]), torch.tensor(True), torch.tensor([[False]]), torch.tensor(-2.0)],
+    ids=["f32", "i64", "bool", "bool_2d", "f32_neg"],
+)
+def test_item_is_a_zero_d_tensor(x: torch.Tensor, backend: str) -> None:
+    """``item()`` reads data: a 0-d tensor of the input's dtype, run again at other values (a bool's
+    0 ≤ u0 ≤ 1 assertions are facts about the data, not guards on sizes)."""
+    if backend == "jax":
+        pytest.importorskip("jax")
+    model, _, _ = convert(lambda t: t.item(), (x,), backend=backend)
+    for value in (x, x.logical_not() if x.dtype == torch.bool else x * 3 - 1):
+        got = np.asarray(model(tensor_to_numpy(value)))
+        assert got.shape == () and got.dtype == tensor_to_numpy(value).dtype
+        assert got.item() == value.item()
+
+
+def test_item_in_arithmetic() -> None:
+    x = _floats((3, 4), 1)
+    model, _, _ = convert(lambda t: t * t[0, 1].item() + t[1, 2].item(), (x,))
+    _check_run(model, lambda t: t * t[0, 1].item() + t[1, 2].item(), (x * 2,), "x * 2")
+
+
+def test_sizes_read_with_item_are_refused_in_one_line() -> None:
+    with pytest.raises(RlxError) as err:
+        convert(lambda t, i: torch.tensor_split(t, i, 1), (_floats((5, 6), 0), torch.tensor([1, 3])))
+    assert "\n" not in str(err.value)

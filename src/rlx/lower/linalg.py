@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 from rlx.errors import LoweringError
+from rlx.ir import symbolic
 from rlx.ir.calls import (
     Arange,
     Binary,
@@ -236,3 +237,52 @@ def dist(node: Node, b: Builder) -> Operand:
         absolute = b.emit(Unary("abs", flat), (n,), out.dtype)
         return reduce_value(b, "amin", absolute, (0,), False, out.dtype)
     return _p_distance(b, flat, float(_distance_p(node, 2)), nan_max=False)
+
+
+@lowers("aten._trilinear")
+def trilinear(node: Node, b: Builder) -> Operand:
+    """``_trilinear(i1, i2, i3, expand1, expand2, expand3, sumdim)`` (``F.bilinear``): each input
+    gets size-1 axes inserted at its ``expand`` positions, the three are multiplied with
+    broadcasting and the product is summed over ``sumdim``."""
+    out = node.meta
+    xs = [b.input(node, k) for k in range(3)]
+    expands = [node.arg(3 + k, f"expand{k + 1}") for k in range(3)]
+    return reshape_to(b, _trilinear(node, b, xs, expands, node.arg(6, "sumdim"), out.dtype), tuple(out.shape))
+
+
+@lowers("aten.bilinear")
+def bilinear(node: Node, b: Builder) -> Operand:
+    """``y[..., o] = Σ_ij x1[..., i] · w[o, i, j] · x2[..., j] + bias[o]`` (leading axes flattened)."""
+    out = node.meta
+    x1, x2, w = b.input(node, 0), b.input(node, 1, "input2"), b.input(node, 2, "weight")
+    x1 = reshape_to(b, x1, (symbolic.numel(b.shape(x1)[:-1]), b.shape(x1)[-1]))
+    x2 = reshape_to(b, x2, (symbolic.numel(b.shape(x2)[:-1]), b.shape(x2)[-1]))
+    y = _trilinear(node, b, [x1, w, x2], [[1, 3], [0], [1, 2]], [2, 3], out.dtype)
+    bias = b.optional_input(node, 3, "bias")
+    if bias is not None:
+        y = b.emit(Binary("add", y, b.cast(bias, out.dtype)), b.shape(y), out.dtype)
+    return reshape_to(b, y, tuple(out.shape))
+
+
+def _trilinear(node: Node, b: Builder, xs: list[Ref], expands: list[list[int]], sumdim: list[int], dtype: str) -> Ref:
+    factors: list[Ref] = []
+    for x, expand in zip(xs, expands):
+        shape = list(b.shape(x))
+        for axis in sorted(expand):
+            shape.insert(axis, 1)
+        factors.append(reshape_to(b, b.cast(x, dtype), tuple(shape)))
+    rank = b.rank(factors[0])
+    if any(b.rank(f) != rank for f in factors):
+        raise LoweringError(f"node {node.id}: _trilinear inputs must have the same rank once expanded")
+    full = tuple(_broadcast_dim(node, [b.shape(f)[i] for f in factors]) for i in range(rank))
+    first = b.emit(Binary("mul", factors[0], factors[1]), full, dtype)
+    product = b.emit(Binary("mul", first, factors[2]), full, dtype)
+    axes = tuple(sorted({d % rank for d in sumdim}))
+    return reduce_value(b, "sum", product, axes, False, dtype) if axes else product
+
+
+def _broadcast_dim(node: Node, dims: list[Dim]) -> Dim:
+    sized = {d for d in dims if d != 1}
+    if len(sized) > 1:
+        raise LoweringError(f"node {node.id}: _trilinear extents {dims} do not broadcast")
+    return sized.pop() if sized else 1

@@ -11,23 +11,32 @@ from rlx.errors import LoweringError
 from rlx.ir import dtypes, symbolic
 from rlx.ir.calls import (
     AdaptiveAvgPool,
+    Arange,
+    ArgReduce,
     Attention,
     AvgPool,
     BatchNorm,
     Binary,
+    Cast,
     Conv,
+    Expand,
+    Flip,
     Full,
+    Gather,
     GroupNorm,
+    Index,
     IndexSelect,
     LayerNorm,
     MaxPool,
     Pad,
+    Permute,
     Reduce,
     Reshape,
     RmsNorm,
     Scatter,
     Softmax,
     Unary,
+    Where,
 )
 from rlx.ir.program import Operand, Ref
 from rlx.ir.torch_ir import Node, TensorMeta
@@ -111,26 +120,45 @@ def batch_norm(node: Node, b: Builder) -> Operand | tuple[Operand | None, ...]:
             training, eps = False, node.arg(6, "eps")
         else:
             training, eps = node.arg(5, "training"), node.arg(7, "eps")
-    batch_stats = mean is None or var is None
-    if mean is None or var is None:  # = batch_stats, spelled out so the checker narrows both
-        # No running statistics (track_running_stats=False): even in eval mode every forward
-        # normalises with the batch's own mean and biased variance.
+    running = None if mean is None or var is None else (mean, var)
+    batch_stats = running is None or bool(training)
+    if batch_stats:
+        # Training mode, or no running statistics (track_running_stats=False, where even eval mode
+        # does this): normalise with the batch's own mean and biased variance.
         mean, var = _batch_stats(b, x)
-    elif training:
-        raise LoweringError(
-            f"node {node.id}: batch norm in training mode uses batch statistics; call model.eval() before export"
-        )
+    assert mean is not None and var is not None
     y = b.emit_like(BatchNorm(x, mean, var, w, bias, float(eps)), node.meta)
     if not node.multi:
         return y
-    return (y, *_saved_stats(node, b, mean, var, float(eps), batch_stats))
+    saved = _saved_stats(node, b, mean, var, float(eps), batch_stats)
+    if running is not None and training and len(node.out) == 5:  # the functional form's updated running stats
+        momentum = float(node.arg(6, "momentum"))
+        total, channels = symbolic.numel(b.shape(x)), b.shape(x)[1]
+        if not isinstance(total, int) or not isinstance(channels, int):
+            raise LoweringError(f"node {node.id}: batch norm's running-variance update needs static extents")
+        n = total // channels
+        unbiased = b.emit(
+            Binary("mul", var, b.lit(n / (n - 1) if n > 1 else math.inf, b.dtype(var))), b.shape(var), b.dtype(var)
+        )
+        saved[2:4] = [_momentum_update(b, node.meta_at(3 + k), stat, old, momentum) for k, (stat, old) in
+                      enumerate([(mean, running[0]), (unbiased, running[1])])]  # fmt: skip
+    return (y, *saved)
+
+
+def _momentum_update(b: Builder, meta: TensorMeta, stat: Ref, old: Ref, momentum: float) -> Ref:
+    """``momentum · stat + (1 − momentum) · old`` in the statistics' dtype, as PyTorch's decomposition."""
+    dt = b.dtype(stat)
+    shape = b.shape(stat)
+    new = b.emit(Binary("mul", b.lit(momentum, dt), stat), shape, dt)
+    kept = b.emit(Binary("mul", b.lit(1 - momentum, dt), b.cast(old, dt)), shape, dt)
+    return b.cast(b.emit(Binary("add", new, kept), shape, dt), meta.dtype)
 
 
 def _saved_stats(node: Node, b: Builder, mean: Ref, var: Ref, eps: float, batch_stats: bool) -> list[Ref | None]:
     """Results 1 and 2 of the native batch norms: ``save_mean`` and ``save_invstd``. With running
     statistics PyTorch returns them empty (``[0]``); normalising with the batch's own statistics,
     they are its mean and ``1/sqrt(var + eps)``. The functional form's running-stat updates
-    (results 3 and 4) exist only in training mode, which is refused above."""
+    (results 3 and 4) are filled in by ``batch_norm`` in training mode."""
     saved: list[Ref | None] = []
     for k, meta in enumerate(node.out[1:3], start=1):
         if not isinstance(meta, TensorMeta):
@@ -377,6 +405,77 @@ def adaptive_avg_pool(node: Node, b: Builder) -> Operand:
     nd = _spatial_rank(node)
     out_size = tuple(node.meta.shape[-nd:])  # None entries in output_size are resolved by torch's record
     return b.emit_like(AdaptiveAvgPool(x, out_size), node.meta)
+
+
+def _adaptive_windows(b: Builder, size: int, out: int) -> tuple[Ref, int]:
+    """The input rows of each adaptive window, ``[out, k]``: window ``o`` spans
+    ``[⌊o·size/out⌋, ⌈(o+1)·size/out⌉)``; shorter windows repeat their last row up to the widest ``k``
+    (a repeat changes neither the max nor which position is picked first)."""
+    k = max(-(-(o + 1) * size // out) - o * size // out for o in range(out))
+    o = b.emit(Reshape(b.emit(Arange(0, out, 1, "i64"), (out,), "i64"), (out, 1)), (out, 1), "i64")
+    start = b.emit(Binary("floor_divide", b.emit(Binary("mul", o, b.lit(size, "i64")), (out, 1), "i64"),
+                          b.lit(out, "i64")), (out, 1), "i64")  # fmt: skip
+    o1 = b.emit(Binary("add", o, b.lit(1, "i64")), (out, 1), "i64")
+    hi = b.emit(Binary("mul", o1, b.lit(size, "i64")), (out, 1), "i64")
+    end = b.emit(Binary("floor_divide", b.emit(Binary("add", hi, b.lit(out - 1, "i64")), (out, 1), "i64"),
+                        b.lit(out, "i64")), (out, 1), "i64")  # fmt: skip
+    steps = b.emit(Reshape(b.emit(Arange(0, k, 1, "i64"), (k,), "i64"), (1, k)), (1, k), "i64")
+    rows = b.emit(Binary("add", start, steps), (out, k), "i64")
+    last = b.emit(Binary("sub", end, b.lit(1, "i64")), (out, 1), "i64")
+    return b.emit(Binary("minimum", rows, last), (out, k), "i64"), k
+
+
+@lowers("aten.adaptive_max_pool1d", "aten.adaptive_max_pool2d", "aten.adaptive_max_pool3d")
+def adaptive_max_pool(node: Node, b: Builder) -> Operand | tuple[Operand, Operand]:
+    """Every window gathered at once (``x[..., rows_1, …, rows_n]`` with the rows of each spatial
+    axis laid out ``[out, k]``), then max and argmax over the flattened window. The index is flat over
+    the input's spatial axes; among NaNs PyTorch's kernel keeps the last one, otherwise the first max."""
+    x = b.input(node, 0)
+    nd = _spatial_rank(node)
+    shape, dt = b.shape(x), b.dtype(x)
+    lead, sizes = tuple(shape[:-nd]), [static_dim(d, "adaptive_max_pool input", node) for d in shape[-nd:]]
+    outs = [static_dim(d, "adaptive_max_pool output", node) for d in node.meta.shape[-nd:]]
+    windows = [_adaptive_windows(b, n, o) for n, o in zip(sizes, outs)]
+    grid = tuple(d for o, (_, k) in zip(outs, windows) for d in (o, k))  # out_1, k_1, out_2, k_2, …
+    rows: list[Ref] = []
+    flat: Ref | None = None
+    for i, (w, _) in enumerate(windows):
+        laid = tuple(grid[j] if j in (2 * i, 2 * i + 1) else 1 for j in range(len(grid)))
+        r = reshape_to(b, w, laid)
+        rows.append(r)
+        scaled = r
+        stride = math.prod(sizes[i + 1 :])
+        if stride != 1:
+            scaled = b.emit(Binary("mul", r, b.lit(stride, "i64")), laid, "i64")
+        covered = grid[: 2 * i + 2] + (1,) * (len(grid) - 2 * i - 2)  # the axes summed so far
+        flat = scaled if flat is None else b.emit(Binary("add", flat, scaled), covered, "i64")
+    assert flat is not None
+    n_lead = len(lead)
+    gathered = b.emit(Index(x, (None,) * n_lead + tuple(rows)), (*lead, *grid), dt)
+    order = (*range(n_lead), *(n_lead + 2 * i for i in range(nd)), *(n_lead + 2 * i + 1 for i in range(nd)))
+    kk = math.prod(k for _, k in windows)
+    wshape = (*lead, *outs, kk)
+    moved = b.emit(Permute(gathered, order), tuple((*lead, *grid)[a] for a in order), dt)
+    win = reshape_to(b, moved, wshape)
+    values = b.emit_like(Reduce("amax", win, (len(wshape) - 1,), False), node.meta)
+    if not node.multi:
+        return values
+    one = (*lead, *outs, 1)
+    pick = b.emit(ArgReduce("argmax", win, len(wshape) - 1, True), one, "i64")
+    if dtypes.is_float(dt):
+        nan = b.emit(Unary("isnan", win), wshape, "bool")
+        any_nan = b.emit(Reduce("any", nan, (len(wshape) - 1,), True), one, "bool")
+        back = b.emit(Flip(b.emit(Cast(nan, "i64"), wshape, "i64"), (len(wshape) - 1,)), wshape, "i64")
+        last_from_end = b.emit(ArgReduce("argmax", back, len(wshape) - 1, True), one, "i64")
+        last = b.emit(Binary("sub", b.lit(kk - 1, "i64"), last_from_end), one, "i64")
+        pick = b.emit(Where(any_nan, last, pick), one, "i64")
+    fgrid = tuple(grid[a - n_lead] for a in order[n_lead:])
+    flat = b.emit(
+        Permute(b.emit(Expand(flat, grid), grid, "i64"), tuple(a - n_lead for a in order[n_lead:])), fgrid, "i64"
+    )
+    table = b.emit(Expand(reshape_to(b, flat, (*outs, kk)), wshape), wshape, "i64")
+    idx = b.emit(Gather(table, len(wshape) - 1, pick), one, "i64")
+    return values, reshape_to(b, idx, tuple(node.meta_at(1).shape))
 
 
 @lowers("aten.max_pool2d_with_indices_backward", "aten.max_pool3d_with_indices_backward")

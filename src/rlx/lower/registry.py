@@ -11,6 +11,7 @@ The supported-op list, the README table and the up-front coverage check all read
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, overload
@@ -114,6 +115,7 @@ class Builder:
         self._node: Node | None = None
         self._names: set[str] = set(self.info)
         self._emitted: list[Instr] = []
+        self.item_symbols: set[str] = set()  # symbols naming item() values (data, lowered as 0-d tensors)
 
     # ── reading the node ─────────────────────────────────────────────────────
     def input(self, node: Node, index: int, name: str | None = None) -> Ref:
@@ -386,9 +388,14 @@ def _lower_one(node: Node, b: Builder, program: Program, known_symbols: set[str]
         return
     if is_noop(node.op):
         return
-    if is_shape_arithmetic(node):
+    if is_shape_arithmetic(node) and node.op not in _DATA_READS:
+        if _reads_item(node, b):
+            b.env[node.id] = _ITEM_FACT  # arithmetic on an item() value, asserted by torch at export
+            return
         b.env[node.id] = _shape_value(node, known_symbols)
         return
+    if node.op in _DATA_READS and isinstance(node.out[0], ScalarMeta) and isinstance(node.out[0].value, Sym):
+        b.item_symbols.add(node.out[0].value.expr)
     if node.op == "_getitem":
         b.env[node.id] = _getitem(node, b)
         return
@@ -411,6 +418,18 @@ def _output_operand(k: int, out: Output, b: Builder) -> Operand:
 
 
 _GUARD_OPS = ("aten._assert_scalar.default",)
+_ITEM_FACT = object()  # env marker: a scalar computed from an item() value, never a size
+
+
+def _reads_item(node: Node, b: Builder) -> bool:
+    meta = node.out[0]
+    if not b.item_symbols or not isinstance(meta, ScalarMeta) or not isinstance(meta.value, Sym):
+        return False
+    return bool(set(re.findall(r"[A-Za-z_]\w*", meta.value.expr)) & b.item_symbols)
+
+
+# Scalars read from a tensor's data (``item()``): lowered as a 0-d tensor, not resolved as a size.
+_DATA_READS = ("aten._local_scalar_dense.default",)
 
 
 def is_shape_arithmetic(node: Node) -> bool:
@@ -441,6 +460,8 @@ def _guard(node: Node, b: Builder, program: Program) -> None:
     """``_assert_scalar(cond, msg)``: a check torch wants at run time, kept as a bind-time guard."""
     cond = node.arg(0)
     value = b.env.get(cond.name) if isinstance(cond, Ref) else cond
+    if value is _ITEM_FACT:
+        return  # a range torch asserts on an item() value (a bool's 0 ≤ u0 ≤ 1): the value is data, not bound
     if isinstance(value, Sym):
         program.guards.append(value.expr)
     elif value is False:

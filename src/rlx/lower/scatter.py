@@ -242,3 +242,62 @@ def index_reduce(node: Node, b: Builder) -> Operand:
     laid = reshape_to(b, index, tuple(shape[axis] if k == axis else 1 for k in range(len(shape))))
     spread = b.emit(Expand(laid, shape), shape, b.dtype(index))
     return b.emit_like(Scatter(x, axis, spread, source, reduce, include_self), node.meta)
+
+
+# ── writes through a view: diagonal_scatter, as_strided_scatter, put ─────────
+def _flat_positions(b: Builder, x: Ref) -> Ref:
+    """``arange(x.numel()).view(x.shape)``: each entry's row-major position in ``x``."""
+    shape = b.shape(x)
+    n = symbolic.numel(shape)
+    return reshape_to(b, b.emit(Arange(0, n, 1, "i64"), (n,), "i64"), tuple(shape))
+
+
+def _put_flat(b: Builder, node: Node, x: Ref, positions: Ref, values: Operand, accumulate: bool) -> Ref:
+    """``x.flatten()[positions] (+)= values``, back in ``x``'s shape."""
+    n = symbolic.numel(b.shape(x))
+    k = symbolic.numel(b.shape(positions))
+    flat_pos = reshape_to(b, positions, (k,))
+    if isinstance(values, Ref):
+        values = reshape_to(b, values, (symbolic.numel(b.shape(values)),))
+    out = b.emit(IndexPut(reshape_to(b, x, (n,)), (flat_pos,), values, accumulate), (n,), b.dtype(x))
+    return reshape_to(b, out, tuple(b.shape(x)))
+
+
+@lowers("aten.diagonal_scatter")
+def diagonal_scatter(node: Node, b: Builder) -> Operand:
+    """``src`` written over ``x.diagonal(offset, dim1, dim2)``: the diagonal of ``x``'s flat
+    positions says where each entry of ``src`` goes."""
+    x, src = b.input(node, 0), b.input(node, 1, "src")
+    rank = b.rank(x)
+    offset = node.arg(2, "offset", 0)
+    a1, a2 = norm_axis(node.arg(3, "dim1", 0), rank), norm_axis(node.arg(4, "dim2", 1), rank)
+    if a1 == a2:
+        raise LoweringError(f"node {node.id}: diagonal_scatter dims must differ, found {a1} twice")
+    where = b.emit(Diagonal(_flat_positions(b, x), offset, a1, a2), b.shape(src), "i64")
+    return _put_flat(b, node, x, where, b.cast(src, b.dtype(x)), False)
+
+
+@lowers("aten.as_strided_scatter")
+def as_strided_scatter(node: Node, b: Builder) -> Operand:
+    """``src`` written over ``x.as_strided(size, stride, storage_offset)`` of a contiguous ``x``:
+    entry ``i`` of the view sits at ``storage_offset + Σ i_k · stride_k`` of the flat tensor."""
+    x, src = b.input(node, 0), b.input(node, 1, "src")
+    size, stride = list(node.arg(2, "size")), list(node.arg(3, "stride"))
+    start = node.arg(4, "storage_offset", None) or 0
+    if not all(isinstance(v, int) for v in (*size, *stride, start)):
+        raise LoweringError(f"node {node.id}: as_strided_scatter needs static size, stride and offset")
+    shape = tuple(size)
+    where: Ref = b.emit(Full(start, shape, "i64"), shape, "i64")
+    for k, (n, s) in enumerate(zip(size, stride)):
+        steps = b.emit(Arange(0, n * s, s, "i64") if s else Full(0, (n,), "i64"), (n,), "i64")
+        laid = reshape_to(b, steps, tuple(n if j == k else 1 for j in range(len(size))))
+        where = b.emit(Binary("add", where, laid), shape, "i64")
+    return _put_flat(b, node, x, where, b.cast(src, b.dtype(x)), False)
+
+
+@lowers("aten.put", "aten.put_")
+def put(node: Node, b: Builder) -> Operand:
+    """``x.flatten()[index.flatten()] (+)= source.flatten()``; negative indices count from the end."""
+    x, index = b.input(node, 0), b.input(node, 1, "index")
+    source = b.cast(b.input(node, 2, "source"), b.dtype(x))
+    return _put_flat(b, node, x, index, source, bool(node.arg(3, "accumulate", False)))

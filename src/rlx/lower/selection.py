@@ -8,7 +8,7 @@ symbols (``u0``), which the program keeps; the numpy engine binds them as the ru
 from __future__ import annotations
 
 from rlx.errors import LoweringError
-from rlx.ir.calls import Bincount, Full, GroupedMatMul, Histc, MaskedSelect, Nonzero, NonzeroStatic, Unique
+from rlx.ir.calls import Bincount, Full, GroupedMatMul, Histc, MaskedSelect, Nonzero, NonzeroStatic, Reshape, Unique
 from rlx.ir.program import Operand
 from rlx.ir.symbolic import static_shape
 from rlx.ir.torch_ir import Node, TensorMeta
@@ -130,3 +130,15 @@ def grouped_mm(node: Node, b: Builder) -> Operand:
     dt = node.meta.dtype
     x, w = b.cast(x, dt), b.cast(w, dt)
     return b.emit_like(GroupedMatMul(x, w, offsets), node.meta)
+
+
+@lowers("aten._local_scalar_dense.default")
+def local_scalar_dense(node: Node, b: Builder) -> Operand:
+    """``x.item()``: the one entry of ``x`` as a 0-d tensor of its dtype. Its value stays data: a
+    size computed from it (``u0``) is not bound at run time, and lowering reports the node that reads it."""
+    x = b.input(node, 0)
+    if static_shape(b.shape(x)) is None or any(d != 1 for d in b.shape(x)):
+        raise LoweringError(
+            f"node {node.id} ({node.op}): item() needs a tensor of one element, found {list(b.shape(x))}"
+        )
+    return b.emit(Reshape(x, ()), (), b.dtype(x))

@@ -340,7 +340,12 @@ class _Recorder:
                 raise ExportError(f"no example value for node {name}, whose size {sym} depends on the data")
             hint = int(np.shape(value)[axis]) if axis is not None else int(np.asarray(value))
             vr = self.ranges.get(sym)
-            lo = 0 if vr is None or not vr.lower.is_finite else max(0, int(vr.lower))
+            # torch's int_oo / -int_oo say is_finite=True: compare with them first.
+            low_known = vr is not None and vr.lower != -int_oo and vr.lower.is_finite
+            if axis is not None:  # an extent
+                lo = max(0, int(vr.lower)) if low_known and vr is not None else 0
+            else:  # a number read from a tensor (item()): negative too
+                lo = int(vr.lower) if low_known and vr is not None else -(2**63)
             hi = None if vr is None or vr.upper == int_oo or not vr.upper.is_finite else int(vr.upper)
             out.append(Symbol(sym, lo, hi, hint))
         return out
@@ -387,6 +392,14 @@ class _Recorder:
             # A data-dependent size first seen in result k is read from result k of the example run.
             metas = tuple(self.meta(v, f"{n.name}\0{k}") for k, v in enumerate(val))
             return Node(n.name, _op_name(n.target), args, kwargs, metas, True)
+        if n.target is torch.ops.aten._local_scalar_dense.default and isinstance(
+            val, (torch.SymInt, torch.SymBool, torch.SymFloat)
+        ):
+            # item(): the value is data, lowered as a 0-d tensor, not a size to bind (a size that uses
+            # it is recorded where it first appears). A bool reads as Eq(u0, 1): record the symbol.
+            free = sorted(str(f) for f in val.node.expr.free_symbols)
+            if len(free) == 1:
+                return Node(n.name, _op_name(n.target), args, kwargs, (ScalarMeta(Sym(free[0])),), False)
         return Node(n.name, _op_name(n.target), args, kwargs, (self.meta(val, n.name),), False)
 
 

@@ -10,7 +10,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from helpers import LEVELS, assert_converts_and_matches, rand
+from rlx.errors import LoweringError
+
+from helpers import LEVELS, assert_converts_and_matches, convert, rand
 
 F32, F16, I32, I64, BOOL = torch.float32, torch.float16, torch.int32, torch.int64, torch.bool
 DATA = (F32, I64, BOOL)  # the data dtypes every shape op is swept over
@@ -58,6 +60,12 @@ VIEWS = [
         levels=LEVELS,
     ),
     case("reshape_noncontig", lambda x: x.t().reshape(-1), (3, 5)),
+    case(
+        "resize_same_shape",
+        [lambda x, y: x.clone().resize_(3, 5), lambda x, y: x.clone().resize_as_(y)],
+        (3, 5),
+        (3, 5),
+    ),
     case(
         "reshape_edge",
         [lambda x, e: x.reshape(()), lambda x, e: e.view(0, 2, 3), lambda x, e: e.reshape(3, 0, 2)],
@@ -439,3 +447,9 @@ ALL = VIEWS + PERMUTES + EXPANDS + SLICES + SPLITS + CATS + MIXED_CATS + PADS + 
 @pytest.mark.parametrize("fn,inputs,levels", ALL)
 def test_matches_torch(fn, inputs, levels):
     assert_converts_and_matches(fn, inputs, levels=levels)
+
+
+def test_resize_to_another_shape_is_refused_in_one_line():
+    with pytest.raises(LoweringError, match="memory layout") as err:
+        convert(lambda x: x.t().clone().resize_(6), (torch.randn(3, 5),), decomposition="aten")
+    assert "\n" not in str(err.value)

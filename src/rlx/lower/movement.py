@@ -38,6 +38,19 @@ def view(node: Node, b: Builder) -> Operand:
     return reshape_to(b, b.input(node, 0), node.meta.shape)
 
 
+@lowers("aten.resize", "aten.resize_", "aten.resize_as", "aten.resize_as_")
+def resize(node: Node, b: Builder) -> Operand:
+    # A resize to another shape re-reads x's storage in its memory order, which torch-ir.json
+    # does not record (a transposed clone keeps its strides): only the no-op resize is certain.
+    x = b.input(node, 0)
+    if b.shape(x) != tuple(node.meta.shape):
+        raise LoweringError(
+            f"node {node.id} ({node.op}): resizing {list(b.shape(x))} to {list(node.meta.shape)} depends on "
+            "the tensor's memory layout; use reshape, a slice or a pad instead"
+        )
+    return x
+
+
 def permute_value(b: Builder, x: Ref, perm: tuple[int, ...]) -> Ref:
     if perm == tuple(range(len(perm))):
         return x

@@ -49,3 +49,41 @@ def test_grouped_conv_paths_match_torch(monkeypatch, path, x_shape, w_shape, str
     for bias in (b, None):  # twice with one weight array: the banded path caches its matrix
         got = plan(x.numpy(), weight, None if bias is None else bias.numpy())
         assert_arrays_match(got, conv(x, w, bias, stride, padding, dilation, groups).numpy(), rtol=1e-5, atol=1e-5)
+
+
+# 1-d convs with long kernels (stride 1): (x shape, weight shape, padding, groups)
+LONG = [
+    ((1, 32, 50), (32, 2, 128), 64, 16),  # wav2vec2's positional conv (kernel 128, 16 groups)
+    ((3, 8, 70), (16, 8, 48), 5, 1),  # dense, batch 3
+    ((2, 4, 20), (4, 2, 60), 30, 2),  # a kernel longer than the input: taps clipped
+]
+
+
+@pytest.mark.parametrize("fft", [True, False])
+@pytest.mark.parametrize(("x_shape", "w_shape", "padding", "groups"), LONG)
+def test_long_kernel_conv1d_matches_torch(monkeypatch, fft, x_shape, w_shape, padding, groups):
+    # The FFT path (float64 spectra) against the direct im2col + GEMM path and against PyTorch.
+    monkeypatch.setattr(numpy_nn, "FFT_MIN_TAPS", 48 if fft else 2**62)
+    g = torch.Generator().manual_seed(1)
+    x, w, b = torch.randn(x_shape, generator=g), torch.randn(w_shape, generator=g), torch.randn(w_shape[0], generator=g)
+    call = C.Conv(X, X, X, (1,), (padding,), (1,), groups, False, (0,))
+    plan = numpy_nn.conv_plan(call, x_shape, w_shape, np.dtype(np.float32))
+    weight = w.numpy()
+    want = F.conv1d(x.double(), w.double(), b.double(), padding=padding, groups=groups).numpy()
+    for _ in range(2):  # twice with one weight array: the FFT path caches the weight's spectrum
+        got = plan(x.numpy(), weight, b.numpy())
+        assert got.dtype == np.float32 and got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=3e-5 if fft else 2e-4)
+
+
+def test_long_kernel_conv1d_keeps_inf_and_nan_local():
+    # One inf or NaN reaches only the outputs whose windows read it, as in PyTorch (an FFT would
+    # spread it over the whole channel): such inputs and weights take the direct sum.
+    x, w = torch.randn(1, 4, 90), torch.randn(4, 4, 64)
+    x[0, 1, 5], x[0, 2, 80] = float("inf"), float("nan")
+    call = C.Conv(X, X, X, (1,), (0,), (1,), 1, False, (0,))
+    plan = numpy_nn.conv_plan(call, x.shape, w.shape, np.dtype(np.float32))
+    assert_arrays_match(plan(x.numpy(), w.numpy(), None), F.conv1d(x, w).numpy(), rtol=1e-5, atol=1e-4)
+    w[1, 0, 3] = float("nan")
+    x = torch.randn(1, 4, 90)
+    assert_arrays_match(plan(x.numpy(), w.numpy(), None), F.conv1d(x, w).numpy(), rtol=1e-5, atol=1e-4)

@@ -162,7 +162,9 @@ def _kept_taps(
     return lambda w: np.ascontiguousarray(w[kept])
 
 
-def conv_plan(c: Conv, x_shape: tuple[int, ...], w_shape: tuple[int, ...], dtype: np.dtype) -> Kernel:
+def conv_plan(
+    c: Conv, x_shape: tuple[int, ...], w_shape: tuple[int, ...], dtype: np.dtype, *, allow_fft: bool = True
+) -> Kernel:
     """A forward (not transposed) convolution of these shapes as ``run(x, w, b)``, its geometry
     worked out once: the executor binds it at load, the generic kernel builds it per call.
 
@@ -186,6 +188,20 @@ def conv_plan(c: Conv, x_shape: tuple[int, ...], w_shape: tuple[int, ...], dtype
     def windows_of(x: np.ndarray) -> np.ndarray:
         return _window_view(np.ascontiguousarray(buffer(x)), windows, taps_first=True)
 
+    if allow_fft and nd == 1 and c.stride == (1,) and c.dilation == (1,) and k >= FFT_MIN_TAPS:
+        correlate = _fft_correlate(g, windows[0], kept)
+        direct = conv_plan(c, x_shape, w_shape, dtype, allow_fft=False)
+
+        def long_kernel(x: np.ndarray, w: np.ndarray, b: np.ndarray | None) -> np.ndarray:
+            if not np.isfinite(x).all():  # an FFT would spread one inf or NaN over the whole output
+                return direct(x, w, b)
+            out = correlate(buffer(x), w)
+            if out is None:  # a weight is inf or NaN
+                return direct(x, w, b)
+            out = out.astype(dtype, copy=False)
+            return out if b is None else np.add(out, b.reshape(bias_shape), out=out)
+
+        return long_kernel
     if len(windows) == 2 and cg == 1 and k > 1 and _banded_fits(windows[1]):
         banded = _depthwise_banded(n, g, og, windows)
 
@@ -209,6 +225,62 @@ def conv_plan(c: Conv, x_shape: tuple[int, ...], w_shape: tuple[int, ...], dtype
         cols = (x if pointwise else windows_of(x)).reshape(cols_shape)
         out = np.matmul(kept(w).reshape(w_mat), cols).reshape(out_shape)
         return out if b is None else np.add(out, b.reshape(bias_shape), out=out)
+
+    return run
+
+
+# From this many kept taps a stride-1 1-d conv (wav2vec2's positional conv: 128 taps, 16 groups)
+# runs through FFTs: im2col would copy the input once per tap. In float64, so the result is at
+# least as exact as the direct sum in float32.
+FFT_MIN_TAPS = 48
+
+
+def _fft_size(n: int) -> int:
+    """The smallest 2^a·3^b·5^c ≥ n: pocketfft is slow on lengths with large prime factors."""
+    best = 1 << (n - 1).bit_length()
+    p5 = 1
+    while p5 < best:
+        p35 = p5
+        while p35 < best:
+            p2 = p35
+            while p2 < n:
+                p2 *= 2
+            best = min(best, p2)
+            p35 *= 3
+        p5 *= 5
+    return best
+
+
+def _fft_correlate(
+    groups: int, a: geometry.AxisWindows, kept: Callable[[np.ndarray], np.ndarray]
+) -> Callable[[np.ndarray, np.ndarray], np.ndarray | None]:
+    """``out[n, o, p] = Σ_c Σ_t w[o, c, t] · buf[n, c, p + t]`` per group (``w``: the ``kept`` taps
+    of the weight), by FFT over the buffer; the weight's spectrum is computed once per weight array
+    (None when the weight has an inf or NaN: the caller sums directly)."""
+    size, taps, out = _fft_size(a.extent), a.kernel, a.out
+    cached: list[tuple[np.ndarray, np.ndarray | None]] = []
+
+    def kernel_spectrum(w: np.ndarray) -> np.ndarray | None:
+        if cached and cached[0][0] is w:
+            return cached[0][1]
+        taps_kept = kept(w)
+        spectrum = None
+        if np.isfinite(taps_kept).all():
+            spectrum = np.fft.rfft(taps_kept[..., ::-1].astype(np.float64), n=size)
+            spectrum = spectrum.reshape(groups, w.shape[0] // groups, w.shape[1], -1).transpose(0, 3, 1, 2).copy()
+        cached[:] = [(w, spectrum)]
+        return spectrum
+
+    def run(buf: np.ndarray, w: np.ndarray) -> np.ndarray | None:
+        weights = kernel_spectrum(w)
+        if weights is None:
+            return None
+        n, cout, cg = buf.shape[0], w.shape[0], w.shape[1]
+        spectrum = np.fft.rfft(buf.astype(np.float64), n=size).reshape(n, groups, cg, -1)
+        # Each group's input channels summed frequency by frequency: [g, F, o, c] @ [n, g, F, c, 1].
+        mixed = np.matmul(weights, spectrum.transpose(0, 1, 3, 2)[..., None])[..., 0]
+        full = np.fft.irfft(mixed.transpose(0, 1, 3, 2), n=size)  # [n, g, o, size]: valid from taps - 1
+        return full[..., taps - 1 : taps - 1 + out].reshape(n, cout, out)
 
     return run
 

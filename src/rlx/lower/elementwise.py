@@ -347,7 +347,9 @@ def masked_fill(node: Node, b: Builder) -> Operand:
     return b.emit_like(Where(mask, value, x), out)
 
 
-@lowers("aten._to_copy", "aten.to", "aten._to_dtype", "aten.type_as", "aten._to_dtype_layout")
+@lowers(
+    "aten._to_copy", "aten.to", "aten._to_dtype", "aten.type_as", "aten._to_dtype_layout", "prims.convert_element_type"
+)
 def to_dtype(node: Node, b: Builder) -> Operand:
     # Devices, layouts and memory formats mean nothing here; only the dtype change matters.
     return b.cast(b.input(node, 0), node.meta.dtype)

@@ -310,8 +310,10 @@ class _Recorder:
                 continue  # derived extents (2*seq) are ranges of expressions, not new symbols
             if free_unbacked_symbols(sym):
                 continue  # an extent read from data (u0 …), not an input's: lowering reports the op
+            # (torch's int_oo / -int_oo say is_finite=True: compare with them first.)
             upper = None if vr.upper == int_oo or not vr.upper.is_finite else int(vr.upper)
-            self.symbols.append(Symbol(self.name(sym), int(vr.lower), upper, 0))
+            lower = 0 if vr.lower == -int_oo or not vr.lower.is_finite else max(0, int(vr.lower))
+            self.symbols.append(Symbol(self.name(sym), lower, upper, 0))
 
     def name(self, expr: Any) -> str:
         return str(expr.xreplace(self.rename)) if self.rename else str(expr)

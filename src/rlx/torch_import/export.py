@@ -289,6 +289,14 @@ def write(result: Exported, out_dir: str | Path) -> None:
 
 
 # ── graph → torch-ir ─────────────────────────────────────────────────────────
+def _bound(end: Any) -> int | None:
+    """One end of a torch value range as an int; None when unbounded (torch's ``int_oo`` /
+    ``-int_oo`` say ``is_finite`` is True, so they are compared with first)."""
+    if end == int_oo or end == -int_oo or not end.is_finite:
+        return None
+    return int(end)
+
+
 class _Recorder:
     """Turns FX nodes and their fake-tensor metadata into torch-ir objects.
 
@@ -310,10 +318,8 @@ class _Recorder:
                 continue  # derived extents (2*seq) are ranges of expressions, not new symbols
             if free_unbacked_symbols(sym):
                 continue  # an extent read from data (u0 …), not an input's: lowering reports the op
-            # (torch's int_oo / -int_oo say is_finite=True: compare with them first.)
-            upper = None if vr.upper == int_oo or not vr.upper.is_finite else int(vr.upper)
-            lower = 0 if vr.lower == -int_oo or not vr.lower.is_finite else max(0, int(vr.lower))
-            self.symbols.append(Symbol(self.name(sym), lower, upper, 0))
+            lower = _bound(vr.lower)
+            self.symbols.append(Symbol(self.name(sym), 0 if lower is None else max(0, lower), _bound(vr.upper), 0))
 
     def name(self, expr: Any) -> str:
         return str(expr.xreplace(self.rename)) if self.rename else str(expr)
@@ -342,13 +348,11 @@ class _Recorder:
                 raise ExportError(f"no example value for node {name}, whose size {sym} depends on the data")
             hint = int(np.shape(value)[axis]) if axis is not None else int(np.asarray(value))
             vr = self.ranges.get(sym)
-            # torch's int_oo / -int_oo say is_finite=True: compare with them first.
-            low_known = vr is not None and vr.lower != -int_oo and vr.lower.is_finite
+            low, hi = (None, None) if vr is None else (_bound(vr.lower), _bound(vr.upper))
             if axis is not None:  # an extent
-                lo = max(0, int(vr.lower)) if low_known and vr is not None else 0
+                lo = 0 if low is None else max(0, low)
             else:  # a number read from a tensor (item()): negative too
-                lo = int(vr.lower) if low_known and vr is not None else -(2**63)
-            hi = None if vr is None or vr.upper == int_oo or not vr.upper.is_finite else int(vr.upper)
+                lo = -(2**63) if low is None else low
             out.append(Symbol(sym, lo, hi, hint))
         return out
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from rlx.errors import RlxError
+from rlx.errors import RlxError, UsageError
 from rlx.ir import dtypes
 from rlx.ir.program import Call, Instr, Lit, Program, Ref
 from rlx.ir.symbolic import Dim, Shape, Sym
@@ -100,6 +100,15 @@ def emits(*calls: type[Call], widen: bool = False) -> Callable[[Emitter], Emitte
 CONTRIB_DOMAIN = "com.microsoft"
 CONTRIB_FUSIONS = ("attention",)  # Attention → MultiHeadAttention
 
+
+def check_contrib(contrib: Collection[str]) -> frozenset[str]:
+    """The contrib fusions asked for, each one known (else one line naming the choices)."""
+    unknown = set(contrib) - set(CONTRIB_FUSIONS)
+    if unknown:
+        raise UsageError(f"unknown contrib fusion(s) {sorted(unknown)}; choose from {', '.join(CONTRIB_FUSIONS)}")
+    return frozenset(contrib)
+
+
 # Calls with no faithful ONNX form at this opset → why (checked before anything is emitted).
 NO_ONNX_FORM: dict[type[Call], str] = {}
 
@@ -120,11 +129,8 @@ class OnnxGraph:
     ) -> None:
         self.program = program
         self.opset = opset
-        unknown = set(contrib) - set(CONTRIB_FUSIONS)
-        if unknown:
-            raise EmitError(f"unknown contrib fusion(s) {sorted(unknown)}; choose from {', '.join(CONTRIB_FUSIONS)}")
         # onnxruntime's com.microsoft operators to emit where a Call is one (``CONTRIB_FUSIONS``).
-        self.contrib = frozenset(contrib)
+        self.contrib = check_contrib(contrib)
         # onnxruntime's MaxPool skips NaN where PyTorch's propagates it: keeping PyTorch's rule costs
         # a second pooling of the NaN mask (and breaks onnxruntime's NCHWc conv/pool chains).
         self.pooling_nan = pooling_nan

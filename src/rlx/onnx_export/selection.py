@@ -45,8 +45,7 @@ def search_sorted(g: OnnxGraph, c: C.SearchSorted, out: Instr, sorted_: T, value
     queries = g.op("Unsqueeze", [values, g.ints([-1])], values.dtype)
     table = sorted_ if sorted_.rank == 1 else g.op("Unsqueeze", [sorted_, g.ints([-2])], sorted_.dtype)
     below = g.op("LessOrEqual" if c.right else "Less", [table, queries], "bool")
-    counted = g.op("ReduceSum", [g.cast(below, "i64"), g.ints([-1])], "i64", out.shape, keepdims=0)
-    return counted
+    return g.op("ReduceSum", [g.cast(below, "i64"), g.ints([-1])], "i64", out.shape, keepdims=0)
 
 
 @emits(C.Det, widen=True)

@@ -19,7 +19,7 @@ from rlx.errors import RlxError, UsageError
 from rlx.ir import dtypes
 from rlx.ir.program import Program
 from rlx.onnx_export import check_coverage, to_onnx
-from rlx.onnx_export.registry import CONTRIB_FUSIONS, ONNX_TYPES, EmitError
+from rlx.onnx_export.registry import CONTRIB_FUSIONS, ONNX_TYPES, EmitError, check_contrib
 from rlx.runtime.ort_engine import require_onnxruntime
 
 OPTIMIZATION_LEVELS = ("all", "extended", "basic", "none")
@@ -61,10 +61,7 @@ class OrtEngine:
         self.threads = threads
         self.optimization = optimization
         self.pooling_nan = pooling_nan
-        unknown = set(contrib) - set(CONTRIB_FUSIONS)
-        if unknown:
-            raise UsageError(f"unknown contrib fusion(s) {sorted(unknown)}; choose from {', '.join(CONTRIB_FUSIONS)}")
-        self.contrib = tuple(contrib)
+        self.contrib = check_contrib(contrib)
         self._arrays = {w.name: np.asarray(weights[w.name], order="C") for w in program.weights}
         self._values = {name: _ort_value(self._ort, arr) for name, arr in self._arrays.items()}
         self.compilations = 0

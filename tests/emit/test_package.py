@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
 import pytest
+import torch
 from standalone import (
+    BLOCK_BOTH,
     assert_dynamic_package_runs,
     assert_parity,
     assert_same_files_and_ruff_clean,
@@ -43,3 +50,38 @@ def test_model_code_reads_like_the_source(packages):
 
 def test_dynamic_shapes_stay_symbolic_in_the_package(tmp_path):
     assert_dynamic_package_runs(tmp_path, "numpy")
+
+
+class HalfToInt(torch.nn.Module):
+    """Half floats (out of range too) to integers: PyTorch goes through float32 and wraps."""
+
+    def forward(self, x):
+        h, b = x.half(), x.bfloat16()
+        return h.to(torch.int8), b.to(torch.int8), b.to(torch.uint8), h.to(torch.int64), b.to(torch.int32)
+
+
+@pytest.mark.parametrize("style", ["numpy", "jax"])
+def test_package_casts_half_floats_to_integers_as_pytorch(tmp_path, style):
+    if style == "jax":
+        pytest.importorskip("jax")
+    x = torch.tensor([0.0, 2.7, -3.5, 255.0, 300.5, -129.0, 1000.0, 70000.0])
+    out = tmp_path / "out"
+    rlx.from_torch(HalfToInt(), (x,), out, emit=("bundle", "package"), emit_style=style, verify=False)
+    np.save(tmp_path / "x.npy", x.numpy())
+    script = BLOCK_BOTH + textwrap.dedent(
+        f"""
+        import numpy as np
+        sys.path.insert(0, {str(out / "rlx_half_to_int")!r})
+        import rlx_half_to_int as m
+        got = m.load()(np.load({str(tmp_path / "x.npy")!r}))
+        np.savez({str(tmp_path / "got.npz")!r}, *[np.asarray(g) for g in got])
+        """
+    )
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    got = np.load(tmp_path / "got.npz")
+    with torch.no_grad():
+        want = HalfToInt()(x)
+    for k, w in enumerate(want):
+        assert got[f"arr_{k}"].dtype == w.numpy().dtype, k
+        np.testing.assert_array_equal(got[f"arr_{k}"], w.numpy(), err_msg=f"[{style}] output {k}")

@@ -110,12 +110,19 @@ class NumpyWriter:
     # ── one Call → one expression ────────────────────────────────────────────
     def expression(self, ins: Instr) -> str:
         c = ins.call
+        if isinstance(c, C.Cast) and self.casts_through_kernel(c):
+            return self.kernel_call(c)
         half = ins.dtype in ("f16", "bf16") or any(
             isinstance(r, (Ref, Lit)) and self.dtype_of(r) in ("f16", "bf16") for r in _operands(c)
         )
         # Half precision computes in float32 and rounds once: only the kernels do that.
         spelled = None if half else self.arithmetic(c)
         return spelled or self.structural(c) or self.kernel_call(c)
+
+    def casts_through_kernel(self, c: C.Cast) -> bool:
+        """Whether ``astype`` would differ from the Cast kernel: a half float to an integer (the
+        kernel goes through float32, as PyTorch does; ml_dtypes' own cast does not)."""
+        return self.dtype_of(c.x) in ("f16", "bf16") and c.dtype[0] in "iu"
 
     def arithmetic(self, c: Call) -> str | None:
         """Elementwise functions and products as array expressions (float32/float64, integers, bools)."""
@@ -136,10 +143,7 @@ class NumpyWriter:
         """Casts, producers and data movement as array expressions (exact in every dtype)."""
         xp = self.array_module
         if isinstance(c, C.Cast):
-            x = self.operand(c.x)
-            if self.dtype_of(c.x) in ("f16", "bf16") and c.dtype[0] in "iu":
-                x = f"{x}.astype({self.TYPES['f32']})"  # as the Cast kernel: half → int through float
-            return f"{x}.astype({self.TYPES[c.dtype]})"
+            return f"{self.operand(c.x)}.astype({self.TYPES[c.dtype]})"
         if isinstance(c, C.Reshape):
             return f"{self.operand(c.x)}.reshape({', '.join(self.dim(d) for d in c.shape) or '()'})"
         if isinstance(c, C.Permute):
@@ -280,11 +284,9 @@ class JaxWriter(NumpyWriter):
     def matmul(self, x: str, y: str) -> str:
         return f'jnp.matmul({x}, {y}, precision="highest")'
 
-    def expression(self, ins: Instr) -> str:
-        c = ins.call
-        if isinstance(c, C.Cast) and self.dtype_of(c.x) in ("f16", "bf16", "f32", "f64") and c.dtype[0] in "iu":
-            return self.kernel_call(c)  # PyTorch's float → int out of range is not XLA's saturation
-        return super().expression(ins)
+    def casts_through_kernel(self, c: C.Cast) -> bool:
+        # Every float → integer cast: PyTorch's out-of-range rule is not XLA's saturation.
+        return self.dtype_of(c.x) in ("f16", "bf16", "f32", "f64") and c.dtype[0] in "iu"
 
 
 def jax_module(program: Program, decomposition: str = "") -> str:

@@ -67,13 +67,13 @@ def is_noop(op: str) -> bool:
 
 
 def supported_ops() -> list[str]:
-    _load_families()
+    load_families()
     return sorted(REGISTRY)
 
 
 def op_table_markdown() -> str:
     """The supported-op table for the README, one row per op family, derived from the registry."""
-    _load_families()
+    load_families()
     families: dict[str, list[str]] = {}
     for name, reg in sorted(REGISTRY.items()):
         families.setdefault(reg.family, []).append(name.removeprefix("aten."))
@@ -83,7 +83,7 @@ def op_table_markdown() -> str:
     return "\n".join(rows)
 
 
-def _load_families() -> None:
+def load_families() -> None:
     # Importing the family modules runs their @lowers decorators.
     from rlx.lower import (  # noqa: F401
         creation,
@@ -306,7 +306,7 @@ def _fmt_shape(shape: Sequence[Dim] | None) -> str:
 
 def unsupported_ops(ir: TorchIR) -> dict[str, list[str]]:
     """Every op of the graph the registry cannot lower, with the ids of the nodes using it."""
-    _load_families()
+    load_families()
     missing: dict[str, list[str]] = {}
     for n in ir.nodes:
         if n.op == "_getitem" or is_noop(n.op) or find(n.op) or is_shape_arithmetic(n) or n.op in _GUARD_OPS:

@@ -379,6 +379,8 @@ CASTS = [
          [(cast_source(src),) for src in CAST_TARGETS]) for dst in CAST_TARGETS
 ]
 CASTS += [
+    # renorm's decomposition converts half precision with prims.convert_element_type
+    case("renorm_half", lambda a: torch.renorm(a, 2, 0, 1.0), [(rand((3, 4), d, seed=2),) for d in (F16, BF16)]),
     case("to_specials", lambda a: (a.to(F16), a.to(BF16), a.to(F64), a.bool()), singles(FLOATS)),
     case("negative_float_to_int", lambda a: (a.long(), a.int(), a.to(I8)), singles(FLOATS, specials=False)),
     case("cast_methods", lambda a: (a.float(), a.half(), a.bfloat16(), a.double(), a.long(), a.int(), a.bool(),

@@ -4,7 +4,8 @@
                                 [--save out.json] [--load out.json] [--readme]
 
 ``--save`` keeps every outcome as JSON; ``--load`` reads them back instead of sweeping (the full
-sweep takes a while); ``--readme`` rewrites the README's coverage section (between the
+sweep takes a while); ``--load`` with ``--ops`` sweeps those ops again and replaces their saved
+outcomes (after a change to a few ops); ``--readme`` rewrites the README's coverage section (between the
 ``conformance:start`` / ``conformance:end`` markers) from the outcomes: the pass rate over every
 exported sample and, separately, over the samples that land in Core ATen, for float32/int64/bool
 and for float16/bfloat16, and the per-op table (op, samples, passed, failed, declared with reason).
@@ -120,13 +121,13 @@ def main() -> None:
     parser.add_argument("--load", help="read outcomes from this JSON file instead of sweeping")
     parser.add_argument("--readme", action="store_true", help="rewrite the README's conformance section")
     args = parser.parse_args()
+    names = args.ops.split(",") if args.ops else None
+    outcomes: list[Outcome] = []
     if args.load:
         doc = json.loads(Path(args.load).read_text())
-        outcomes = [Outcome(**o) for o in doc["outcomes"]]
+        outcomes = [Outcome(**o) for o in doc["outcomes"] if names is None or o["op"] not in names]
         args.dtypes, args.max_samples = doc["dtypes"], doc["max_samples"]
-    else:
-        names = args.ops.split(",") if args.ops else None
-        outcomes = []
+    if not args.load or names:
         for o in sweep(names, dtypes=tuple(args.dtypes.split(",")), max_samples=args.max_samples):
             outcomes.append(o)
             print(f"{o.op:<40} {o.dtype:<5} {o.status:<6}{o.reason[:100]}", flush=True)

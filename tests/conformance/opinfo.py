@@ -88,18 +88,21 @@ TIE_ORDER_FREE = {
 
 # Outputs whose columns are eigenvectors, each defined only up to its sign (for distinct
 # eigenvalues): the column's sign is aligned with PyTorch's before comparing, as PyTorch's own
-# linalg tests compare what is well-defined.
-SIGN_FREE_COLUMNS = {"linalg.eigh": 1}
+# linalg tests compare what is well-defined. linalg.eig's complex columns too: LAPACK's geev
+# scales each to unit norm with its largest entry real, which leaves the sign, and LAPACK builds
+# choose it differently (MKL's, in PyTorch, flips about a quarter of float64 5×5 randn matrices'
+# columns against numpy's OpenBLAS).
+SIGN_FREE_COLUMNS = {"linalg.eigh": 1, "linalg.eig": 1}
 
 
 def align_column_signs(got: np.ndarray, want: np.ndarray) -> np.ndarray:
-    """``got`` with each column (last axis) negated where its sign disagrees with ``want``'s at
-    ``want``'s entry of largest magnitude."""
+    """``got`` with each column (last axis) negated where it points against ``want``'s at
+    ``want``'s entry of largest magnitude (real or complex: ``Re(g·w̄) < 0``)."""
     if got.shape != want.shape or got.size == 0:
         return got
     at = np.argmax(np.abs(want), axis=-2)[..., None, :]
-    flip = np.sign(np.take_along_axis(got, at, -2)) * np.sign(np.take_along_axis(want, at, -2))
-    return got * np.where(flip < 0, -1, 1).astype(got.dtype)
+    g, w = np.take_along_axis(got, at, -2), np.take_along_axis(want, at, -2)
+    return got * np.where(np.real(g * np.conj(w)) < 0, -1, 1).astype(got.dtype)
 
 
 def opinfos():

@@ -243,7 +243,9 @@ def write_package(
     )
     readme = _readme(name, program, decomposition, style)
     if _needs_scipy(program, style):
-        readme = readme.replace("numpy and ml_dtypes only", "numpy, ml_dtypes and scipy (special functions, LAPACK) only")
+        readme = readme.replace(
+            "numpy and ml_dtypes only", "numpy, ml_dtypes and scipy (special functions, LAPACK) only"
+        )
     (root / "README.md").write_text(readme, encoding="utf-8")
     os.chmod(root, 0o755)
     return root

@@ -7,16 +7,23 @@ Each case is one export that runs its variants over every swept dtype (an export
 than the ops); "output k" in a failure counts variants within dtypes.
 """
 
+import subprocess
+import sys
+import textwrap
+
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+import rlx
 from rlx.torch_import.tensors import tensor_to_numpy
 
 from helpers import (
+    BLOCK_SCIPY,
     LEVELS,
+    Wrap,
     align_column_signs,
     assert_arrays_match,
     assert_converts_and_matches,
@@ -560,3 +567,34 @@ def test_eig_matches_torch_up_to_column_signs(dtype, backend):
     residual = tensor_to_numpy(a).astype(np.complex128) @ wide - wide * values[..., None, :]
     tol = 1e-4 if dtype in (F32, C64) else 1e-10
     assert np.abs(residual).max() < tol and np.allclose(np.linalg.norm(wide, axis=-2), 1, atol=tol)
+
+
+def test_scipy_is_needed_only_by_the_ldl_factorisation(tmp_path):
+    """geqrf and eig run on numpy alone; a Bunch-Kaufman LDLᵀ bundle needs scipy's LAPACK and says
+    so when it is loaded on numpy, and when it is compiled on JAX."""
+    s = rand((4, 4), F32)
+    s = s + s.mT
+    rlx.from_torch(Wrap(lambda a: (*torch.geqrf(a), *torch.linalg.eig(a))), [s], tmp_path / "plain", verify=False)
+    rlx.from_torch(Wrap(lambda a: torch.linalg.ldl_factor(a)[0]), [s], tmp_path / "ldl")
+    np.save(tmp_path / "s.npy", s.numpy())
+    script = BLOCK_SCIPY + textwrap.dedent(
+        f"""
+        import numpy as np
+        import rlx
+        from rlx.errors import RlxError
+        s = np.load({str(tmp_path / "s.npy")!r})
+        rlx.load({str(tmp_path / "plain" / "bundle")!r})(s)
+        assert "scipy" not in sys.modules, "something imported scipy"
+        for backend in ("numpy", "jax"):
+            try:
+                rlx.load({str(tmp_path / "ldl" / "bundle")!r}, backend=backend)(s)
+            except RlxError as e:
+                print("ERROR:", e)
+            else:
+                raise SystemExit(f"running an LDL bundle on {{backend}} without scipy did not fail")
+        """
+    )
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("ERROR:")]
+    assert len(lines) == 2 and all("sytrf" in ln and "pip install 'rlx[special]'" in ln for ln in lines), lines

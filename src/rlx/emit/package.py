@@ -253,7 +253,7 @@ def write_package(
 
 def _needs_scipy(program: Program, style: str) -> bool:
     """A numpy-style package of a program with special functions computes them with scipy; a
-    package of either style with a Bunch-Kaufman LDLᵀ runs LAPACK's through scipy."""
+    package of either style with a Bunch-Kaufman LDLᵀ runs it with scipy's LAPACK."""
     fns = (ins.call.fn for ins in program.instrs if isinstance(ins.call, Special))
     lapack = any(ins.call.op in SCIPY_CALLS for ins in program.instrs)
     return lapack or (style == "numpy" and bool(library_functions(fns)))

@@ -94,6 +94,16 @@ def assert_arrays_match(
     np.testing.assert_allclose(g[finite], w[finite], rtol=rtol or default_rtol, atol=atol or default_atol, err_msg=what)
 
 
+def align_column_signs(got: np.ndarray, want: np.ndarray) -> np.ndarray:
+    """``got`` with each column (last axis) negated where it points against ``want``'s at
+    ``want``'s entry of largest magnitude (real or complex: ``Re(g·w̄) < 0``)."""
+    if got.shape != want.shape or got.size == 0:
+        return got
+    at = np.argmax(np.abs(want), axis=-2)[..., None, :]
+    g, w = np.take_along_axis(got, at, -2), np.take_along_axis(want, at, -2)
+    return got * np.where(np.real(g * np.conj(w)) < 0, -1, 1).astype(got.dtype)
+
+
 def assert_converts_and_matches(
     fn: Callable[..., Any] | torch.nn.Module,
     inputs: Sequence[Any],
@@ -185,6 +195,22 @@ BLOCK_TORCH = textwrap.dedent(
             return None
 
     sys.meta_path.insert(0, _NoTorch())
+    """
+)
+
+
+# Run in a subprocess where importing scipy fails.
+BLOCK_SCIPY = textwrap.dedent(
+    """
+    import sys
+
+    class _NoScipy:
+        def find_spec(self, name, path=None, target=None):
+            if name == "scipy" or name.startswith("scipy."):
+                raise ImportError("scipy is blocked in this test")
+            return None
+
+    sys.meta_path.insert(0, _NoScipy())
     """
 )
 

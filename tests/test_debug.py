@@ -100,3 +100,36 @@ def test_debug_runs_dynamic_bundles(tmp_path):
     )
     assert json.loads((tmp_path / "o" / "debug.json").read_text())["first_divergent"] is None
     assert main(["debug", str(tmp_path / "o")]) == 0
+
+
+class Checked(torch.nn.Module):
+    """Ops whose export threads an error check through an effect token (_linalg_check_errors)."""
+
+    def forward(self, a):
+        return torch.linalg.inv(a), torch.linalg.ldl_factor(a + a.mT)[0]
+
+
+def test_graphs_with_error_check_tokens_are_debugged(tmp_path):
+    a = torch.randn(4, 4, generator=torch.Generator().manual_seed(0)) + 4 * torch.eye(4)
+    report = rlx.from_torch(Checked(), (a,), tmp_path / "o")
+    assert report.passed
+    assert json.loads((tmp_path / "o" / "debug.json").read_text())["first_divergent"] is None
+
+
+def test_a_diverging_result_of_a_multi_result_op_is_reproduced_whole(tmp_path):
+    """linalg.eig's eigenvectors, whose signs LAPACK builds choose differently, diverge through a
+    _getitem: the repro is the whole linalg_eig node, with both its results."""
+    a = torch.randn(3, 5, 5, generator=torch.Generator().manual_seed(4))
+    report = rlx.from_torch(Eig(), (a,), tmp_path / "o")
+    if report.passed:
+        pytest.skip("this LAPACK build gives PyTorch's signs")
+    first = json.loads((tmp_path / "o" / "debug.json").read_text())["first_divergent"]
+    assert first is not None
+    repro = json.loads((tmp_path / "o" / "repro" / "torch-ir.json").read_text())
+    assert [n["op"] for n in repro["nodes"]][0] == "aten.linalg_eig.default"
+    assert len(repro["outputs"]) == 2
+
+
+class Eig(torch.nn.Module):
+    def forward(self, a):
+        return torch.linalg.eig(a)

@@ -161,6 +161,8 @@ def write_repro(node_id: str, ir: TorchIR, torch_values: Mapping[str, Any], dire
     """A one-op torch-ir.json for ``node_id`` with its inputs and PyTorch's output, runnable with
     ``rlx build DIR --verify`` (no torch needed)."""
     node = next(n for n in ir.nodes if n.id == node_id)
+    if node.op == "_getitem" and node.args and isinstance(node.args[0], Ref):  # one result of a multi-result op
+        return write_repro(node.args[0].name, ir, torch_values, directory)
     inputs: list[Input] = []
     reference: dict[str, np.ndarray] = {}
 

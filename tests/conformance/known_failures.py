@@ -41,9 +41,6 @@ KNOWN: dict[str, str] = {
     "svd_lowrank": "random op: the range finder starts from randn",
     "pca_lowrank": "random op: the range finder starts from randn",
     "chalf": "complex32 has no numpy dtype: rlx refuses torch.complex32 at export",
-    "geqrf": (
-        "not lowered: LAPACK's Householder form needs its own Call (numpy's qr mode='raw', jax.lax.linalg.geqrf)"
-    ),
     "nn.functional.linear_cross_entropy.chunked": "torch_nn custom op (batch-chunked loss) with no Core ATen decomposition",
     "nn.functional.linear_cross_entropy.chunked_none": (
         "torch_nn custom op (batch-chunked loss) with no Core ATen decomposition"
@@ -52,8 +49,6 @@ KNOWN: dict[str, str] = {
         "split points read from a tensor (item()) become sizes: rlx binds data-dependent sizes only from "
         "results' shapes, not from values"
     ),
-    "linalg.eig": "complex eigenvectors of a real matrix: rlx has no complex eigen-solver Call",
-    "linalg.eigvals": "complex eigenvalues of a real matrix: rlx has no complex eigen-solver Call",
     # Not lowered yet (issue 18's remaining long tail): each needs a lowering of its own.
     "histogram": "not lowered yet: aten.histogram (bins and edges; Histc covers torch.histc only)",
     "histogramdd": "not lowered yet: aten._histogramdd_bin_edges / _histogramdd_from_bin_cts",
@@ -61,9 +56,6 @@ KNOWN: dict[str, str] = {
     "hash_tensor": "not lowered yet: a xor reduction of 64-bit bit patterns (Reduce has no xor)",
     "_segment_reduce.lengths": "not lowered yet: aten.segment_reduce",
     "_segment_reduce.offsets": "not lowered yet: aten.segment_reduce",
-    "linalg.ldl_factor": "not lowered yet: LAPACK's Bunch-Kaufman LDLᵀ (sytrf) needs its own Call",
-    "linalg.ldl_factor_ex": "not lowered yet: LAPACK's Bunch-Kaufman LDLᵀ (sytrf) needs its own Call",
-    "linalg.ldl_solve": "not lowered yet: solves with LAPACK's Bunch-Kaufman LDLᵀ factors (sytrs)",
 }
 
 KNOWN_WHEN: dict[str, tuple[str, str]] = {

@@ -20,7 +20,7 @@ from standalone import (
 
 import rlx
 
-from helpers import load_example
+from helpers import assert_arrays_match, load_example
 
 
 @pytest.fixture(scope="module")
@@ -85,3 +85,43 @@ def test_package_casts_half_floats_to_integers_as_pytorch(tmp_path, style):
     for k, w in enumerate(want):
         assert got[f"arr_{k}"].dtype == w.numpy().dtype, k
         np.testing.assert_array_equal(got[f"arr_{k}"], w.numpy(), err_msg=f"[{style}] output {k}")
+
+
+class Factorisations(torch.nn.Module):
+    """LAPACK's geqrf, Bunch-Kaufman LDLᵀ (factor and solve: scipy's LAPACK, called back from JAX)
+    and the eigenvalues of a general matrix, each a Call of its own."""
+
+    def forward(self, a, s, b):
+        ld, pivots, info = torch.linalg.ldl_factor_ex(s)
+        solved = torch.linalg.ldl_solve(ld, pivots, b)
+        return (*torch.geqrf(a), ld, pivots, info, solved, torch.linalg.eigvals(a[..., :3, :]))
+
+
+@pytest.mark.parametrize("style", ["numpy", "jax"])
+def test_package_runs_factorisations_as_pytorch(tmp_path, style):
+    if style == "jax":
+        pytest.importorskip("jax")
+    g = torch.Generator().manual_seed(0)
+    s = torch.randn(2, 4, 4, generator=g)
+    inputs = (torch.randn(2, 5, 3, generator=g), s + s.mT, torch.randn(4, 2, generator=g))
+    out = tmp_path / "out"
+    rlx.from_torch(Factorisations(), inputs, out, emit=("bundle", "package"), emit_style=style, verify=False)
+    assert '"scipy>=1.10"' in (out / "rlx_factorisations" / "pyproject.toml").read_text()
+    for k, t in enumerate(inputs):
+        np.save(tmp_path / f"x{k}.npy", t.numpy())
+    script = BLOCK_BOTH + textwrap.dedent(
+        f"""
+        import numpy as np
+        sys.path.insert(0, {str(out / "rlx_factorisations")!r})
+        import rlx_factorisations as m
+        got = m.load()(*[np.load({str(tmp_path)!r} + f"/x{{k}}.npy") for k in range(3)])
+        np.savez({str(tmp_path / "got.npz")!r}, *[np.asarray(g) for g in got])
+        """
+    )
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    got = np.load(tmp_path / "got.npz")
+    with torch.no_grad():
+        want = Factorisations()(*inputs)
+    for k, w in enumerate(want):
+        assert_arrays_match(got[f"arr_{k}"], w.numpy(), f"[{style}] output {k}")

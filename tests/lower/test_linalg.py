@@ -7,14 +7,33 @@ Each case is one export that runs its variants over every swept dtype (an export
 than the ops); "output k" in a failure counts variants within dtypes.
 """
 
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from helpers import LEVELS, assert_converts_and_matches, rand, with_specials
+import rlx
+from rlx.torch_import.tensors import tensor_to_numpy
+
+from helpers import (
+    BLOCK_SCIPY,
+    LEVELS,
+    Wrap,
+    align_column_signs,
+    assert_arrays_match,
+    assert_converts_and_matches,
+    convert,
+    rand,
+    with_specials,
+)
 
 F32, F16, BF16, F64, I64 = torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int64
+C64, C128 = torch.complex64, torch.complex128
 FLOATS = (F32, F16, BF16, F64)
 
 
@@ -329,6 +348,50 @@ def svd_parts(a, full=False):
     return s, (u[..., :, :k] * s.unsqueeze(-2)) @ vh[..., :k, :], u.mT @ u, vh @ vh.mT
 
 
+def complex_rand(shape, seed=0):
+    """Random complex matrices (both parts random) of a complex dtype."""
+    return lambda d: torch.complex(rand(shape, F64, seed=seed), rand(shape, F64, seed=seed + 1)).to(d)
+
+
+def symmetric(shape, seed=0, hermitian=False):
+    """``a + aᵀ`` (``a + aᴴ``) of random ``a``: symmetric indefinite, so Bunch-Kaufman pivots."""
+
+    def make(d):
+        a = complex_rand(shape, seed)(d) if d.is_complex else rand(shape, d, seed=seed)
+        return a + (a.mH if hermitian else a.mT)
+
+    return make
+
+
+def ldl_edge_cases(d):
+    """2×2 pivot blocks (a zero diagonal: negative pivots), a zero matrix (info 1) and a singular
+    one whose second pivot is zero (info 2)."""
+    two_by_two = [[0.0, 1.0, 2.0], [1.0, 0.0, 3.0], [2.0, 3.0, 0.0]]
+    singular_second = [[1.0, 2.0, 3.0], [2.0, 4.0, 6.0], [3.0, 6.0, 0.0]]
+    return torch.tensor([two_by_two, [[0.0] * 3] * 3, singular_second], dtype=d)
+
+
+def zero_below(shape):
+    """A matrix whose first column is zero below the diagonal (LAPACK leaves that reflector out:
+    tau 0) and whose second column is all zero."""
+
+    def make(d):
+        a = rand(shape, d, seed=5)
+        a[1:, 0] = 0
+        a[:, 1] = 0
+        return a
+
+    return make
+
+
+COMPLEX = (C64, C128)
+LDL_VARIANTS = [
+    torch.linalg.ldl_factor_ex,
+    lambda a: torch.linalg.ldl_factor(a, hermitian=True),
+    lambda a: torch.linalg.ldl_solve(*torch.linalg.ldl_factor(a), a[..., :2]),
+]
+
+
 DECOMPOSITION_CASES = [
     case("svd", [svd_parts, lambda a: svd_parts(a, True)], (4, 3), dtypes=REAL),
     case("svd-wide-batched", [svd_parts, lambda a: svd_parts(a, True)], (2, 3, 5), dtypes=REAL),
@@ -439,6 +502,41 @@ DECOMPOSITION_CASES = [
         lambda d: torch.tensor([0.5, 2.0], dtype=d),
         dtypes=REAL,
     ),
+    case("geqrf", torch.geqrf, (5, 3), dtypes=REAL),
+    case("geqrf-wide-batched", torch.geqrf, (2, 3, 5), dtypes=REAL),
+    case("geqrf-zero-columns", torch.geqrf, zero_below((4, 3)), dtypes=REAL),
+    case("geqrf-complex", torch.geqrf, complex_rand((2, 4, 3)), dtypes=COMPLEX),
+    case(
+        "geqrf-householder-ormqr",
+        [
+            lambda a, c: torch.linalg.householder_product(*torch.geqrf(a)),
+            lambda a, c: torch.ormqr(*torch.geqrf(a), c, transpose=True),
+        ],
+        (2, 5, 3),
+        (2, 5, 2),
+        dtypes=REAL,
+    ),
+    case("ldl", LDL_VARIANTS, symmetric((2, 5, 5)), dtypes=REAL),
+    case("ldl-pivots-singular", torch.linalg.ldl_factor_ex, ldl_edge_cases, dtypes=REAL),
+    case(
+        "ldl-solve-broadcast",
+        lambda a, b: torch.linalg.ldl_solve(*torch.linalg.ldl_factor(a), b),
+        symmetric((2, 4, 4)),
+        (4, 3),
+        dtypes=REAL,
+    ),  # fmt: skip
+    case("ldl-complex-symmetric", LDL_VARIANTS[::2], symmetric((2, 4, 4)), dtypes=COMPLEX),
+    case(
+        "ldl-complex-hermitian",
+        [
+            lambda a: torch.linalg.ldl_factor_ex(a, hermitian=True),
+            lambda a: torch.linalg.ldl_solve(*torch.linalg.ldl_factor(a, hermitian=True), a[..., :2], hermitian=True),
+        ],
+        symmetric((2, 4, 4), hermitian=True),
+        dtypes=COMPLEX,
+    ),
+    case("eigvals", torch.linalg.eigvals, (3, 5, 5), dtypes=REAL),
+    case("eigvals-complex", torch.linalg.eigvals, complex_rand((2, 4, 4)), dtypes=COMPLEX),
 ]
 
 
@@ -448,3 +546,55 @@ def test_decompositions_match_torch(fn, inputs, levels, backend):
     if backend == "jax":
         pytest.importorskip("jax")
     assert_converts_and_matches(fn, inputs, levels=("high",), backend=backend)
+
+
+# Eigenvectors of a general matrix: LAPACK's geev scales each column to unit norm with its largest
+# entry real, which leaves its sign, and LAPACK builds choose that differently (PyTorch's MKL,
+# numpy's OpenBLAS): columns are compared once their signs are aligned with PyTorch's, and must be
+# eigenvectors of unit norm whatever their sign.
+@pytest.mark.parametrize("backend", ["numpy", "jax"])
+@pytest.mark.parametrize("dtype", [F32, F64, C64, C128], ids=str)
+def test_eig_matches_torch_up_to_column_signs(dtype, backend):
+    if backend == "jax":
+        pytest.importorskip("jax")
+    a = complex_rand((4, 5, 5), 3)(dtype) if dtype.is_complex else rand((4, 5, 5), dtype, seed=3)
+    model, _, _ = convert(torch.linalg.eig, [a], backend=backend)
+    values, vectors = model(tensor_to_numpy(a))
+    want_values, want_vectors = (tensor_to_numpy(t) for t in torch.linalg.eig(a))
+    assert_arrays_match(values, want_values, "eigenvalues")
+    assert_arrays_match(align_column_signs(vectors, want_vectors), want_vectors, "eigenvectors")
+    wide = vectors.astype(np.complex128)
+    residual = tensor_to_numpy(a).astype(np.complex128) @ wide - wide * values[..., None, :]
+    tol = 1e-4 if dtype in (F32, C64) else 1e-10
+    assert np.abs(residual).max() < tol and np.allclose(np.linalg.norm(wide, axis=-2), 1, atol=tol)
+
+
+def test_scipy_is_needed_only_by_the_ldl_factorisation(tmp_path):
+    """geqrf and eig run on numpy alone; a Bunch-Kaufman LDLᵀ bundle needs scipy's LAPACK and says
+    so when it is loaded on numpy, and when it is compiled on JAX."""
+    s = rand((4, 4), F32)
+    s = s + s.mT
+    rlx.from_torch(Wrap(lambda a: (*torch.geqrf(a), *torch.linalg.eig(a))), [s], tmp_path / "plain", verify=False)
+    rlx.from_torch(Wrap(lambda a: torch.linalg.ldl_factor(a)[0]), [s], tmp_path / "ldl")
+    np.save(tmp_path / "s.npy", s.numpy())
+    script = BLOCK_SCIPY + textwrap.dedent(
+        f"""
+        import numpy as np
+        import rlx
+        from rlx.errors import RlxError
+        s = np.load({str(tmp_path / "s.npy")!r})
+        rlx.load({str(tmp_path / "plain" / "bundle")!r})(s)
+        assert "scipy" not in sys.modules, "something imported scipy"
+        for backend in ("numpy", "jax"):
+            try:
+                rlx.load({str(tmp_path / "ldl" / "bundle")!r}, backend=backend)(s)
+            except RlxError as e:
+                print("ERROR:", e)
+            else:
+                raise SystemExit(f"running an LDL bundle on {{backend}} without scipy did not fail")
+        """
+    )
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("ERROR:")]
+    assert len(lines) == 2 and all("sytrf" in ln and "pip install 'rlx[special]'" in ln for ln in lines), lines

@@ -23,7 +23,7 @@ import rlx
 from rlx.errors import RlxError
 from rlx.torch_import.tensors import tensor_to_numpy
 
-from helpers import as_module, assert_arrays_match, convert
+from helpers import BLOCK_SCIPY, as_module, assert_arrays_match, convert
 
 pytest.importorskip("scipy")
 
@@ -258,22 +258,6 @@ def test_jax_engine_refuses_what_jax_lacks():
 def test_bad_polygamma_order_is_refused():
     with pytest.raises(Exception, match="polygamma"):
         convert(lambda x: torch.polygamma(-1, x), [torch.tensor([1.0])])
-
-
-# Run in a subprocess where importing scipy fails.
-BLOCK_SCIPY = textwrap.dedent(
-    """
-    import sys
-
-    class _NoScipy:
-        def find_spec(self, name, path=None, target=None):
-            if name == "scipy" or name.startswith("scipy."):
-                raise ImportError("scipy is blocked in this test")
-            return None
-
-    sys.meta_path.insert(0, _NoScipy())
-    """
-)
 
 
 def test_scipy_is_needed_only_by_programs_that_use_special_functions(tmp_path):

@@ -28,6 +28,7 @@ from rlx.emit.vendor import STYLES, vendor_ops
 from rlx.errors import UsageError
 from rlx.ir.calls import Special
 from rlx.ir.program import Program
+from rlx.kernels.linalg import SCIPY_CALLS
 from rlx.kernels.special import library_functions
 from rlx.version import __version__
 
@@ -242,16 +243,20 @@ def write_package(
     )
     readme = _readme(name, program, decomposition, style)
     if _needs_scipy(program, style):
-        readme = readme.replace("numpy and ml_dtypes only", "numpy, ml_dtypes and scipy (its special functions) only")
+        readme = readme.replace(
+            "numpy and ml_dtypes only", "numpy, ml_dtypes and scipy (special functions, LAPACK) only"
+        )
     (root / "README.md").write_text(readme, encoding="utf-8")
     os.chmod(root, 0o755)
     return root
 
 
 def _needs_scipy(program: Program, style: str) -> bool:
-    """A numpy-style package of a program with special functions computes them with scipy."""
+    """A numpy-style package of a program with special functions computes them with scipy; a
+    package of either style with a Bunch-Kaufman LDLᵀ runs it with scipy's LAPACK."""
     fns = (ins.call.fn for ins in program.instrs if isinstance(ins.call, Special))
-    return style == "numpy" and bool(library_functions(fns))
+    lapack = any(ins.call.op in SCIPY_CALLS for ins in program.instrs)
+    return lapack or (style == "numpy" and bool(library_functions(fns)))
 
 
 def _pyproject(name: str, model: str, style: str, scipy: bool = False) -> str:

@@ -296,6 +296,50 @@ class Eigh(Call):
 
 
 @dataclass(frozen=True)
+class Geqrf(Call):
+    """LAPACK's Householder QR (``geqrf``) of the matrices in the last two axes, in its packed
+    form: ``part`` a (R on and above the diagonal, the reflectors' vectors below it, their leading
+    1 implied) or tau (``[..., min(m, n)]``: ``Hᵢ = I - τᵢ·vᵢ·vᵢᴴ``, and ``Q = H₀·H₁·…``)."""
+
+    x: Ref
+    part: str
+
+
+@dataclass(frozen=True)
+class Eig(Call):
+    """One part of the eigendecomposition of the (general, real or complex) square matrices in the
+    last two axes, as LAPACK's ``geev``: ``part`` values (complex, in LAPACK's order) or vectors
+    (complex columns of unit norm whose largest entry is real; each is defined only up to its sign,
+    which LAPACK builds choose differently)."""
+
+    x: Ref
+    part: str
+
+
+@dataclass(frozen=True)
+class LdlFactor(Call):
+    """LAPACK's Bunch-Kaufman LDLᵀ (``sytrf``; LDLᴴ, ``hetrf``, for a complex ``hermitian`` one)
+    of the symmetric matrices in the last two axes, reading their lower triangle: ``part`` ld (the
+    compact L and block-diagonal D, zero above the diagonal), pivots (int32, LAPACK's 1-based
+    ``ipiv``: negative for the rows of a 2×2 block) or info (int32: 1 + the first zero pivot, else 0)."""
+
+    x: Ref
+    part: str
+    hermitian: bool
+
+
+@dataclass(frozen=True)
+class LdlSolve(Call):
+    """``x`` with ``A·x = b`` for ``A`` given as an ``LdlFactor`` (ld, pivots), as LAPACK's
+    ``sytrs`` (``hetrs`` for a complex ``hermitian`` one). Batch axes broadcast."""
+
+    ld: Ref
+    pivots: Ref
+    b: Ref
+    hermitian: bool
+
+
+@dataclass(frozen=True)
 class MatrixExp(Call):
     """The matrix exponential of the square matrices in the last two axes."""
 

@@ -1,5 +1,10 @@
 """Products (MatMul, Linear: ``xp.matmul`` keeps float32 exact on every engine), decompositions
-(Svd, Det, LuFactor, LuPermutation), TriangularSolve and MatrixExp."""
+(Svd, Det, LuFactor, LuPermutation, Cholesky, Qr, Geqrf, Eigh, Eig, LdlFactor), the solves
+(TriangularSolve, LdlSolve) and MatrixExp.
+
+The Bunch-Kaufman LDLᵀ (LdlFactor, LdlSolve) is LAPACK's ``sytrf``/``sytrs`` through
+``scipy.linalg.lapack`` (numpy has no binding for them): scipy is the optional extra
+``rlx[special]``, imported at first use; ``SCIPY_CALLS`` names the Calls that need it."""
 
 from __future__ import annotations
 
@@ -10,6 +15,7 @@ import numpy as np
 
 from .precision import F64, I64, widen
 from .registry import kernel
+from .special import scipy_module
 
 if TYPE_CHECKING:
     from ..ir import calls as C
@@ -181,3 +187,106 @@ def qr(c: C.Qr, x: Any, *, xp: ArrayNamespace) -> Any:
 def eigh(c: C.Eigh, x: Any, *, xp: ArrayNamespace) -> Any:
     values, vectors = xp.linalg.eigh(_symmetric(_f64(x), c.lower, xp))
     return (values if c.part == "values" else vectors).astype(x.dtype)
+
+
+# ── Householder QR (geqrf), general eigenproblem (geev), Bunch-Kaufman LDLᵀ (sytrf) ──
+C128 = np.dtype(np.complex128)
+
+
+def householder_qr(a: Any, xp: ArrayNamespace) -> tuple[Any, Any]:
+    """(packed a, tau ``[..., k]``) of ``a`` ``[..., m, n]``: LAPACK's unblocked ``geqr2``, one column
+    at a time over the whole batch. Column j's reflector comes from ``larfg``: ``β = -sign(Re α)·‖(α, x)‖``,
+    ``τ = (β - α)/β``, ``v = (1, x/(α - β))``, and none (τ = 0) where ``x`` is zero and α real; then
+    ``Hᴴ = I - τ̄·v·vᴴ`` is applied to the columns right of j."""
+    m, n = a.shape[-2:]
+    rows, cols = xp.arange(m), xp.arange(n)
+    taus = []
+    for j in range(min(m, n)):
+        col = a[..., :, j]
+        x = xp.where(rows > j, col, 0)
+        xnorm = xp.sqrt(xp.sum(xp.real(x * xp.conj(x)), axis=-1))
+        alpha = col[..., j]
+        re, im = xp.real(alpha), xp.imag(alpha)
+        beta = -xp.copysign(xp.sqrt(re * re + im * im + xnorm * xnorm), re)
+        none = (xnorm == 0) & (im == 0)
+        tau = xp.where(none, 0, (beta - alpha) / xp.where(none, 1, beta))
+        scale = xp.where(none, 0, 1 / xp.where(none, 1, alpha - beta))
+        v = x * scale[..., None] + (rows == j)
+        w = xp.matmul(xp.conj(v)[..., None, :], a)  # vᴴ·a, [..., 1, n]
+        a = xp.where(cols > j, a - xp.conj(tau)[..., None, None] * v[..., :, None] * w, a)
+        packed = xp.where(rows == j, beta[..., None], xp.where(rows > j, v, col))
+        a = xp.where(cols == j, xp.where(none[..., None], col, packed)[..., :, None], a)
+        taus.append(tau)
+    tau = xp.stack(taus, axis=-1) if taus else xp.zeros((*a.shape[:-2], 0), a.dtype)
+    return a, tau
+
+
+def _wide(x: Any) -> Any:
+    """float64, or complex128 for a complex ``x``."""
+    return x.astype(C128 if np.dtype(x.dtype).kind == "c" else F64)
+
+
+@kernel("Geqrf")
+def geqrf(c: C.Geqrf, x: Any, *, xp: ArrayNamespace) -> Any:
+    a, tau = householder_qr(_wide(x), xp)
+    return (a if c.part == "a" else tau).astype(x.dtype)
+
+
+@kernel("Eig")
+def eig(c: C.Eig, x: Any, *, xp: ArrayNamespace) -> Any:
+    """``geev`` in double precision (numpy's own LAPACK; the JAX engine's), as complex of ``x``'s precision."""
+    values, vectors = xp.linalg.eig(_wide(x))
+    out = C128 if np.dtype(x.dtype) in (F64, C128) else np.dtype(np.complex64)
+    return (values if c.part == "values" else vectors).astype(out)
+
+
+SCIPY_CALLS = ("LdlFactor", "LdlSolve")
+
+
+def scipy_lapack() -> Any:
+    """``scipy.linalg.lapack``, imported at first use (a UsageError naming the extra without it)."""
+    return scipy_module("scipy.linalg.lapack", "Bunch-Kaufman LDLᵀ factorisations and solves (LAPACK sytrf/sytrs)")
+
+
+def _ldl_routine(dtype: Any, hermitian: bool, step: str) -> Any:
+    """The double-precision LAPACK routine ``?sytrf``/``?sytrs`` (``zhe…`` for a hermitian complex)."""
+    kind = ("zhe" if hermitian else "zsy") if np.dtype(dtype).kind == "c" else "dsy"
+    return getattr(scipy_lapack(), kind + step)
+
+
+def ldl_factor(a: np.ndarray, hermitian: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(LD, pivots int32, info int32) of ``a`` ``[..., n, n]`` (numpy), one matrix at a time."""
+    work = np.tril(_wide(np.asarray(a)))
+    n = work.shape[-1]
+    ld, pivots = np.zeros_like(work), np.zeros(work.shape[:-1], np.int32)
+    info = np.zeros(work.shape[:-2], np.int32)
+    trf = _ldl_routine(work.dtype, hermitian, "trf")
+    for at in np.ndindex(work.shape[:-2]) if n else ():
+        factor, ipiv, failed = trf(work[at], lower=1)
+        ld[at], pivots[at], info[at] = np.tril(factor), ipiv, failed
+    return ld.astype(a.dtype), pivots, info
+
+
+def ldl_solve(ld: np.ndarray, pivots: np.ndarray, b: np.ndarray, hermitian: bool) -> np.ndarray:
+    """``A⁻¹·b`` from ``ldl_factor``'s (LD, pivots) (numpy), the batch axes broadcast."""
+    batch = np.broadcast_shapes(ld.shape[:-2], pivots.shape[:-1], b.shape[:-2])
+    wide = C128 if "c" in (np.dtype(ld.dtype).kind, np.dtype(b.dtype).kind) else F64
+    ld = np.broadcast_to(np.asarray(ld).astype(wide), (*batch, *ld.shape[-2:]))
+    pivots = np.broadcast_to(np.asarray(pivots), (*batch, pivots.shape[-1]))
+    b = np.broadcast_to(np.asarray(b).astype(wide), (*batch, *b.shape[-2:]))
+    out = np.zeros(b.shape, wide)
+    trs = _ldl_routine(wide, hermitian, "trs")
+    for at in np.ndindex(batch) if out.size else ():
+        out[at] = trs(ld[at], pivots[at], b[at], lower=1)[0]
+    return out
+
+
+@kernel("LdlFactor")
+def ldl_factor_kernel(c: C.LdlFactor, x: Any, *, xp: ArrayNamespace) -> Any:
+    """numpy only (LAPACK through scipy): the JAX engine calls it back (``jax.pure_callback``)."""
+    return ldl_factor(x, c.hermitian)[("ld", "pivots", "info").index(c.part)]
+
+
+@kernel("LdlSolve")
+def ldl_solve_kernel(c: C.LdlSolve, ld: Any, pivots: Any, b: Any, *, xp: ArrayNamespace) -> Any:
+    return ldl_solve(ld, pivots, b, c.hermitian).astype(b.dtype)

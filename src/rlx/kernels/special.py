@@ -15,6 +15,7 @@ it is imported the first time one runs (or when such a program is loaded, to fai
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -29,16 +30,21 @@ if TYPE_CHECKING:
     from ..ir import calls as C
     from .namespace import ArrayNamespace
 
-SCIPY_MISSING = "special functions ({fns}) need scipy on the numpy engine: pip install 'rlx[special]' (or scipy)"
+SCIPY_MISSING = "{what} need scipy on the numpy engine: pip install 'rlx[special]' (or scipy)"
+
+
+def scipy_module(name: str, what: str) -> Any:
+    """The scipy module ``name``, imported at first use; a UsageError naming the extra (and
+    ``what`` needs it) when scipy is missing."""
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        raise UsageError(SCIPY_MISSING.format(what=what)) from None
 
 
 def scipy_special(*fns: str) -> Any:
-    """``scipy.special``, imported at first use; a UsageError naming the extra when scipy is missing."""
-    try:
-        import scipy.special
-    except ImportError:
-        raise UsageError(SCIPY_MISSING.format(fns=", ".join(fns) or "torch.special")) from None
-    return scipy.special
+    """``scipy.special`` (the special functions ``fns`` need it)."""
+    return scipy_module("scipy.special", f"special functions ({', '.join(fns) or 'torch.special'})")
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,13 @@
 """Matrix decompositions and what is built from them: svd, det/slogdet, LU (factor, unpack, solve),
-triangular and Cholesky solves, Householder products (householder_product, ormqr), pinv, matrix_exp.
+triangular and Cholesky solves, Householder QR (geqrf) and products (householder_product, ormqr),
+pinv, matrix_exp, the general eigenproblem (eig, eigvals) and the Bunch-Kaufman LDLᵀ (factor, solve).
 
-The factorisations are Calls (``Svd``, ``Det``, ``LuFactor``, ``TriangularSolve``, ``MatrixExp``);
-everything PyTorch builds on top of them (unpacking L/U/P, the solves of a factorisation, the
-pseudo-inverse's threshold, applying Householder reflectors) is lowered here into products,
-masks and those Calls. Real dtypes only. Every matrix op works on the last two axes.
+The factorisations are Calls (``Svd``, ``Det``, ``LuFactor``, ``TriangularSolve``, ``MatrixExp``,
+``Geqrf``, ``Eig``, ``LdlFactor``, ``LdlSolve``); everything PyTorch builds on top of them
+(unpacking L/U/P, the solves of a factorisation, the pseudo-inverse's threshold, applying
+Householder reflectors) is lowered here into products, masks and those Calls. Real dtypes only,
+except geqrf, eig and the LDLᵀ Calls, whose kernels take complex matrices as well (eig's results
+are always complex). Every matrix op works on the last two axes.
 """
 
 from __future__ import annotations
@@ -19,10 +22,14 @@ from rlx.ir.calls import (
     Cast,
     Cholesky,
     Det,
+    Eig,
     Eigh,
     Expand,
     Full,
     Gather,
+    Geqrf,
+    LdlFactor,
+    LdlSolve,
     LuFactor,
     LuPermutation,
     MatMul,
@@ -471,3 +478,43 @@ def linalg_solve(node: Node, b: Builder) -> Operand | tuple[Ref, ...]:
     if node.base == "linalg_solve":
         return result
     return result, lu, pivots, _full(b, _meta(node, 3))
+
+
+# ── geqrf, eig, LDLᵀ ─────────────────────────────────────────────────────────
+@lowers("aten.geqrf")
+def geqrf(node: Node, b: Builder) -> tuple[Ref, Ref]:
+    """``(a, tau)``: LAPACK's packed Householder QR, which householder_product and ormqr read."""
+    a_meta, tau_meta = _meta(node, 0), _meta(node, 1)
+    x = b.cast(b.input(node, 0), a_meta.dtype)
+    return b.emit_like(Geqrf(x, "a"), a_meta), b.emit_like(Geqrf(x, "tau"), tau_meta)
+
+
+@lowers("aten.linalg_eig", "aten.linalg_eigvals")
+def linalg_eig(node: Node, b: Builder) -> Operand | tuple[Ref, Ref]:
+    """Complex eigenvalues (and eigenvectors) of a real or complex matrix."""
+    x = b.input(node, 0)
+    values = b.emit_like(Eig(x, "values"), _meta(node, 0))
+    if node.base == "linalg_eigvals":
+        return values
+    return values, b.emit_like(Eig(x, "vectors"), _meta(node, 1))
+
+
+@lowers("aten.linalg_ldl_factor_ex", "aten.linalg_ldl_factor")
+def ldl_factor(node: Node, b: Builder) -> tuple[Ref, ...]:
+    """``(LD, pivots[, info])``; ``check_errors`` is not honoured (info is returned, nothing raises)."""
+    ld_meta = _meta(node, 0)
+    x = b.cast(b.input(node, 0), ld_meta.dtype)
+    hermitian = _flag(node, 1, "hermitian", False)
+    parts = [b.emit_like(LdlFactor(x, "ld", hermitian), ld_meta)]
+    parts.append(b.emit_like(LdlFactor(x, "pivots", hermitian), _meta(node, 1)))
+    if node.base == "linalg_ldl_factor_ex":
+        parts.append(b.emit_like(LdlFactor(x, "info", hermitian), _meta(node, 2)))
+    return tuple(parts)
+
+
+@lowers("aten.linalg_ldl_solve")
+def ldl_solve(node: Node, b: Builder) -> Operand:
+    meta = node.meta
+    ld, pivots = b.cast(b.input(node, 0), meta.dtype), b.input(node, 1)
+    rhs = b.cast(b.input(node, 2), meta.dtype)
+    return b.emit_like(LdlSolve(ld, pivots, rhs, _flag(node, 3, "hermitian", False)), meta)

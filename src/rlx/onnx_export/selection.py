@@ -56,7 +56,8 @@ def det(g: OnnxGraph, c: C.Det, out: Instr, x: T) -> T:
 
 
 no_onnx_form("ai.onnx has no operator for this factorisation", C.Svd, C.LuFactor, C.LuPermutation,
-             C.TriangularSolve, C.MatrixExp, C.Cholesky, C.Qr, C.Eigh)  # fmt: skip
+             C.TriangularSolve, C.MatrixExp, C.Cholesky, C.Qr, C.Eigh, C.Geqrf, C.Eig, C.LdlFactor,
+             C.LdlSolve)  # fmt: skip
 no_onnx_form("ai.onnx has no operator for these data-dependent sizes and orders", C.Unique, C.NonzeroStatic,
              C.Bincount, C.Histc)  # fmt: skip
 no_onnx_form("its grouped product has no ai.onnx operator", C.GroupedMatMul)

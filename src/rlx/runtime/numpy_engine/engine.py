@@ -8,6 +8,7 @@ import numpy as np
 
 from rlx.ir.calls import Special
 from rlx.ir.program import Program
+from rlx.kernels.linalg import SCIPY_CALLS, scipy_lapack
 from rlx.kernels.special import library_functions, scipy_special
 from rlx.passes import pipeline
 from rlx.runtime.numpy_engine.executor import Executor
@@ -40,8 +41,11 @@ class NumpyEngine:
 
 
 def _load_libraries(program: Program) -> None:
-    """Import the optional libraries ``program``'s kernels need (scipy for special functions) now,
-    so a missing one fails at load with one line naming the extra, not halfway through a run."""
+    """Import the optional libraries ``program``'s kernels need (scipy for special functions and
+    for LAPACK's LDLᵀ) now, so a missing one fails at load with one line naming the extra, not
+    halfway through a run."""
     fns = library_functions(ins.call.fn for ins in program.instrs if isinstance(ins.call, Special))
     if fns:
         scipy_special(*fns)
+    if any(ins.call.op in SCIPY_CALLS for ins in program.instrs):
+        scipy_lapack()

@@ -8,6 +8,7 @@ example at every level against PyTorch and the numpy engine; dynamic shapes; thr
 
 from __future__ import annotations
 
+import math
 import subprocess
 import sys
 import textwrap
@@ -180,7 +181,7 @@ def test_multi_head_attention_fusion_matches_torch(contrib):
 
 def test_unknown_contrib_fusion_is_one_line():
     with pytest.raises(UsageError, match="unknown contrib fusion"):
-        convert(lambda x: x + 1, (torch.ones(2),), backend="onnxruntime", engine_options={"contrib": ("gelu",)})
+        convert(lambda x: x + 1, (torch.ones(2),), backend="onnxruntime", engine_options={"contrib": ("bogus",)})
 
 
 class ConvPools(torch.nn.Module):
@@ -247,3 +248,40 @@ def test_pooling_nan_switch():
     assert not model.executor_for([x.numpy()])._check  # onnxruntime's rule: no check, no rerun
     with pytest.raises(UsageError, match="pooling_nan"):
         convert(ConvPools(F32), (x,), backend="onnxruntime", engine_options={"pooling_nan": "check"})
+
+
+class TanhGelu(torch.nn.Module):
+    """GPT-2's MLP with its GELU (transformers' NewGELUActivation), and a cube used elsewhere."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc, self.proj = torch.nn.Linear(16, 32), torch.nn.Linear(32, 16)
+
+    def forward(self, x):
+        h = self.fc(x)
+        gelu = 0.5 * h * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (h + 0.044715 * torch.pow(h, 3.0))))
+        return self.proj(gelu), torch.pow(x, 3.0) + 1
+
+
+@pytest.mark.parametrize("contrib", [("gelu",), ()])
+def test_tanh_gelu_fusion_matches_torch(contrib, tmp_path):
+    import onnxruntime as ort
+
+    from rlx.onnx_export import to_onnx
+
+    x = rand((2, 8, 16), F32, seed=7)
+    module = TanhGelu()
+    model, program, _ = convert(module, (x,), backend="onnxruntime", engine_options={"contrib": contrib})
+    with torch.no_grad():
+        want = module(x)
+    for k, (g, w) in enumerate(zip(model(x.numpy()), want)):
+        assert_arrays_match(g, w.numpy(), f"output {k}", rtol=1e-5, atol=1e-6)
+    onnx_model = to_onnx(program, dict(model.weights), contrib=contrib)
+    assert [n.op_type for n in onnx_model.graph.node].count("Pow") == (2 if contrib else 0)  # both cubes
+    opts = ort.SessionOptions()
+    opts.optimized_model_filepath = str(tmp_path / "optimized.onnx")
+    ort.InferenceSession(onnx_model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    import onnx
+
+    fused = [n.op_type for n in onnx.load(str(tmp_path / "optimized.onnx")).graph.node]
+    assert ("FastGelu" in fused) == bool(contrib)

@@ -92,8 +92,24 @@ def emit(
         g.begin(NAN_CHECK, "sum of every max-pooled input (NaN or inf: rerun with PyTorch's NaN rule)")
         check = T(NAN_CHECK, "f32", ())
         g.node("Sum", g.nan_checks, outputs=[NAN_CHECK])
+    _prune(g, [t.name for t in outputs] + ([NAN_CHECK] if check else []))
     used = {name for node in g.nodes for name in node[1]}
     return Emitted(g, inputs, outputs, [w.name for w in program.weights if w.name in used], check)
+
+
+def _prune(g: OnnxGraph, roots: list[str]) -> None:
+    """Drop the nodes no output depends on (what an emitter's fused form left behind, such as
+    the x·x of a cube spelt Pow(x, 3): onnxruntime's fusions want no stray consumers) and the
+    constants no node reads."""
+    needed = set(roots)
+    kept = []
+    for node in reversed(g.nodes):
+        if any(o in needed for o in node[2]):
+            kept.append(node)
+            needed.update(node[1])
+    g.nodes[:] = kept[::-1]
+    for name in [n for n in g.constants if n not in needed]:
+        del g.constants[name]
 
 
 def _operand(g: OnnxGraph, v: Any, env: Mapping[str, T]) -> Any:

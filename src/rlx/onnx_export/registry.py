@@ -98,7 +98,9 @@ def emits(*calls: type[Call], widen: bool = False) -> Callable[[Emitter], Emitte
 
 # onnxruntime's contrib operators (domain com.microsoft) an emitter may use instead of standard ones.
 CONTRIB_DOMAIN = "com.microsoft"
-CONTRIB_FUSIONS = ("attention",)  # Attention → MultiHeadAttention
+# "attention": Attention → MultiHeadAttention; "gelu": x·x·x as Pow(x, 3), the pattern of the tanh GELU
+# that onnxruntime's optimizer fuses into FastGelu.
+CONTRIB_FUSIONS = ("attention", "gelu")
 
 
 def check_contrib(contrib: Collection[str]) -> frozenset[str]:
@@ -145,6 +147,7 @@ class OnnxGraph:
             raise UsageError(f"pooling_nan must be True, False or 'check', got {pooling_nan!r}")
         self.pooling_nan = pooling_nan
         self.nan_checks: list[T] = []
+        self._producers: dict[str, Instr] | None = None
         self.nodes: list[tuple[str, list[str], list[str], dict[str, Any], str, str, str]] = []
         self.constants: dict[str, np.ndarray] = {}  # small constants made while emitting
         self._const_ids: dict[tuple[str, tuple[int, ...], bytes], str] = {}
@@ -158,6 +161,12 @@ class OnnxGraph:
             for axis, d in enumerate(v.shape):
                 if isinstance(d, Sym) and d.expr.isidentifier():
                     self.symbol_sources.setdefault(d.expr, (v.name, axis))
+
+    def producer(self, name: str) -> Instr | None:
+        """The instruction whose result ``name`` is (None for inputs, weights and constants)."""
+        if self._producers is None:
+            self._producers = {ins.result: ins for ins in self.program.instrs}
+        return self._producers.get(name)
 
     # ── provenance ───────────────────────────────────────────────────────────
     def begin(self, owner: str, note: str) -> None:

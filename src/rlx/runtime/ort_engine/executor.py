@@ -9,6 +9,7 @@ LayerNorm / attention / GELU fusions) unless told otherwise.
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Collection, Mapping
 from typing import Any
@@ -163,7 +164,7 @@ class OrtExecutor:
                 results = self._session.run(self._program_outputs + self._check, dict(zip(self._input_names, inputs)))
             except Exception as e:
                 raise RlxError(f"runtime error in onnxruntime running {self.program.name}: {_first_line(e)}") from e
-            if self._check and not np.isfinite(results.pop()):
+            if self._check and not math.isfinite(results.pop()):
                 return self.exact().run(inputs)
             return results
         return self.run_named(inputs)[: len(self._want)]
@@ -185,7 +186,7 @@ class OrtExecutor:
             results = self._session.run(self.output_names + self._check, feed)
         except Exception as e:
             raise RlxError(f"runtime error in onnxruntime running {self.program.name}: {_first_line(e)}") from e
-        if self._check and not np.isfinite(results.pop()):
+        if self._check and not math.isfinite(results.pop()):
             return self.exact().run_named(inputs)
         out = []
         for k, r in enumerate(results):

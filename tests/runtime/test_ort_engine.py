@@ -8,6 +8,7 @@ example at every level against PyTorch and the numpy engine; dynamic shapes; thr
 
 from __future__ import annotations
 
+import math
 import subprocess
 import sys
 import textwrap
@@ -180,4 +181,107 @@ def test_multi_head_attention_fusion_matches_torch(contrib):
 
 def test_unknown_contrib_fusion_is_one_line():
     with pytest.raises(UsageError, match="unknown contrib fusion"):
-        convert(lambda x: x + 1, (torch.ones(2),), backend="onnxruntime", engine_options={"contrib": ("gelu",)})
+        convert(lambda x: x + 1, (torch.ones(2),), backend="onnxruntime", engine_options={"contrib": ("bogus",)})
+
+
+class ConvPools(torch.nn.Module):
+    """conv → relu → max pool (onnxruntime's NCHWc chain; onnxruntime has no float64 Conv: relu
+    alone there), overlapping padded windows, ceil mode, 1-d."""
+
+    def __init__(self, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 8, 3, padding=1, dtype=dtype) if dtype == F32 else torch.nn.Identity()
+
+    def forward(self, x):
+        y = torch.relu(self.conv(x))
+        return (
+            torch.nn.functional.max_pool2d(y, 2),
+            torch.nn.functional.max_pool2d(x, 3, stride=2, padding=1),
+            torch.nn.functional.max_pool2d(x, 2, stride=2, ceil_mode=True),
+            torch.nn.functional.max_pool1d(x.flatten(2), 4),
+        )
+
+
+def _with_nan_and_inf(x: torch.Tensor, case: str) -> torch.Tensor:
+    x = x.clone()
+    if case == "nan":  # a NaN at every position of a 2×2 window somewhere (onnxruntime skips some)
+        x[0, 0, 0, 0] = x[0, 1, 2, 3] = x[1, 2, 5, 4] = x[1, 0, 7, 7] = float("nan")
+    elif case == "inf":  # infinities but no NaN: the flagged run reruns, with the same values
+        x[0, 0, 0, 0], x[1, 2, 5, 4] = float("inf"), float("-inf")
+    return x
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("case", ["finite", "nan", "inf"])
+def test_max_pool_propagates_nan_like_torch(dtype, case):
+    x = rand((2, 3, 9, 9), dtype, seed=4)
+    module = ConvPools(dtype)
+    model, _, _ = convert(module, (x,), backend="onnxruntime")
+    inputs = _with_nan_and_inf(x, case)
+    got = model(inputs.numpy())
+    with torch.no_grad():
+        want = module(inputs)
+    for k, (g, w) in enumerate(zip(got, want)):
+        assert_arrays_match(g, w.numpy(), f"{case} pool {k}", rtol=1e-5, atol=1e-6)
+    if case == "nan":
+        assert np.isnan(got[1]).sum() == np.isnan(want[1].numpy()).sum() > 0
+    executor = model.executor_for([inputs.numpy()])
+    # The plain MaxPool session ran alone unless a pooled input held NaN or inf.
+    assert (executor._exact is not None) == (case != "finite")
+
+
+def test_pooling_nan_switch():
+    from rlx.onnx_export import to_onnx
+
+    x = rand((2, 3, 9, 9), F32, seed=4)
+    _, program, _ = convert(ConvPools(F32), (x,), backend="onnxruntime")
+    graphs = {
+        mode: to_onnx(program, {}, external_weights=True, pooling_nan=mode).graph for mode in (True, False, "check")
+    }
+    ops = {mode: [n.op_type for n in graph.node] for mode, graph in graphs.items()}
+    assert ops[True].count("MaxPool") == 8 and ops[True].count("IsNaN") == 4  # the NaN mask pooled too
+    assert ops[False].count("MaxPool") == 4 and "IsNaN" not in ops[False] and "GlobalAveragePool" not in ops[False]
+    assert ops["check"].count("MaxPool") == 4 and ops["check"].count("GlobalAveragePool") == 4
+    assert [o.name for o in graphs["check"].output][-1] == "rlx/nan_check"
+    assert "rlx/nan_check" not in [o.name for o in graphs[True].output]
+    model, _, _ = convert(ConvPools(F32), (x,), backend="onnxruntime", engine_options={"pooling_nan": False})
+    assert not model.executor_for([x.numpy()])._check  # onnxruntime's rule: no check, no rerun
+    with pytest.raises(UsageError, match="pooling_nan"):
+        convert(ConvPools(F32), (x,), backend="onnxruntime", engine_options={"pooling_nan": "check"})
+
+
+class TanhGelu(torch.nn.Module):
+    """GPT-2's MLP with its GELU (transformers' NewGELUActivation), and a cube used elsewhere."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc, self.proj = torch.nn.Linear(16, 32), torch.nn.Linear(32, 16)
+
+    def forward(self, x):
+        h = self.fc(x)
+        gelu = 0.5 * h * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (h + 0.044715 * torch.pow(h, 3.0))))
+        return self.proj(gelu), torch.pow(x, 3.0) + 1
+
+
+@pytest.mark.parametrize("contrib", [("gelu",), ()])
+def test_tanh_gelu_fusion_matches_torch(contrib, tmp_path):
+    import onnxruntime as ort
+
+    from rlx.onnx_export import to_onnx
+
+    x = rand((2, 8, 16), F32, seed=7)
+    module = TanhGelu()
+    model, program, _ = convert(module, (x,), backend="onnxruntime", engine_options={"contrib": contrib})
+    with torch.no_grad():
+        want = module(x)
+    for k, (g, w) in enumerate(zip(model(x.numpy()), want)):
+        assert_arrays_match(g, w.numpy(), f"output {k}", rtol=1e-5, atol=1e-6)
+    onnx_model = to_onnx(program, dict(model.weights), contrib=contrib)
+    assert [n.op_type for n in onnx_model.graph.node].count("Pow") == (2 if contrib else 0)  # both cubes
+    opts = ort.SessionOptions()
+    opts.optimized_model_filepath = str(tmp_path / "optimized.onnx")
+    ort.InferenceSession(onnx_model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    import onnx
+
+    fused = [n.op_type for n in onnx.load(str(tmp_path / "optimized.onnx")).graph.node]
+    assert ("FastGelu" in fused) == bool(contrib)

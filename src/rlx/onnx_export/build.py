@@ -27,6 +27,7 @@ from rlx.onnx_export.registry import (
 )
 
 MODEL_FILE = "model.onnx"
+NAN_CHECK = "rlx/nan_check"  # the output of pooling_nan="check"
 EXTERNAL_DATA_FILE = "model.onnx.data"
 EXTERNAL_DATA_THRESHOLD = 2 * 1024**3  # protobuf's limit on one message
 
@@ -56,14 +57,17 @@ class Emitted:
     inputs: list[T]  # graph inputs, in program order
     outputs: list[T]  # graph outputs, one per program output
     weights: list[str] = field(default_factory=list)  # program weights the graph reads
+    nan_check: T | None = None  # pooling_nan="check": a last float32 output, finite when pooling was exact
 
 
 def emit(
-    program: Program, *, io_bf16_as_f32: bool = False, pooling_nan: bool = True, contrib: Collection[str] = ()
+    program: Program, *, io_bf16_as_f32: bool = False, pooling_nan: bool | str = True, contrib: Collection[str] = ()
 ) -> Emitted:
     """Emit every instruction. ``io_bf16_as_f32``: bfloat16 inputs and outputs cross the graph's
     boundary as float32 (exact both ways), for runtimes whose Python side has no bfloat16;
     ``pooling_nan=False`` lets max pooling skip NaN as onnxruntime's MaxPool does (faster);
+    ``pooling_nan="check"`` too, with an extra output ``nan_check``, not finite on a run where a
+    pooled input held NaN (or inf): then the caller reruns the exact graph;
     ``contrib``: the onnxruntime contrib fusions to use (``CONTRIB_FUSIONS``)."""
     check_coverage(program)
     g = OnnxGraph(program, pooling_nan=pooling_nan, contrib=contrib)
@@ -83,8 +87,29 @@ def emit(
     for ins in program.instrs:
         env[ins.result] = _emit_instr(g, ins, env)
     outputs = _outputs(g, program, env, io_bf16_as_f32)
+    check = None
+    if g.nan_checks:
+        g.begin(NAN_CHECK, "sum of every max-pooled input (NaN or inf: rerun with PyTorch's NaN rule)")
+        check = T(NAN_CHECK, "f32", ())
+        g.node("Sum", g.nan_checks, outputs=[NAN_CHECK])
+    _prune(g, [t.name for t in outputs] + ([NAN_CHECK] if check else []))
     used = {name for node in g.nodes for name in node[1]}
-    return Emitted(g, inputs, outputs, [w.name for w in program.weights if w.name in used])
+    return Emitted(g, inputs, outputs, [w.name for w in program.weights if w.name in used], check)
+
+
+def _prune(g: OnnxGraph, roots: list[str]) -> None:
+    """Drop the nodes no output depends on (what an emitter's fused form left behind, such as
+    the x·x of a cube spelt Pow(x, 3): onnxruntime's fusions want no stray consumers) and the
+    constants no node reads."""
+    needed = set(roots)
+    kept = []
+    for node in reversed(g.nodes):
+        if any(o in needed for o in node[2]):
+            kept.append(node)
+            needed.update(node[1])
+    g.nodes[:] = kept[::-1]
+    for name in [n for n in g.constants if n not in needed]:
+        del g.constants[name]
 
 
 def _operand(g: OnnxGraph, v: Any, env: Mapping[str, T]) -> Any:
@@ -183,7 +208,7 @@ def to_onnx(
     io_bf16_as_f32: bool = False,
     external_weights: bool = False,
     doc: str = "",
-    pooling_nan: bool = True,
+    pooling_nan: bool | str = True,
     contrib: Collection[str] = (),
 ) -> Any:
     """The ONNX model of ``program``. ``external_weights``: weight initializers are declared as
@@ -206,7 +231,7 @@ def to_onnx(
         _nodes(onnx, g),
         program.name or "model",
         [_value_info(onnx, t) for t in emitted.inputs],
-        [_value_info(onnx, t) for t in emitted.outputs],
+        [_value_info(onnx, t) for t in emitted.outputs + ([emitted.nan_check] if emitted.nan_check else [])],
         initializer=initializers,
         doc_string=doc,
     )

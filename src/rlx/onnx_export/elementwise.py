@@ -15,7 +15,7 @@ from typing import Any
 
 from rlx.ir import calls as C
 from rlx.ir import dtypes
-from rlx.ir.program import Instr
+from rlx.ir.program import Instr, Ref
 from rlx.onnx_export.registry import HALF, ONNX_TYPES, EmitError, OnnxGraph, T, emits
 
 Fn = Callable[[OnnxGraph, T], T]
@@ -381,6 +381,10 @@ def binary(g: OnnxGraph, c: C.Binary, out: Instr, x: T, y: T) -> T:
         raise EmitError(f"the ONNX emitter has no binary function {c.fn!r}")
     if x.dtype != y.dtype and c.fn != "pow":
         y = g.cast(y, x.dtype)
+    if c.fn == "mul" and "gelu" in g.contrib and x.dtype == "f32":
+        base = _cube_base(g, x, y)
+        if base is not None:  # the spelling of x³ that onnxruntime's FastGelu fusion looks for
+            return _op(g, "Pow", base, _k(g, 3, base))
     if x.dtype in HALF:  # exact for predicates, rounded once otherwise
         result = fn(g, g.cast(x, "f32"), g.cast(y, "f32"))
         return result if c.fn in PREDICATES else g.cast(result, x.dtype)
@@ -389,6 +393,16 @@ def binary(g: OnnxGraph, c: C.Binary, out: Instr, x: T, y: T) -> T:
         result = fn(g, g.cast(x, "i32"), g.cast(y, "i32"))
         return result if c.fn in PREDICATES else g.cast(result, x.dtype)
     return fn(g, x, y)
+
+
+def _cube_base(g: OnnxGraph, x: T, y: T) -> T | None:
+    """``b`` when ``x · y`` is ``(b · b) · b`` (how rlx lowers ``b ** 3``, GPT-2's tanh GELU)."""
+    for square, base in ((x, y), (y, x)):
+        ins = g.producer(square.name)
+        if (ins is not None and isinstance(ins.call, C.Binary) and ins.call.fn == "mul"
+                and ins.call.x == ins.call.y == Ref(base.name)):  # fmt: skip
+            return base
+    return None
 
 
 # ── select, clamp, cast ──────────────────────────────────────────────────────

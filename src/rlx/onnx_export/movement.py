@@ -11,10 +11,10 @@ import numpy as np
 
 from rlx.ir import calls as C
 from rlx.ir import dtypes
-from rlx.ir.program import Instr
+from rlx.ir.program import Instr, Ref
 from rlx.ir.symbolic import Sym
 from rlx.kernels import KERNELS
-from rlx.onnx_export.registry import OnnxGraph, T, emits, unsupported
+from rlx.onnx_export.registry import OnnxGraph, T, emits, new_graph_value, unsupported
 from rlx.runtime.numpy_engine.namespace import NUMPY
 
 INT64_MAX = np.iinfo(np.int64).max
@@ -52,6 +52,9 @@ def arange(g: OnnxGraph, c: C.Arange, out: Instr) -> T:
 
 @emits(C.Reshape)
 def reshape(g: OnnxGraph, c: C.Reshape, out: Instr, x: T) -> T:
+    inner = g.producer(x.name)
+    if inner is not None and isinstance(inner.call, C.Reshape) and isinstance(inner.call.x, Ref):
+        x = new_graph_value(g, inner.call.x)  # a reshape of a reshape is one reshape (one node less)
     # allowzero: a 0 in the target is an empty axis, not "copy the input's extent".
     return g.op("Reshape", [x, g.dims(c.shape)], x.dtype, c.shape, allowzero=1)
 

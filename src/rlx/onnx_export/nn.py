@@ -142,10 +142,22 @@ def max_pool(g: OnnxGraph, c: C.MaxPool, out: Instr, x: T) -> T:
     else:
         y = g.op("MaxPool", [xin], x.dtype, **attrs)
         if g.pooling_nan and x.dtype in ("f32", "f64"):  # MaxPool skips NaN; PyTorch's propagates it
-            nan = g.op("MaxPool", [g.cast(g.op("IsNaN", [xin], "bool"), "f32")], "f32", **attrs)
-            y = g.op("Where", [g.cast(nan, "bool"), g.const(np.nan, x.dtype), y], x.dtype)
+            y = _max_pool_nan(g, xin, y, attrs)
     y = _crop(g, y, xin, nd, windows, attrs)
     return g.op("Squeeze", [y, g.ints([0])], y.dtype) if squeeze else y
+
+
+def _max_pool_nan(g: OnnxGraph, x: T, y: T, attrs: dict[str, Any]) -> T:
+    """PyTorch's NaN rule on top of onnxruntime's MaxPool ``y`` of ``x``: exactly, by pooling the
+    NaN mask too; or (``pooling_nan="check"``) by flagging the run: the sum of ``x`` is finite only
+    when no window held a NaN, and a per-channel mean keeps the NCHWc layout of a conv → pool chain."""
+    if g.pooling_nan == "check":
+        # (onnxruntime's GlobalAveragePool is float32 only)
+        channel_means = g.op("GlobalAveragePool", [x], x.dtype) if x.dtype == "f32" else x
+        g.nan_checks.append(g.cast(g.op("ReduceSum", [channel_means], x.dtype, keepdims=0), "f32"))
+        return y
+    nan = g.op("MaxPool", [g.cast(g.op("IsNaN", [x], "bool"), "f32")], "f32", **attrs)
+    return g.op("Where", [g.cast(nan, "bool"), g.const(np.nan, x.dtype), y], x.dtype)
 
 
 @emits(C.AvgPool, widen=True)

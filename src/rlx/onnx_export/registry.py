@@ -98,7 +98,9 @@ def emits(*calls: type[Call], widen: bool = False) -> Callable[[Emitter], Emitte
 
 # onnxruntime's contrib operators (domain com.microsoft) an emitter may use instead of standard ones.
 CONTRIB_DOMAIN = "com.microsoft"
-CONTRIB_FUSIONS = ("attention",)  # Attention → MultiHeadAttention
+# "attention": Attention → MultiHeadAttention; "gelu": x·x·x as Pow(x, 3), the pattern of the tanh GELU
+# that onnxruntime's optimizer fuses into FastGelu.
+CONTRIB_FUSIONS = ("attention", "gelu")
 
 
 def check_contrib(contrib: Collection[str]) -> frozenset[str]:
@@ -125,15 +127,27 @@ class OnnxGraph:
     """Nodes and initializers being built for one Program (onnx protos are made at the end)."""
 
     def __init__(
-        self, program: Program, opset: int = OPSET, *, pooling_nan: bool = True, contrib: Collection[str] = ()
+        self,
+        program: Program,
+        opset: int = OPSET,
+        *,
+        pooling_nan: bool | str = True,
+        contrib: Collection[str] = (),
     ) -> None:
         self.program = program
         self.opset = opset
         # onnxruntime's com.microsoft operators to emit where a Call is one (``CONTRIB_FUSIONS``).
         self.contrib = check_contrib(contrib)
-        # onnxruntime's MaxPool skips NaN where PyTorch's propagates it: keeping PyTorch's rule costs
-        # a second pooling of the NaN mask (and breaks onnxruntime's NCHWc conv/pool chains).
+        # onnxruntime's MaxPool skips NaN where PyTorch's propagates it. True: PyTorch's rule in the
+        # graph, a second pooling of the NaN mask (which also breaks onnxruntime's NCHWc conv/pool
+        # chains); "check": plain MaxPool, and every pooled input's sum joins ``nan_checks`` (NaN or
+        # inf there flags a run whose pooling may have skipped a NaN: the engine then reruns the
+        # exact graph); False: onnxruntime's rule.
+        if pooling_nan not in (True, False, "check"):
+            raise UsageError(f"pooling_nan must be True, False or 'check', got {pooling_nan!r}")
         self.pooling_nan = pooling_nan
+        self.nan_checks: list[T] = []
+        self._producers: dict[str, Instr] | None = None
         self.nodes: list[tuple[str, list[str], list[str], dict[str, Any], str, str, str]] = []
         self.constants: dict[str, np.ndarray] = {}  # small constants made while emitting
         self._const_ids: dict[tuple[str, tuple[int, ...], bytes], str] = {}
@@ -147,6 +161,12 @@ class OnnxGraph:
             for axis, d in enumerate(v.shape):
                 if isinstance(d, Sym) and d.expr.isidentifier():
                     self.symbol_sources.setdefault(d.expr, (v.name, axis))
+
+    def producer(self, name: str) -> Instr | None:
+        """The instruction whose result ``name`` is (None for inputs, weights and constants)."""
+        if self._producers is None:
+            self._producers = {ins.result: ins for ins in self.program.instrs}
+        return self._producers.get(name)
 
     # ── provenance ───────────────────────────────────────────────────────────
     def begin(self, owner: str, note: str) -> None:

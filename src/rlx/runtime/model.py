@@ -175,7 +175,9 @@ def check_input(spec: Value, value: Any) -> np.ndarray:
             arr = np.asarray(value, dtype=want)
         except (TypeError, ValueError) as e:
             raise InputError(f"input {spec.name!r}: cannot convert {type(value).__name__} to {want}: {e}") from None
-    if arr.ndim != len(spec.shape) or any(isinstance(d, int) and d != n for d, n in zip(spec.shape, arr.shape)):
+    if arr.shape != spec.shape and (  # (equal: a static shape matched, the common case, checked first)
+        arr.ndim != len(spec.shape) or any(isinstance(d, int) and d != n for d, n in zip(spec.shape, arr.shape))
+    ):
         expected = "[" + ", ".join(str(d) for d in spec.shape) + "]"
         raise InputError(f"input {spec.name!r} has shape {list(arr.shape)}, expected {expected}")
     # One memory layout for every caller, so equal values always give bit-identical outputs.

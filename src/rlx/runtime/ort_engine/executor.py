@@ -9,6 +9,7 @@ LayerNorm / attention / GELU fusions) unless told otherwise.
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Collection, Mapping
 from typing import Any
@@ -19,6 +20,7 @@ from rlx.errors import RlxError, UsageError
 from rlx.ir import dtypes
 from rlx.ir.program import Program
 from rlx.onnx_export import check_coverage, to_onnx
+from rlx.onnx_export.build import NAN_CHECK
 from rlx.onnx_export.registry import CONTRIB_FUSIONS, ONNX_TYPES, EmitError, check_contrib
 from rlx.runtime.ort_engine import require_onnxruntime
 
@@ -42,7 +44,7 @@ class OrtEngine:
     ) -> None:
         """``optimization``: onnxruntime's graph optimization level (all / extended / basic / none);
         ``pooling_nan=False``: max pooling skips NaN as onnxruntime's MaxPool does, instead of
-        propagating it as PyTorch does (keeps conv → pool chains in onnxruntime's fast layout);
+        propagating it as PyTorch does (saves the check of each pooled input; see ``OrtExecutor``);
         ``contrib``: onnxruntime's fused com.microsoft operators to emit where they are faster
         (``"attention"``: an encoder's Attention as one MultiHeadAttention); ``()`` for standard
         operators only."""
@@ -55,6 +57,8 @@ class OrtEngine:
             raise UsageError(
                 f"unknown onnxruntime optimization level {optimization!r}; choose {', '.join(OPTIMIZATION_LEVELS)}"
             )
+        if not isinstance(pooling_nan, bool):
+            raise UsageError(f"pooling_nan must be True or False, got {pooling_nan!r}")
         if threads is not None and threads < 1:
             raise UsageError(f"threads must be at least 1, got {threads}")
         self._source = program
@@ -108,14 +112,25 @@ def _ort_value(ort: Any, arr: np.ndarray) -> Any:
 
 
 class OrtExecutor:
-    """One static-shaped Program as an onnxruntime session, ready to run many times."""
+    """One static-shaped Program as an onnxruntime session, ready to run many times.
 
-    def __init__(self, program: Program, engine: OrtEngine, extra_outputs: list[str] | None = None) -> None:
+    PyTorch's max pooling propagates NaN, onnxruntime's MaxPool skips it. Pooling the NaN mask
+    too costs a second pooling per MaxPool and breaks onnxruntime's NCHWc conv → pool chains, so
+    the session runs the plain MaxPool and checks each pooled input's sum (``pooling_nan="check"``):
+    on the rare run where one is not finite, the inputs are run again through a second session,
+    built then, whose graph pools the NaN mask (exact for every input)."""
+
+    def __init__(
+        self, program: Program, engine: OrtEngine, extra_outputs: list[str] | None = None, *, exact: bool = False
+    ) -> None:
         self.program = program
+        self._engine, self._extra_outputs = engine, extra_outputs
         ort = engine._ort
         scalars = {w.name: engine.array(w.name) for w in program.weights if not w.shape}
-        model = to_onnx(program, scalars, io_bf16_as_f32=True, external_weights=True, pooling_nan=engine.pooling_nan,
-                           contrib=engine.contrib)  # fmt: skip
+        pooling_nan = engine.pooling_nan and (True if exact else "check")
+        model = to_onnx(program, scalars, io_bf16_as_f32=True, external_weights=True, pooling_nan=pooling_nan,
+                        contrib=engine.contrib)  # fmt: skip
+        checked = [o.name for o in model.graph.output if o.name == NAN_CHECK]
         if extra_outputs:  # intermediate values to return too (the per-node debugger)
             import onnx
 
@@ -123,7 +138,10 @@ class OrtExecutor:
             for name in extra_outputs:
                 if name not in known:
                     model.graph.output.append(onnx.ValueInfoProto(name=name))
-        self.output_names = [o.name for o in model.graph.output]
+        self.output_names = [o.name for o in model.graph.output if o.name != NAN_CHECK]
+        self._check = checked  # [NAN_CHECK] when the graph has one
+        self._exact: OrtExecutor | None = None
+        self._exact_lock = threading.Lock()
         self._input_names = [i.name for i in model.graph.input]
         names = [t.name for t in model.graph.initializer if t.data_location == 1]
         opts = engine.session_options()
@@ -135,7 +153,12 @@ class OrtExecutor:
             raise RlxError(f"onnxruntime could not load {program.name}: {type(e).__name__}: {_first_line(e)}") from e
         self._bf16_inputs = [v.dtype == "bf16" for v in program.inputs]
         self._want = [dtypes.to_numpy(v.dtype) for v in _output_values(program)]
-        self._program_outputs = self.output_names[: len(self._want)]
+        self._fetch = self.output_names[: len(self._want)] + self._check
+        # onnxruntime's InferenceSession.run re-validates the feed's names (about 2 µs a call, a
+        # fifth of a small MLP's run); the inputs are checked already, so the binding's own run
+        # is called where the session has one (public API otherwise).
+        binding: Any = getattr(self._session, "_sess", self._session)
+        self._run_session = binding.run if hasattr(binding, "run") else self._session.run
         # No bfloat16 crossing the boundary: onnxruntime's own (fresh, writable) arrays are the outputs.
         self._plain = not any(self._bf16_inputs) and all(w != dtypes.to_numpy("bf16") for w in self._want)
 
@@ -143,10 +166,20 @@ class OrtExecutor:
         """Run on arrays already checked against the program's inputs (in order)."""
         if self._plain:  # the common case, kept short: this is per-call overhead on small models
             try:
-                return self._session.run(self._program_outputs, dict(zip(self._input_names, inputs)))
+                results = self._run_session(self._fetch, dict(zip(self._input_names, inputs)), None)
             except Exception as e:
                 raise RlxError(f"runtime error in onnxruntime running {self.program.name}: {_first_line(e)}") from e
+            if self._check and not math.isfinite(results.pop()):
+                return self.exact().run(inputs)
+            return results
         return self.run_named(inputs)[: len(self._want)]
+
+    def exact(self) -> OrtExecutor:
+        """The session whose graph pools the NaN mask (built on the first run that needs it)."""
+        with self._exact_lock:
+            if self._exact is None:
+                self._exact = OrtExecutor(self.program, self._engine, self._extra_outputs, exact=True)
+            return self._exact
 
     def run_named(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
         """The program outputs, then any extra outputs asked for, in ``output_names`` order."""
@@ -155,9 +188,11 @@ class OrtExecutor:
             for name, arr, bf16 in zip(self._input_names, inputs, self._bf16_inputs)
         }
         try:
-            results = self._session.run(self.output_names, feed)
+            results = self._session.run(self.output_names + self._check, feed)
         except Exception as e:
             raise RlxError(f"runtime error in onnxruntime running {self.program.name}: {_first_line(e)}") from e
+        if self._check and not math.isfinite(results.pop()):
+            return self.exact().run_named(inputs)
         out = []
         for k, r in enumerate(results):
             arr = np.asarray(r)

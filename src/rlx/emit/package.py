@@ -28,6 +28,7 @@ from rlx.emit.vendor import STYLES, vendor_ops
 from rlx.errors import UsageError
 from rlx.ir.calls import Special
 from rlx.ir.program import Program
+from rlx.ir.rng import with_rng_state
 from rlx.kernels.special import library_functions
 from rlx.version import __version__
 
@@ -234,6 +235,7 @@ def write_package(
     (pkg / "__main__.py").write_text(
         MAIN.format(package=name, inputs=[v.name for v in program.user_inputs]), encoding="utf-8"
     )
+    weights = with_rng_state(program, dict(weights))
     needed = {w.key: weights[w.key] for w in program.weights}
     needed.update({s.key: weights[s.key] for s in program.state})
     safetensors_io.write(pkg / "weights.safetensors", needed)

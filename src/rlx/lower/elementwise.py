@@ -369,25 +369,11 @@ def identity(node: Node, b: Builder) -> Operand:
     return b.input(node, 0)
 
 
-@lowers("aten.dropout", "aten.feature_dropout", "aten.alpha_dropout")
-def dropout(node: Node, b: Builder) -> Operand:
+@lowers("aten.feature_dropout", "aten.alpha_dropout")
+def dropout_variants(node: Node, b: Builder) -> Operand:
     if node.arg(2, "train", False):
-        raise LoweringError(f"node {node.id}: {node.op} in training mode is random; call model.eval() before export")
+        raise LoweringError(f"node {node.id}: {node.op} in training mode is not supported; call model.eval() before export")
     return b.input(node, 0)
-
-
-@lowers("aten.native_dropout")
-def native_dropout(node: Node, b: Builder) -> tuple[Operand, Operand]:
-    """``native_dropout(x, p, train)`` → (output, keep-mask). Outside training, or with ``p`` 0,
-    nothing is dropped: ``x`` itself and an all-True mask, exactly what PyTorch returns."""
-    p, train = node.arg(1, "p"), node.arg(2, "train")
-    if train is not False and p != 0:
-        raise LoweringError(
-            f"node {node.id}: {node.op} with p={p} in training mode draws random numbers, which cannot be "
-            "reproduced outside PyTorch; call model.eval() (or use p=0) before export"
-        )
-    x = b.input(node, 0)
-    return x, b.emit(Full(True, b.shape(x), "bool"), b.shape(x), "bool")
 
 
 # ── math on floats' bits, integers' divisors, and complex numbers ───────────

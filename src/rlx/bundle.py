@@ -65,7 +65,6 @@ def write_bundle(
     bundle_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_text(bundle_dir / "program.json", program.dumps())
     needed = {w.key for w in program.weights} | {s.key for s in program.state}
-    weights = with_rng_state(program, dict(weights))
     target = bundle_dir / "weights.safetensors"
     if weights_file is not None and set(weights) == needed:
         try:
@@ -73,6 +72,7 @@ def write_bundle(
         except OSError:
             shutil.copyfile(weights_file, target)
     else:
+        weights = with_rng_state(program, dict(weights))  # a generator's initial state, if it draws
         safetensors_io.write(target, {k: weights[k] for k in sorted(needed)})
     atomic_write_text(bundle_dir / "meta.json", dumps_json(meta_json(program, source)))
     return bundle_dir

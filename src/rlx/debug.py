@@ -25,6 +25,7 @@ from rlx import safetensors_io
 from rlx.errors import BundleError
 from rlx.ir import dtypes, torch_ir
 from rlx.ir.program import Program, Ref, dumps_json, specialize
+from rlx.ir.rng import random_values
 from rlx.ir.torch_ir import Input, Node, Output, TensorMeta, TorchIR
 from rlx.runtime.binding import bind_symbols
 from rlx.runtime.model import load
@@ -131,13 +132,14 @@ def compare_nodes(
     for ins in program.instrs:
         groups.setdefault(ins.node, []).append(ins)
     to_aten = {v: k for k, v in program.value_map.items()}
+    drawn = random_values(program)  # values that depend on a random draw: shape and dtype only
     report = DebugReport(program.name)
     for index, node in enumerate(ir.nodes):
         value = program.value_map.get(node.id)
         want = torch_values.get(node.id)
         if value is None or not isinstance(want, np.ndarray) or value not in rlx_values:
             continue
-        accumulated = compare(index, np.asarray(rlx_values[value]), want)
+        accumulated = compare(index, np.asarray(rlx_values[value]), want, random=value in drawn)
         group = groups.get(producer.get(value, ""), [])
         if not group:  # an alias of an input or weight: nothing of rlx's own was computed
             local = accumulated
@@ -150,7 +152,9 @@ def compare_nodes(
                         continue
                     source = torch_values.get(to_aten.get(r.name, ""))
                     seeded[r.name] = source if isinstance(source, np.ndarray) else rlx_values[r.name]
-            local = compare(index, np.asarray(run_instructions(group, seeded, dict(sizes))[value]), want)
+            local = compare(
+                index, np.asarray(run_instructions(group, seeded, dict(sizes))[value]), want, random=value in drawn
+            )
         report.nodes.append(
             NodeReport(index, node.id, node.op, list(want.shape), dtypes.from_numpy(want.dtype), accumulated, local)
         )

@@ -66,7 +66,14 @@ RANDOM: dict[str, tuple[str, str]] = {
     "bernoulli": ("binary", "random op: 0 or 1"),
     "multinomial": ("categories", "random op: category indices with mass, distinct per row without replacement"),
     "nn.functional.dropout": ("dropout", "random op in training mode: each entry 0 or x / (1 - p)"),
-    "nn.functional.rrelu": ("rrelu", "random op in training mode: negative entries scaled by a slope in [lower, upper]"),
+    "nn.functional.rrelu": (
+        "rrelu",
+        "random op in training mode: negative entries scaled by a slope in [lower, upper]",
+    ),
+    "nn.functional.multi_head_attention_forward": (
+        "finite",
+        "random op when dropout_p > 0 in training mode (native_dropout on the attention weights): finite values",
+    ),
     "svd_lowrank": ("singular_values", "random range finder: U and V differ, the singular values match PyTorch's"),
     "pca_lowrank": ("singular_values", "random range finder: U and V differ, the singular values match PyTorch's"),
 }
@@ -88,13 +95,10 @@ KNOWN_WHEN: dict[str, tuple[str, str]] = {
     ),
     "view_as_complex": ("complex32", "complex32 (from float16 pairs) has no numpy dtype: rlx refuses it at export"),
     "complex": ("complex32", "complex32 (from float16 parts) has no numpy dtype: rlx refuses it at export"),
-    "nn.functional.multi_head_attention_forward": (
-        "draws random numbers",
-        "the sample with dropout_p > 0 in training mode is random (native_dropout); rlx refuses it",
-    ),
     "nn.functional.scaled_dot_product_attention": (
-        "draws random numbers",
-        "the sample with dropout_p > 0 is random (native_dropout in training mode); rlx refuses it",
+        "attention dropout_p",
+        "the sample with dropout_p > 0 drops attention weights at random inside the fused attention; rlx's "
+        "Attention Call has no dropout (dropout elsewhere is supported: RANDOM)",
     ),
 }
 

@@ -231,11 +231,15 @@ SUPPORT = {
         f"a draw outside [{(_numbers(s)[:2] or [0, 1])}]",
     ),
     "geometric": lambda g, w, s: _check(
-        ((_as_float(g) >= 1) & (_as_float(g) == np.floor(_as_float(g)))).all(), "a trial count that is not an integer ≥ 1"
+        ((_as_float(g) >= 1) & (_as_float(g) == np.floor(_as_float(g)))).all(),
+        "a trial count that is not an integer ≥ 1",
     ),
     "randint": lambda g, w, s: _check(
-        ((_as_float(g) >= _randint_bounds(s)[0]) & (_as_float(g) < _randint_bounds(s)[1])
-         & (_as_float(g) == np.floor(_as_float(g)))).all(),
+        (
+            (_as_float(g) >= _randint_bounds(s)[0])
+            & (_as_float(g) < _randint_bounds(s)[1])
+            & (_as_float(g) == np.floor(_as_float(g)))
+        ).all(),
         f"a draw outside the integers of [{_randint_bounds(s)[0]}, {_randint_bounds(s)[1]})",
     ),  # fmt: skip
     "binary": lambda g, w, s: _check(np.isin(_as_float(g), (0.0, 1.0)).all(), "a draw other than 0 and 1"),

@@ -15,7 +15,7 @@ import numpy as np
 
 from rlx.errors import LoweringError
 from rlx.ir import dtypes
-from rlx.ir.calls import Binary, Clamp, Concat, Full, LeakyRelu, Reshape, Slice, Unary, Where
+from rlx.ir.calls import Binary, Clamp, Concat, LeakyRelu, Reshape, Slice, Unary, Where
 from rlx.ir.program import Operand, Ref
 from rlx.ir.torch_ir import Node
 from rlx.lower.registry import Builder, lowers
@@ -372,7 +372,9 @@ def identity(node: Node, b: Builder) -> Operand:
 @lowers("aten.feature_dropout", "aten.alpha_dropout")
 def dropout_variants(node: Node, b: Builder) -> Operand:
     if node.arg(2, "train", False):
-        raise LoweringError(f"node {node.id}: {node.op} in training mode is not supported; call model.eval() before export")
+        raise LoweringError(
+            f"node {node.id}: {node.op} in training mode is not supported; call model.eval() before export"
+        )
     return b.input(node, 0)
 
 

@@ -258,6 +258,10 @@ def dropped(b: Builder, x: Ref, mask: Ref, p: float) -> Ref:
 
 @lowers("aten.native_dropout")
 def native_dropout(node: Node, b: Builder) -> tuple[Operand, Operand]:
+    return dropout_pair(node, b)
+
+
+def dropout_pair(node: Node, b: Builder) -> tuple[Operand, Operand]:
     """``native_dropout(x, p, train)`` → (output, keep-mask). In training each entry is kept with
     probability ``1 - p`` and scaled by ``1 / (1 - p)``; otherwise (or with p = 0) nothing is
     dropped: ``x`` itself and an all-True mask, exactly what PyTorch returns."""
@@ -274,7 +278,7 @@ def native_dropout(node: Node, b: Builder) -> tuple[Operand, Operand]:
 def dropout(node: Node, b: Builder) -> Operand:
     if not node.arg(2, "train", False):
         return b.input(node, 0)
-    return native_dropout(node, b)[0]
+    return dropout_pair(node, b)[0]
 
 
 @lowers("aten.rrelu_with_noise_functional", "aten.rrelu_with_noise", "aten.rrelu")

@@ -19,8 +19,8 @@ from typing import Any, overload
 from rlx.errors import LoweringError, RlxError, UnsupportedOpError
 from rlx.ir import dtypes, symbolic
 from rlx.ir.calls import Arange, Binary, Cast, RandomBits
-from rlx.ir.rng import RNG_KEY, RNG_STATE
 from rlx.ir.program import Call, Instr, Lit, Operand, Program, Ref, StateVar, Value, Weight
+from rlx.ir.rng import RNG_KEY, RNG_STATE
 from rlx.ir.symbolic import Dim, Shape, Sym, eval_shape
 from rlx.ir.torch_ir import Node, Output, ScalarMeta, TensorMeta, TorchIR
 

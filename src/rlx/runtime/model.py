@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from rlx.bundle import read_bundle
-from rlx.errors import BundleError, InputError, RlxError
+from rlx.errors import BundleError, InputError, RlxError, UsageError
 from rlx.ir import dtypes
 from rlx.ir.program import Program, Value, specialize
 from rlx.ir.rng import DEFAULT_SEED, RNG_STATE, fork_state, seed_state
@@ -57,6 +57,8 @@ class Model:
         self.output_tree = program.output_tree
         check_tree(self.output_tree, program.n_user_outputs, "output_tree")
         self._initial_state = {s.name: initial[s.name] for s in program.state}
+        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+            raise UsageError(f"seed must be an int, found {type(seed).__name__}")
         if RNG_STATE in self._initial_state:
             self._initial_state[RNG_STATE] = seed_state(seed)
         self.seed = seed

@@ -21,8 +21,6 @@ from __future__ import annotations
 
 KNOWN: dict[str, str] = {
     "nonzero": "data-dependent output shape",
-    "nn.functional.fractional_max_pool2d": "random op: the pooling regions are drawn at random",
-    "nn.functional.fractional_max_pool3d": "random op: the pooling regions are drawn at random",
     "chalf": "complex32 has no numpy dtype: rlx refuses torch.complex32 at export",
     "geqrf": (
         "not lowered: LAPACK's Householder form needs its own Call (numpy's qr mode='raw', jax.lax.linalg.geqrf)"
@@ -73,6 +71,14 @@ RANDOM: dict[str, tuple[str, str]] = {
     "nn.functional.multi_head_attention_forward": (
         "finite",
         "random op when dropout_p > 0 in training mode (native_dropout on the attention weights): finite values",
+    ),
+    "nn.functional.fractional_max_pool2d": (
+        "pooled2d",
+        "the pooling windows are placed by a random draw: each value comes from its own plane of the input",
+    ),
+    "nn.functional.fractional_max_pool3d": (
+        "pooled3d",
+        "the pooling windows are placed by a random draw: each value comes from its own plane of the input",
     ),
     "svd_lowrank": ("singular_values", "random range finder: U and V differ, the singular values match PyTorch's"),
     "pca_lowrank": ("singular_values", "random range finder: U and V differ, the singular values match PyTorch's"),

@@ -34,6 +34,7 @@ tests do.
 
 from __future__ import annotations
 
+import functools
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -222,6 +223,19 @@ def _rrelu_ok(got: np.ndarray, want: torch.Tensor, sample) -> None:
     assert ok.all(), "a negative entry's slope is outside [lower, upper], or a positive one changed"
 
 
+def _pooled_ok(nd: int, got: np.ndarray, want: torch.Tensor, sample) -> None:
+    """Fractional max pooling over ``nd`` axes: values taken from their own (batch, channel) plane;
+    indices within it."""
+    x = tensor_to_numpy(sample.input).astype(np.float64)
+    planes = x.reshape(-1, int(np.prod(x.shape[-nd:])))
+    g = np.asarray(got).reshape(planes.shape[0], -1)
+    if g.dtype == np.int64:
+        assert ((g >= 0) & (g < planes.shape[1])).all(), "an index outside its plane"
+        return
+    g = g.astype(np.float64)
+    assert all(np.isin(gp, p).all() for gp, p in zip(g, planes)), "a pooled value that is not in its plane"
+
+
 SUPPORT = {
     "finite": lambda g, w, s: _check(np.isfinite(_as_float(g)).all(), "a non-finite draw"),
     "not_nan": lambda g, w, s: _check(not np.isnan(_as_float(g)).any(), "a NaN draw"),
@@ -246,6 +260,8 @@ SUPPORT = {
     "categories": _multinomial_ok,
     "dropout": _dropout_ok,
     "rrelu": _rrelu_ok,
+    "pooled2d": functools.partial(_pooled_ok, 2),
+    "pooled3d": functools.partial(_pooled_ok, 3),
 }
 
 

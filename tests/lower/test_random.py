@@ -247,3 +247,39 @@ def test_random_bits_are_the_same_words_on_jax(state) -> None:
         got = np.asarray(KERNELS["RandomBits"](call, JAX.asarray(s), xp=JAX))
     assert got.dtype == np.uint32
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("p", [0.5, 1.0])
+def test_native_dropout_in_training_returns_output_and_its_mask(p: float) -> None:
+    x = torch.randn(400, 50)
+    model, _, _ = convert(lambda a: torch.ops.aten.native_dropout(a, p, True), [x], decomposition="core")
+    out, mask = (np.asarray(a) for a in model(x.numpy()))
+    want_out, want_mask = torch.ops.aten.native_dropout(x, p, True)
+    assert (out.dtype, mask.dtype, out.shape) == (np.float32, np.bool_, tuple(want_out.shape))
+    assert want_mask.dtype == torch.bool
+    expected = np.where(mask, x.numpy() / (1 - p) if p < 1 else 0, 0).astype(np.float32)
+    np.testing.assert_allclose(out, expected, rtol=1e-6)
+    assert abs(float(mask.mean()) - (1 - p)) < 5 * math.sqrt(p * (1 - p) / mask.size) + 1e-12
+
+
+@pytest.mark.parametrize(
+    "nd,shape,kernel,out",
+    [(2, (2, 3, 9, 11), (3, 2), (4, 5)), (2, (3, 7, 7), 2, (3, 1)), (3, (1, 2, 6, 7, 8), (2, 3, 2), (3, 2, 4))],
+    ids=["2d", "2d_unbatched", "3d"],
+)
+def test_fractional_max_pool_given_its_samples_matches_torch(nd, shape, kernel, out) -> None:
+    """With the samples passed in (not drawn), the pooling is deterministic: values and indices exact."""
+    fn = torch.nn.functional.fractional_max_pool2d if nd == 2 else torch.nn.functional.fractional_max_pool3d
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(shape, generator=g)
+    x.view(-1)[::17] = float("nan")  # NaN wins its window, as in PyTorch's kernel
+    batch = shape[0] if len(shape) == nd + 2 else 1
+    samples = torch.rand(batch, shape[-nd - 1], nd, generator=g)
+
+    def pool(a: torch.Tensor, s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return fn(a, kernel, output_size=out, return_indices=True, _random_samples=s)
+
+    model, _, _ = convert(pool, [x, samples])
+    got = model(x.numpy(), samples.numpy())
+    for k, (g_, w) in enumerate(zip(got, pool(x, samples))):
+        np.testing.assert_array_equal(np.asarray(g_), w.numpy(), err_msg=f"output {k}")

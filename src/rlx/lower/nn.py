@@ -461,14 +461,7 @@ def adaptive_max_pool(node: Node, b: Builder) -> Operand | tuple[Operand, Operan
     if not node.multi:
         return values
     one = (*lead, *outs, 1)
-    pick = b.emit(ArgReduce("argmax", win, len(wshape) - 1, True), one, "i64")
-    if dtypes.is_float(dt):
-        nan = b.emit(Unary("isnan", win), wshape, "bool")
-        any_nan = b.emit(Reduce("any", nan, (len(wshape) - 1,), True), one, "bool")
-        back = b.emit(Flip(b.emit(Cast(nan, "i64"), wshape, "i64"), (len(wshape) - 1,)), wshape, "i64")
-        last_from_end = b.emit(ArgReduce("argmax", back, len(wshape) - 1, True), one, "i64")
-        last = b.emit(Binary("sub", b.lit(kk - 1, "i64"), last_from_end), one, "i64")
-        pick = b.emit(Where(any_nan, last, pick), one, "i64")
+    pick = window_argmax(b, win)
     fgrid = tuple(grid[a - n_lead] for a in order[n_lead:])
     flat = b.emit(
         Permute(b.emit(Expand(flat, grid), grid, "i64"), tuple(a - n_lead for a in order[n_lead:])), fgrid, "i64"
@@ -476,6 +469,23 @@ def adaptive_max_pool(node: Node, b: Builder) -> Operand | tuple[Operand, Operan
     table = b.emit(Expand(reshape_to(b, flat, (*outs, kk)), wshape), wshape, "i64")
     idx = b.emit(Gather(table, len(wshape) - 1, pick), one, "i64")
     return values, reshape_to(b, idx, tuple(node.meta_at(1).shape))
+
+
+def window_argmax(b: Builder, win: Ref) -> Ref:
+    """Where each window (``win``'s last axis) has its max, keeping that axis (size 1): the first max,
+    or the last NaN when the window holds NaN (PyTorch's max-pooling kernels' rule)."""
+    wshape, dt = b.shape(win), b.dtype(win)
+    axis, kk = len(wshape) - 1, wshape[-1]
+    one = (*wshape[:-1], 1)
+    pick = b.emit(ArgReduce("argmax", win, axis, True), one, "i64")
+    if dtypes.is_float(dt):
+        nan = b.emit(Unary("isnan", win), wshape, "bool")
+        any_nan = b.emit(Reduce("any", nan, (axis,), True), one, "bool")
+        back = b.emit(Flip(b.emit(Cast(nan, "i64"), wshape, "i64"), (axis,)), wshape, "i64")
+        last_from_end = b.emit(ArgReduce("argmax", back, axis, True), one, "i64")
+        last = b.emit(Binary("sub", b.lit(symbolic.add(kk, -1), "i64"), last_from_end), one, "i64")
+        pick = b.emit(Where(any_nan, last, pick), one, "i64")
+    return pick
 
 
 @lowers("aten.max_pool2d_with_indices_backward", "aten.max_pool3d_with_indices_backward")

@@ -17,12 +17,29 @@ from collections.abc import Sequence
 
 from rlx.errors import LoweringError
 from rlx.ir import dtypes, symbolic
-from rlx.ir.calls import ArgTopK, Binary, Cast, Clamp, CumReduce, Full, LeakyRelu, SearchSorted, Slice, Unary, Where
+from rlx.ir.calls import (
+    Arange,
+    ArgTopK,
+    Binary,
+    Cast,
+    Clamp,
+    CumReduce,
+    Full,
+    Gather,
+    LeakyRelu,
+    Reshape,
+    SearchSorted,
+    Slice,
+    Unary,
+    Where,
+)
 from rlx.ir.program import Lit, Operand, Ref
 from rlx.ir.symbolic import Dim
 from rlx.ir.torch_ir import Node
 from rlx.lower.elementwise import operand_as
+from rlx.lower.nn import window_argmax
 from rlx.lower.registry import Builder, lowers
+from rlx.lower.shapes import static_dim
 
 # Mantissa bits of a uniform draw in [0, 1) for each float dtype: as many as the dtype holds
 # below 1, so u < 1 after rounding (PyTorch's rule too).
@@ -39,7 +56,7 @@ def op(b: Builder, fn: str, x: Operand, y: Operand | float | None, shape: Sequen
     if y is None:
         return b.emit(Unary(fn, x), shape, dtype)
     other = b.lit(y, dtype) if isinstance(y, (int, float)) else y
-    result = "bool" if fn in ("lt", "le", "gt", "ge") else dtype
+    result = "bool" if fn in ("lt", "le", "gt", "ge", "eq") else dtype
     return b.emit(Binary(fn, x, other), shape, result)
 
 
@@ -304,3 +321,70 @@ def rrelu(node: Node, b: Builder) -> Operand | tuple[Operand, Operand]:
         assert noise is not None
         return y, noise
     return y
+
+
+# ── fractional max pooling: pseudo-random windows from drawn samples ────────
+@lowers("aten.fractional_max_pool2d", "aten.fractional_max_pool3d")
+def fractional_max_pool(node: Node, b: Builder) -> tuple[Operand, Operand]:
+    """``(x, kernel_size, output_size, random_samples)`` → (values, flat spatial indices). PyTorch
+    draws ``random_samples`` (N, C, nd) with ``rand`` in the graph; given them the pooling is
+    deterministic: along a spatial axis of size ``n`` pooled to ``o`` windows of ``k``, window ``i``
+    starts at ``⌊(i + u)·α⌋ - ⌊u·α⌋`` with ``α = (n - k) / (o - 1)``, the last one at ``n - k``.
+    The sample for W comes first (2-d: W, H; 3-d: T, H, W, as PyTorch's kernels read them)."""
+    x, samples = b.input(node, 0), b.input(node, 3, "random_samples")
+    nd = 2 if node.base.endswith("2d") else 3
+    kernel = [int(k) for k in b.scalar(node, 1, "kernel_size")]
+    outs = [int(o) for o in b.scalar(node, 2, "output_size")]
+    shape, dt = b.shape(x), b.dtype(x)
+    batched = len(shape) == nd + 2
+    lead = tuple(shape[: len(shape) - nd]) if batched else (1, *shape[:1])
+    sizes = [static_dim(d, "fractional_max_pool input", node) for d in shape[-nd:]]
+    column = (1, 0) if nd == 2 else (0, 1, 2)  # the sample column of each spatial axis
+    ct = compute_dtype(dt)
+    u = b.cast(samples, ct)
+    grid = (*outs, *kernel)
+    full = (*lead, *grid)
+    flat: Ref | None = None
+    for axis in range(nd):
+        pos = _window_rows(b, u, column[axis], sizes[axis], outs[axis], kernel[axis], lead, ct)  # (*lead, o, k)
+        laid = tuple(outs[axis] if j == axis else kernel[axis] if j == nd + axis else 1 for j in range(2 * nd))
+        pos = b.emit(Reshape(pos, (*lead, *laid)), (*lead, *laid), "i64")
+        stride = math.prod(sizes[axis + 1 :])
+        if stride != 1:
+            pos = op(b, "mul", pos, Lit(stride, "i64"), (*lead, *laid), "i64")
+        flat = pos if flat is None else op(b, "add", flat, pos, full, "i64")
+    assert flat is not None
+    n_in, n_out, kk = math.prod(sizes), math.prod(outs), math.prod(kernel)
+    flat = b.emit(Reshape(flat, (*lead, n_out * kk)), (*lead, n_out * kk), "i64")
+    plane = b.emit(Reshape(x, (*lead, n_in)), (*lead, n_in), dt)
+    win = b.emit(Gather(plane, 2, flat), (*lead, n_out * kk), dt)
+    win = b.emit(Reshape(win, (*lead, n_out, kk)), (*lead, n_out, kk), dt)
+    flat = b.emit(Reshape(flat, (*lead, n_out, kk)), (*lead, n_out, kk), "i64")
+    pick = window_argmax(b, win)
+    values = b.emit(Gather(win, 3, pick), (*lead, n_out, 1), dt)
+    index = b.emit(Gather(flat, 3, pick), (*lead, n_out, 1), "i64")
+    return (
+        b.emit(Reshape(values, node.meta.shape), node.meta.shape, dt),
+        b.emit(Reshape(index, node.meta_at(1).shape), node.meta_at(1).shape, "i64"),
+    )
+
+
+def _window_rows(b: Builder, u: Ref, column: int, n: int, o: int, k: int, lead: Sequence[Dim], ct: str) -> Ref:
+    """Positions ``[*lead, o, k]`` of the rows each window covers along one spatial axis."""
+    sample = b.emit(Slice(u, 2, column, column + 1, 1), (*lead, 1), ct)
+    if b.shape(u)[:2] != tuple(lead):
+        sample = b.emit(Reshape(sample, (*lead, 1)), (*lead, 1), ct)
+    if o > 1:
+        alpha = (n - k) / (o - 1)
+        i = b.emit(Cast(b.emit(Arange(0, o, 1, "i64"), (o,), "i64"), ct), (o,), ct)
+        moved = op(b, "mul", op(b, "add", i, sample, (*lead, o), ct), alpha, (*lead, o), ct)
+        base = op(b, "mul", sample, alpha, (*lead, 1), ct)
+        start = op(b, "sub", b.emit(Cast(moved, "i64"), (*lead, o), "i64"), b.emit(Cast(base, "i64"), (*lead, 1), "i64"),
+                   (*lead, o), "i64")  # fmt: skip
+        is_last = op(b, "eq", b.emit(Arange(0, o, 1, "i64"), (o,), "i64"), Lit(o - 1, "i64"), (o,), "i64")
+        start = b.emit(Where(is_last, Lit(n - k, "i64"), start), (*lead, o), "i64")
+    else:
+        start = b.emit(Full(n - k, (*lead, o), "i64"), (*lead, o), "i64")
+    steps = b.emit(Reshape(b.emit(Arange(0, k, 1, "i64"), (k,), "i64"), (1, k)), (1, k), "i64")
+    start = b.emit(Reshape(start, (*lead, o, 1)), (*lead, o, 1), "i64")
+    return op(b, "add", start, steps, (*lead, o, k), "i64")

@@ -145,6 +145,23 @@ def test_engines_and_packages_draw_the_same_bits(converted, monkeypatch) -> None
     _assert_same(forked, _runs(pkg.fork(), 1), "the first fork, numpy package")
 
 
+def test_onnx_export_draws_the_same_bits(converted, tmp_path) -> None:
+    """The generator as ai.onnx integer ops: the exported model passes onnx's checker and, on
+    onnxruntime, draws what the numpy engine draws (the state carried by the runtime as ever)."""
+    onnx = pytest.importorskip("onnx")
+    pytest.importorskip("onnxruntime")
+    from rlx.bundle import read_bundle
+    from rlx.onnx_export import write_onnx
+
+    out, _ = converted
+    path = write_onnx(*read_bundle(out / "np" / "bundle")[:2], tmp_path)
+    onnx.checker.check_model(onnx.load(str(path)), full_check=True)
+    ops = {n.op_type for n in onnx.load(str(path)).graph.node}
+    assert {"BitShift", "BitwiseXor", "Range"} <= ops and not ops & {"RandomUniform", "RandomNormal"}
+    ort = rlx.load(out / "np" / "bundle", backend="onnxruntime", seed=5)
+    _assert_same(_runs(rlx.load(out / "np" / "bundle", seed=5)), _runs(ort), "onnxruntime engine", exact=False)
+
+
 def test_random_values_follow_the_draws(converted) -> None:
     out, _ = converted
     program = rlx.load(out / "np" / "bundle").program

@@ -7,7 +7,9 @@ by Box-Muller, ``randint`` in [low, high) from 63 bits modulo the range (bias < 
 ``bernoulli`` as ``u < p``, ``exponential``/``cauchy``/``geometric``/``log_normal`` by inverting
 their CDFs, ``multinomial`` by exponential races (without replacement: the k smallest ``E / p``
 win, ``E ~ Exp(1)``; Gumbel-top-k in another form) or the inverse CDF (with replacement). The
-arithmetic happens in float32 (float64 for float64 results) and is rounded once to the result.
+arithmetic happens in float32 (float64 for float64 results) and is rounded once to the result;
+turning words into uniforms and integers is exact (float64 and int64 arithmetic), so those draws
+are the same on every engine, bit for bit.
 """
 
 from __future__ import annotations
@@ -60,18 +62,23 @@ def op(b: Builder, fn: str, x: Operand, y: Operand | float | None, shape: Sequen
     return b.emit(Binary(fn, x, other), shape, result)
 
 
+def _word(b: Builder, shape: Sequence[Dim]) -> Ref:
+    """One fresh random 32-bit word per element, as an exact float64."""
+    return b.emit(Cast(b.random_bits(shape), "f64"), shape, "f64")
+
+
 def uniform(b: Builder, shape: Sequence[Dim], dtype: str, bits: int | None = None) -> Ref:
-    """u ~ U[0, 1) of ``dtype`` (f32 or f64) on a grid of ``2**-bits`` (default: the dtype's mantissa)."""
+    """u ~ U[0, 1) of ``dtype`` (f32 or f64) on a grid of ``2**-bits`` (default: the dtype's mantissa):
+    the top ``bits`` of a word (of two words for 53), every step exact in float64, so each engine
+    computes the same value (plain arithmetic: no bit shifts for the ONNX emitter to lack)."""
     bits = bits or _UNIFORM_BITS[dtype]
     if bits <= 32:
-        word = op(b, "right_shift", b.random_bits(shape), Lit(32 - bits, "u32"), shape, "u32")
-        return op(b, "mul", b.emit(Cast(word, dtype), shape, dtype), 2.0**-bits, shape, dtype)
-    # 53 bits: 27 of one word and 26 of another, joined exactly in float64
-    hi = op(b, "right_shift", b.random_bits(shape), Lit(5, "u32"), shape, "u32")
-    lo = op(b, "right_shift", b.random_bits(shape), Lit(6, "u32"), shape, "u32")
-    hi_f = op(b, "mul", b.emit(Cast(hi, "f64"), shape, "f64"), 2.0**26, shape, "f64")
-    joined = op(b, "add", hi_f, b.emit(Cast(lo, "f64"), shape, "f64"), shape, "f64")
-    return op(b, "mul", joined, 2.0**-bits, shape, dtype)
+        top = op(b, "floor", op(b, "mul", _word(b, shape), 2.0 ** (bits - 32), shape, "f64"), None, shape, "f64")
+    else:  # 53 bits: all 32 of one word above the top 21 of another
+        high = op(b, "mul", _word(b, shape), 2.0**21, shape, "f64")
+        low = op(b, "floor", op(b, "mul", _word(b, shape), 2.0**-11, shape, "f64"), None, shape, "f64")
+        top = op(b, "add", high, low, shape, "f64")
+    return b.cast(op(b, "mul", top, 2.0**-bits, shape, "f64"), dtype)
 
 
 def uniform_open_low(b: Builder, shape: Sequence[Dim], dtype: str) -> Ref:
@@ -116,12 +123,12 @@ def rand(node: Node, b: Builder) -> Operand:
 
 
 def random_integers(b: Builder, shape: Sequence[Dim], low: int, high: int) -> Ref:
-    """int64 uniform on [low, high): 63 random bits modulo the range."""
+    """int64 uniform on [low, high): 63 random bits (31 of one word above 32 of another) modulo the range."""
     if high <= low:
         raise LoweringError(f"random integers need low < high, found [{low}, {high})")
-    top = op(b, "right_shift", b.emit(Cast(b.random_bits(shape), "i64"), shape, "i64"), Lit(1, "i64"), shape, "i64")
-    word = op(b, "left_shift", top, Lit(32, "i64"), shape, "i64")
-    joined = op(b, "bitwise_or", word, b.emit(Cast(b.random_bits(shape), "i64"), shape, "i64"), shape, "i64")
+    high_word = b.emit(Cast(b.random_bits(shape), "i64"), shape, "i64")
+    top = op(b, "mul", op(b, "floor_divide", high_word, Lit(2, "i64"), shape, "i64"), Lit(1 << 32, "i64"), shape, "i64")
+    joined = op(b, "add", top, b.emit(Cast(b.random_bits(shape), "i64"), shape, "i64"), shape, "i64")
     picked = op(b, "remainder", joined, Lit(high - low, "i64"), shape, "i64")
     return op(b, "add", picked, Lit(low, "i64"), shape, "i64") if low else picked
 

@@ -14,7 +14,7 @@ from rlx.ir import dtypes
 from rlx.ir.program import Instr
 from rlx.ir.symbolic import Sym
 from rlx.kernels import KERNELS
-from rlx.onnx_export.registry import OnnxGraph, T, emits, no_onnx_form, unsupported
+from rlx.onnx_export.registry import OnnxGraph, T, emits, unsupported
 from rlx.runtime.numpy_engine.namespace import NUMPY
 
 INT64_MAX = np.iinfo(np.int64).max
@@ -211,10 +211,3 @@ def _roll_axis(g: OnnxGraph, x: T, axis: int, shift: int, extent: int) -> T:
     tail = slice_axis(g, x, axis, extent - k, extent)
     head = slice_axis(g, x, axis, 0, extent - k)
     return g.op("Concat", [tail, head], x.dtype, x.shape, axis=axis)
-
-
-no_onnx_form(
-    "rlx's generator (Threefry-2x32 over uint32 words) is not emitted to ONNX yet, and ai.onnx's "
-    "RandomUniform/RandomNormal draw other values on every runtime",
-    C.RandomBits,
-)

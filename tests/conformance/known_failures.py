@@ -80,6 +80,10 @@ RANDOM: dict[str, tuple[str, str]] = {
         "pooled3d",
         "the pooling windows are placed by a random draw: each value comes from its own plane of the input",
     ),
+    "nn.functional.scaled_dot_product_attention": (
+        "finite",
+        "random op when dropout_p > 0 (the attention weights are dropped at random): finite values",
+    ),
     "svd_lowrank": ("singular_values", "random range finder: U and V differ, the singular values match PyTorch's"),
     "pca_lowrank": ("singular_values", "random range finder: U and V differ, the singular values match PyTorch's"),
 }
@@ -101,11 +105,6 @@ KNOWN_WHEN: dict[str, tuple[str, str]] = {
     ),
     "view_as_complex": ("complex32", "complex32 (from float16 pairs) has no numpy dtype: rlx refuses it at export"),
     "complex": ("complex32", "complex32 (from float16 parts) has no numpy dtype: rlx refuses it at export"),
-    "nn.functional.scaled_dot_product_attention": (
-        "attention dropout_p",
-        "the sample with dropout_p > 0 drops attention weights at random inside the fused attention; rlx's "
-        "Attention Call has no dropout (dropout elsewhere is supported: RANDOM)",
-    ),
 }
 
 TOLERANCES: dict[str, tuple[dict[str, tuple[float, float]], str]] = {

@@ -283,3 +283,20 @@ def test_fractional_max_pool_given_its_samples_matches_torch(nd, shape, kernel, 
     got = model(x.numpy(), samples.numpy())
     for k, (g_, w) in enumerate(zip(got, pool(x, samples))):
         np.testing.assert_array_equal(np.asarray(g_), w.numpy(), err_msg=f"output {k}")
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_attention_dropout_averages_to_attention(causal: bool) -> None:
+    """SDPA with dropout_p: each call drops other weights; the mean over calls is plain attention
+    (E[mask / (1 - p)] = 1), and every call keeps the shape and dtype."""
+    g = torch.Generator().manual_seed(2)
+    q, k, v = (torch.randn(1, 2, 5, 4, generator=g) for _ in range(3))
+    fn = torch.nn.functional.scaled_dot_product_attention
+    model, program, _ = convert(lambda a, b_, c: fn(a, b_, c, dropout_p=0.4, is_causal=causal), [q, k, v])
+    assert "Attention" not in {ins.call.op for ins in program.instrs}  # spelled out, with the dropout
+    runs = np.stack([model(q.numpy(), k.numpy(), v.numpy()) for _ in range(2000)])
+    assert runs.dtype == np.float32 and runs.shape[1:] == (1, 2, 5, 4)
+    assert not np.allclose(runs[0], runs[1])
+    want = fn(q, k, v, is_causal=causal).numpy()
+    spread = runs.std(axis=0) / math.sqrt(len(runs))
+    assert (np.abs(runs.mean(axis=0) - want) <= 5 * spread + 1e-6).all()

@@ -39,7 +39,7 @@ from rlx.ir.program import Lit, Operand, Ref
 from rlx.ir.symbolic import Dim
 from rlx.ir.torch_ir import Node
 from rlx.lower.elementwise import operand_as
-from rlx.lower.nn import window_argmax
+from rlx.lower.reduce import window_argmax
 from rlx.lower.registry import Builder, lowers
 from rlx.lower.shapes import static_dim
 
@@ -269,6 +269,11 @@ def multinomial(node: Node, b: Builder) -> Operand:
 def keep_mask(b: Builder, shape: Sequence[Dim], p: float) -> Ref:
     """True with probability ``1 - p``."""
     return op(b, "lt", uniform(b, shape, "f32"), 1.0 - p, shape, "f32")
+
+
+def dropout_weights(b: Builder, x: Ref, p: float) -> Ref:
+    """``x`` with each entry dropped with probability ``p`` and the rest scaled by ``1 / (1 - p)``."""
+    return dropped(b, x, keep_mask(b, b.shape(x), p), p)
 
 
 def dropped(b: Builder, x: Ref, mask: Ref, p: float) -> Ref:

@@ -162,6 +162,33 @@ def test_onnx_export_draws_the_same_bits(converted, tmp_path) -> None:
     _assert_same(_runs(rlx.load(out / "np" / "bundle", seed=5)), _runs(ort), "onnxruntime engine", exact=False)
 
 
+def test_the_package_draws_without_rlx_or_torch(converted, tmp_path) -> None:
+    """The numpy package, imported where torch and rlx cannot be: same draws as the engine, seeded."""
+    import subprocess
+    import textwrap
+
+    from helpers import BLOCK_TORCH
+
+    out, _ = converted
+    block = BLOCK_TORCH.replace(
+        'name == "torch" or name.startswith("torch.")', 'name.split(".")[0] in ("torch", "rlx")'
+    )
+    np.save(tmp_path / "x.npy", X.numpy())
+    script = block + textwrap.dedent(f"""
+        import numpy as np
+        sys.path.insert(0, {str(out / "np" / "rlx_sampler")!r})
+        import rlx_sampler
+        model = rlx_sampler.load(seed=4).fork()
+        outs = model(np.load({str(tmp_path / "x.npy")!r}))
+        np.savez({str(tmp_path / "got.npz")!r}, *[np.asarray(o) for o in outs])
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    got = np.load(tmp_path / "got.npz")
+    want = _runs(rlx.load(out / "np" / "bundle", seed=4).fork(), 1)
+    _assert_same(want, [[got[f"arr_{k}"] for k in range(len(got.files))]], "standalone package")
+
+
 def test_random_values_follow_the_draws(converted) -> None:
     out, _ = converted
     program = rlx.load(out / "np" / "bundle").program

@@ -196,3 +196,17 @@ def test_random_values_follow_the_draws(converted) -> None:
     assert {o.name for o in program.outputs[:4] if o.name in drawn} == {program.outputs[k].name for k in (0, 2, 3)}
     advanced = program.outputs[program.state[0].output]
     assert advanced.name not in drawn  # the advanced state depends on the state, not on a draw
+
+
+def test_cli_run_takes_a_seed(converted, tmp_path) -> None:
+    from rlx.cli import main
+
+    out, _ = converted
+    np.save(tmp_path / "x.npy", X.numpy())
+    for seed, where in ((3, "a"), (3, "b"), (4, "c")):
+        args = ["run", str(out / "np" / "bundle"), "-i", f"x={tmp_path / 'x.npy'}", "-o", str(tmp_path / where)]
+        assert main([*args, "--seed", str(seed)]) == 0
+    a, b, c = (np.load(tmp_path / w / "out3.npy") for w in "abc")
+    np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(a, _runs(rlx.load(out / "np" / "bundle", seed=3), 1)[0][3])
+    assert not np.array_equal(a, c)

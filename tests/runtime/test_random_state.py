@@ -9,6 +9,7 @@ not comparable and compares the rest."""
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import sys
 
 import numpy as np
@@ -210,3 +211,26 @@ def test_cli_run_takes_a_seed(converted, tmp_path) -> None:
     np.testing.assert_array_equal(a, b)
     np.testing.assert_array_equal(a, _runs(rlx.load(out / "np" / "bundle", seed=3), 1)[0][3])
     assert not np.array_equal(a, c)
+
+
+def test_dynamic_shapes_draw_the_same_on_every_engine() -> None:
+    """A draw whose shape follows a dynamic input: every engine specialises it and draws the same
+    words (here: the dropout masks and the sampled indices, exact)."""
+    from helpers import convert
+
+    def fn(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return torch.nn.functional.dropout(x, 0.5, True), torch.multinomial(x.abs() + 0.1, 2)
+
+    dyn = (({0: torch.export.Dim("b", max=64)},),)
+    backends = ["numpy"] + [b for b, mod in (("jax", "jax"), ("onnxruntime", "onnxruntime")) if _has(mod)]
+    got = {}
+    for backend in backends:
+        model, _, _ = convert(fn, [torch.randn(4, 6)], dynamic_shapes=dyn, backend=backend)
+        got[backend] = [[np.asarray(o) for o in model(np.ones((n, 6), np.float32))] for n in (3, 9)]
+    for backend in backends[1:]:
+        _assert_same(got["numpy"], got[backend], backend)
+    assert [o[0].shape for o in got["numpy"]] == [(3, 6), (9, 6)]
+
+
+def _has(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None

@@ -83,7 +83,7 @@ DISTS = [
     Dist("normal_scalar", lambda x: torch.normal(-1.0, 0.5, x.shape), -1.0, 0.25, np.isfinite),
     Dist("normal_", lambda x: torch.empty_like(x).normal_(1.0, 2.0), 1.0, 4.0, np.isfinite),
     Dist("uniform_", lambda x: torch.empty_like(x).uniform_(-2.0, 3.0), 0.5, 25 / 12, lambda v: (v >= -2) & (v < 3)),
-    Dist("exponential_", lambda x: torch.empty_like(x).exponential_(2.0), 0.5, 0.25, lambda v: v >= 0),
+    Dist("exponential_", lambda x: torch.empty_like(x).exponential_(2.0), 0.5, 0.25, lambda v: v > 0),
     Dist(
         "geometric_",
         lambda x: torch.empty_like(x).geometric_(0.3),

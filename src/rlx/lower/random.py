@@ -67,36 +67,36 @@ def _word(b: Builder, shape: Sequence[Dim]) -> Ref:
     return b.emit(Cast(b.random_bits(shape), "f64"), shape, "f64")
 
 
-def uniform(b: Builder, shape: Sequence[Dim], dtype: str, bits: int | None = None) -> Ref:
+def uniform(b: Builder, shape: Sequence[Dim], dtype: str, bits: int | None = None, open_: bool = False) -> Ref:
     """u ~ U[0, 1) of ``dtype`` (f32 or f64) on a grid of ``2**-bits`` (default: the dtype's mantissa):
-    the top ``bits`` of a word (of two words for 53), every step exact in float64, so each engine
-    computes the same value (plain arithmetic: no bit shifts for the ONNX emitter to lack)."""
-    bits = bits or _UNIFORM_BITS[dtype]
+    the top ``bits`` of a word (of two words above 32), every step exact in float64, so each engine
+    computes the same value (plain arithmetic: no bit shifts for the ONNX emitter to lack).
+    ``open_``: u ~ U(0, 1), the grid's midpoints ``(k + ½)·2**-bits`` one bit coarser, still exact in
+    ``dtype``, so ``log(u)`` and ``log(1 - u)`` are finite and never 0 (inverse CDFs need that)."""
+    bits = (bits or _UNIFORM_BITS[dtype]) - (1 if open_ else 0)
     if bits <= 32:
         top = op(b, "floor", op(b, "mul", _word(b, shape), 2.0 ** (bits - 32), shape, "f64"), None, shape, "f64")
-    else:  # 53 bits: all 32 of one word above the top 21 of another
-        high = op(b, "mul", _word(b, shape), 2.0**21, shape, "f64")
-        low = op(b, "floor", op(b, "mul", _word(b, shape), 2.0**-11, shape, "f64"), None, shape, "f64")
+    else:  # all 32 bits of one word above the top bits of another
+        high = op(b, "mul", _word(b, shape), 2.0 ** (bits - 32), shape, "f64")
+        low = op(b, "floor", op(b, "mul", _word(b, shape), 2.0 ** (bits - 64), shape, "f64"), None, shape, "f64")
         top = op(b, "add", high, low, shape, "f64")
+    if open_:
+        top = op(b, "add", top, 0.5, shape, "f64")
     return b.cast(op(b, "mul", top, 2.0**-bits, shape, "f64"), dtype)
 
 
-def uniform_open_low(b: Builder, shape: Sequence[Dim], dtype: str) -> Ref:
-    """u ~ U(0, 1]: ``1 - U[0, 1)``, exact, so its logarithm is finite."""
-    return op(b, "sub", b.lit(1.0, dtype), uniform(b, shape, dtype), shape, dtype)
-
-
 def standard_normal(b: Builder, shape: Sequence[Dim], dtype: str) -> Ref:
-    """z ~ N(0, 1) by Box-Muller: ``sqrt(-2 log u1) cos(2π u2)``, u1 ∈ (0, 1], u2 ∈ [0, 1)."""
-    radius = op(b, "sqrt", op(b, "mul", op(b, "log", uniform_open_low(b, shape, dtype), None, shape, dtype), -2.0,
-                              shape, dtype), None, shape, dtype)  # fmt: skip
+    """z ~ N(0, 1) by Box-Muller: ``sqrt(-2 log u1) cos(2π u2)``, u1 ∈ (0, 1), u2 ∈ [0, 1) (float32:
+    |z| < 5.7, whose tail beyond holds 1e-8 of the law's mass)."""
+    u1 = uniform(b, shape, dtype, open_=True)
+    radius = op(b, "sqrt", op(b, "mul", op(b, "log", u1, None, shape, dtype), -2.0, shape, dtype), None, shape, dtype)
     angle = op(b, "mul", uniform(b, shape, dtype), 2 * math.pi, shape, dtype)
     return op(b, "mul", radius, op(b, "cos", angle, None, shape, dtype), shape, dtype)
 
 
 def standard_exponential(b: Builder, shape: Sequence[Dim], dtype: str) -> Ref:
-    """e ~ Exp(1): ``-log(u)``, u ∈ (0, 1], so e ∈ [0, ∞) and finite."""
-    return op(b, "neg", op(b, "log", uniform_open_low(b, shape, dtype), None, shape, dtype), None, shape, dtype)
+    """e ~ Exp(1): ``-log(u)``, u ∈ (0, 1), so e is positive and finite."""
+    return op(b, "neg", op(b, "log", uniform(b, shape, dtype, open_=True), None, shape, dtype), None, shape, dtype)
 
 
 def _param(b: Builder, arg: object, dtype: str) -> Operand:
@@ -218,15 +218,14 @@ def cauchy(node: Node, b: Builder) -> Operand:
 
 @lowers("aten.geometric")
 def geometric(node: Node, b: Builder) -> Operand:
-    """Trials until the first success: ``ceil(log u / log(1 - p))`` ≥ 1 (integer dtypes too)."""
+    """Trials until the first success: ``ceil(log u / log(1 - p))``, ≥ 1 as u < 1 (integer dtypes too)."""
     out = node.meta
     p = _number(node, b, 1, "p", 0.5)
     if not 0 < p < 1:
         raise LoweringError(f"node {node.id} ({node.op}): p must be in (0, 1), found {p}")
     ct = "f64"  # large counts for small p stay exact
-    log_u = op(b, "log", uniform_open_low(b, out.shape, ct), None, out.shape, ct)
+    log_u = op(b, "log", uniform(b, out.shape, ct, open_=True), None, out.shape, ct)
     k = op(b, "ceil", op(b, "div", log_u, math.log1p(-p), out.shape, ct), None, out.shape, ct)
-    k = b.emit(Clamp(k, b.lit(1.0, ct), None), out.shape, ct)  # u = 1 would give 0 trials
     return b.cast(k, out.dtype)
 
 

@@ -64,6 +64,16 @@ RANDOM: dict[str, tuple[str, str]] = {
     "bernoulli": ("binary", "random op: 0 or 1"),
     "multinomial": ("categories", "random op: category indices with mass, distinct per row without replacement"),
     "nn.functional.dropout": ("dropout", "random op in training mode: each entry 0 or x / (1 - p)"),
+    "nn.functional.dropout2d": ("dropout", "random op in training mode: each entry 0 or x / (1 - p) (whole channels)"),
+    "nn.functional.dropout3d": ("dropout", "random op in training mode: each entry 0 or x / (1 - p) (whole channels)"),
+    "nn.functional.alpha_dropout": (
+        "alpha_dropout",
+        "random op in training mode: each entry a·x + b (kept) or a·α' + b (dropped), SELU's moments kept",
+    ),
+    "nn.functional.feature_alpha_dropout.with_train": (
+        "alpha_dropout",
+        "random op in training mode: each entry a·x + b (kept) or a·α' + b (dropped), whole channels",
+    ),
     "nn.functional.rrelu": (
         "rrelu",
         "random op in training mode: negative entries scaled by a slope in [lower, upper]",

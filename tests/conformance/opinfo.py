@@ -215,6 +215,19 @@ def _dropout_ok(got: np.ndarray, want: torch.Tensor, sample) -> None:
     assert ((g == 0) | kept).all(), "an entry is neither dropped (0) nor x / (1 - p)"
 
 
+def _alpha_dropout_ok(got: np.ndarray, want: torch.Tensor, sample) -> None:
+    """Alpha dropout keeps SELU's mean and variance: kept entries are ``a·x + b``, dropped ones
+    ``a·α' + b``, with ``α' = -λα`` of SELU, ``a = ((1 - p)(1 + p α'²))^-½`` and ``b = -a α' p``."""
+    x, p = tensor_to_numpy(sample.input).astype(np.float64), sample.kwargs.get("p", 0.5)
+    alpha = -1.0507009873554804934193349852946 * 1.6732632423543772848170429916717
+    a = ((1 - p) * (1 + p * alpha**2)) ** -0.5
+    b = -a * alpha * p
+    g = _as_float(got)
+    kept = np.isclose(g, a * x + b, rtol=1e-2, atol=1e-2)
+    dropped = np.isclose(g, a * alpha + b, rtol=1e-2, atol=1e-2)
+    assert (kept | dropped).all(), "an entry is neither a·x + b (kept) nor a·α' + b (dropped)"
+
+
 def _rrelu_ok(got: np.ndarray, want: torch.Tensor, sample) -> None:
     x, g = tensor_to_numpy(sample.input).astype(np.float64), _as_float(got)
     lo, hi = sample.kwargs.get("lower", 1 / 8), sample.kwargs.get("upper", 1 / 3)
@@ -260,6 +273,7 @@ SUPPORT = {
     "categories": _multinomial_ok,
     "dropout": _dropout_ok,
     "rrelu": _rrelu_ok,
+    "alpha_dropout": _alpha_dropout_ok,
     "pooled2d": functools.partial(_pooled_ok, 2),
     "pooled3d": functools.partial(_pooled_ok, 3),
 }

@@ -300,3 +300,31 @@ def test_attention_dropout_averages_to_attention(causal: bool) -> None:
     want = fn(q, k, v, is_causal=causal).numpy()
     spread = runs.std(axis=0) / math.sqrt(len(runs))
     assert (np.abs(runs.mean(axis=0) - want) <= 5 * spread + 1e-6).all()
+
+
+@pytest.mark.parametrize("op_name", ["feature_dropout", "alpha_dropout", "feature_alpha_dropout"])
+def test_dropout_variants_in_training(op_name: str) -> None:
+    """At the aten level the variants stay whole: channels dropped together (feature), SELU's
+    saturation and rescaling (alpha), with PyTorch's values for kept and dropped entries."""
+    p, x = 0.4, torch.randn(64, 32, 3, 3)
+    fn = getattr(torch.ops.aten, op_name)
+    model, program, _ = convert(lambda t: fn(t, p, True), [x], decomposition="aten")
+    y = np.asarray(model(x.numpy())).astype(np.float64)
+    xs = x.numpy().astype(np.float64)
+    if op_name == "feature_dropout":
+        kept_value, dropped_value = xs / (1 - p), np.zeros_like(xs)
+    else:
+        alpha = -1.0507009873554804934193349852946 * 1.6732632423543772848170429916717
+        a = ((1 - p) * (1 + p * alpha**2)) ** -0.5
+        kept_value, dropped_value = a * xs + (-a * alpha * p), np.full_like(xs, a * alpha - a * alpha * p)
+    kept = np.isclose(y, kept_value, rtol=1e-5, atol=1e-6)
+    dropped = np.isclose(y, dropped_value, rtol=1e-5, atol=1e-6) & ~kept
+    assert (kept | dropped).all()
+    if op_name.startswith("feature"):  # one draw per (sample, channel)
+        per_channel = dropped.reshape(64, 32, -1)
+        assert (per_channel.all(axis=2) | ~per_channel.any(axis=2)).all()
+        assert abs(float(per_channel[:, :, 0].mean()) - p) < 5 * math.sqrt(p * (1 - p) / (64 * 32))
+    else:
+        assert abs(float(dropped.mean()) - p) < 5 * math.sqrt(p * (1 - p) / dropped.size)
+    if op_name == "alpha_dropout":  # SELU's moments survive: mean 0, variance 1 for a standard input
+        assert abs(y.mean()) < 0.02 and abs(y.var() - 1) < 0.03

@@ -369,15 +369,6 @@ def identity(node: Node, b: Builder) -> Operand:
     return b.input(node, 0)
 
 
-@lowers("aten.feature_dropout", "aten.alpha_dropout")
-def dropout_variants(node: Node, b: Builder) -> Operand:
-    if node.arg(2, "train", False):
-        raise LoweringError(
-            f"node {node.id}: {node.op} in training mode is not supported; call model.eval() before export"
-        )
-    return b.input(node, 0)
-
-
 # ── math on floats' bits, integers' divisors, and complex numbers ───────────
 @lowers("aten.copysign", "aten.hypot", "aten.nextafter")
 def float_binary(node: Node, b: Builder) -> Operand:

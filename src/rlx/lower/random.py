@@ -309,6 +309,31 @@ def dropout(node: Node, b: Builder) -> Operand:
     return dropout_pair(node, b)[0]
 
 
+_SELU_ALPHA = -1.0507009873554804934193349852946 * 1.6732632423543772848170429916717  # α' = -λα of SELU
+
+
+@lowers("aten.feature_dropout", "aten.alpha_dropout", "aten.feature_alpha_dropout")
+def dropout_variants(node: Node, b: Builder) -> Operand:
+    """``feature_*``: whole channels (axes 0 and 1 drawn, the rest shared) are dropped together;
+    ``alpha``: dropped entries become SELU's saturation α' and the result is scaled back to the
+    input's mean and variance, ``a·(x·m + α'·(1 - m)) + b`` (PyTorch's ``_dropout_impl``)."""
+    x, p = b.input(node, 0), _number(node, b, 1, "p", 0.5)
+    if not node.arg(2, "train", False) or p == 0:
+        return x
+    shape, dtype = b.shape(x), b.dtype(x)
+    noise = (*shape[:2], *(1,) * (len(shape) - 2)) if node.base.startswith("feature") else shape
+    if not node.base.endswith("alpha_dropout"):
+        return dropped(b, x, keep_mask(b, noise, p), p)
+    if p == 1:
+        return op(b, "mul", x, 0.0, shape, dtype)
+    a = ((1 - p) * (1 + p * _SELU_ALPHA**2)) ** -0.5
+    kept = b.emit(Cast(keep_mask(b, noise, p), dtype), noise, dtype)
+    # a·(x·m + α'(1 - m)) + b  =  a·x·m + (a·α' + b) - a·α'·m
+    scaled = op(b, "mul", op(b, "mul", x, kept, shape, dtype), a, shape, dtype)
+    shift = op(b, "mul", kept, -a * _SELU_ALPHA, noise, dtype)
+    return op(b, "add", op(b, "add", scaled, shift, shape, dtype), a * _SELU_ALPHA - a * _SELU_ALPHA * p, shape, dtype)
+
+
 @lowers("aten.rrelu_with_noise_functional", "aten.rrelu_with_noise", "aten.rrelu")
 def rrelu(node: Node, b: Builder) -> Operand | tuple[Operand, Operand]:
     """Randomized leaky ReLU: in training, each negative entry gets its own slope ~ U[lower, upper]

@@ -234,3 +234,17 @@ def test_dynamic_shapes_draw_the_same_on_every_engine() -> None:
 
 def _has(module: str) -> bool:
     return importlib.util.find_spec(module) is not None
+
+
+def test_debug_compares_what_does_not_depend_on_its_own_draw(converted) -> None:
+    """`rlx debug`: nodes that draw are checked by shape and dtype; a node downstream of a draw is
+    run on PyTorch's own draw (its local check) and compared by value; nothing diverges."""
+    from rlx.debug import debug_dir
+
+    out, _ = converted
+    report = debug_dir(out / "np")
+    assert report.first_divergent is None
+    drawing = [n for n in report.nodes if n.op.startswith("aten.randn_like")]
+    assert drawing and all(n.local.random and n.accumulated.random for n in drawing)
+    downstream = [n for n in report.nodes if n.accumulated.random and not n.local.random]
+    assert downstream and all(n.local.passed and n.local.cosine is not None for n in downstream)

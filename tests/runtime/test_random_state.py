@@ -248,3 +248,11 @@ def test_debug_compares_what_does_not_depend_on_its_own_draw(converted) -> None:
     assert drawing and all(n.local.random and n.accumulated.random for n in drawing)
     downstream = [n for n in report.nodes if n.accumulated.random and not n.local.random]
     assert downstream and all(n.local.passed and n.local.cosine is not None for n in downstream)
+
+
+def test_html_report_says_which_outputs_are_random(converted) -> None:
+    from rlx.report import write_report
+
+    out, _ = converted
+    html = write_report(out / "np").read_text()
+    assert html.count("random: shape/dtype checked, values not comparable") == 3

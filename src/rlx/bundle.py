@@ -17,6 +17,7 @@ from rlx import safetensors_io
 from rlx.errors import BundleError
 from rlx.ir import dtypes
 from rlx.ir.program import Lit, Program, Ref, dumps_json
+from rlx.ir.rng import with_rng_state
 from rlx.ir.symbolic import dim_json
 from rlx.ir.validate import validate
 from rlx.util import atomic_write_text
@@ -71,6 +72,7 @@ def write_bundle(
         except OSError:
             shutil.copyfile(weights_file, target)
     else:
+        weights = with_rng_state(program, dict(weights))  # a generator's initial state, if it draws
         safetensors_io.write(target, {k: weights[k] for k in sorted(needed)})
     atomic_write_text(bundle_dir / "meta.json", dumps_json(meta_json(program, source)))
     return bundle_dir
@@ -132,7 +134,9 @@ def check_meta(meta: Any, program: Program, source: Path) -> None:
 
 
 def bind_weights(program: Program, tensors: Mapping[str, np.ndarray], source: Path | str) -> dict[str, np.ndarray]:
-    """Weights by program value name, checking every declared shape and dtype."""
+    """Weights by program value name, checking every declared shape and dtype (a program that draws
+    random numbers gets its generator's initial state when ``tensors`` lacks it: ``rlx.ir.rng``)."""
+    tensors = with_rng_state(program, dict(tensors))
     out = {}
     for w in program.weights:
         if w.key not in tensors:

@@ -113,6 +113,7 @@ def _parser() -> argparse.ArgumentParser:
         help="numpy (default), jax (one XLA computation, needs rlx[jax]) or onnxruntime (needs rlx[onnxruntime])",
     )
     run.add_argument("--threads", type=int, help="onnxruntime's intra-op threads (default: one per core)")
+    run.add_argument("--seed", type=int, default=0, help="where a model with random ops starts drawing (default 0)")
     run.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
 
     ins = sub.add_parser("inspect", help="show inputs, outputs, parameters and ops of a bundle or torch-ir.json")
@@ -364,6 +365,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         backend=args.backend,
         disable_passes=args.disable_pass,
         threads=args.threads,
+        seed=args.seed,
     )
     named = {}
     for item in args.input:

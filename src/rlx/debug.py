@@ -24,7 +24,9 @@ import numpy as np
 from rlx import safetensors_io
 from rlx.errors import BundleError
 from rlx.ir import dtypes, torch_ir
+from rlx.ir.calls import RandomBits
 from rlx.ir.program import Program, Ref, dumps_json, specialize
+from rlx.ir.rng import random_values
 from rlx.ir.torch_ir import Input, Node, Output, TensorMeta, TorchIR
 from rlx.runtime.binding import bind_symbols
 from rlx.runtime.model import load
@@ -131,26 +133,31 @@ def compare_nodes(
     for ins in program.instrs:
         groups.setdefault(ins.node, []).append(ins)
     to_aten = {v: k for k, v in program.value_map.items()}
+    drawn = random_values(program)  # values that depend on a random draw: shape and dtype only
     report = DebugReport(program.name)
     for index, node in enumerate(ir.nodes):
         value = program.value_map.get(node.id)
         want = torch_values.get(node.id)
         if value is None or not isinstance(want, np.ndarray) or value not in rlx_values:
             continue
-        accumulated = compare(index, np.asarray(rlx_values[value]), want)
+        accumulated = compare(index, np.asarray(rlx_values[value]), want, random=value in drawn)
         group = groups.get(producer.get(value, ""), [])
         if not group:  # an alias of an input or weight: nothing of rlx's own was computed
             local = accumulated
         else:
             seeded = dict(env)
             produced = {ins.result for ins in group}
+            # Fed with PyTorch's values, a node downstream of a draw is comparable again; one that
+            # draws itself, or reads a drawn value PyTorch did not record, is not.
+            draws = any(isinstance(ins.call, RandomBits) for ins in group)
             for ins in group:
                 for r in ins.call.refs():
                     if r.name in produced or r.name in seeded:
                         continue
                     source = torch_values.get(to_aten.get(r.name, ""))
                     seeded[r.name] = source if isinstance(source, np.ndarray) else rlx_values[r.name]
-            local = compare(index, np.asarray(run_instructions(group, seeded, dict(sizes))[value]), want)
+                    draws = draws or (not isinstance(source, np.ndarray) and r.name in drawn)
+            local = compare(index, np.asarray(run_instructions(group, seeded, dict(sizes))[value]), want, random=draws)
         report.nodes.append(
             NodeReport(index, node.id, node.op, list(want.shape), dtypes.from_numpy(want.dtype), accumulated, local)
         )
@@ -235,7 +242,8 @@ def debug_dir(out_dir: str | Path) -> DebugReport:
     reference, _ = safetensors_io.read(out / "reference.safetensors")
     inputs = {v.name: reference[f"in::{v.name}"] for v in model.inputs if f"in::{v.name}" in reference}
     values = node_values(load_exported(out / EXPORTED_FILE), inputs)
-    report = compare_nodes(ir, model.program, model.weights, inputs, values)
+    # state inputs (a KV cache, the random generator) start from their initial values
+    report = compare_nodes(ir, model.program, {**model.weights, **model.state}, inputs, values)
     write_debug(report, ir, values, out)
     return report
 

@@ -5,6 +5,11 @@ the finite elements, integer and bool outputs exactly equal, float outputs with
 cosine ≥ 0.99999 and max |err| ≤ 1e-4 · max(1, max |ref|) (looser for f16/bf16, whose own
 rounding is larger: the tolerance grows to 8 ulps and cosine to 0.999). Complex outputs are
 compared as their real and imaginary parts, like float32 outputs.
+
+An output that depends on a random draw (``torch.randn`` in forward, dropout in training mode:
+``rlx.ir.rng.random_values``) cannot equal PyTorch's, whose generator is another: its shape and
+dtype are checked and it is reported as ``RANDOM`` ("values not comparable"); the model's other
+outputs are still compared.
 """
 
 from __future__ import annotations
@@ -20,6 +25,8 @@ import numpy as np
 from rlx import safetensors_io
 from rlx.errors import BundleError
 from rlx.ir import dtypes
+from rlx.ir.program import Program, Ref
+from rlx.ir.rng import random_values
 from rlx.runtime.model import Model, load
 
 COSINE_MIN = 0.99999
@@ -39,6 +46,10 @@ class OutputParity:
     nonfinite_match: bool
     passed: bool
     reason: str = ""
+    random: bool = False  # depends on a random draw: shape and dtype checked, values not comparable
+
+
+RANDOM = "random: shape/dtype checked, values not comparable"
 
 
 @dataclass
@@ -55,7 +66,7 @@ class ParityReport:
             rows.append(
                 f"{'out' + str(o.index):<8}{str(o.shape):<18}{o.dtype:<7}{_fmt(o.cosine, '.8f'):>12}"
                 f"{_fmt(o.max_abs_err, '.3e'):>14}{_fmt(o.max_rel_err, '.3e'):>14}  "
-                f"{'pass' if o.passed else 'FAIL ' + o.reason}"
+                f"{('pass' if not o.random else RANDOM) if o.passed else 'FAIL ' + o.reason}"
             )
         return "\n".join(rows)
 
@@ -86,9 +97,15 @@ class _Header(TypedDict):
     ref_dtype: str
 
 
-def compare(index: int, got: np.ndarray, ref: np.ndarray) -> OutputParity:
+def compare(index: int, got: np.ndarray, ref: np.ndarray, random: bool = False) -> OutputParity:
+    """One output against PyTorch's; ``random``: it depends on a draw, so only shape and dtype count."""
     got_tok, ref_tok = dtypes.from_numpy(got.dtype), dtypes.from_numpy(ref.dtype)
     base = _Header(index=index, shape=list(got.shape), dtype=got_tok, ref_shape=list(ref.shape), ref_dtype=ref_tok)
+    if random and got.shape == ref.shape and got_tok == ref_tok:
+        return OutputParity(
+            **base, cosine=None, max_abs_err=None, max_rel_err=None, nonfinite_match=True, passed=True,
+            reason=RANDOM, random=True,
+        )  # fmt: skip
     if got.shape != ref.shape or got_tok != ref_tok:
         what = "shape" if got.shape != ref.shape else "dtype"
         return OutputParity(
@@ -158,15 +175,22 @@ def check_parity(
     if missing:
         raise BundleError(f"{source}: no reference tensor for input(s) {', '.join(missing)} (expected keys in::<name>)")
     flat = model.run_flat(model.bind((), {n: reference[f"in::{n}"] for n in model.input_names}))
+    drawn = random_outputs(model.program)
     outputs = []
     for i, got in enumerate(flat):
         ref = reference.get(f"out::{i}")
         if ref is None:
             continue  # a non-tensor output: nothing to compare
-        outputs.append(compare(i, np.asarray(got), ref))
+        outputs.append(compare(i, np.asarray(got), ref, random=i in drawn))
     if not outputs:
         raise BundleError(f"{source}: no out::<index> tensors to compare against")
     return ParityReport(passed=all(o.passed for o in outputs), outputs=outputs)
+
+
+def random_outputs(program: Program) -> set[int]:
+    """Indices of the outputs whose values depend on a random draw."""
+    tainted = random_values(program)
+    return {k for k, o in enumerate(program.outputs) if isinstance(o, Ref) and o.name in tainted}
 
 
 def verify_bundle(path: str | Path, reference: str | Path | None = None) -> ParityReport:

@@ -1,4 +1,5 @@
-"""Declared conformance failures and tolerance overrides, each with the reason (the only tables).
+"""Declared conformance failures, tolerance overrides and comparison rules, each with the reason
+(the only tables).
 
 ``KNOWN``: OpInfo name → why every failing sample of that op cannot match PyTorch.
 ``KNOWN_WHEN``: OpInfo name → (a substring of the failure message, why): only the failures whose
@@ -7,39 +8,19 @@ message contains it are declared, so the op's other samples still have to pass.
 ``GRAPH_DIFFERS_FROM_EAGER``: OpInfo name → (dtype tokens, why): PyTorch's own Core ATen
 decomposition computes something else than its eager kernel there. Declared only after the
 harness checks it: rlx's outputs must match torch running the exported graph itself.
+``RANDOM``: OpInfo name → (support rule, why): outputs that depend on a random draw (the harness
+finds them in the program: ``rlx.ir.rng.random_values``) cannot equal PyTorch's, whose generator
+is another; their shape and dtype are compared and their values checked against the rule
+(``opinfo.SUPPORT``: in [0, 1), in [low, high), in {0, 1} …). Outputs of the same samples that do
+not depend on a draw (dropout outside training) are compared as usual.
+``VALUES_UNDEFINED``: OpInfo name → why: PyTorch leaves the values undefined, so only shape and
+dtype are compared, as PyTorch's own OpInfo tests do.
 """
 
 from __future__ import annotations
 
 KNOWN: dict[str, str] = {
-    "bernoulli": "random op: eager draws differ from any replay",
-    "normal": "random op",
-    "rand_like": "random op",
-    "randn": "random op: eager draws differ from any replay (rlx refuses random ops)",
-    "randn_like": "random op",
-    "randint_like": "random op",
-    "nn.functional.dropout": "random op in training mode",
-    "empty": "uninitialised memory: rlx returns zeros",
-    "empty_like": "uninitialised memory: rlx returns zeros",
-    "new_empty": "uninitialised memory: rlx returns zeros",
-    "empty_strided": "uninitialised memory: rlx returns zeros",
-    "new_empty_strided": "uninitialised memory: rlx returns zeros",
     "nonzero": "data-dependent output shape",
-    "empty_permuted": "uninitialised memory: rlx returns zeros",
-    "cauchy": "random op",
-    "exponential": "random op",
-    "geometric": "random op",
-    "log_normal": "random op",
-    "normal.in_place": "random op",
-    "normal.number_mean": "random op",
-    "uniform": "random op",
-    "randint": "random op",
-    "multinomial": "random op",
-    "nn.functional.rrelu": "random op: the slopes are drawn in training mode",
-    "nn.functional.fractional_max_pool2d": "random op: the pooling regions are drawn at random",
-    "nn.functional.fractional_max_pool3d": "random op: the pooling regions are drawn at random",
-    "svd_lowrank": "random op: the range finder starts from randn",
-    "pca_lowrank": "random op: the range finder starts from randn",
     "chalf": "complex32 has no numpy dtype: rlx refuses torch.complex32 at export",
     "nn.functional.linear_cross_entropy.chunked": "torch_nn custom op (batch-chunked loss) with no Core ATen decomposition",
     "nn.functional.linear_cross_entropy.chunked_none": (
@@ -58,6 +39,66 @@ KNOWN: dict[str, str] = {
     "_segment_reduce.offsets": "not lowered yet: aten.segment_reduce",
 }
 
+RANDOM: dict[str, tuple[str, str]] = {
+    "rand_like": ("finite", "random op (the OpInfo calls randn_like): finite values"),
+    "randn": ("finite", "random op: standard normal draws, finite"),
+    "randn_like": ("finite", "random op: standard normal draws, finite"),
+    "normal": ("finite", "random op: normal draws, finite"),
+    "normal.in_place": ("finite", "random op: normal draws, finite"),
+    "normal.number_mean": ("finite", "random op: normal draws, finite"),
+    "log_normal": ("nonnegative", "random op: exp of a normal draw, ≥ 0"),
+    "exponential": ("nonnegative", "random op: exponential draws, ≥ 0"),
+    "cauchy": ("not_nan", "random op: Cauchy draws are any real number (huge ones too)"),
+    "uniform": ("interval", "random op: uniform draws in [from, to] (rounding can reach `to`, as in PyTorch)"),
+    "geometric": ("geometric", "random op: trial counts, integers ≥ 1"),
+    "randint": ("randint", "random op: integers in [low, high)"),
+    "randint_like": ("randint", "random op: integers in [low, high)"),
+    "bernoulli": ("binary", "random op: 0 or 1"),
+    "multinomial": ("categories", "random op: category indices with mass, distinct per row without replacement"),
+    "nn.functional.dropout": ("dropout", "random op in training mode: each entry 0 or x / (1 - p)"),
+    "nn.functional.dropout2d": ("dropout", "random op in training mode: each entry 0 or x / (1 - p) (whole channels)"),
+    "nn.functional.dropout3d": ("dropout", "random op in training mode: each entry 0 or x / (1 - p) (whole channels)"),
+    "nn.functional.alpha_dropout": (
+        "alpha_dropout",
+        "random op in training mode: each entry a·x + b (kept) or a·α' + b (dropped), SELU's moments kept",
+    ),
+    "nn.functional.feature_alpha_dropout.with_train": (
+        "alpha_dropout",
+        "random op in training mode: each entry a·x + b (kept) or a·α' + b (dropped), whole channels",
+    ),
+    "nn.functional.rrelu": (
+        "rrelu",
+        "random op in training mode: negative entries scaled by a slope in [lower, upper]",
+    ),
+    "nn.functional.multi_head_attention_forward": (
+        "finite",
+        "random op when dropout_p > 0 in training mode (native_dropout on the attention weights): finite values",
+    ),
+    "nn.functional.fractional_max_pool2d": (
+        "pooled2d",
+        "the pooling windows are placed by a random draw: each value comes from its own plane of the input",
+    ),
+    "nn.functional.fractional_max_pool3d": (
+        "pooled3d",
+        "the pooling windows are placed by a random draw: each value comes from its own plane of the input",
+    ),
+    "nn.functional.scaled_dot_product_attention": (
+        "finite",
+        "random op when dropout_p > 0 (the attention weights are dropped at random): finite values",
+    ),
+    "svd_lowrank": ("singular_values", "random range finder: U and V differ, the singular values match PyTorch's"),
+    "pca_lowrank": ("singular_values", "random range finder: U and V differ, the singular values match PyTorch's"),
+}
+
+VALUES_UNDEFINED: dict[str, str] = {
+    "empty": "uninitialised memory in PyTorch (rlx returns zeros)",
+    "empty_like": "uninitialised memory in PyTorch (rlx returns zeros)",
+    "new_empty": "uninitialised memory in PyTorch (rlx returns zeros)",
+    "empty_strided": "uninitialised memory in PyTorch (rlx returns zeros)",
+    "new_empty_strided": "uninitialised memory in PyTorch (rlx returns zeros)",
+    "empty_permuted": "uninitialised memory in PyTorch (rlx returns zeros)",
+}
+
 KNOWN_WHEN: dict[str, tuple[str, str]] = {
     "matrix_exp": (
         "NaN positions differ",
@@ -66,14 +107,6 @@ KNOWN_WHEN: dict[str, tuple[str, str]] = {
     ),
     "view_as_complex": ("complex32", "complex32 (from float16 pairs) has no numpy dtype: rlx refuses it at export"),
     "complex": ("complex32", "complex32 (from float16 parts) has no numpy dtype: rlx refuses it at export"),
-    "nn.functional.multi_head_attention_forward": (
-        "draws random numbers",
-        "the sample with dropout_p > 0 in training mode is random (native_dropout); rlx refuses it",
-    ),
-    "nn.functional.scaled_dot_product_attention": (
-        "draws random numbers",
-        "the sample with dropout_p > 0 is random (native_dropout in training mode); rlx refuses it",
-    ),
 }
 
 TOLERANCES: dict[str, tuple[dict[str, tuple[float, float]], str]] = {

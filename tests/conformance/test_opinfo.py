@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 import torch
 
-from .known_failures import GRAPH_DIFFERS_FROM_EAGER, KNOWN, KNOWN_WHEN, TOLERANCES
+from .known_failures import GRAPH_DIFFERS_FROM_EAGER, KNOWN, KNOWN_WHEN, RANDOM, TOLERANCES, VALUES_UNDEFINED
 from .opinfo import (
     MAX_SAMPLES,
+    SUPPORT,
     SWEEP_DTYPES,
     TIE_ORDER_FREE,
     TieFree,
@@ -53,11 +54,17 @@ def test_fast_half_subset(name, tok):
 
 def test_every_declaration_has_a_reason():
     names = {op_name(o) for o in opinfos()}
-    for table in (KNOWN, KNOWN_WHEN, TOLERANCES, GRAPH_DIFFERS_FROM_EAGER):
+    for table in (KNOWN, KNOWN_WHEN, TOLERANCES, GRAPH_DIFFERS_FROM_EAGER, RANDOM, VALUES_UNDEFINED):
         for op, entry in table.items():
             assert op in names, f"{op} is declared but is no OpInfo name"
             reason = entry if isinstance(entry, str) else entry[-1]
             assert reason.strip(), f"{op} is declared without a reason"
+
+
+def test_random_rules_are_known_checks():
+    assert not set(RANDOM) & set(KNOWN) and not set(VALUES_UNDEFINED) & set(KNOWN)
+    for op, (rule, _why) in RANDOM.items():
+        assert rule in SUPPORT or rule == "singular_values", f"{op}: no check named {rule!r}"
 
 
 class _Sample:
@@ -96,6 +103,40 @@ def test_tie_indices_reducing_op():
     values, want = torch.mode(x, 1)
     got = np.array([2 if want[0] == 0 else 0, 1 if want[1] == 0 else 0])  # the other equal entry
     assert_valid_indices(got, want, _Sample(x, 1), TieFree(1, 0, distinct=False, keepdim_arg=1), "mode")
+
+
+X01 = torch.tensor([0.2, -0.7, 1.5, 0.0])
+
+
+@pytest.mark.parametrize(
+    "rule, sample, good, bad, message",
+    [
+        ("finite", _Sample(X01), [0.1, -3.0], [0.1, float("inf")], "non-finite"),
+        ("nonnegative", _Sample(X01), [0.0, 2.0], [0.5, -1e-3], "negative"),
+        ("interval", _Sample(X01, -1.0, 2.0), [-1.0, 1.9], [2.5, 0.0], "outside"),
+        ("randint", _Sample(3, 9, (2,)), [3, 8], [3, 9], "outside"),
+        ("randint", _Sample(X01, 4), [0, 3], [1.5, 2.0], "outside"),
+        ("geometric", _Sample(X01, 0.5), [1.0, 7.0], [0.0, 2.0], "integer"),
+        ("binary", _Sample(X01), [0.0, 1.0], [0.0, 0.5], "other than"),
+        ("dropout", _Sample(X01, p=0.5), [0.4, 0.0, 3.0, 0.0], [0.2, 0.0, 3.0, 0.0], "neither"),
+        ("rrelu", _Sample(X01, lower=0.1, upper=0.3), [0.2, -0.14, 1.5, 0.0], [0.2, -0.7, 1.5, 0.0], "slope"),
+    ],
+)
+def test_random_support_rules_accept_and_reject(rule, sample, good, bad, message):
+    """A support rule passes draws inside the distribution's support and catches one outside."""
+    SUPPORT[rule](np.array(good), None, sample)
+    with pytest.raises(AssertionError, match=message):
+        SUPPORT[rule](np.array(bad), None, sample)
+
+
+def test_multinomial_rule_catches_repeats_and_impossible_categories():
+    p = torch.tensor([[0.5, 0.0, 0.2, 0.3]])
+    SUPPORT["categories"](np.array([[0, 3]]), None, _Sample(p))
+    with pytest.raises(AssertionError, match="repeats"):
+        SUPPORT["categories"](np.array([[3, 3]]), None, _Sample(p))
+    SUPPORT["categories"](np.array([[3, 3]]), None, _Sample(p, replacement=True))
+    with pytest.raises(AssertionError, match="without mass"):
+        SUPPORT["categories"](np.array([[0, 1]]), None, _Sample(p))
 
 
 @pytest.mark.slow

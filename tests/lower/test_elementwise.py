@@ -445,13 +445,6 @@ def test_matches_torch(c: Case) -> None:
     check(c)
 
 
-def test_native_dropout_in_training_is_refused() -> None:
-    from rlx.errors import LoweringError
-
-    with pytest.raises(LoweringError, match="random numbers"):
-        convert(lambda a: torch.ops.aten.native_dropout(a, 0.5, True), [rand((3, 4))], decomposition="core")
-
-
 @pytest.mark.parametrize("c", [p for p in MATH_OPS if p.id in ("frexp", "shifts", "complex")])
 def test_math_ops_on_jax(c: Case) -> None:
     pytest.importorskip("jax")

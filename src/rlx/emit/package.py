@@ -28,6 +28,7 @@ from rlx.emit.vendor import STYLES, vendor_ops
 from rlx.errors import UsageError
 from rlx.ir.calls import Special
 from rlx.ir.program import Program
+from rlx.ir.rng import RNG_STATE, with_rng_state
 from rlx.kernels.linalg import SCIPY_CALLS
 from rlx.kernels.special import library_functions
 from rlx.version import __version__
@@ -39,11 +40,12 @@ from pathlib import Path
 import numpy as np
 
 from . import model
-from ._ops import read_safetensors
+from ._ops import fork_state, read_safetensors, seed_state
 
 WEIGHTS = Path(__file__).parent / "weights.safetensors"
 STATE = {state!r}  # buffers the model updates on every call → the tensor holding each one's initial value
 UPDATES_INPUTS = {updates_inputs!r}  # whether the model writes into some of its inputs, as PyTorch's did
+RNG = {rng!r}  # the state holding the random generator (rlx's Threefry-2x32), if the model draws
 
 
 class Model:
@@ -54,17 +56,25 @@ class Model:
     state: one per concurrent conversation or stream.
     """
 
-    def __init__(self, weights_path=WEIGHTS):
+    def __init__(self, weights_path=WEIGHTS, seed=None):
         tensors, _ = read_safetensors(weights_path)
         self.params = tensors
+        self.initial = {{name: self.params[key] for name, key in STATE.items()}}
+        if seed is not None and RNG in self.initial:  # random ops draw from a stream of this seed
+            self.initial[RNG] = seed_state(seed)
+        self.forks = 0
         self.reset()
 
     def reset(self):
-        self.state = {{name: np.array(self.params[key]) for name, key in STATE.items()}}
+        self.state = {{name: np.array(value) for name, value in self.initial.items()}}
 
     def fork(self):
         twin = object.__new__(Model)
         twin.params = self.params
+        self.forks += 1
+        twin.initial, twin.forks = dict(self.initial), 0
+        if RNG in twin.initial:  # its own random stream
+            twin.initial[RNG] = fork_state(np.asarray(self.initial[RNG]), self.forks)
         twin.reset()
         return twin
 
@@ -81,9 +91,10 @@ class Model:
         return result
 
 
-def load(weights_path=WEIGHTS):
-    """Read the weights (memory-mapped) and return the callable model."""
-    return Model(weights_path)
+def load(weights_path=WEIGHTS, seed=None):
+    """Read the weights (memory-mapped) and return the callable model (``seed``: where its random
+    draws start, as ``rlx.load(..., seed=)``; default: the stored state, seed 0)."""
+    return Model(weights_path, seed)
 '''
 
 JAX_INIT = '''"""{name}: a PyTorch model converted by rlx {version}; runs on JAX (one jit-compiled XLA computation)."""
@@ -95,11 +106,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import model
-from ._ops import read_safetensors, x64
+from ._ops import fork_state, read_safetensors, seed_state, x64
 
 WEIGHTS = Path(__file__).parent / "weights.safetensors"
 STATE = {state!r}  # buffers the model updates on every call → the tensor holding each one's initial value
 UPDATES_INPUTS = {updates_inputs!r}  # whether the model writes into some of its inputs, as PyTorch's did
+RNG = {rng!r}  # the state holding the random generator (rlx's Threefry-2x32), if the model draws
 
 
 class Model:
@@ -115,19 +127,31 @@ class Model:
     when the model uses int64 or float64.
     """
 
-    def __init__(self, weights_path=WEIGHTS):
+    def __init__(self, weights_path=WEIGHTS, seed=None):
         tensors, _ = read_safetensors(weights_path)
         with x64():
             self.params = {{key: jnp.asarray(value) for key, value in tensors.items()}}
         self.forward = jax.jit(model.forward)
+        self.initial = {{name: self.params[key] for name, key in STATE.items()}}
+        if seed is not None and RNG in self.initial:  # random ops draw from a stream of this seed
+            self._set_rng(seed_state(seed))
+        self.forks = 0
         self.reset()
 
+    def _set_rng(self, value):
+        with x64():
+            self.initial[RNG] = jnp.asarray(value)
+
     def reset(self):
-        self.state = {{name: self.params[key] for name, key in STATE.items()}}
+        self.state = dict(self.initial)
 
     def fork(self):
         twin = object.__new__(Model)
         twin.params, twin.forward = self.params, self.forward
+        self.forks += 1
+        twin.initial, twin.forks = dict(self.initial), 0
+        if RNG in twin.initial:  # its own random stream
+            twin._set_rng(fork_state(np.asarray(self.initial[RNG]), self.forks))
         twin.reset()
         return twin
 
@@ -144,9 +168,10 @@ class Model:
         return result
 
 
-def load(weights_path=WEIGHTS):
-    """Read the weights onto the JAX device and return the callable model."""
-    return Model(weights_path)
+def load(weights_path=WEIGHTS, seed=None):
+    """Read the weights onto the JAX device and return the callable model (``seed``: where its
+    random draws start, as ``rlx.load(..., seed=)``; default: the stored state, seed 0)."""
+    return Model(weights_path, seed)
 '''
 
 MAIN = '''"""python -m {package} --input NAME=FILE.npy ... [-o DIR]: run the model on .npy inputs."""
@@ -229,12 +254,19 @@ def write_package(
     init = JAX_INIT if style == "jax" else INIT
     state = {identifier(s.name): s.key for s in program.state}
     (pkg / "__init__.py").write_text(
-        init.format(name=program.name, version=__version__, state=state, updates_inputs=bool(program.input_updates)),
+        init.format(
+            name=program.name,
+            version=__version__,
+            state=state,
+            updates_inputs=bool(program.input_updates),
+            rng=identifier(RNG_STATE),
+        ),
         encoding="utf-8",
     )
     (pkg / "__main__.py").write_text(
         MAIN.format(package=name, inputs=[v.name for v in program.user_inputs]), encoding="utf-8"
     )
+    weights = with_rng_state(program, dict(weights))
     needed = {w.key: weights[w.key] for w in program.weights}
     needed.update({s.key: weights[s.key] for s in program.state})
     safetensors_io.write(pkg / "weights.safetensors", needed)

@@ -123,6 +123,19 @@ class Arange(Call):
     dtype: str
 
 
+@dataclass(frozen=True)
+class RandomBits(Call):
+    """Independent, uniformly distributed 32-bit words (``u32``) of ``shape``, drawn from the
+    generator ``state`` (an ``i64[2]`` of key and counter, one per program, advanced once per call):
+    Threefry-2x32-20 of the element indices under the key folded with the counter and ``stream``,
+    the draw's own number within the program (``rlx.kernels.random``). Same state, same words, on
+    every engine."""
+
+    state: Ref
+    shape: tuple[Dim, ...]
+    stream: int
+
+
 # ── shape and data movement ──────────────────────────────────────────────────
 @dataclass(frozen=True)
 class Reshape(Call):

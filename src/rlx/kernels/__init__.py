@@ -7,9 +7,9 @@ them to its namespace and overrides a definition only where it needs another alg
 """
 
 # The families, in one explicit list: importing each registers its definitions.
-from . import creation, elementwise, linalg, movement, nn, ordering, reduce, selection, special, spectral
+from . import creation, elementwise, linalg, movement, nn, ordering, random, reduce, selection, special, spectral
 from .registry import KERNELS, Kernel, engine_kernels, kernel
 
-FAMILIES = (creation, elementwise, linalg, movement, nn, ordering, reduce, selection, special, spectral)
+FAMILIES = (creation, elementwise, linalg, movement, nn, ordering, random, reduce, selection, special, spectral)
 
 __all__ = ["FAMILIES", "KERNELS", "Kernel", "engine_kernels", "kernel"]

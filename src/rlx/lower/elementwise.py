@@ -15,7 +15,7 @@ import numpy as np
 
 from rlx.errors import LoweringError
 from rlx.ir import dtypes
-from rlx.ir.calls import Binary, Clamp, Concat, Full, LeakyRelu, Reshape, Slice, Unary, Where
+from rlx.ir.calls import Binary, Clamp, Concat, LeakyRelu, Reshape, Slice, Unary, Where
 from rlx.ir.program import Operand, Ref
 from rlx.ir.torch_ir import Node
 from rlx.lower.registry import Builder, lowers
@@ -367,27 +367,6 @@ def to_dtype(node: Node, b: Builder) -> Operand:
 def identity(node: Node, b: Builder) -> Operand:
     # detach_ shows up at the aten level after lift_fresh_copy, for tensors built in forward().
     return b.input(node, 0)
-
-
-@lowers("aten.dropout", "aten.feature_dropout", "aten.alpha_dropout")
-def dropout(node: Node, b: Builder) -> Operand:
-    if node.arg(2, "train", False):
-        raise LoweringError(f"node {node.id}: {node.op} in training mode is random; call model.eval() before export")
-    return b.input(node, 0)
-
-
-@lowers("aten.native_dropout")
-def native_dropout(node: Node, b: Builder) -> tuple[Operand, Operand]:
-    """``native_dropout(x, p, train)`` → (output, keep-mask). Outside training, or with ``p`` 0,
-    nothing is dropped: ``x`` itself and an all-True mask, exactly what PyTorch returns."""
-    p, train = node.arg(1, "p"), node.arg(2, "train")
-    if train is not False and p != 0:
-        raise LoweringError(
-            f"node {node.id}: {node.op} with p={p} in training mode draws random numbers, which cannot be "
-            "reproduced outside PyTorch; call model.eval() (or use p=0) before export"
-        )
-    x = b.input(node, 0)
-    return x, b.emit(Full(True, b.shape(x), "bool"), b.shape(x), "bool")
 
 
 # ── math on floats' bits, integers' divisors, and complex numbers ───────────

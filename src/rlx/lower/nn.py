@@ -12,21 +12,19 @@ from rlx.ir import dtypes, symbolic
 from rlx.ir.calls import (
     AdaptiveAvgPool,
     Arange,
-    ArgReduce,
     Attention,
     AvgPool,
     BatchNorm,
     Binary,
-    Cast,
     Conv,
     Expand,
-    Flip,
     Full,
     Gather,
     GroupNorm,
     Index,
     IndexSelect,
     LayerNorm,
+    MatMul,
     MaxPool,
     Pad,
     Permute,
@@ -41,6 +39,8 @@ from rlx.ir.calls import (
 from rlx.ir.program import Operand, Ref
 from rlx.ir.torch_ir import Node, TensorMeta
 from rlx.lower.movement import reshape_to
+from rlx.lower.random import dropout_weights
+from rlx.lower.reduce import window_argmax
 from rlx.lower.registry import Builder, lowers
 from rlx.lower.shapes import ints, norm_axis, static_dim
 
@@ -253,8 +253,6 @@ def attention(node: Node, b: Builder) -> Operand | tuple[Operand | None, ...]:
             node.arg(4, "is_causal", False),
         )
         scale, gqa = node.kwargs.get("scale"), False
-    if dropout:
-        raise LoweringError(f"node {node.id}: attention dropout_p={dropout} is random; set it to 0 for inference")
     mask = None
     if mask_arg is not None:
         mask = b.tensor(node, mask_arg)
@@ -262,8 +260,42 @@ def attention(node: Node, b: Builder) -> Operand | tuple[Operand | None, ...]:
             mask = b.cast(mask, b.dtype(q))
     if scale is None:
         scale = 1.0 / math.sqrt(static_dim(b.shape(q)[-1], "the attention head size", node))
+    if dropout:
+        if gqa or b.shape(k)[:-2] != b.shape(q)[:-2]:
+            raise LoweringError(f"node {node.id}: attention dropout with grouped or broadcast heads is not supported")
+        y = attention_with_dropout(b, q, k, v, mask, bool(causal), float(scale), float(dropout), node.meta)
+        return (y,) + (None,) * (len(node.out) - 1) if node.multi else y
     y = b.emit_like(Attention(q, k, v, mask, bool(causal), float(scale), bool(gqa)), node.meta)
     return (y,) + (None,) * (len(node.out) - 1) if node.multi else y
+
+
+def attention_with_dropout(
+    b: Builder, q: Ref, k: Ref, v: Ref, mask: Ref | None, causal: bool, scale: float, p: float, out: TensorMeta
+) -> Ref:
+    """``dropout(softmax(q kᵀ · scale + mask), p) v`` spelled out (PyTorch's math attention): the
+    attention weights are dropped at random, which the fused Attention Call does not do. Half
+    precision computes in float32 and rounds once."""
+    dt = out.dtype
+    ct = "f32" if dt in ("f16", "bf16") else dt
+    q, k, v = b.cast(q, ct), b.cast(k, ct), b.cast(v, ct)
+    rank = b.rank(k)
+    kt_shape = (*b.shape(k)[:-2], b.shape(k)[-1], b.shape(k)[-2])
+    kt = b.emit(Permute(k, (*range(rank - 2), rank - 1, rank - 2)), kt_shape, ct)
+    s_shape = (*b.shape(q)[:-1], b.shape(k)[-2])
+    scores = b.emit(Binary("mul", b.emit(MatMul(q, kt), s_shape, ct), b.lit(scale, ct)), s_shape, ct)
+    if causal:
+        n_q, n_k = b.shape(q)[-2], b.shape(k)[-2]
+        rows = reshape_to(b, b.emit(Arange(0, n_q, 1, "i64"), (n_q,), "i64"), (n_q, 1))
+        cols = reshape_to(b, b.emit(Arange(0, n_k, 1, "i64"), (n_k,), "i64"), (1, n_k))
+        allowed = b.emit(Binary("le", cols, rows), (n_q, n_k), "bool")
+        scores = b.emit(Where(allowed, scores, b.lit(float("-inf"), ct)), s_shape, ct)
+    if mask is not None and b.dtype(mask) == "bool":
+        scores = b.emit(Where(mask, scores, b.lit(float("-inf"), ct)), s_shape, ct)
+    elif mask is not None:
+        scores = b.emit(Binary("add", scores, b.cast(mask, ct)), s_shape, ct)
+    weights = dropout_weights(b, b.emit(Softmax(scores, len(s_shape) - 1, False), s_shape, ct), p)
+    y = b.emit(MatMul(weights, v), (*s_shape[:-1], b.shape(v)[-1]), ct)
+    return b.cast(y, dt)
 
 
 # ── convolution ──────────────────────────────────────────────────────────────
@@ -461,14 +493,7 @@ def adaptive_max_pool(node: Node, b: Builder) -> Operand | tuple[Operand, Operan
     if not node.multi:
         return values
     one = (*lead, *outs, 1)
-    pick = b.emit(ArgReduce("argmax", win, len(wshape) - 1, True), one, "i64")
-    if dtypes.is_float(dt):
-        nan = b.emit(Unary("isnan", win), wshape, "bool")
-        any_nan = b.emit(Reduce("any", nan, (len(wshape) - 1,), True), one, "bool")
-        back = b.emit(Flip(b.emit(Cast(nan, "i64"), wshape, "i64"), (len(wshape) - 1,)), wshape, "i64")
-        last_from_end = b.emit(ArgReduce("argmax", back, len(wshape) - 1, True), one, "i64")
-        last = b.emit(Binary("sub", b.lit(kk - 1, "i64"), last_from_end), one, "i64")
-        pick = b.emit(Where(any_nan, last, pick), one, "i64")
+    pick = window_argmax(b, win)
     fgrid = tuple(grid[a - n_lead] for a in order[n_lead:])
     flat = b.emit(
         Permute(b.emit(Expand(flat, grid), grid, "i64"), tuple(a - n_lead for a in order[n_lead:])), fgrid, "i64"

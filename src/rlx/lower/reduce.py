@@ -7,8 +7,8 @@ from __future__ import annotations
 import math
 
 from rlx.errors import LoweringError
-from rlx.ir import dtypes
-from rlx.ir.calls import ArgReduce, Binary, Reduce, Unary, Where
+from rlx.ir import dtypes, symbolic
+from rlx.ir.calls import ArgReduce, Binary, Cast, Flip, Reduce, Unary, Where
 from rlx.ir.program import Operand, Ref
 from rlx.ir.torch_ir import Node, TensorMeta
 from rlx.lower.elementwise import binary
@@ -209,3 +209,20 @@ def p_norm(b: Builder, x: Ref, p: float, axes: tuple[int, ...], keepdim: bool, d
     if p == 2:
         return b.emit(Unary("sqrt", total), b.shape(total), compute)
     return b.emit(Binary("pow", total, b.lit(1.0 / p, compute)), b.shape(total), compute)
+
+
+def window_argmax(b: Builder, win: Ref) -> Ref:
+    """Where each window (``win``'s last axis) has its max, keeping that axis (size 1): the first max,
+    or the last NaN when the window holds NaN (PyTorch's max-pooling kernels' rule)."""
+    wshape, dt = b.shape(win), b.dtype(win)
+    axis, kk = len(wshape) - 1, wshape[-1]
+    one = (*wshape[:-1], 1)
+    pick = b.emit(ArgReduce("argmax", win, axis, True), one, "i64")
+    if dtypes.is_float(dt):
+        nan = b.emit(Unary("isnan", win), wshape, "bool")
+        any_nan = b.emit(Reduce("any", nan, (axis,), True), one, "bool")
+        back = b.emit(Flip(b.emit(Cast(nan, "i64"), wshape, "i64"), (axis,)), wshape, "i64")
+        last_from_end = b.emit(ArgReduce("argmax", back, axis, True), one, "i64")
+        last = b.emit(Binary("sub", b.lit(symbolic.add(kk, -1), "i64"), last_from_end), one, "i64")
+        pick = b.emit(Where(any_nan, last, pick), one, "i64")
+    return pick

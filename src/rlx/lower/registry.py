@@ -18,8 +18,9 @@ from typing import Any, overload
 
 from rlx.errors import LoweringError, RlxError, UnsupportedOpError
 from rlx.ir import dtypes, symbolic
-from rlx.ir.calls import Cast
+from rlx.ir.calls import Arange, Binary, Cast, RandomBits
 from rlx.ir.program import Call, Instr, Lit, Operand, Program, Ref, StateVar, Value, Weight
+from rlx.ir.rng import RNG_KEY, RNG_STATE
 from rlx.ir.symbolic import Dim, Shape, Sym, eval_shape
 from rlx.ir.torch_ir import Node, Output, ScalarMeta, TensorMeta, TorchIR
 
@@ -94,6 +95,7 @@ def load_families() -> None:
         movement,
         nn,
         ordering,
+        random,
         reduce,
         resample,
         scatter,
@@ -116,6 +118,7 @@ class Builder:
         self._names: set[str] = set(self.info)
         self._emitted: list[Instr] = []
         self.item_symbols: set[str] = set()  # symbols naming item() values (data, lowered as 0-d tensors)
+        self.draws = 0  # random draws so far: each one is its own stream of the generator
 
     # ── reading the node ─────────────────────────────────────────────────────
     def input(self, node: Node, index: int, name: str | None = None) -> Ref:
@@ -224,6 +227,29 @@ class Builder:
         if isinstance(x, Lit):
             return self.lit(x.value, dtype)
         return self.emit(Cast(x, dtype), self.shape(x), dtype)
+
+    def random_bits(self, shape: Sequence[Dim]) -> Ref:
+        """Uniform random 32-bit words (``u32``) of ``shape``, a stream of their own. The first draw
+        gives the program its generator state (``rlx.ir.rng``): an input the runtime carries."""
+        if not self.draws:
+            self.program.inputs.append(Value(RNG_STATE, (2,), "i64"))
+            self.info[RNG_STATE] = self.program.inputs[-1]
+            self._names.add(RNG_STATE)
+        self.draws += 1
+        return self.emit(RandomBits(Ref(RNG_STATE), tuple(shape), self.draws - 1), shape, "u32")
+
+    def advance_rng(self) -> None:
+        """After the last node: the program returns its generator state advanced by one call."""
+        if not self.draws:
+            return
+        self._node, self._emitted = None, []
+        steps = self.emit(Arange(0, 2, 1, "i64"), (2,), "i64")  # the counter moves, the key stays
+        new = self.emit(Binary("add", Ref(RNG_STATE), steps), (2,), "i64")
+        for ins in self._emitted:
+            ins.note = "generator state, advanced by one call"
+        self.program.instrs.extend(self._emitted)
+        self.program.state.append(StateVar(RNG_STATE, RNG_KEY, len(self.program.outputs)))
+        self.program.outputs.append(new)
 
     # ── driving one node ─────────────────────────────────────────────────────
     def lower_node(self, node: Node, handler: Handler) -> None:
@@ -365,6 +391,7 @@ def lower(ir: TorchIR) -> Program:
         _lower_one(node, b, program, known_symbols)
     program.value_map = {key: v.name for key, v in b.env.items() if isinstance(v, Ref)}
     program.outputs.extend(_output_operand(k, out, b) for k, out in enumerate(ir.outputs))
+    b.advance_rng()
     program.state.sort(key=lambda s: s.output)
     if program.output_tree is None:  # producers that do not record it: one output bare, several as a tuple
         n = program.n_user_outputs

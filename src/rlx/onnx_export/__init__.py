@@ -17,6 +17,7 @@ from rlx.onnx_export import (
     movement,
     nn,
     ordering,
+    random,
     reduce,
     resample,
     scatter,
@@ -26,7 +27,7 @@ from rlx.onnx_export import (
 from rlx.onnx_export.build import EXTERNAL_DATA_THRESHOLD, MODEL_FILE, check_coverage, to_onnx, write_onnx
 from rlx.onnx_export.registry import EMITTERS, NO_ONNX_FORM, OPSET, EmitError, emits
 
-FAMILIES = (elementwise, linalg, movement, nn, ordering, reduce, resample, scatter, selection, spectral)
+FAMILIES = (elementwise, linalg, movement, nn, ordering, random, reduce, resample, scatter, selection, spectral)
 
 __all__ = [
     "EMITTERS", "EXTERNAL_DATA_THRESHOLD", "FAMILIES", "MODEL_FILE", "NO_ONNX_FORM", "OPSET", "EmitError", "check_coverage",

@@ -11,9 +11,10 @@ from typing import Any
 import numpy as np
 
 from rlx.bundle import read_bundle
-from rlx.errors import BundleError, InputError, RlxError
+from rlx.errors import BundleError, InputError, RlxError, UsageError
 from rlx.ir import dtypes
 from rlx.ir.program import Program, Value, specialize
+from rlx.ir.rng import DEFAULT_SEED, RNG_STATE, fork_state, seed_state
 from rlx.runtime.binding import bind_symbols
 from rlx.runtime.engines import Executor, create_engine
 
@@ -27,6 +28,12 @@ class Model:
     conversation or stream its own: ``fork()`` makes one that shares the weights and compiled
     plans (cheap) and starts from the initial state. Models without state run from any number of
     threads at once.
+
+    Random ops (``torch.randn``, dropout in training mode …) draw from the model's generator, whose
+    state is one more state buffer (``rlx.ir.rng``): ``seed`` sets where it starts (equal seeds give
+    equal draws, on every engine), ``reset()`` replays the draws from there, and each ``fork()``
+    draws a stream of its own (reproducible too: the k-th fork of a model loaded with a seed always
+    gets the same one).
     """
 
     def __init__(
@@ -40,6 +47,7 @@ class Model:
         disable_passes: Iterable[str] = (),
         threads: int | None = None,
         engine_options: Mapping[str, Any] | None = None,
+        seed: int = DEFAULT_SEED,
     ) -> None:
         self.program = program
         initial = weights
@@ -49,6 +57,12 @@ class Model:
         self.output_tree = program.output_tree
         check_tree(self.output_tree, program.n_user_outputs, "output_tree")
         self._initial_state = {s.name: initial[s.name] for s in program.state}
+        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+            raise UsageError(f"seed must be an int, found {type(seed).__name__}")
+        if RNG_STATE in self._initial_state:
+            self._initial_state[RNG_STATE] = seed_state(seed)
+        self.seed = seed
+        self._forks = 0
         self._state = {k: np.array(v) for k, v in self._initial_state.items()}
         # State buffers' initial values come with the weights; the engine must see them only as
         # the inputs they are (constant folding would bake them in).
@@ -85,9 +99,17 @@ class Model:
         self._state = {k: np.array(v) for k, v in self._initial_state.items()}
 
     def fork(self) -> Model:
-        """A Model with its own state (the initial values) sharing this one's weights, engine and plans."""
+        """A Model with its own state (the initial values) sharing this one's weights, engine and plans;
+        its random draws come from a stream of its own."""
         twin = object.__new__(Model)
         twin.__dict__.update(self.__dict__)
+        with self._lock:
+            self._forks += 1
+            k = self._forks
+        twin._forks = 0
+        twin._initial_state = dict(self._initial_state)
+        if RNG_STATE in twin._initial_state:
+            twin._initial_state[RNG_STATE] = fork_state(self._initial_state[RNG_STATE], k)
         twin.reset()
         return twin
 
@@ -245,6 +267,7 @@ def load(
     disable_passes: Iterable[str] = (),
     threads: int | None = None,
     engine_options: Mapping[str, Any] | None = None,
+    seed: int = DEFAULT_SEED,
 ) -> Model:
     """Load a bundle directory (``program.json`` + ``weights.safetensors`` + ``meta.json``).
 
@@ -253,7 +276,8 @@ def load(
     ``backend="jax"`` runs the program as one XLA computation per input-shape binding (needs jax);
     ``backend="onnxruntime"`` as one onnxruntime session per binding (needs ``rlx[onnxruntime]``),
     with ``threads`` intra-op threads (default: onnxruntime's, one per physical core);
-    ``engine_options`` are the engine's own settings (``rlx.runtime.ort_engine.executor.OrtEngine``).
+    ``engine_options`` are the engine's own settings (``rlx.runtime.ort_engine.executor.OrtEngine``);
+    ``seed`` starts the generator of a model with random ops (see ``Model``).
     """
     program, weights, meta = read_bundle(bundle_dir)
     return Model(
@@ -265,6 +289,7 @@ def load(
         disable_passes=disable_passes,
         threads=threads,
         engine_options=engine_options,
+        seed=seed,
     )
 
 

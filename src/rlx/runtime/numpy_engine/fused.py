@@ -39,13 +39,18 @@ from rlx.kernels.precision import HALF
 from rlx.kernels.registry import Kernel, overrides
 from rlx.runtime.numpy_engine.kernels import KERNELS, NUMPY
 from rlx.runtime.numpy_engine.namespace import erf64, gelu_float32, relu
-from rlx.runtime.numpy_engine.nn import avg_pool_plan, conv_output_shape, conv_plan, max_pool_plan, norm_plan
+from rlx.runtime.numpy_engine.nn import (
+    INPLACE_MIN_BYTES,
+    avg_pool_plan,
+    conv_output_shape,
+    conv_plan,
+    max_pool_plan,
+    norm_plan,
+)
 
 Fn = Callable[..., np.ndarray]
 _F32, _F64 = np.dtype(np.float32), np.dtype(np.float64)
 _FAST_FLOATS = (_F32, _F64)
-# Below this many bytes a fresh array costs less than passing ``out=`` (numpy's allocation cache).
-INPLACE_MIN_BYTES = 64 * 1024
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,7 @@ from rlx.kernels.elementwise import UNARY as SHARED_UNARY
 from rlx.kernels.precision import HALF
 from rlx.kernels.registry import Kernel, overrides
 from rlx.runtime.numpy_engine.kernels import KERNELS, NUMPY
-from rlx.runtime.numpy_engine.namespace import erf64, gelu_float32, relu
+from rlx.runtime.numpy_engine.namespace import erf64, gelu_float32, relu, sigmoid_float32, silu_float32
 from rlx.runtime.numpy_engine.nn import (
     INPLACE_MIN_BYTES,
     avg_pool_plan,
@@ -105,6 +105,8 @@ def _static(shape: Sequence[Any]) -> bool:
 # Each one computes exactly what the shared definition of ``fn`` computes (same operations, same order) and
 # is safe with ``out`` being ``x`` itself. Only for float32/float64.
 def _sigmoid(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    if x.dtype == _F32:
+        return sigmoid_float32(x, out)
     out = np.negative(x, out=out)
     np.exp(out, out=out)
     np.add(1, out, out=out)
@@ -112,6 +114,8 @@ def _sigmoid(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
 
 
 def _silu(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    if x.dtype == _F32:
+        return silu_float32(x, out)
     return np.multiply(x, _sigmoid(x), out=out)
 
 

@@ -1,10 +1,12 @@
 """The numpy engine's array namespace: numpy, an erf, and the elementwise functions it computes its own way.
 
-Two elementwise overrides, both held to the shared definitions by tests:
+Four elementwise overrides, all held to the shared definitions by tests:
 - GELU on float32 runs in float32 through a fitted erfc (``gelu_float32``), about 5× faster than
   an erf computed in float64 element by element, and within a few ulps of the exact GELU;
 - ReLU takes the maximum against cached zeros: numpy's maximum with a scalar operand skips its
-  vectorised loop and is about 3× slower (same values).
+  vectorised loop and is about 3× slower (same values);
+- sigmoid and SiLU on float32 take their exponential as an exp2 (``sigmoid_float32``,
+  ``silu_float32``; SiLU as x / (1 + exp(−x)), PyTorch's formula), within a few ulps.
 """
 
 from __future__ import annotations
@@ -94,6 +96,27 @@ def gelu_float32(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     return np.multiply(x, r, out=out)
 
 
+_LOG2E = np.float32(-1 / math.log(2))  # exp(−x) = 2^(x·_LOG2E)
+
+
+def sigmoid_float32(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """1 / (1 + exp(−x)) of a float32 array with the exponential as an exp2 (numpy's float32 exp2
+    is about twice as fast as its exp); within a few ulps of the shared sigmoid. ``out`` may be ``x``."""
+    e = np.multiply(x, _LOG2E, out=out)
+    np.exp2(e, out=e)
+    np.add(e, np.float32(1), out=e)
+    return np.divide(np.float32(1), e, out=e)
+
+
+def silu_float32(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """x / (1 + exp(−x)) of a float32 array (PyTorch's formula, one pass fewer than x · sigmoid),
+    the exponential as an exp2; within a few ulps of the shared SiLU. ``out`` may be ``x``."""
+    e = np.multiply(x, _LOG2E)
+    np.exp2(e, out=e)
+    np.add(e, np.float32(1), out=e)
+    return np.divide(x, e, out=e if out is None else out)
+
+
 def gelu_erf64(x: np.ndarray) -> np.ndarray:
     """The shared GELU definition on the numpy namespace (erf from ``erf64``), called directly."""
     return x * 0.5 * (1 + erf64(x * (1 / math.sqrt(2))).astype(x.dtype))
@@ -101,6 +124,22 @@ def gelu_erf64(x: np.ndarray) -> np.ndarray:
 
 def gelu(x: np.ndarray) -> np.ndarray:
     return gelu_float32(x) if x.dtype == F32 else gelu_erf64(x)
+
+
+def _float32_override(fast: Callable[[np.ndarray], np.ndarray], name: str) -> Callable[[np.ndarray], np.ndarray]:
+    """``fast`` on float32 arrays of rank ≥ 1, the shared definition of ``name`` (bound at first
+    use) otherwise."""
+    shared: list[Callable[[np.ndarray], np.ndarray]] = []
+
+    def run(x: np.ndarray) -> np.ndarray:
+        if x.dtype == F32 and x.ndim:  # 0-d: ufuncs return numpy scalars, which cannot take ``out=``
+            return fast(x)
+        if not shared:
+            shared.append(elementwise.UNARY[name].on(NUMPY))
+        return shared[0](x)
+
+    run.__name__ = name
+    return run
 
 
 @lru_cache(maxsize=64)
@@ -143,4 +182,12 @@ NUMPY = ArrayNamespace(
     make_complex=make_complex,
     special_library=scipy_special,  # imports scipy at first use: only special-function programs need it
 )
-elementwise.bind(NUMPY, {"gelu": gelu, "relu": relu})
+elementwise.bind(
+    NUMPY,
+    {
+        "gelu": gelu,
+        "relu": relu,
+        "sigmoid": _float32_override(sigmoid_float32, "sigmoid"),
+        "silu": _float32_override(silu_float32, "silu"),
+    },
+)

@@ -75,6 +75,20 @@ def test_exp2_sigmoid_and_silu_match_torch(fn: str, scale: float) -> None:
     np.testing.assert_array_equal(buf, got)
 
 
+@pytest.mark.parametrize("shape", [(3, 4, 7), (64, 4, 16), (32, 4, 100)])  # short rows from 4096 elements
+@pytest.mark.parametrize("log", [False, True])
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # a row of -inf: -inf - -inf
+def test_bound_softmax_matches_torch(shape, log) -> None:
+    x = torch.randn(shape, generator=torch.Generator().manual_seed(shape[-1])) * 3
+    x[0, 1] = -math.inf  # a row with no finite entry: NaN, as in PyTorch
+    x[1, 2, 3] = math.nan
+    x[2, 0, : shape[-1] // 2] = -math.inf
+    ref = (torch.log_softmax if log else torch.softmax)(x, -1).numpy()
+    got = _bound(C.Softmax(Ref("x"), -1, log), ref, x.numpy())(x.numpy())
+    assert got.dtype == np.float32 and got.shape == ref.shape
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
+
+
 ATTENTION_SHAPES = [  # q, k shapes: small scores (numpy's reductions) and large ones (pairwise halving)
     ((2, 3, 5, 8), (2, 3, 7, 8)),
     ((64, 2, 16, 16), (64, 2, 16, 16)),

@@ -101,7 +101,11 @@ ATTENTION_SHAPES = [  # q, k shapes: small scores (numpy's reductions) and large
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")  # a query that attends nowhere: -inf - -inf
 def test_float32_attention_matches_torch(q_shape, k_shape, mask_kind) -> None:
     g = torch.Generator().manual_seed(q_shape[-2])
-    q, k, v = torch.randn(q_shape, generator=g) * 2, torch.randn(k_shape, generator=g), torch.randn(k_shape, generator=g)
+    q, k, v = (
+        torch.randn(q_shape, generator=g) * 2,
+        torch.randn(k_shape, generator=g),
+        torch.randn(k_shape, generator=g),
+    )
     big_l, big_s = q_shape[-2], k_shape[-2]
     mask = None
     if mask_kind == "bool":

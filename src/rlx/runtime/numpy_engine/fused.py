@@ -102,10 +102,11 @@ def _static(shape: Sequence[Any]) -> bool:
 
 
 # ── elementwise functions writing into ``out`` ───────────────────────────────
-# Each one computes exactly what the shared definition of ``fn`` computes (same operations, same order) and
-# is safe with ``out`` being ``x`` itself. Only for float32/float64.
+# Each one computes exactly what the engine's function for ``fn`` computes (``NUMPY.unary``: the shared
+# definition, or the engine's float32 override held to it) and is safe with ``out`` being ``x`` itself.
+# Only for float32/float64.
 def _sigmoid(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    if x.dtype == _F32:
+    if x.dtype == _F32 and x.ndim:
         return sigmoid_float32(x, out)
     out = np.negative(x, out=out)
     np.exp(out, out=out)
@@ -114,7 +115,7 @@ def _sigmoid(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
 
 
 def _silu(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    if x.dtype == _F32:
+    if x.dtype == _F32 and x.ndim:
         return silu_float32(x, out)
     return np.multiply(x, _sigmoid(x), out=out)
 

@@ -547,8 +547,11 @@ def avg_pool(c: AvgPool, x: np.ndarray) -> np.ndarray:
 _LOG2E = 1 / math.log(2)
 
 
-# Below this many scores numpy's own reduction, one call, costs less than the 2·log2(S) halving calls.
+# Below this many scores numpy's own reduction, one call, costs less than the 2·log2(S) halving calls;
+# sums go pairwise only over rows this short (numpy's add.reduce keeps up with longer ones, its
+# maximum.reduce does not).
 _PAIRWISE_MIN_SIZE = 16384
+_PAIRWISE_SUM_MAX_ROW = 16
 
 
 def _across_rows(ufunc: np.ufunc, x: np.ndarray) -> np.ndarray:
@@ -557,7 +560,7 @@ def _across_rows(ufunc: np.ufunc, x: np.ndarray) -> np.ndarray:
     non-trailing axis walks one short row at a time (3–4× slower on attention-sized scores).
     Sums are added pairwise (a different rounding from a running sum, not a worse one)."""
     n = x.shape[-2]
-    if n < 2 or x.size < _PAIRWISE_MIN_SIZE:
+    if n < 2 or x.size < _PAIRWISE_MIN_SIZE or (ufunc is np.add and x.shape[-1] > _PAIRWISE_SUM_MAX_ROW):
         return ufunc.reduce(x, axis=-2, keepdims=True)
     half = n // 2
     acc = ufunc(x[..., :half, :], x[..., half : 2 * half, :])

@@ -7,7 +7,7 @@ definitions, planned for numpy's speed):
   over sliding windows;
 - LayerNorm / RmsNorm statistics as BLAS matrix-vector products with a 1/n column (``norm_plan``):
   numpy's reductions over short trailing axes are slow;
-- attention with the scores held transposed, softmax'ed in place (float32 through exp2).
+- attention with the scores held transposed, softmax'ed in place (unmasked float32 through exp2).
 
 ``conv_plan``, ``max_pool_plan`` and ``norm_plan`` are also what the executor binds at load
 (``rlx.runtime.numpy_engine.fused``), so the generic kernel and the bound path are one code.
@@ -598,13 +598,12 @@ def attention(c: Attention, q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: n
     # The scores transposed, [..., S, L]: the softmax's max and sum then run across rows, one
     # vectorised pass per key, instead of along each short row (slow in numpy).
     scores = np.matmul(kw, np.swapaxes(qw, -1, -2))
-    # Float32 scores go through exp2, about twice as fast as numpy's float32 exp and as exact: the
-    # scores are scaled by log2(e) as well (softmax(z) = 2^(z·log2 e − max) / Σ), in the same pass
-    # as the scale — after a float mask is added, in a pass of its own.
-    base2 = qw.dtype == np.float32
-    added = mask is not None and mask.dtype != np.bool_
-    scale = c.scale * _LOG2E if base2 and not added else c.scale
-    np.multiply(scores, np.asarray(scale, dtype=qw.dtype), out=scores)
+    # Unmasked float32 scores go through exp2, about twice as fast as numpy's float32 exp and as
+    # exact, scaled by log2(e) in the same pass as the scale (softmax(z) = 2^(z·log2 e − max) / Σ).
+    # Masked ones keep exp: numpy's exp2 leaves its vectorised loop for results outside the normal
+    # range (a masked -inf costs 6× an exp, a subnormal 50×).
+    base2 = qw.dtype == np.float32 and mask is None and not c.causal
+    np.multiply(scores, np.asarray(c.scale * _LOG2E if base2 else c.scale, dtype=qw.dtype), out=scores)
     big_l, big_s = q.shape[-2], k.shape[-2]
     if c.causal:
         np.copyto(scores, -np.inf, where=_above_diagonal(big_l, big_s).T)
@@ -616,8 +615,6 @@ def attention(c: Attention, q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: n
             np.copyto(scores, -np.inf, where=~mask)
         else:
             np.add(scores, widen(mask), out=scores)
-            if base2:
-                np.multiply(scores, np.float32(_LOG2E), out=scores)
     # The softmax in place; a query that may attend nowhere (its scores all -inf, so its maximum
     # is -inf) gets zeros, like PyTorch's safe softmax.
     top = _across_rows(np.maximum, scores)

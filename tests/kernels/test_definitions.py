@@ -95,6 +95,26 @@ def test_gelu_override_within_a_few_ulps_of_the_shared_gelu(size):
     assert_same_bits(NUMPY.unary["gelu"](x64), shared_unary("gelu", x64))
 
 
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("fn", ["sigmoid", "silu"])
+def test_exp2_overrides_within_a_few_ulps_of_the_shared_definition(fn):
+    # float32: exp(−x) as 2^(x·−log2 e), whose rounded argument costs a relative |x|·1e-7 (tens of
+    # ulps only where the result is below 1e-30); float64 is the shared definition itself.
+    x = np.concatenate([grid("float32", 5000), np.linspace(-100, 100, 2001, dtype=np.float32)])
+    got, want = NUMPY.unary[fn](x), shared_unary(fn, x)
+    assert got.dtype == want.dtype == np.float32 and got.shape == x.shape
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    normal = np.isfinite(want) & (np.abs(want) >= np.finfo(np.float32).tiny)
+    rest = ~normal & ~np.isnan(want)  # ±inf, zeros and subnormals: the same, or within 1e-43
+    np.testing.assert_allclose(got[rest], want[rest], rtol=0, atol=1e-5 * np.finfo(np.float32).tiny)
+    bound = np.spacing(np.abs(want[normal])) * 4 + np.abs(want[normal]) * np.abs(x[normal]) * 1.2e-7
+    assert np.all(np.abs(got[normal] - want[normal]) <= bound)
+    x64 = grid("float64")
+    assert_same_bits(NUMPY.unary[fn](x64), shared_unary(fn, x64))
+    scalar = np.array(-3.5, np.float32)  # 0-d: the shared definition
+    assert_same_bits(np.asarray(NUMPY.unary[fn](scalar)).reshape(1), shared_unary(fn, scalar).reshape(1))
+
+
 # ── the executor's fast paths (rlx.runtime.numpy_engine.fused) ───────────────
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
@@ -133,6 +153,12 @@ def test_in_place_softmax_is_the_shared_softmax_bit_for_bit(log, dtype):
     for axis in range(3):
         want = SHARED["Softmax"](C.Softmax(X, axis, log), x, xp=NUMPY)
         assert_same_bits(fused._softmax_inplace(axis, log)(x), want)
+    # Many short trailing rows (row maxima from a transposed copy), with NaN and -inf lanes.
+    rows = grid(dtype, 8192)[: 64 * 4 * 16].reshape(64, 4, 16)
+    rows[5, 1] = -np.inf
+    for axis in (-1, 2, 1):
+        want = SHARED["Softmax"](C.Softmax(X, axis, log), rows, xp=NUMPY)
+        assert_same_bits(fused._softmax_inplace(axis, log)(rows), want)
 
 
 # ── the numpy engine's own kernels against the shared definitions ────────────

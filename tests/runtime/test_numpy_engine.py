@@ -55,6 +55,76 @@ def test_gelu_float32_special_values_and_in_place(size: int) -> None:
     np.testing.assert_array_equal(buf, got)
 
 
+@pytest.mark.parametrize("fn", ["sigmoid", "silu"])
+@pytest.mark.parametrize("scale", SCALES + [40.0])
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # exp2 overflow at the far negative end, as exp's
+def test_exp2_sigmoid_and_silu_match_torch(fn: str, scale: float) -> None:
+    specials = np.array([np.nan, np.inf, -np.inf, -0.0, 0.0, 88.0, -88.0, -100.0, 1e30, -1e30], np.float32)
+    x = np.concatenate([specials, (torch.randn(5000, generator=torch.Generator().manual_seed(7)) * scale).numpy()])
+    ref = (torch.sigmoid if fn == "sigmoid" else torch.nn.functional.silu)(torch.from_numpy(x)).numpy()
+    got = KERNELS["Unary"](C.Unary(fn, Ref("x")), x)
+    assert got.dtype == np.float32 and got.shape == x.shape
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(ref))
+    np.testing.assert_array_equal(got[np.isinf(x)], ref[np.isinf(x)])
+    ok = ~np.isnan(ref) & np.isfinite(x)
+    # A few ulps, and a relative |x|·1.2e-7 from exp2's rounded argument where the result is tiny.
+    bound = 4 * np.spacing(np.abs(ref[ok])) + np.abs(ref[ok] * x[ok]) * 1.2e-7
+    assert np.all(np.abs(got[ok] - ref[ok]) <= bound)
+    buf = x.copy()  # the executor's in-place form: the same values
+    assert fused.FLOAT_UNARY[fn](buf, buf) is buf
+    np.testing.assert_array_equal(buf, got)
+
+
+@pytest.mark.parametrize("shape", [(3, 4, 7), (64, 4, 16), (32, 4, 100)])  # short rows from 4096 elements
+@pytest.mark.parametrize("log", [False, True])
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # a row of -inf: -inf - -inf
+def test_bound_softmax_matches_torch(shape, log) -> None:
+    x = torch.randn(shape, generator=torch.Generator().manual_seed(shape[-1])) * 3
+    x[0, 1] = -math.inf  # a row with no finite entry: NaN, as in PyTorch
+    x[1, 2, 3] = math.nan
+    x[2, 0, : shape[-1] // 2] = -math.inf
+    ref = (torch.log_softmax if log else torch.softmax)(x, -1).numpy()
+    got = _bound(C.Softmax(Ref("x"), -1, log), ref, x.numpy())(x.numpy())
+    assert got.dtype == np.float32 and got.shape == ref.shape
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
+
+
+ATTENTION_SHAPES = [  # q, k shapes: small scores (numpy's reductions) and large ones (pairwise halving)
+    ((2, 3, 5, 8), (2, 3, 7, 8)),
+    ((64, 2, 16, 16), (64, 2, 16, 16)),
+    ((2, 4, 100, 32), (2, 4, 37, 32)),
+]
+
+
+@pytest.mark.parametrize("q_shape,k_shape", ATTENTION_SHAPES)
+@pytest.mark.parametrize("mask_kind", [None, "bool", "float", "causal"])
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # a query that attends nowhere: -inf - -inf
+def test_float32_attention_matches_torch(q_shape, k_shape, mask_kind) -> None:
+    g = torch.Generator().manual_seed(q_shape[-2])
+    q, k, v = (
+        torch.randn(q_shape, generator=g) * 2,
+        torch.randn(k_shape, generator=g),
+        torch.randn(k_shape, generator=g),
+    )
+    big_l, big_s = q_shape[-2], k_shape[-2]
+    mask = None
+    if mask_kind == "bool":
+        mask = torch.rand(big_l, big_s, generator=g) > 0.3
+        mask[1] = False  # a query that may attend nowhere: zeros
+    elif mask_kind == "float":
+        mask = torch.randn(1, 1, big_l, big_s, generator=g)
+        mask[..., 0, : big_s // 2] = -math.inf
+    causal = mask_kind == "causal"
+    scale = 0.3
+    ref = torch.nn.functional.scaled_dot_product_attention(q, k, v, mask, is_causal=causal, scale=scale)
+    call = C.Attention(Ref("q"), Ref("k"), Ref("v"), None if mask is None else Ref("m"), causal, scale, False)
+    got = KERNELS["Attention"](call, q.numpy(), k.numpy(), v.numpy(), None if mask is None else mask.numpy())
+    assert got.dtype == np.float32 and got.shape == ref.shape
+    np.testing.assert_allclose(got, ref.numpy(), rtol=2e-5, atol=2e-6)
+    if mask_kind == "bool":
+        assert not got[..., 1, :].any()  # zeros for the query that attends nowhere, as PyTorch gives
+
+
 # ── bound fast paths: the same numbers as the generic kernel, and as PyTorch ──────────────────────
 def _bound(call, result: np.ndarray, *operands: np.ndarray | None):
     """The executor's fast path for ``call`` on operands of these types (it must exist)."""
@@ -119,7 +189,10 @@ def test_bound_max_pool_matches_generic_kernel_and_torch(x_shape, kernel, stride
 
 
 @pytest.mark.parametrize("rms", [False, True])
-@pytest.mark.parametrize("shape,ndim", [((2, 5, 16), 1), ((3, 4, 6), 2), ((1, 64), 1)])
+@pytest.mark.parametrize(
+    "shape,ndim",
+    [((2, 5, 16), 1), ((3, 4, 6), 2), ((1, 64), 1), ((4, 64, 128), 1), ((8, 16, 32, 16), 2)],  # last two: in place
+)
 def test_bound_norms_match_generic_kernel_and_torch(shape, ndim, rms) -> None:
     g = torch.Generator().manual_seed(ndim)
     x, w, b = (
@@ -138,4 +211,5 @@ def test_bound_norms_match_generic_kernel_and_torch(shape, ndim, rms) -> None:
     fast = _bound(call, ref, *operands)(*operands)
     np.testing.assert_array_equal(fast, generic)
     assert fast.shape == ref.shape and fast.dtype == ref.dtype
+    assert not any(np.shares_memory(fast, o) for o in operands)
     np.testing.assert_allclose(fast, ref, rtol=1e-5, atol=1e-5)

@@ -38,14 +38,19 @@ from rlx.kernels.elementwise import UNARY as SHARED_UNARY
 from rlx.kernels.precision import HALF
 from rlx.kernels.registry import Kernel, overrides
 from rlx.runtime.numpy_engine.kernels import KERNELS, NUMPY
-from rlx.runtime.numpy_engine.namespace import erf64, gelu_float32, relu
-from rlx.runtime.numpy_engine.nn import avg_pool_plan, conv_output_shape, conv_plan, max_pool_plan, norm_plan
+from rlx.runtime.numpy_engine.namespace import erf64, gelu_float32, relu, sigmoid_float32, silu_float32
+from rlx.runtime.numpy_engine.nn import (
+    INPLACE_MIN_BYTES,
+    avg_pool_plan,
+    conv_output_shape,
+    conv_plan,
+    max_pool_plan,
+    norm_plan,
+)
 
 Fn = Callable[..., np.ndarray]
 _F32, _F64 = np.dtype(np.float32), np.dtype(np.float64)
 _FAST_FLOATS = (_F32, _F64)
-# Below this many bytes a fresh array costs less than passing ``out=`` (numpy's allocation cache).
-INPLACE_MIN_BYTES = 64 * 1024
 
 
 @dataclass(frozen=True)
@@ -97,9 +102,12 @@ def _static(shape: Sequence[Any]) -> bool:
 
 
 # ── elementwise functions writing into ``out`` ───────────────────────────────
-# Each one computes exactly what the shared definition of ``fn`` computes (same operations, same order) and
-# is safe with ``out`` being ``x`` itself. Only for float32/float64.
+# Each one computes exactly what the engine's function for ``fn`` computes (``NUMPY.unary``: the shared
+# definition, or the engine's float32 override held to it) and is safe with ``out`` being ``x`` itself.
+# Only for float32/float64.
 def _sigmoid(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    if x.dtype == _F32 and x.ndim:
+        return sigmoid_float32(x, out)
     out = np.negative(x, out=out)
     np.exp(out, out=out)
     np.add(1, out, out=out)
@@ -107,6 +115,8 @@ def _sigmoid(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
 
 
 def _silu(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    if x.dtype == _F32 and x.ndim:
+        return silu_float32(x, out)
     return np.multiply(x, _sigmoid(x), out=out)
 
 
@@ -367,13 +377,30 @@ def _generic_step(step: CheckedStep) -> Fn:
     return run
 
 
+# A softmax over a trailing axis this short or shorter takes its row maxima from a transposed copy
+# (from this many elements up): numpy reduces a short contiguous axis one row at a time, about 3×
+# slower than the copy plus one reduction across rows. Longer rows: the copy stops paying.
+_SHORT_ROW = 32
+_SHORT_ROW_MIN_SIZE = 4096
+
+
+def _row_max(x: np.ndarray, axis: int) -> np.ndarray:
+    """``np.max(x, axis, keepdims=True)``, the same values (NaN propagates), taken across the rows
+    of a transposed copy when ``axis`` is a short trailing one."""
+    n = x.shape[axis] if x.ndim else 0
+    if axis % max(x.ndim, 1) != x.ndim - 1 or not 1 < n <= _SHORT_ROW or x.size < _SHORT_ROW_MIN_SIZE:
+        return np.maximum.reduce(x, axis=axis, keepdims=True)
+    columns = np.ascontiguousarray(x.reshape(-1, n).T)
+    return np.maximum.reduce(columns, axis=0).reshape(x.shape[:-1] + (1,))
+
+
 def _softmax_inplace(axis: int, log: bool) -> Fn:
     """The shared softmax definition on float32/float64, overwriting ``out`` (which may be ``x``)."""
 
     def run(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         if out is None:
             out = np.empty_like(x)
-        np.subtract(x, np.maximum.reduce(x, axis=axis, keepdims=True), out=out)
+        np.subtract(x, _row_max(x, axis), out=out)
         if log:
             return np.subtract(out, np.log(np.add.reduce(np.exp(out), axis=axis, keepdims=True)), out=out)
         np.exp(out, out=out)

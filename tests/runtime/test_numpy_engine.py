@@ -57,8 +57,8 @@ def test_gelu_float32_special_values_and_in_place(size: int) -> None:
 
 @pytest.mark.parametrize("fn", ["sigmoid", "silu"])
 @pytest.mark.parametrize("scale", SCALES + [40.0])
-@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # exp2 overflow at the far negative end, as exp's
-def test_exp2_sigmoid_and_silu_match_torch(fn: str, scale: float) -> None:
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # exp overflows at the far negative end
+def test_sigmoid_and_silu_match_torch(fn: str, scale: float) -> None:
     specials = np.array([np.nan, np.inf, -np.inf, -0.0, 0.0, 88.0, -88.0, -100.0, 1e30, -1e30], np.float32)
     x = np.concatenate([specials, (torch.randn(5000, generator=torch.Generator().manual_seed(7)) * scale).numpy()])
     ref = (torch.sigmoid if fn == "sigmoid" else torch.nn.functional.silu)(torch.from_numpy(x)).numpy()
@@ -67,9 +67,7 @@ def test_exp2_sigmoid_and_silu_match_torch(fn: str, scale: float) -> None:
     np.testing.assert_array_equal(np.isnan(got), np.isnan(ref))
     np.testing.assert_array_equal(got[np.isinf(x)], ref[np.isinf(x)])
     ok = ~np.isnan(ref) & np.isfinite(x)
-    # A few ulps, and a relative |x|·1.2e-7 from exp2's rounded argument where the result is tiny.
-    bound = 4 * np.spacing(np.abs(ref[ok])) + np.abs(ref[ok] * x[ok]) * 1.2e-7
-    assert np.all(np.abs(got[ok] - ref[ok]) <= bound)
+    assert np.all(np.abs(got[ok] - ref[ok]) <= 4 * np.spacing(np.abs(ref[ok])))
     buf = x.copy()  # the executor's in-place form: the same values
     assert fused.FLOAT_UNARY[fn](buf, buf) is buf
     np.testing.assert_array_equal(buf, got)

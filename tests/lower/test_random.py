@@ -26,6 +26,7 @@ def _seeded_torch() -> None:
     """PyTorch's own draws (compared by their statistics) are the same on every run and worker."""
     torch.manual_seed(0)
 
+
 N = 200_000  # draws per statistic: the standard error of a mean is σ / 447
 
 

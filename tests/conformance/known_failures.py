@@ -24,7 +24,6 @@ KNOWN: dict[str, str] = {
     "new_empty": "uninitialised memory: rlx returns zeros",
     "empty_strided": "uninitialised memory: rlx returns zeros",
     "new_empty_strided": "uninitialised memory: rlx returns zeros",
-    "nonzero": "data-dependent output shape",
     "empty_permuted": "uninitialised memory: rlx returns zeros",
     "cauchy": "random op",
     "exponential": "random op",

@@ -114,6 +114,17 @@ def test_matches_torch_on_new_data(name: str) -> None:
         _check_run(model, module, make(seed), f"{name} seed {seed}")
 
 
+@pytest.mark.parametrize("dtype", [F32, I64, BOOL, torch.float16])
+def test_nonzero_of_a_zero_d_tensor(dtype: torch.dtype) -> None:
+    """A 0-d input has [n, 0] coordinates: one empty row when it is non-zero, none when it is zero."""
+    model, _, _ = convert(torch.nonzero, (torch.tensor(1).to(dtype),))
+    for value in (1, 0, 1):
+        x = torch.tensor(value).to(dtype)
+        got = model(tensor_to_numpy(x))
+        assert got.shape == (value, 0) and got.dtype == np.int64
+        assert_arrays_match(got, tensor_to_numpy(torch.nonzero(x)), f"value {value}")
+
+
 def test_sizes_stay_symbolic_downstream() -> None:
     _, program, exported = convert(lambda x: torch.nonzero(x > 0).float() * 2, (_floats((3, 4), 0),))
     assert [s.name for s in exported.ir.data_symbols] == ["u0"]

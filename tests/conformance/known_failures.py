@@ -57,7 +57,6 @@ KNOWN: dict[str, str] = {
     "histogram": "not lowered yet: aten.histogram (bins and edges; Histc covers torch.histc only)",
     "histogramdd": "not lowered yet: aten._histogramdd_bin_edges / _histogramdd_from_bin_cts",
     "nn.functional.embedding_bag": "not lowered yet: aten._embedding_bag_forward_only (offsets, modes, per-sample weights)",
-    "hash_tensor": "not lowered yet: a xor reduction of 64-bit bit patterns (Reduce has no xor)",
     "_segment_reduce.lengths": "not lowered yet: aten.segment_reduce",
     "_segment_reduce.offsets": "not lowered yet: aten.segment_reduce",
     "linalg.ldl_factor": "not lowered yet: LAPACK's Bunch-Kaufman LDLᵀ (sytrf) needs its own Call",

@@ -54,6 +54,13 @@ def var_forms(fn):  # torch.var or torch.std
     )
 
 
+def _hashes(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    if x.ndim == 0:
+        return torch.hash_tensor(x), torch.hash_tensor(x, 0), torch.hash_tensor(x, -1, keepdim=True)
+    return (torch.hash_tensor(x), torch.hash_tensor(x, 1), torch.hash_tensor(x, (0, 2), keepdim=True),
+            torch.hash_tensor(x, -1, keepdim=True), torch.hash_tensor(x, [0, 1, 2]))  # fmt: skip
+
+
 def accumulation(dtype: torch.dtype) -> tuple[torch.Tensor]:
     """Many small values: a half-precision accumulator would drift far from PyTorch's float32 one."""
     return (torch.full((64, 64), 0.1, dtype=dtype) + torch.linspace(0, 1, 64, dtype=dtype),)
@@ -125,6 +132,9 @@ CASES = [
                                                       torch.linalg.vector_norm(x[:1, :1, :1], 2.5),
                                                       torch.linalg.vector_norm(x[0, 0, 0], 4)),
          inputs((F32, F16), specials=False)),
+    # the 64-bit bit patterns (float64 / int64, bool 0/1, NaN and -0 included) folded with xor, as uint64
+    case("hash_tensor", _hashes, inputs(ALL)),
+    case("hash_tensor_zero_dim", _hashes, singles((F32, I64, BOOL), shapes=[()])),
 
 # ── known failures, each with its reason ─────────────────────────────────────
     case("var_mean_inf", lambda x: torch.var_mean(x, 1), [(torch.tensor([[INF, 1.0, 2.0], [1.0, -INF, 2.0]]),)],
@@ -137,3 +147,8 @@ CASES = [
 @pytest.mark.parametrize("c", CASES)
 def test_matches_torch(c: Case) -> None:
     check(c)
+
+
+def test_hash_tensor_on_jax() -> None:
+    pytest.importorskip("jax")
+    check(Case("hash_tensor_jax", _hashes, inputs((F32, F16, I64, BOOL)), levels=("aten", "core")), backend="jax")

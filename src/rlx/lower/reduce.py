@@ -8,7 +8,7 @@ import math
 
 from rlx.errors import LoweringError
 from rlx.ir import dtypes
-from rlx.ir.calls import ArgReduce, Binary, Reduce, Unary, Where
+from rlx.ir.calls import ArgReduce, Binary, Bitcast, Reduce, Unary, Where
 from rlx.ir.program import Operand, Ref
 from rlx.ir.torch_ir import Node, TensorMeta
 from rlx.lower.elementwise import binary
@@ -160,6 +160,21 @@ def aminmax(node: Node, b: Builder) -> tuple[Operand, Operand]:
     lo = reduce_value(b, "amin", x, axes, keepdim, b.dtype(x))
     hi = reduce_value(b, "amax", x, axes, keepdim, b.dtype(x))
     return reshape_to(b, lo, node.meta.shape), reshape_to(b, hi, node.meta_at(1).shape)
+
+
+@lowers("aten.hash_tensor")
+def hash_tensor(node: Node, b: Builder) -> Operand:
+    """``hash_tensor(x, dim=[], keepdim=False, mode=0)``: every entry widened to its 64-bit kind
+    (float64, int64; bool as 0/1), its bits read as uint64, folded with xor over ``dim`` (all
+    axes when empty)."""
+    x = b.input(node, 0)
+    mode = node.arg(3, "mode", 0)
+    if mode != 0:
+        raise LoweringError(f"node {node.id} ({node.op}): only mode 0 (xor) exists, found {mode!r}")
+    wide = b.cast(x, "f64" if dtypes.is_float(b.dtype(x)) else "i64")
+    bits = b.emit(Bitcast(wide, "u64"), b.shape(wide), "u64")
+    axes, keepdim = _axes_and_keepdim(node, b, bits)
+    return reshape_to(b, reduce_value(b, "xor", bits, axes, keepdim, "u64"), node.meta.shape)
 
 
 @lowers("aten.linalg_vector_norm")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 from rlx.ir import calls as C
+from rlx.errors import EmitError
 from rlx.ir import dtypes
 from rlx.ir.program import Instr
 from rlx.onnx_export.registry import OnnxGraph, T, emits
@@ -26,6 +27,8 @@ def _any_nan(g: OnnxGraph, x: T, axes: list[int] | None, keepdim: bool) -> T:
 @emits(C.Reduce, widen=True)
 def reduce(g: OnnxGraph, c: C.Reduce, out: Instr, x: T) -> T:
     axes = list(c.axes) if c.axes and x.rank else None
+    if c.fn == "xor":
+        raise EmitError("ONNX has no exclusive-or reduction (Reduce xor, torch.hash_tensor); use the numpy or JAX engine")
     if x.rank == 0:
         return g.op("Identity", [x], x.dtype) if c.fn not in ("var", "std") else _variance(g, c, x, axes)
     if c.fn in ("any", "all"):

@@ -56,7 +56,6 @@ KNOWN: dict[str, str] = {
     # Not lowered yet (issue 18's remaining long tail): each needs a lowering of its own.
     "histogram": "not lowered yet: aten.histogram (bins and edges; Histc covers torch.histc only)",
     "histogramdd": "not lowered yet: aten._histogramdd_bin_edges / _histogramdd_from_bin_cts",
-    "nn.functional.embedding_bag": "not lowered yet: aten._embedding_bag_forward_only (offsets, modes, per-sample weights)",
     "linalg.ldl_factor": "not lowered yet: LAPACK's Bunch-Kaufman LDLᵀ (sytrf) needs its own Call",
     "linalg.ldl_factor_ex": "not lowered yet: LAPACK's Bunch-Kaufman LDLᵀ (sytrf) needs its own Call",
     "linalg.ldl_solve": "not lowered yet: solves with LAPACK's Bunch-Kaufman LDLᵀ factors (sytrs)",

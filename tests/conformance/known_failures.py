@@ -54,8 +54,6 @@ KNOWN: dict[str, str] = {
     "linalg.eig": "complex eigenvectors of a real matrix: rlx has no complex eigen-solver Call",
     "linalg.eigvals": "complex eigenvalues of a real matrix: rlx has no complex eigen-solver Call",
     # Not lowered yet (issue 18's remaining long tail): each needs a lowering of its own.
-    "histogram": "not lowered yet: aten.histogram (bins and edges; Histc covers torch.histc only)",
-    "histogramdd": "not lowered yet: aten._histogramdd_bin_edges / _histogramdd_from_bin_cts",
     "linalg.ldl_factor": "not lowered yet: LAPACK's Bunch-Kaufman LDLᵀ (sytrf) needs its own Call",
     "linalg.ldl_factor_ex": "not lowered yet: LAPACK's Bunch-Kaufman LDLᵀ (sytrf) needs its own Call",
     "linalg.ldl_solve": "not lowered yet: solves with LAPACK's Bunch-Kaufman LDLᵀ factors (sytrs)",

@@ -253,7 +253,7 @@ def _bag_max(b: Builder, rows: Ref, target: Ref, spread: Ref, bags: Dim) -> Ref:
     if n == 0:
         return best
     positions = b.emit(Arange(0, n, 1, "i64"), (n,), "i64")
-    past = b.emit(Full(n, (symbolic.add(bags, 1),), "i64"), (symbolic.add(bags, 1),), "i64")
+    past = b.emit(Full(2**62, (symbolic.add(bags, 1),), "i64"), (symbolic.add(bags, 1),), "i64")  # past any entry
     first = b.emit(Scatter(past, 0, target, positions, "amin", True), b.shape(past), "i64")
     picked = b.emit(Binary("minimum", first, b.lit(symbolic.add(n, -1), "i64")), b.shape(first), "i64")
     first_nan = emit_binary(b, "logical_and", b.emit(IndexSelect(nan, 0, picked), b.shape(zeros), "bool"),

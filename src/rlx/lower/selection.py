@@ -34,7 +34,7 @@ from rlx.ir.torch_ir import Node, TensorMeta
 from rlx.lower.elementwise import emit_binary
 from rlx.lower.movement import reshape_to, take_slice
 from rlx.lower.registry import Builder, lowers
-from rlx.lower.shapes import norm_axis
+from rlx.lower.shapes import norm_axis, static_dim
 
 
 @lowers("aten.nonzero.default", "aten.argwhere.default")
@@ -184,9 +184,9 @@ def _outer_edges(b: Builder, x: Ref, dim: int, span: tuple[float, float] | None)
     float64, then rounded to ``x``'s dtype as PyTorch's edges are."""
     dt = b.dtype(x)
     if span is not None:
-        lo, hi = span
-        lo, hi = (lo - 0.5, hi + 0.5) if lo == hi else (lo, hi)
-        return b.lit(lo, dt), b.lit(hi, dt)
+        first, last = span
+        first, last = (first - 0.5, last + 0.5) if first == last else (first, last)
+        return b.lit(first, dt), b.lit(last, dt)
     rows = b.shape(x)[0]
     if rows == 0:
         return b.lit(0.0, dt), b.lit(1.0, dt)
@@ -219,7 +219,7 @@ def _histogram(b: Builder, node: Node, x: Ref, edges: list[Ref], shape: tuple[Di
     flat: Operand = b.lit(0, "i64")
     valid: Operand = b.lit(True, "bool")
     for dim, edge in enumerate(edges):
-        count = b.shape(edge)[0] - 1
+        count = static_dim(b.shape(edge)[0], "bin edges", node) - 1
         column = reshape_to(b, take_slice(b, x, 1, dim, 1), (rows,))
         first, last = (reshape_to(b, take_slice(b, edge, 0, k, 1), ()) for k in (0, count))
         inside = emit_binary(
@@ -229,7 +229,7 @@ def _histogram(b: Builder, node: Node, x: Ref, edges: list[Ref], shape: tuple[Di
         found = b.emit(SearchSorted(edge, column, True), (rows,), "i64")
         position = emit_binary(b, "minimum", emit_binary(b, "sub", found, b.lit(1, "i64")), b.lit(count - 1, "i64"))
         flat = emit_binary(b, "add", emit_binary(b, "mul", flat, b.lit(count, "i64")), position, "i64")
-    total = math.prod(int(d) for d in shape)
+    total = math.prod(static_dim(d, "histogram bins", node) for d in shape)
     target = b.emit(Where(valid, flat, b.lit(total, "i64")), (rows,), "i64")
     weight = b.optional_input(node, 3, "weight")
     amounts = b.lit(1, dt) if weight is None else reshape_to(b, b.cast(weight, dt), (rows,))
@@ -240,7 +240,7 @@ def _histogram(b: Builder, node: Node, x: Ref, edges: list[Ref], shape: tuple[Di
     if node.kwargs.get("density", False):
         hist = emit_binary(b, "div", hist, b.emit(Reduce("sum", hist, tuple(range(len(shape))), False), (), dt))
         for dim, edge in enumerate(edges):
-            count = b.shape(edge)[0] - 1
+            count = static_dim(b.shape(edge)[0], "bin edges", node) - 1
             widths = emit_binary(b, "sub", take_slice(b, edge, 0, 1, count), take_slice(b, edge, 0, 0, count))
             along = tuple(count if k == dim else 1 for k in range(len(shape)))
             hist = emit_binary(b, "div", hist, reshape_to(b, widths, along))

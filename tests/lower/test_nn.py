@@ -12,7 +12,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from helpers import LEVELS, assert_converts_and_matches, rand, with_specials
+from rlx.errors import RlxError
+
+from helpers import LEVELS, assert_converts_and_matches, convert, rand, with_specials
 
 F32, F16, BF16 = torch.float32, torch.float16, torch.bfloat16
 pytestmark = pytest.mark.filterwarnings("ignore:Using padding='same' with even kernel")
@@ -595,6 +597,16 @@ def test_embedding_bag_on_jax():
         levels=("high",),
         backend="jax",
     )
+
+
+def test_embedding_bag_results_for_the_backward_pass_fail_where_read():
+    """offset2bag, bag_size and max_indices are not lowered: unused they cost nothing, read they
+    fail in one line naming the result."""
+    bag = lambda w, i, o: torch.ops.aten._embedding_bag_forward_only(w, i, o, False, 2)  # noqa: E731
+    assert_converts_and_matches(lambda w, i, o: bag(w, i, o)[0], (rand((10, 4)), BAG_INDICES, BAG_OFFSETS))
+    with pytest.raises(RlxError) as err:
+        convert(lambda w, i, o: bag(w, i, o)[3], (rand((10, 4)), BAG_INDICES, BAG_OFFSETS))
+    assert "\n" not in str(err.value) and "result 3" in str(err.value)
 
 
 def test_masked_fill_minus_inf_then_softmax_is_exact():

@@ -43,10 +43,6 @@ KNOWN: dict[str, str] = {
     "geqrf": (
         "not lowered: LAPACK's Householder form needs its own Call (numpy's qr mode='raw', jax.lax.linalg.geqrf)"
     ),
-    "tensor_split": (
-        "split points read from a tensor (item()) become sizes: rlx binds data-dependent sizes only from "
-        "results' shapes, not from values"
-    ),
     "linalg.eig": "complex eigenvectors of a real matrix: rlx has no complex eigen-solver Call",
     "linalg.eigvals": "complex eigenvalues of a real matrix: rlx has no complex eigen-solver Call",
     # Not lowered yet (issue 18's remaining long tail): each needs a lowering of its own.
@@ -56,6 +52,11 @@ KNOWN: dict[str, str] = {
 }
 
 KNOWN_WHEN: dict[str, tuple[str, str]] = {
+    "tensor_split": (
+        "must be a number, found a tensor",
+        "split points read from a tensor (item()) become slice bounds: rlx binds data-dependent sizes "
+        "only from results' shapes, not from values",
+    ),
     "nn.functional.linear_cross_entropy.chunked": (
         "torch_nn._linear_cross_entropy_batch_chunked",
         "the batch-chunked samples export this custom op whole (no decomposition; it returns the loss and "

@@ -57,17 +57,6 @@ KNOWN_WHEN: dict[str, tuple[str, str]] = {
         "split points read from a tensor (item()) become slice bounds: rlx binds data-dependent sizes "
         "only from results' shapes, not from values",
     ),
-    "nn.functional.linear_cross_entropy.chunked": (
-        "torch_nn._linear_cross_entropy_batch_chunked",
-        "the batch-chunked samples export this custom op whole (no decomposition; it returns the loss and "
-        "its gradients): not lowered yet, it needs linear + cross_entropy (class weights, ignore_index, "
-        "label_smoothing, mean/sum, acc_dtype accumulation) rebuilt from Calls",
-    ),
-    "nn.functional.linear_cross_entropy.chunked_none": (
-        "torch_nn._linear_cross_entropy_batch_chunked_no_reduction",
-        "the batch-chunked samples export this custom op whole (no decomposition): not lowered yet, it needs "
-        "linear + per-row cross_entropy rebuilt from Calls",
-    ),
     "matrix_exp": (
         "NaN positions differ",
         "PyTorch's float16/bfloat16 matrix_exp runs its series in half precision and overflows to inf/NaN "

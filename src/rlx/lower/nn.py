@@ -27,6 +27,7 @@ from rlx.ir.calls import (
     Index,
     IndexSelect,
     LayerNorm,
+    Linear,
     MaxPool,
     Pad,
     Permute,
@@ -594,3 +595,69 @@ def max_pool_backward(node: Node, b: Builder) -> Operand:
     zeros = b.emit(Full(0.0, (*lead, flat_in), out.dtype), (*lead, flat_in), out.dtype)
     summed = b.emit(Scatter(zeros, len(lead), idx, grad, "sum"), (*lead, flat_in), out.dtype)
     return reshape_to(b, summed, out.shape)
+
+
+# ── fused linear + cross-entropy (torch.nn.functional.linear_cross_entropy) ───
+def _cross_entropy_terms(b: Builder, logp: Ref, target: Ref, ignore: int, weight: Ref | None) -> tuple[Ref, Ref, Ref]:
+    """Per row: ``-w[t]·logp[t]`` (0 where ``t == ignore``), the row's weight ``w[t]`` (0 there)
+    and whether it counts."""
+    rows = b.shape(logp)[0]
+    dt = b.dtype(logp)
+    valid = emit_binary(b, "ne", target, b.lit(ignore, "i64"), "bool")
+    safe = b.emit(Where(valid, target, b.lit(0, "i64")), (rows,), "i64")
+    picked = reshape_to(b, b.emit(Gather(logp, 1, reshape_to(b, safe, (rows, 1))), (rows, 1), dt), (rows,))
+    scale: Operand = b.lit(1.0, dt) if weight is None else b.emit(IndexSelect(weight, 0, safe), (rows,), dt)
+    row_weight = b.emit(Where(valid, scale, b.lit(0.0, dt)), (rows,), dt)
+    nll = b.emit(Unary("neg", emit_binary(b, "mul", picked, scale)), (rows,), dt)
+    return b.emit(Where(valid, nll, b.lit(0.0, dt)), (rows,), dt), row_weight, valid
+
+
+@lowers(
+    "torch_nn._linear_cross_entropy_batch_chunked.default",
+    "torch_nn._linear_cross_entropy_batch_chunked_no_reduction.default",
+)
+def linear_cross_entropy(node: Node, b: Builder) -> Operand | tuple[Operand | None, ...]:
+    """``linear_cross_entropy`` by its documented meaning, ``cross_entropy(x @ Wᵀ + bias, target,
+    weight, ignore_index, label_smoothing, reduction)``, computed in ``acc_dtype`` (the batch
+    chunking only bounds memory). The gradients the scalar form can precompute are the empty
+    tensors PyTorch returns when they are not asked for; asked for, they are not lowered."""
+    x, w, target = b.input(node, 0), b.input(node, 1), b.cast(b.input(node, 2), "i64")
+    bias, class_weight = b.optional_input(node, 3, "linear_bias"), b.optional_input(node, 4, "weight")
+    scalar = node.op.startswith("torch_nn._linear_cross_entropy_batch_chunked.")
+    reduction, ignore, smoothing = (
+        (node.arg(5), node.arg(6), float(node.arg(7))) if scalar else ("none", node.arg(5), 0.0)
+    )
+    acc = node.arg(10 if scalar else 8)
+    acc = getattr(acc, "dtype", "f32")
+    if b.rank(x) != 2 or b.rank(w) != 2 or reduction not in ("mean", "sum", "none"):
+        raise LoweringError(f"node {node.id} ({node.op}): needs a 2-d input and weight and a mean/sum/none reduction")
+    rows, classes = b.shape(x)[0], b.shape(w)[0]
+    logits = b.emit(
+        Linear(b.cast(x, acc), b.cast(w, acc), None if bias is None else b.cast(bias, acc)), (rows, classes), acc
+    )
+    logp = b.emit(Softmax(logits, 1, True), (rows, classes), acc)
+    weight = None if class_weight is None else b.cast(class_weight, acc)
+    nll, row_weight, valid = _cross_entropy_terms(b, logp, target, ignore, weight)
+    if reduction == "none":
+        return b.cast(nll, node.meta.dtype)
+    total = b.emit(Reduce("sum", nll, (0,), False), (), acc)
+    denom = b.emit(Reduce("sum", row_weight, (0,), False), (), acc)
+    loss = emit_binary(b, "div", total, denom) if reduction == "mean" else total
+    if smoothing:
+        spread = logp if weight is None else emit_binary(b, "mul", logp, reshape_to(b, weight, (1, classes)))
+        smooth = b.emit(Unary("neg", b.emit(Reduce("sum", spread, (1,), False), (rows,), acc)), (rows,), acc)
+        smooth = b.emit(
+            Reduce("sum", b.emit(Where(valid, smooth, b.lit(0.0, acc)), (rows,), acc), (0,), False), (), acc
+        )
+        smooth = emit_binary(b, "div", smooth, denom) if reduction == "mean" else smooth
+        loss = emit_binary(
+            b,
+            "add",
+            emit_binary(b, "mul", loss, b.lit(1.0 - smoothing, acc)),
+            emit_binary(b, "mul", smooth, b.lit(smoothing / static_dim(classes, "classes", node), acc)),
+        )
+    grads: list[Operand | None] = []
+    for k, wanted in zip((1, 2, 3), (node.arg(12), node.arg(13), node.arg(14))):
+        meta = node.meta_at(k)
+        grads.append(None if wanted else b.emit(Full(0, meta.shape, meta.dtype), meta.shape, meta.dtype))
+    return (b.cast(loss, node.meta.dtype), *grads)

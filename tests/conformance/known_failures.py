@@ -20,23 +20,7 @@ dtype are compared, as PyTorch's own OpInfo tests do.
 from __future__ import annotations
 
 KNOWN: dict[str, str] = {
-    "nonzero": "data-dependent output shape",
     "chalf": "complex32 has no numpy dtype: rlx refuses torch.complex32 at export",
-    "nn.functional.linear_cross_entropy.chunked": "torch_nn custom op (batch-chunked loss) with no Core ATen decomposition",
-    "nn.functional.linear_cross_entropy.chunked_none": (
-        "torch_nn custom op (batch-chunked loss) with no Core ATen decomposition"
-    ),
-    "tensor_split": (
-        "split points read from a tensor (item()) become sizes: rlx binds data-dependent sizes only from "
-        "results' shapes, not from values"
-    ),
-    # Not lowered yet (issue 18's remaining long tail): each needs a lowering of its own.
-    "histogram": "not lowered yet: aten.histogram (bins and edges; Histc covers torch.histc only)",
-    "histogramdd": "not lowered yet: aten._histogramdd_bin_edges / _histogramdd_from_bin_cts",
-    "nn.functional.embedding_bag": "not lowered yet: aten._embedding_bag_forward_only (offsets, modes, per-sample weights)",
-    "hash_tensor": "not lowered yet: a xor reduction of 64-bit bit patterns (Reduce has no xor)",
-    "_segment_reduce.lengths": "not lowered yet: aten.segment_reduce",
-    "_segment_reduce.offsets": "not lowered yet: aten.segment_reduce",
 }
 
 RANDOM: dict[str, tuple[str, str]] = {
@@ -100,6 +84,11 @@ VALUES_UNDEFINED: dict[str, str] = {
 }
 
 KNOWN_WHEN: dict[str, tuple[str, str]] = {
+    "tensor_split": (
+        "must be a number, found a tensor",
+        "split points read from a tensor (item()) become slice bounds: rlx binds data-dependent sizes "
+        "only from results' shapes, not from values",
+    ),
     "matrix_exp": (
         "NaN positions differ",
         "PyTorch's float16/bfloat16 matrix_exp runs its series in half precision and overflows to inf/NaN "

@@ -12,7 +12,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from helpers import LEVELS, assert_converts_and_matches, rand, with_specials
+from rlx.errors import RlxError
+
+from helpers import LEVELS, assert_converts_and_matches, convert, rand, with_specials
 
 F32, F16, BF16 = torch.float32, torch.float16, torch.bfloat16
 pytestmark = pytest.mark.filterwarnings("ignore:Using padding='same' with even kernel")
@@ -200,6 +202,49 @@ EMBEDDING = [
         (10, 4),
         TOKENS,
     ),
+]
+BAG_INDICES = torch.tensor([0, 3, 9, 3, 2, 7, 1, 1])
+BAG_OFFSETS = torch.tensor([0, 2, 2, 5])  # bag 1 is empty, the last runs to the end
+BAG_ENDS = torch.tensor([0, 2, 5, 5, 8])  # include_last_offset: the last offset is the indices' length
+
+
+def _bag_weight(d):
+    """Row 0 leads bag 0 with NaN/±inf in it (a NaN there is the bag's max); row 7 has a NaN in
+    the middle of bag 2, which PyTorch's max loop passes over."""
+    w = with_specials(rand((10, 4), d, seed=3))
+    w[7, 1] = float("nan")
+    return w
+
+
+def _bags(i, w, o, e, p, **kw):
+    return (
+        *(F.embedding_bag(i, w, o, mode=m, **kw) for m in ("sum", "mean", "max")),
+        *(F.embedding_bag(i, w, o, mode=m, padding_idx=3, **kw) for m in ("sum", "mean", "max")),
+        *(F.embedding_bag(i, w, e, mode=m, include_last_offset=True, **kw) for m in ("sum", "mean", "max")),
+        F.embedding_bag(i, w, o, mode="sum", per_sample_weights=p, **kw),
+        F.embedding_bag(i, w, e, mode="sum", per_sample_weights=p, include_last_offset=True, padding_idx=1, **kw),
+        F.embedding_bag(TOKENS, w, mode="max", **kw),  # 2-d input: one bag per row
+    )
+
+
+EMBEDDING_BAG = [
+    case("embedding_bag", _bags, BAG_INDICES, _bag_weight, BAG_OFFSETS, BAG_ENDS, (8,)),
+    case(
+        "embedding_bag_max_norm",
+        lambda i, w, o, e, p: _bags(i, w * 3, o, e, p, max_norm=2.0, norm_type=1.5),
+        BAG_INDICES,
+        (10, 4),
+        BAG_OFFSETS,
+        BAG_ENDS,
+        (8,),
+        levels=("high", "core"),  # the aten level renorms in place (embedding_renorm_ on an alias)
+    ),
+    case(
+        "embedding_bag_module",
+        M(lambda: nn.EmbeddingBag(10, 4, mode="max", padding_idx=2), lambda m, i, o: m(i, o)),
+        BAG_INDICES,
+        BAG_OFFSETS,
+    ),  # fmt: skip
 ]
 
 # ── attention ────────────────────────────────────────────────────────────────
@@ -532,13 +577,36 @@ XFAILS = [
     ),
 ]
 
-ALL = SOFTMAX + NORMS + EMBEDDING + ATTENTION + CONV + POOL + ACTIVATIONS + XFAILS
+ALL = SOFTMAX + NORMS + EMBEDDING + EMBEDDING_BAG + ATTENTION + CONV + POOL + ACTIVATIONS + XFAILS
 
 
 @pytest.mark.parametrize("fn,inputs,levels,tol", ALL)
 def test_matches_torch(fn, inputs, levels, tol):
     rtol, atol = tol or (None, None)
     assert_converts_and_matches(fn, inputs, levels=levels, rtol=rtol, atol=atol)
+
+
+def test_embedding_bag_on_jax():
+    pytest.importorskip("jax")
+    inputs = (BAG_INDICES, _bag_weight(F32), BAG_OFFSETS, BAG_ENDS, rand((8,), F32))
+    assert_converts_and_matches(_bags, inputs, levels=("high",), backend="jax")
+    weight = rand((10, 4), F32, seed=4) * 3
+    assert_converts_and_matches(
+        lambda i, w, *a: _bags(i, w * 1, *a, max_norm=2.0),
+        (inputs[0], weight, *inputs[2:]),
+        levels=("high",),
+        backend="jax",
+    )
+
+
+def test_embedding_bag_results_for_the_backward_pass_fail_where_read():
+    """offset2bag, bag_size and max_indices are not lowered: unused they cost nothing, read they
+    fail in one line naming the result."""
+    bag = lambda w, i, o: torch.ops.aten._embedding_bag_forward_only(w, i, o, False, 2)  # noqa: E731
+    assert_converts_and_matches(lambda w, i, o: bag(w, i, o)[0], (rand((10, 4)), BAG_INDICES, BAG_OFFSETS))
+    with pytest.raises(RlxError) as err:
+        convert(lambda w, i, o: bag(w, i, o)[3], (rand((10, 4)), BAG_INDICES, BAG_OFFSETS))
+    assert "\n" not in str(err.value) and "result 3" in str(err.value)
 
 
 def test_masked_fill_minus_inf_then_softmax_is_exact():

@@ -54,6 +54,32 @@ def var_forms(fn):  # torch.var or torch.std
     )
 
 
+def _hashes(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    if x.ndim == 0:
+        return torch.hash_tensor(x), torch.hash_tensor(x, 0), torch.hash_tensor(x, -1, keepdim=True)
+    return (torch.hash_tensor(x), torch.hash_tensor(x, 1), torch.hash_tensor(x, (0, 2), keepdim=True),
+            torch.hash_tensor(x, -1, keepdim=True), torch.hash_tensor(x, [0, 1, 2]))  # fmt: skip
+
+
+def _segments(axis: int, offsets: bool = False):
+    """Every reduction, with and without ``initial``, over segments given by lengths (or offsets)."""
+
+    def fn(x: torch.Tensor, bounds: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        how = {"offsets" if offsets else "lengths": bounds}
+        return tuple(torch.segment_reduce(x, r, axis=axis, initial=i, unsafe=True, **how)
+                     for r in ("sum", "mean", "prod", "max", "min") for i in (None, 2.5))  # fmt: skip
+
+    return fn
+
+
+def _segment_data(shape: tuple[int, ...], lengths: list, offsets: bool = False) -> list[tuple[torch.Tensor, ...]]:
+    """Float data (NaN and ±inf planted in the first dtype) with its lengths (or offsets)."""
+    bounds = torch.tensor(lengths)
+    if offsets:
+        bounds = torch.cat([torch.zeros_like(bounds[..., :1]), bounds], -1).cumsum(-1)
+    return [(x, bounds) for (x,) in singles((F32, F16, BF16, F64), shapes=[shape])]
+
+
 def accumulation(dtype: torch.dtype) -> tuple[torch.Tensor]:
     """Many small values: a half-precision accumulator would drift far from PyTorch's float32 one."""
     return (torch.full((64, 64), 0.1, dtype=dtype) + torch.linspace(0, 1, 64, dtype=dtype),)
@@ -125,6 +151,16 @@ CASES = [
                                                       torch.linalg.vector_norm(x[:1, :1, :1], 2.5),
                                                       torch.linalg.vector_norm(x[0, 0, 0], 4)),
          inputs((F32, F16), specials=False)),
+    # the 64-bit bit patterns (float64 / int64, bool 0/1, NaN and -0 included) folded with xor, as uint64
+    case("hash_tensor", _hashes, inputs(ALL)),
+    case("hash_tensor_zero_dim", _hashes, singles((F32, I64, BOOL), shapes=[()])),
+    # segments: empty ones, lengths that leave the axis' tail out, batched lengths along axis 1
+    case("segment_reduce_lengths", _segments(0), _segment_data((6,), [2, 0, 3, 0])),
+    case("segment_reduce_rows", _segments(0), _segment_data((5, 3), [1, 2, 0, 1])),
+    case("segment_reduce_axis1", _segments(1),
+         _segment_data((3, 5, 2), [[0, 1, 2, 2], [2, 0, 3, 0], [5, 0, 0, 0]])),
+    case("segment_reduce_offsets", _segments(1, offsets=True),
+         _segment_data((3, 5), [[0, 1, 2, 2], [2, 0, 3, 0], [1, 1, 1, 0]], offsets=True)),
 
 # ── known failures, each with its reason ─────────────────────────────────────
     case("var_mean_inf", lambda x: torch.var_mean(x, 1), [(torch.tensor([[INF, 1.0, 2.0], [1.0, -INF, 2.0]]),)],
@@ -137,3 +173,22 @@ CASES = [
 @pytest.mark.parametrize("c", CASES)
 def test_matches_torch(c: Case) -> None:
     check(c)
+
+
+@pytest.mark.parametrize(
+    "c",
+    [
+        Case("hash_tensor", _hashes, inputs((F32, F16, I64, BOOL)), ("aten", "core")),
+        Case(
+            "segment_reduce",
+            _segments(1),
+            _segment_data((3, 5, 2), [[0, 1, 2, 2], [2, 0, 3, 0], [5, 0, 0, 0]]),
+            ("aten",),
+        ),
+        Case("segment_reduce_offsets", _segments(0, True), _segment_data((6, 2), [2, 0, 3, 1], True), ("aten",)),
+    ],
+    ids=str,
+)
+def test_on_jax(c: Case) -> None:
+    pytest.importorskip("jax")
+    check(c, backend="jax")

@@ -20,7 +20,7 @@ from rlx.errors import RlxError
 from rlx.runtime.model import Model
 from rlx.torch_import.tensors import tensor_to_numpy
 
-from helpers import as_module, assert_arrays_match, convert
+from helpers import as_module, assert_arrays_match, assert_converts_and_matches, convert
 
 F32, F64, I64, I32, BOOL = torch.float32, torch.float64, torch.int64, torch.int32, torch.bool
 
@@ -112,6 +112,55 @@ def test_matches_torch_on_new_data(name: str) -> None:
     model, _, _ = convert(module, make(0))
     for seed in range(3):  # other data: other sizes, the same export
         _check_run(model, module, make(seed), f"{name} seed {seed}")
+
+
+@pytest.mark.parametrize("dtype", [F32, I64, BOOL, torch.float16])
+def test_nonzero_of_a_zero_d_tensor(dtype: torch.dtype) -> None:
+    """A 0-d input has [n, 0] coordinates: one empty row when it is non-zero, none when it is zero."""
+    model, _, _ = convert(torch.nonzero, (torch.tensor(1).to(dtype),))
+    for value in (1, 0, 1):
+        x = torch.tensor(value).to(dtype)
+        got = model(tensor_to_numpy(x))
+        assert got.shape == (value, 0) and got.dtype == np.int64
+        assert_arrays_match(got, tensor_to_numpy(torch.nonzero(x)), f"value {value}")
+
+
+def _histograms(x: torch.Tensor, w: torch.Tensor, edges: torch.Tensor, points: torch.Tensor) -> tuple:
+    """Counts over the data's range, a given range (with entries outside it and a NaN), weights,
+    density, explicit edges, and one-point data (the range widened by 0.5 each way)."""
+    flat_w = w.reshape(-1)[: x.numel()].reshape(x.shape)
+    return (
+        *torch.histogram(x, 5),
+        *torch.histogram(x, 4, range=(-1.0, 1.5), weight=flat_w, density=True),
+        *torch.histogram(x, edges, weight=flat_w),
+        *torch.histogram(x, edges, density=True),
+        *torch.histogram(points, 3),
+        *torch.histogramdd(w, [3, 2]),
+        *torch.histogramdd(w, [2, 4], range=[-1.0, 1.0, 0.0, 2.0], weight=w[:, 0].abs(), density=True),
+        *torch.histogramdd(w, [edges, edges[1:]]),
+    )
+
+
+HISTOGRAM_INPUTS = (
+    torch.cat([_floats((3, 7), 0).reshape(-1), torch.tensor([float("nan"), 2.0, -1.0])]),  # -1 and 2 edges-exact
+    _floats((11, 2), 1),
+    torch.tensor([-2.0, -0.5, 0.25, 0.5, 3.0]),
+    torch.full((4,), 2.5),
+)
+
+
+@pytest.mark.parametrize("backend", ["numpy", "jax"])
+def test_histogram_matches_torch(backend: str) -> None:
+    if backend == "jax":
+        pytest.importorskip("jax")
+    x = HISTOGRAM_INPUTS[0][:-3]  # torch refuses NaN when it takes the range from the data
+    inputs = (x, *HISTOGRAM_INPUTS[1:])
+    # The aten level keeps histogramdd whole (aten.histogramdd, a list of edges among its results): not lowered.
+    assert_converts_and_matches(_histograms, inputs, levels=("high", "core"), backend=backend)
+    nan = (HISTOGRAM_INPUTS[0],)
+    assert_converts_and_matches(
+        lambda t: torch.histogram(t, 4, range=(-1.0, 2.0)), nan, levels=("aten",), backend=backend
+    )
 
 
 def test_sizes_stay_symbolic_downstream() -> None:

@@ -75,6 +75,14 @@ def test_calls_without_onnx_form_are_named_with_the_reason():
         assert op in message and why in message
 
 
+def test_hash_tensor_is_refused_in_one_line():
+    """hash_tensor reads bit patterns (Bitcast, opset 26) and folds them with xor (no ONNX reduction)."""
+    _, program, _ = convert(lambda x: torch.hash_tensor(x, 1), (torch.randn(3, 4),))
+    with pytest.raises(EmitError) as err:
+        to_onnx(program, {})
+    assert "\n" not in str(err.value) and "hash_tensor" in str(err.value)
+
+
 @pytest.mark.parametrize("name", EXAMPLES)
 def test_examples_emit_check_and_run(name, tmp_path):
     exported, program = exported_example(name, "high")

@@ -42,7 +42,7 @@ SPECIAL_BINARY_FNS = (
     "shifted_chebyshev_polynomial_w", "hermite_polynomial_h", "hermite_polynomial_he",
     "laguerre_polynomial_l", "legendre_polynomial_p",
 )  # fmt: skip
-REDUCE_FNS = ("sum", "mean", "prod", "amax", "amin", "any", "all", "var", "std")
+REDUCE_FNS = ("sum", "mean", "prod", "amax", "amin", "any", "all", "var", "std", "xor")
 
 
 # ── elementwise ──────────────────────────────────────────────────────────────
@@ -362,7 +362,8 @@ class MatrixExp(Call):
 # ── reductions ───────────────────────────────────────────────────────────────
 @dataclass(frozen=True)
 class Reduce(Call):
-    """Reduce over ``axes`` (all axes when empty). ``correction`` is used by var/std only."""
+    """Reduce over ``axes`` (all axes when empty). ``correction`` is used by var/std only; ``xor``
+    (integers only) folds the bit patterns with exclusive or (0 over an empty slice)."""
 
     fn: str
     x: Ref

@@ -33,6 +33,8 @@ def reduce(c: C.Reduce, x: Any, *, xp: ArrayNamespace) -> Any:
             centered = xw - mean
             out = xp.sum(centered * centered, axis=axes, keepdims=c.keepdim) / max(n - c.correction, 0)
             out = xp.sqrt(out) if c.fn == "std" else out
+    elif c.fn == "xor":
+        out = xp.bitwise_xor.reduce(xw, axis=axes, keepdims=c.keepdim)
     else:
         out = getattr(xp, _REDUCERS[c.fn])(xw, axis=axes, keepdims=c.keepdim)
     return xp.asarray(out).astype(x.dtype, copy=False)

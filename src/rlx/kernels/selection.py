@@ -21,7 +21,8 @@ if TYPE_CHECKING:
 
 @kernel("Nonzero")
 def nonzero(c: C.Nonzero, x: Any, *, xp: ArrayNamespace) -> Any:
-    return xp.argwhere(x).astype(np.int64).reshape(-1, x.ndim)
+    found = xp.argwhere(x).astype(np.int64)
+    return found.reshape(found.shape[0], x.ndim)  # a 0-d input has [n, 0] coordinates, n = 0 or 1
 
 
 @kernel("NonzeroStatic")

@@ -44,9 +44,10 @@ from rlx.ir.calls import (
 from rlx.ir.program import Lit, Operand, Ref
 from rlx.ir.symbolic import Dim
 from rlx.ir.torch_ir import Node, TensorMeta
+from rlx.lower.elementwise import emit_binary
 from rlx.lower.movement import reshape_to, take_slice
 from rlx.lower.registry import Builder, lowers
-from rlx.lower.shapes import static_dim
+from rlx.lower.shapes import broadcast, static_dim
 
 
 # ── helpers ──────────────────────────────────────────────────────────────────
@@ -65,26 +66,15 @@ def _mt(b: Builder, x: Ref) -> Ref:
 
 def _matmul(b: Builder, x: Ref, y: Ref) -> Ref:
     xs, ys = b.shape(x), b.shape(y)
-    batch = _broadcast(xs[:-2], ys[:-2])
+    batch = broadcast(xs[:-2], ys[:-2])
     return b.emit(MatMul(x, y), (*batch, xs[-2], ys[-1]), b.dtype(x))
-
-
-def _broadcast(a: tuple[Dim, ...], c: tuple[Dim, ...]) -> tuple[Dim, ...]:
-    rank = max(len(a), len(c))
-    pa, pc = (1,) * (rank - len(a)) + tuple(a), (1,) * (rank - len(c)) + tuple(c)
-    return tuple(y if x == 1 else x for x, y in zip(pa, pc))
-
-
-def _binary(b: Builder, fn: str, x: Operand, y: Operand, dtype: str | None = None) -> Ref:
-    shape = _broadcast(b.shape(x), b.shape(y))
-    return b.emit(Binary(fn, x, y), shape, dtype or b.dtype(x))
 
 
 def _band(b: Builder, m: Dim, n: Dim, fn: str, offset: int = 0) -> Ref:
     """The bool ``[m, n]`` mask ``(col - row) fn offset`` (``le``/0: the lower triangle …)."""
     rows = reshape_to(b, b.emit(Arange(0, m, 1, "i64"), (m,), "i64"), (m, 1))
     cols = reshape_to(b, b.emit(Arange(0, n, 1, "i64"), (n,), "i64"), (1, n))
-    return _binary(b, fn, _binary(b, "sub", cols, rows), Lit(offset, "i64"), "bool")
+    return emit_binary(b, fn, emit_binary(b, "sub", cols, rows), Lit(offset, "i64"), "bool")
 
 
 def _keep(b: Builder, x: Ref, fn: str, offset: int = 0) -> Ref:
@@ -171,7 +161,7 @@ def _permutation_matrix(b: Builder, pivots: Ref, m: Dim, meta: TensorMeta) -> Re
     batch = b.shape(pivots)[:-1]
     perm = b.emit(LuPermutation(pivots, static_dim(m, "the LU row count")), (*batch, m), "i64")
     rows = reshape_to(b, b.emit(Arange(0, m, 1, "i64"), (m,), "i64"), (m, 1))
-    hit = _binary(b, "eq", reshape_to(b, perm, (*batch, 1, m)), rows, "bool")
+    hit = emit_binary(b, "eq", reshape_to(b, perm, (*batch, 1, m)), rows, "bool")
     return b.emit_like(Cast(hit, meta.dtype), meta)
 
 
@@ -212,13 +202,13 @@ def lu_unpack(node: Node, b: Builder) -> tuple[Ref, Ref, Ref]:
 
 
 def _solve(b: Builder, a: Ref, rhs: Ref, upper: bool, unit: bool = False) -> Ref:
-    batch = _broadcast(b.shape(a)[:-2], b.shape(rhs)[:-2])
+    batch = broadcast(b.shape(a)[:-2], b.shape(rhs)[:-2])
     return b.emit(TriangularSolve(a, rhs, upper, unit), (*batch, *b.shape(rhs)[-2:]), b.dtype(rhs))
 
 
 def _gather_rows(b: Builder, x: Ref, perm: Ref) -> Ref:
     """``x[..., perm, :]`` (``perm`` ``[..., m]`` int64, batch broadcast against ``x``)."""
-    batch = _broadcast(b.shape(x)[:-2], b.shape(perm)[:-1])
+    batch = broadcast(b.shape(x)[:-2], b.shape(perm)[:-1])
     shape = (*batch, *b.shape(x)[-2:])
     x = _expand(b, x, shape)
     index = _expand(b, reshape_to(b, perm, (*b.shape(perm), 1)), shape)
@@ -302,7 +292,7 @@ def _reflectors(b: Builder, a: Ref, tau: Ref) -> tuple[list[Ref], list[Ref]]:
     for i in range(k):
         column = take_slice(b, lower, len(shape) - 1, i, 1)
         unit = reshape_to(b, take_slice(b, _eye(b, m, i + 1, dt), 1, i, 1), (m, 1))
-        vs.append(_binary(b, "add", column, unit))
+        vs.append(emit_binary(b, "add", column, unit))
         t = take_slice(b, tau, b.rank(tau) - 1, i, 1)
         taus.append(reshape_to(b, t, (*b.shape(t), 1)))
     return vs, taus
@@ -311,10 +301,10 @@ def _reflectors(b: Builder, a: Ref, tau: Ref) -> tuple[list[Ref], list[Ref]]:
 def _reflect(b: Builder, x: Ref, v: Ref, tau: Ref, left: bool) -> Ref:
     """``H·x`` (``left``) or ``x·H`` with ``H = I - τ·v·vᵀ``."""
     if left:  # x - τ·v·(vᵀ·x)
-        step = _matmul(b, _binary(b, "mul", v, tau), _matmul(b, _mt(b, v), x))
+        step = _matmul(b, emit_binary(b, "mul", v, tau), _matmul(b, _mt(b, v), x))
     else:  # x - (x·v)·τ·vᵀ
-        step = _matmul(b, _binary(b, "mul", _matmul(b, x, v), tau), _mt(b, v))
-    return _binary(b, "sub", x, step)
+        step = _matmul(b, emit_binary(b, "mul", _matmul(b, x, v), tau), _mt(b, v))
+    return emit_binary(b, "sub", x, step)
 
 
 @lowers("aten.linalg_householder_product", "aten.orgqr")
@@ -370,7 +360,7 @@ def pinv(node: Node, b: Builder) -> Operand:
     k = min(m, n)
     batch = b.shape(x)[:-2]
     if node.arg(3, "hermitian", False):  # eigh reads the lower triangle only
-        x = _binary(b, "add", _keep(b, x, "le"), _mt(b, _keep(b, x, "lt")))
+        x = emit_binary(b, "add", _keep(b, x, "le"), _mt(b, _keep(b, x, "lt")))
     u = b.emit(Svd(x, "u", False), (*batch, m, k), dt)
     s = b.emit(Svd(x, "s", False), (*batch, k), dt)
     vh = b.emit(Svd(x, "vh", False), (*batch, k, n), dt)
@@ -382,13 +372,13 @@ def pinv(node: Node, b: Builder) -> Operand:
         default = b.lit(float(np.finfo(np.dtype("float32" if dt != "f64" else "float64")).eps) * max(m, n), dt)
         rtol = default if atol is None else _where_positive(b, atol, default, dt)
     s_max = take_slice(b, s, len(batch), 0, 1)
-    bound = _binary(b, "mul", _unsqueeze_last(b, rtol), s_max)
+    bound = emit_binary(b, "mul", _unsqueeze_last(b, rtol), s_max)
     if atol is not None:
-        bound = _binary(b, "maximum", _unsqueeze_last(b, atol), bound)
-    kept = _binary(b, "gt", s, bound, "bool")
+        bound = emit_binary(b, "maximum", _unsqueeze_last(b, atol), bound)
+    kept = emit_binary(b, "gt", s, bound, "bool")
     inverse = b.emit(Unary("reciprocal", s), b.shape(s), dt)
     s_inv = b.emit(Where(kept, inverse, b.lit(0, dt)), b.shape(kept), dt)
-    scaled = _binary(b, "mul", _mt(b, vh), reshape_to(b, s_inv, (*b.shape(s_inv)[:-1], 1, k)))
+    scaled = emit_binary(b, "mul", _mt(b, vh), reshape_to(b, s_inv, (*b.shape(s_inv)[:-1], 1, k)))
     return _expand(b, _matmul(b, scaled, _mt(b, u)), meta.shape)
 
 

@@ -19,6 +19,7 @@ from rlx.ir.calls import Binary, Clamp, Concat, LeakyRelu, Reshape, Slice, Unary
 from rlx.ir.program import Operand, Ref
 from rlx.ir.torch_ir import Node
 from rlx.lower.registry import Builder, lowers
+from rlx.lower.shapes import broadcast
 
 _HALF = ("f16", "bf16")
 
@@ -43,6 +44,12 @@ def operand_as(b: Builder, arg: object, dtype: str) -> Operand:
     if isinstance(arg, (bool, int, float)):
         return b.lit(scalar_as(arg, dtype), dtype)
     return b.cast(b.operand(arg, None), dtype)
+
+
+def emit_binary(b: Builder, fn: str, x: Operand, y: Operand, dtype: str | None = None) -> Ref:
+    """``Binary(fn, x, y)`` at the broadcast shape, in ``dtype`` (``x``'s unless told): operands
+    already in the computation dtype (no promotion here)."""
+    return b.emit(Binary(fn, x, y), broadcast(b.shape(x), b.shape(y)), dtype or b.dtype(x))
 
 
 def _is_number(a: object) -> TypeGuard[int | float]:

@@ -27,7 +27,7 @@ from rlx.ir.torch_ir import Node
 from rlx.lower.movement import reshape_to
 from rlx.lower.reduce import reduce_value
 from rlx.lower.registry import Builder, lowers
-from rlx.lower.shapes import static_dim
+from rlx.lower.shapes import broadcast, static_dim
 
 
 @lowers("aten.mm", "aten.bmm", "aten.matmul", "aten.mv", "aten.dot", "aten.vdot")
@@ -79,12 +79,6 @@ def linear(node: Node, b: Builder) -> Operand:
 
 
 # ── pairwise distances ───────────────────────────────────────────────────────
-def _broadcast(*shapes: tuple[Dim, ...]) -> tuple[Dim, ...]:
-    rank = max(len(s) for s in shapes)
-    padded = [(1,) * (rank - len(s)) + tuple(s) for s in shapes]
-    return tuple(next((d for d in dims if d != 1), 1) for dims in zip(*padded))
-
-
 def _p_distance(b: Builder, diff: Ref, p: float, nan_max: bool) -> Ref:
     """The ``p``-distance along the last axis of ``diff`` (``x_i - y_j``), as PyTorch's distance
     kernels compute it on ``|diff|``: p=0 sums ``min(ceil(|d|), 1)`` (so NaN propagates), p=1 sums,
@@ -135,7 +129,7 @@ def cdist(node: Node, b: Builder) -> Operand:
     s1, s2 = b.shape(x1), b.shape(x2)
     a = reshape_to(b, x1, (*s1[:-1], 1, c1))  # [*, P, 1, M]
     c = reshape_to(b, x2, (*s2[:-2], 1, r2, c1))  # [*, 1, R, M]
-    diff = b.emit(Binary("sub", a, c), _broadcast(b.shape(a), b.shape(c)), out.dtype)
+    diff = b.emit(Binary("sub", a, c), broadcast(b.shape(a), b.shape(c)), out.dtype)
     return reshape_to(b, _p_distance(b, diff, p, nan_max=True), out.shape)
 
 
@@ -225,7 +219,7 @@ def dist(node: Node, b: Builder) -> Operand:
     out = node.meta
     x, y = b.cast(b.input(node, 0), out.dtype), b.cast(b.input(node, 1), out.dtype)
     p = node.arg(2, "p", 2.0)
-    shape = _broadcast(b.shape(x), b.shape(y))
+    shape = broadcast(b.shape(x), b.shape(y))
     diff = b.emit(Binary("sub", x, y), shape, out.dtype)
     n = 1
     for d in shape:

@@ -24,6 +24,7 @@ from rlx.ir.calls import (
     Index,
     IndexSelect,
     LayerNorm,
+    Linear,
     MatMul,
     MaxPool,
     Pad,
@@ -32,15 +33,18 @@ from rlx.ir.calls import (
     Reshape,
     RmsNorm,
     Scatter,
+    SearchSorted,
     Softmax,
     Unary,
     Where,
 )
 from rlx.ir.program import Operand, Ref
+from rlx.ir.symbolic import Dim
 from rlx.ir.torch_ir import Node, TensorMeta
-from rlx.lower.movement import reshape_to
+from rlx.lower.elementwise import emit_binary
+from rlx.lower.movement import reshape_to, take_slice
 from rlx.lower.random import dropout_weights
-from rlx.lower.reduce import window_argmax
+from rlx.lower.reduce import p_norm, window_argmax
 from rlx.lower.registry import Builder, lowers
 from rlx.lower.shapes import ints, norm_axis, static_dim
 
@@ -221,6 +225,102 @@ def group_norm(node: Node, b: Builder) -> Operand | tuple[Operand | None, ...]:
 def embedding(node: Node, b: Builder) -> Operand:
     # padding_idx only affects gradients; the forward is a plain row lookup.
     return b.emit_like(IndexSelect(b.input(node, 0), 0, b.input(node, 1)), node.meta)
+
+
+def _bag_targets(b: Builder, indices: Ref, offsets: Ref, bags: Dim, padding: int) -> Ref:
+    """The bag of each index (``bags`` — one past the last — for entries in no bag and for
+    ``padding``): the last offset at or before its position."""
+    n = b.shape(indices)[0]
+    positions = b.emit(Arange(0, n, 1, "i64"), (n,), "i64")
+    bag = emit_binary(b, "sub", b.emit(SearchSorted(offsets, positions, True), (n,), "i64"), b.lit(1, "i64"))
+    valid = emit_binary(b, "logical_and", emit_binary(b, "ge", bag, b.lit(0, "i64"), "bool"),
+                        emit_binary(b, "lt", bag, b.lit(bags, "i64"), "bool"))  # fmt: skip
+    if padding >= 0:
+        kept = emit_binary(b, "ne", indices, b.lit(padding, "i64"), "bool")
+        valid = emit_binary(b, "logical_and", valid, kept)
+    return b.emit(Where(valid, bag, b.lit(bags, "i64")), (n,), "i64")
+
+
+def _bag_max(b: Builder, rows: Ref, target: Ref, spread: Ref, bags: Dim) -> Ref:
+    """Each bag's max as PyTorch's CPU loop takes it (``w > best`` replaces, so a NaN counts only
+    as a bag's first entry); an empty bag is 0. ``[bags + 1, width]``, the last row the discard."""
+    n, width = b.shape(rows)
+    dt = b.dtype(rows)
+    nan = b.emit(Unary("isnan", rows), (n, width), "bool")
+    finite = b.emit(Where(nan, b.lit(-math.inf, dt), rows), (n, width), dt)
+    zeros = b.emit(Full(0, (symbolic.add(bags, 1), width), dt), (symbolic.add(bags, 1), width), dt)
+    best = b.emit(Scatter(zeros, 0, spread, finite, "amax", False), b.shape(zeros), dt)
+    if n == 0:
+        return best
+    positions = b.emit(Arange(0, n, 1, "i64"), (n,), "i64")
+    past = b.emit(Full(2**62, (symbolic.add(bags, 1),), "i64"), (symbolic.add(bags, 1),), "i64")  # past any entry
+    first = b.emit(Scatter(past, 0, target, positions, "amin", True), b.shape(past), "i64")
+    picked = b.emit(Binary("minimum", first, b.lit(symbolic.add(n, -1), "i64")), b.shape(first), "i64")
+    first_nan = emit_binary(b, "logical_and", b.emit(IndexSelect(nan, 0, picked), b.shape(zeros), "bool"),
+                            reshape_to(b, emit_binary(b, "lt", first, b.lit(n, "i64"), "bool"), (b.shape(first)[0], 1)))  # fmt: skip
+    return b.emit(Where(first_nan, b.lit(math.nan, dt), best), b.shape(zeros), dt)
+
+
+@lowers("aten.embedding_bag", "aten._embedding_bag", "aten._embedding_bag_forward_only")
+def embedding_bag(node: Node, b: Builder) -> tuple[Operand | None, ...]:
+    """``_embedding_bag(weight, indices, offsets, scale_grad_by_freq, mode, sparse,
+    per_sample_weights, include_last_offset, padding_idx)`` (and ``embedding_bag``, the ``aten``
+    level's): bag ``k`` is ``indices[offsets[k]:
+    offsets[k + 1]]`` (the last runs to the end, or, with ``include_last_offset``, ``offsets``
+    has one entry more), entries equal to ``padding_idx`` (≥ 0) left out; mode 0 sums the rows
+    (times ``per_sample_weights``), 1 averages them, 2 takes their max; an empty bag is 0.
+    Only the first result (the bags) is lowered: offset2bag, bag_size and max_indices serve the
+    backward pass."""
+    weight, indices, offsets = b.input(node, 0), b.cast(b.input(node, 1), "i64"), b.cast(b.input(node, 2), "i64")
+    mode, padding = node.arg(4, "mode", 0), node.arg(8, "padding_idx", None)
+    padding = -1 if padding is None else padding
+    per_sample = b.optional_input(node, 6, "per_sample_weights")
+    out = node.meta
+    if b.rank(indices) != 1 or mode not in (0, 1, 2) or not isinstance(padding, int):
+        raise LoweringError(f"node {node.id} ({node.op}): needs 1-d indices, mode 0/1/2 and a static padding_idx")
+    bags, width = out.shape
+    dt = "f32" if out.dtype in ("f16", "bf16") else out.dtype
+    rows = b.emit(IndexSelect(b.cast(weight, dt), 0, indices), (b.shape(indices)[0], width), dt)
+    if per_sample is not None:
+        rows = emit_binary(b, "mul", rows, reshape_to(b, b.cast(per_sample, dt), (b.shape(rows)[0], 1)))
+    target = _bag_targets(b, indices, offsets, bags, padding)
+    spread = b.emit(Expand(reshape_to(b, target, (b.shape(rows)[0], 1)), b.shape(rows)), b.shape(rows), "i64")
+    if mode == 2:
+        total = _bag_max(b, rows, target, spread, bags)
+    else:
+        zeros = b.emit(Full(0, (symbolic.add(bags, 1), width), dt), (symbolic.add(bags, 1), width), dt)
+        total = b.emit(Scatter(zeros, 0, spread, rows, "sum", True), b.shape(zeros), dt)
+    if mode == 1:
+        none = b.emit(Full(0, (symbolic.add(bags, 1),), dt), (symbolic.add(bags, 1),), dt)
+        count = b.emit(Scatter(none, 0, target, b.lit(1, dt), "sum", True), b.shape(none), dt)
+        count = emit_binary(b, "maximum", reshape_to(b, count, (b.shape(count)[0], 1)), b.lit(1, dt))
+        total = emit_binary(b, "div", total, count)
+    return b.cast(take_slice(b, total, 0, 0, bags), out.dtype), None, None, None
+
+
+@lowers("aten.embedding_renorm")
+def embedding_renorm(node: Node, b: Builder) -> Operand:
+    """``embedding_renorm(weight, indices, max_norm, norm_type)`` (``max_norm`` of embedding and
+    embedding_bag): each row ``indices`` names whose ``norm_type``-norm exceeds ``max_norm`` is
+    scaled by ``max_norm / (norm + 1e-7)``; the other rows stay."""
+    weight, indices = b.input(node, 0), b.cast(b.input(node, 1), "i64")
+    max_norm, norm_type = float(node.arg(2, "max_norm")), float(node.arg(3, "norm_type"))
+    vocab, width = b.shape(weight)
+    dt = b.dtype(weight)
+    compute = "f32" if dt in ("f16", "bf16") else dt
+    norms = p_norm(b, b.cast(weight, compute), norm_type, (1,), True, compute)
+    unused = b.emit(Full(False, (vocab,), "bool"), (vocab,), "bool")
+    flat = reshape_to(b, indices, (symbolic.numel(b.shape(indices)),))
+    named = b.emit(Scatter(unused, 0, flat, b.lit(True, "bool"), "none", True), (vocab,), "bool")
+    over = emit_binary(
+        b,
+        "logical_and",
+        reshape_to(b, named, (vocab, 1)),
+        emit_binary(b, "gt", norms, b.lit(max_norm, compute), "bool"),
+    )
+    scale = emit_binary(b, "div", b.lit(max_norm, compute), emit_binary(b, "add", norms, b.lit(1e-7, compute)))
+    scaled = b.cast(emit_binary(b, "mul", b.cast(weight, compute), scale), dt)
+    return b.emit_like(Where(over, scaled, weight), node.meta)
 
 
 @lowers(
@@ -519,3 +619,69 @@ def max_pool_backward(node: Node, b: Builder) -> Operand:
     zeros = b.emit(Full(0.0, (*lead, flat_in), out.dtype), (*lead, flat_in), out.dtype)
     summed = b.emit(Scatter(zeros, len(lead), idx, grad, "sum"), (*lead, flat_in), out.dtype)
     return reshape_to(b, summed, out.shape)
+
+
+# ── fused linear + cross-entropy (torch.nn.functional.linear_cross_entropy) ───
+def _cross_entropy_terms(b: Builder, logp: Ref, target: Ref, ignore: int, weight: Ref | None) -> tuple[Ref, Ref, Ref]:
+    """Per row: ``-w[t]·logp[t]`` (0 where ``t == ignore``), the row's weight ``w[t]`` (0 there)
+    and whether it counts."""
+    rows = b.shape(logp)[0]
+    dt = b.dtype(logp)
+    valid = emit_binary(b, "ne", target, b.lit(ignore, "i64"), "bool")
+    safe = b.emit(Where(valid, target, b.lit(0, "i64")), (rows,), "i64")
+    picked = reshape_to(b, b.emit(Gather(logp, 1, reshape_to(b, safe, (rows, 1))), (rows, 1), dt), (rows,))
+    scale: Operand = b.lit(1.0, dt) if weight is None else b.emit(IndexSelect(weight, 0, safe), (rows,), dt)
+    row_weight = b.emit(Where(valid, scale, b.lit(0.0, dt)), (rows,), dt)
+    nll = b.emit(Unary("neg", emit_binary(b, "mul", picked, scale)), (rows,), dt)
+    return b.emit(Where(valid, nll, b.lit(0.0, dt)), (rows,), dt), row_weight, valid
+
+
+@lowers(
+    "torch_nn._linear_cross_entropy_batch_chunked.default",
+    "torch_nn._linear_cross_entropy_batch_chunked_no_reduction.default",
+)
+def linear_cross_entropy(node: Node, b: Builder) -> Operand | tuple[Operand | None, ...]:
+    """``linear_cross_entropy`` by its documented meaning, ``cross_entropy(x @ Wᵀ + bias, target,
+    weight, ignore_index, label_smoothing, reduction)``, computed in ``acc_dtype`` (the batch
+    chunking only bounds memory). The gradients the scalar form can precompute are the empty
+    tensors PyTorch returns when they are not asked for; asked for, they are not lowered."""
+    x, w, target = b.input(node, 0), b.input(node, 1), b.cast(b.input(node, 2), "i64")
+    bias, class_weight = b.optional_input(node, 3, "linear_bias"), b.optional_input(node, 4, "weight")
+    scalar = node.op.startswith("torch_nn._linear_cross_entropy_batch_chunked.")
+    reduction, ignore, smoothing = (
+        (node.arg(5), node.arg(6), float(node.arg(7))) if scalar else ("none", node.arg(5), 0.0)
+    )
+    acc = node.arg(10 if scalar else 8)
+    acc = getattr(acc, "dtype", "f32")
+    if b.rank(x) != 2 or b.rank(w) != 2 or reduction not in ("mean", "sum", "none"):
+        raise LoweringError(f"node {node.id} ({node.op}): needs a 2-d input and weight and a mean/sum/none reduction")
+    rows, classes = b.shape(x)[0], b.shape(w)[0]
+    logits = b.emit(
+        Linear(b.cast(x, acc), b.cast(w, acc), None if bias is None else b.cast(bias, acc)), (rows, classes), acc
+    )
+    logp = b.emit(Softmax(logits, 1, True), (rows, classes), acc)
+    weight = None if class_weight is None else b.cast(class_weight, acc)
+    nll, row_weight, valid = _cross_entropy_terms(b, logp, target, ignore, weight)
+    if reduction == "none":
+        return b.cast(nll, node.meta.dtype)
+    total = b.emit(Reduce("sum", nll, (0,), False), (), acc)
+    denom = b.emit(Reduce("sum", row_weight, (0,), False), (), acc)
+    loss = emit_binary(b, "div", total, denom) if reduction == "mean" else total
+    if smoothing:
+        spread = logp if weight is None else emit_binary(b, "mul", logp, reshape_to(b, weight, (1, classes)))
+        smooth = b.emit(Unary("neg", b.emit(Reduce("sum", spread, (1,), False), (rows,), acc)), (rows,), acc)
+        smooth = b.emit(
+            Reduce("sum", b.emit(Where(valid, smooth, b.lit(0.0, acc)), (rows,), acc), (0,), False), (), acc
+        )
+        smooth = emit_binary(b, "div", smooth, denom) if reduction == "mean" else smooth
+        loss = emit_binary(
+            b,
+            "add",
+            emit_binary(b, "mul", loss, b.lit(1.0 - smoothing, acc)),
+            emit_binary(b, "mul", smooth, b.lit(smoothing / static_dim(classes, "classes", node), acc)),
+        )
+    grads: list[Operand | None] = []
+    for k, wanted in zip((1, 2, 3), (node.arg(12), node.arg(13), node.arg(14))):
+        meta = node.meta_at(k)
+        grads.append(None if wanted else b.emit(Full(0, meta.shape, meta.dtype), meta.shape, meta.dtype))
+    return (b.cast(loss, node.meta.dtype), *grads)

@@ -8,13 +8,13 @@ import math
 
 from rlx.errors import LoweringError
 from rlx.ir import dtypes, symbolic
-from rlx.ir.calls import ArgReduce, Binary, Cast, Flip, Reduce, Unary, Where
+from rlx.ir.calls import Arange, ArgReduce, Binary, Bitcast, Cast, CumReduce, Flip, Reduce, Unary, Where
 from rlx.ir.program import Operand, Ref
 from rlx.ir.torch_ir import Node, TensorMeta
-from rlx.lower.elementwise import binary
-from rlx.lower.movement import reshape_to
+from rlx.lower.elementwise import binary, emit_binary
+from rlx.lower.movement import reshape_to, take_slice
 from rlx.lower.registry import Builder, lowers
-from rlx.lower.shapes import norm_axes, norm_axis
+from rlx.lower.shapes import broadcast, norm_axes, norm_axis
 
 
 def reduce_value(
@@ -162,6 +162,21 @@ def aminmax(node: Node, b: Builder) -> tuple[Operand, Operand]:
     return reshape_to(b, lo, node.meta.shape), reshape_to(b, hi, node.meta_at(1).shape)
 
 
+@lowers("aten.hash_tensor")
+def hash_tensor(node: Node, b: Builder) -> Operand:
+    """``hash_tensor(x, dim=[], keepdim=False, mode=0)``: every entry widened to its 64-bit kind
+    (float64, int64; bool as 0/1), its bits read as uint64, folded with xor over ``dim`` (all
+    axes when empty)."""
+    x = b.input(node, 0)
+    mode = node.arg(3, "mode", 0)
+    if mode != 0:
+        raise LoweringError(f"node {node.id} ({node.op}): only mode 0 (xor) exists, found {mode!r}")
+    wide = b.cast(x, "f64" if dtypes.is_float(b.dtype(x)) else "i64")
+    bits = b.emit(Bitcast(wide, "u64"), b.shape(wide), "u64")
+    axes, keepdim = _axes_and_keepdim(node, b, bits)
+    return reshape_to(b, reduce_value(b, "xor", bits, axes, keepdim, "u64"), node.meta.shape)
+
+
 @lowers("aten.linalg_vector_norm")
 def vector_norm(node: Node, b: Builder) -> Operand:
     """``linalg_vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None)``, written as
@@ -226,3 +241,70 @@ def window_argmax(b: Builder, win: Ref) -> Ref:
         last = b.emit(Binary("sub", b.lit(symbolic.add(kk, -1), "i64"), last_from_end), one, "i64")
         pick = b.emit(Where(any_nan, last, pick), one, "i64")
     return pick
+
+
+# ── segment reductions ───────────────────────────────────────────────────────
+_SEGMENT_FN = {"sum": "sum", "mean": "sum", "prod": "prod", "max": "amax", "min": "amin"}
+_SEGMENT_START = {"sum": 0.0, "mean": 0.0, "prod": 1.0, "max": -math.inf, "min": math.inf}
+
+
+def _segment_bounds(node: Node, b: Builder, axis: int) -> tuple[Ref, Ref]:
+    """Each segment's [start, end) along the data axis, int64 ``[*outer, segments]``: from
+    ``lengths`` (a running sum) or from ``offsets`` (consecutive pairs)."""
+    lengths, offsets = b.optional_input(node, 2, "lengths"), b.optional_input(node, 4, "offsets")
+    if b.optional_input(node, 3, "indices") is not None or (lengths is None) == (offsets is None):
+        raise LoweringError(f"node {node.id} ({node.op}): give exactly one of lengths and offsets (not indices)")
+    if lengths is not None:
+        lengths = b.cast(lengths, "i64")
+        ends = b.emit(CumReduce("sum", lengths, axis), b.shape(lengths), "i64")
+        return emit_binary(b, "sub", ends, lengths), ends
+    assert offsets is not None
+    offsets = b.cast(offsets, "i64")
+    count = symbolic.add(b.shape(offsets)[axis], -1)
+    return take_slice(b, offsets, axis, 0, count), take_slice(b, offsets, axis, 1, count)
+
+
+@lowers("aten.segment_reduce")
+def segment_reduce(node: Node, b: Builder) -> Operand:
+    """``segment_reduce(data, reduce, *, lengths, indices, offsets, axis=0, unsafe, initial)``, as
+    PyTorch's CPU kernel: each segment starts from ``initial`` (else 0 / 1 / -inf / +inf) and takes
+    in its entries (max/min propagate NaN); a mean divides that total by the length, and an empty
+    segment's mean is ``initial``, else NaN. Every segment is a masked reduction over the axis."""
+    out = node.meta
+    data = b.input(node, 0)
+    reduce = node.arg(1, "reduce")
+    if reduce not in _SEGMENT_FN or not dtypes.is_float(out.dtype):
+        raise LoweringError(f"node {node.id} ({node.op}): reduce {reduce!r} on {out.dtype} is not supported")
+    axis = norm_axis(node.arg(5, "axis", 0), b.rank(data))
+    initial = node.arg(7, "initial")
+    compute = "f32" if out.dtype in ("f16", "bf16") else out.dtype
+    data = b.cast(data, compute)
+    starts, ends = _segment_bounds(node, b, axis)
+    shape, segments = b.shape(data), b.shape(starts)[axis]
+    trailing = (1,) * (len(shape) - axis - 1)
+    positions = b.emit(Arange(0, shape[axis], 1, "i64"), (shape[axis],), "i64")
+    inside = emit_binary(
+        b,
+        "logical_and",
+        emit_binary(b, "ge", positions, reshape_to(b, starts, (*shape[:axis], segments, 1)), "bool"),
+        emit_binary(b, "lt", positions, reshape_to(b, ends, (*shape[:axis], segments, 1)), "bool"),
+    )
+    inside = reshape_to(b, inside, (*shape[:axis], segments, shape[axis], *trailing))
+    spread = reshape_to(b, data, (*shape[:axis], 1, *shape[axis:]))
+    kept = b.emit(
+        Where(inside, spread, b.lit(_SEGMENT_START[reduce], compute)),
+        broadcast(b.shape(inside), b.shape(spread)),
+        compute,
+    )
+    total = reduce_value(b, _SEGMENT_FN[reduce], kept, (axis + 1,), False, compute)
+    if initial is not None:
+        fold = {"sum": "add", "mean": "add", "prod": "mul", "max": "maximum", "min": "minimum"}[reduce]
+        total = emit_binary(b, fold, total, b.lit(initial, compute))
+    if reduce == "mean":
+        count = reshape_to(b, emit_binary(b, "sub", ends, starts), (*shape[:axis], segments, *trailing))
+        mean = emit_binary(b, "div", total, b.cast(count, compute))
+        empty = emit_binary(b, "eq", count, b.lit(0, "i64"), "bool")
+        total = b.emit(
+            Where(empty, b.lit(math.nan if initial is None else initial, compute), mean), b.shape(mean), compute
+        )
+    return b.cast(total, out.dtype)

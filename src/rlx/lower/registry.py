@@ -35,6 +35,14 @@ class Registration:
     family: str  # the module that defines it: "elementwise", "shape", …
 
 
+@dataclass(frozen=True)
+class Unlowered:
+    """A result its lowering leaves out (``None``): lowering fails, saying ``why``, only where
+    something reads it."""
+
+    why: str
+
+
 REGISTRY: dict[str, Registration] = {}
 
 # Export-only bookkeeping ops that compute nothing.
@@ -147,6 +155,8 @@ class Builder:
                 value = self.env[arg.name]
             except KeyError:
                 raise LoweringError(f"value {arg.name!r} is used but was never produced") from None
+            if isinstance(value, Unlowered):
+                raise LoweringError(value.why)
             return self.value_operand(value, dtype)
         if isinstance(arg, (bool, int, float)):
             return self.lit(arg, dtype or dtypes.scalar_dtype(arg))
@@ -439,6 +449,8 @@ def _output_operand(k: int, out: Output, b: Builder) -> Operand:
             return b.lit(const, dtypes.scalar_dtype(const))
         raise LoweringError(f"outputs[{k}]: constant output {const!r} is not a number")
     val = b.env.get(out.ref)
+    if isinstance(val, Unlowered):
+        raise LoweringError(val.why)
     if not isinstance(val, (Ref, Lit)):
         raise LoweringError(f"outputs[{k}]: {out.ref!r} is not a single tensor")
     return val
@@ -495,7 +507,7 @@ def _guard(node: Node, b: Builder, program: Program) -> None:
         raise LoweringError(f"node {node.id}: the exported graph asserts a condition that is false: {node.arg(1)}")
 
 
-def _getitem(node: Node, b: Builder) -> Operand:
+def _getitem(node: Node, b: Builder) -> Operand | Unlowered:
     src, index = node.arg(0), node.arg(1)
     if not isinstance(src, Ref) or not isinstance(index, int) or isinstance(index, bool):
         raise LoweringError(f"node {node.id} (_getitem): expected (tuple ref, int), found {node.args!r}")
@@ -503,6 +515,6 @@ def _getitem(node: Node, b: Builder) -> Operand:
     if not isinstance(parts, tuple) or not -len(parts) <= index < len(parts):
         raise LoweringError(f"node {node.id} (_getitem): {src.name} has no result {index}")
     value = parts[index]
-    if value is None:
-        raise LoweringError(f"node {node.id} (_getitem): result {index} of {src.name} is not supported by its lowering")
+    if value is None:  # an error only where something reads it (results that serve the backward pass)
+        return Unlowered(f"node {node.id} (_getitem): result {index} of {src.name} is not supported by its lowering")
     return value

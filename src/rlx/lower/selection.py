@@ -1,5 +1,6 @@
 """Selection lowerings: nonzero / argwhere / nonzero_static, masked_select, unique (sorted, by dim,
-consecutive), bincount, histc, and the grouped matmul of mixture-of-experts layers.
+consecutive), bincount, histc, histogram / histogramdd, and the grouped matmul of mixture-of-experts
+layers.
 
 The lengths of most of these results depend on the data: torch.export names them with unbacked
 symbols (``u0``), which the program keeps; the numpy engine binds them as the run produces them.
@@ -7,13 +8,33 @@ symbols (``u0``), which the program keeps; the numpy engine binds them as the ru
 
 from __future__ import annotations
 
+import math
+
 from rlx.errors import LoweringError
-from rlx.ir.calls import Bincount, Full, GroupedMatMul, Histc, MaskedSelect, Nonzero, NonzeroStatic, Reshape, Unique
-from rlx.ir.program import Operand
-from rlx.ir.symbolic import static_shape
+from rlx.ir import symbolic
+from rlx.ir.calls import (
+    Arange,
+    Bincount,
+    Full,
+    GroupedMatMul,
+    Histc,
+    MaskedSelect,
+    Nonzero,
+    NonzeroStatic,
+    Reduce,
+    Reshape,
+    Scatter,
+    SearchSorted,
+    Unique,
+    Where,
+)
+from rlx.ir.program import Operand, Ref
+from rlx.ir.symbolic import Dim, static_shape
 from rlx.ir.torch_ir import Node, TensorMeta
+from rlx.lower.elementwise import emit_binary
+from rlx.lower.movement import reshape_to, take_slice
 from rlx.lower.registry import Builder, lowers
-from rlx.lower.shapes import norm_axis
+from rlx.lower.shapes import norm_axis, static_dim
 
 
 @lowers("aten.nonzero.default", "aten.argwhere.default")
@@ -142,3 +163,122 @@ def local_scalar_dense(node: Node, b: Builder) -> Operand:
             f"node {node.id} ({node.op}): item() needs a tensor of one element, found {list(b.shape(x))}"
         )
     return b.emit(Reshape(x, ()), (), b.dtype(x))
+
+
+# ── histogram / histogramdd ──────────────────────────────────────────────────
+def _linspace(b: Builder, lo: Operand, hi: Operand, steps: int, dtype: str) -> Ref:
+    """``torch.linspace(lo, hi, steps)`` in ``dtype`` as PyTorch's CPU kernel computes it: the
+    first half ``lo + step·i``, the second ``hi - step·(steps - 1 - i)`` (so both ends are exact)."""
+    index = b.emit(Arange(0, steps, 1, dtype), (steps,), dtype)
+    step = emit_binary(b, "div", emit_binary(b, "sub", hi, lo), b.lit(max(steps - 1, 1), dtype))
+    rising = emit_binary(b, "add", lo, emit_binary(b, "mul", step, index))
+    back = emit_binary(b, "sub", b.lit(steps - 1, dtype), index)
+    falling = emit_binary(b, "sub", hi, emit_binary(b, "mul", step, back))
+    first_half = emit_binary(b, "lt", index, b.lit(steps // 2, dtype), "bool")
+    return b.emit(Where(first_half, rising, falling), (steps,), dtype)
+
+
+def _outer_edges(b: Builder, x: Ref, dim: int, span: tuple[float, float] | None) -> tuple[Operand, Operand]:
+    """The first and last edge along column ``dim`` of ``x`` [N, D]: ``span`` when given, else the
+    data's min and max (0 and 1 for no data), widened by 0.5 each way when they are equal; in
+    float64, then rounded to ``x``'s dtype as PyTorch's edges are."""
+    dt = b.dtype(x)
+    if span is not None:
+        first, last = span
+        first, last = (first - 0.5, last + 0.5) if first == last else (first, last)
+        return b.lit(first, dt), b.lit(last, dt)
+    rows = b.shape(x)[0]
+    if rows == 0:
+        return b.lit(0.0, dt), b.lit(1.0, dt)
+    column = b.cast(take_slice(b, x, 1, dim, 1), "f64")
+    lo, hi = (b.emit(Reduce(fn, column, (0, 1), False), (), "f64") for fn in ("amin", "amax"))
+    point = emit_binary(b, "eq", lo, hi, "bool")
+    lo = b.emit(Where(point, emit_binary(b, "sub", lo, b.lit(0.5, "f64")), lo), (), "f64")
+    hi = b.emit(Where(point, emit_binary(b, "add", hi, b.lit(0.5, "f64")), hi), (), "f64")
+    return b.cast(lo, dt), b.cast(hi, dt)
+
+
+def _bin_edges(b: Builder, node: Node, x: Ref, bins: tuple[int, ...]) -> list[Ref]:
+    span = node.kwargs.get("range")
+    if span is not None and len(span) != 2 * len(bins):
+        raise LoweringError(f"node {node.id} ({node.op}): range needs two numbers per dimension, found {span!r}")
+    edges = []
+    for dim, count in enumerate(bins):
+        pair = None if span is None else (float(span[2 * dim]), float(span[2 * dim + 1]))
+        lo, hi = _outer_edges(b, x, dim, pair)
+        edges.append(_linspace(b, lo, hi, count + 1, b.dtype(x)))
+    return edges
+
+
+def _histogram(b: Builder, node: Node, x: Ref, edges: list[Ref], shape: tuple[Dim, ...]) -> Ref:
+    """PyTorch's histogramdd kernel: an entry outside [first, last edge] in some dimension (or NaN)
+    is skipped; otherwise its bin is the last edge at or below it (the last bin closed on the
+    right); it adds its ``weight`` (else 1). ``density`` divides by the total and the bin widths."""
+    dt = b.dtype(x)
+    rows = b.shape(x)[0]
+    flat: Operand = b.lit(0, "i64")
+    valid: Operand = b.lit(True, "bool")
+    for dim, edge in enumerate(edges):
+        count = static_dim(b.shape(edge)[0], "bin edges", node) - 1
+        column = reshape_to(b, take_slice(b, x, 1, dim, 1), (rows,))
+        first, last = (reshape_to(b, take_slice(b, edge, 0, k, 1), ()) for k in (0, count))
+        inside = emit_binary(
+            b, "logical_and", emit_binary(b, "ge", column, first, "bool"), emit_binary(b, "le", column, last, "bool")
+        )
+        valid = emit_binary(b, "logical_and", valid, inside, "bool")
+        found = b.emit(SearchSorted(edge, column, True), (rows,), "i64")
+        position = emit_binary(b, "minimum", emit_binary(b, "sub", found, b.lit(1, "i64")), b.lit(count - 1, "i64"))
+        flat = emit_binary(b, "add", emit_binary(b, "mul", flat, b.lit(count, "i64")), position, "i64")
+    total = math.prod(static_dim(d, "histogram bins", node) for d in shape)
+    target = b.emit(Where(valid, flat, b.lit(total, "i64")), (rows,), "i64")
+    weight = b.optional_input(node, 3, "weight")
+    amounts = b.lit(1, dt) if weight is None else reshape_to(b, b.cast(weight, dt), (rows,))
+    zeros = b.emit(Full(0, (total + 1,), dt), (total + 1,), dt)
+    hist = reshape_to(
+        b, take_slice(b, b.emit(Scatter(zeros, 0, target, amounts, "sum", True), (total + 1,), dt), 0, 0, total), shape
+    )
+    if node.kwargs.get("density", False):
+        hist = emit_binary(b, "div", hist, b.emit(Reduce("sum", hist, tuple(range(len(shape))), False), (), dt))
+        for dim, edge in enumerate(edges):
+            count = static_dim(b.shape(edge)[0], "bin edges", node) - 1
+            widths = emit_binary(b, "sub", take_slice(b, edge, 0, 1, count), take_slice(b, edge, 0, 0, count))
+            along = tuple(count if k == dim else 1 for k in range(len(shape)))
+            hist = emit_binary(b, "div", hist, reshape_to(b, widths, along))
+    return hist
+
+
+def _rows(b: Builder, x: Ref, width: int) -> Ref:
+    """``x`` as [N, width]: the last axis holds the coordinates (a 1-d histogram flattens)."""
+    return reshape_to(b, x, (symbolic.numel(b.shape(x)) if width == 1 else symbolic.numel(b.shape(x)[:-1]), width))
+
+
+@lowers("aten.histogram.bin_ct", "aten.histogram.bins_tensor")
+def histogram(node: Node, b: Builder) -> tuple[Operand, Operand]:
+    """``histogram(x, bins, *, range, weight, density)``: (hist, bin_edges) of the flattened input;
+    ``bins`` a count (equal-width edges over the range or the data's) or the edges themselves."""
+    x = _rows(b, b.input(node, 0), 1)
+    bins = node.arg(1, "bins", 100)
+    if isinstance(bins, int):
+        edges = _bin_edges(b, node, x, (bins,))
+    else:
+        edges = [b.cast(b.input(node, 1, "bins"), b.dtype(x))]
+    return _histogram(b, node, x, edges, node.meta.shape), edges[0]
+
+
+@lowers("aten._histogramdd_bin_edges")
+def histogramdd_bin_edges(node: Node, b: Builder) -> tuple[Operand, ...]:
+    x = b.input(node, 0)
+    bins = tuple(node.arg(1, "bin_ct"))
+    return tuple(_bin_edges(b, node, _rows(b, x, len(bins)), bins))
+
+
+@lowers("aten._histogramdd_from_bin_cts", "aten._histogramdd_from_bin_tensors")
+def histogramdd(node: Node, b: Builder) -> Operand:
+    x = b.input(node, 0)
+    bins = node.arg(1, "bins")
+    x = _rows(b, x, len(bins))
+    if node.base == "_histogramdd_from_bin_cts":
+        edges = _bin_edges(b, node, x, tuple(bins))
+    else:
+        edges = [b.cast(b.tensor(node, e), b.dtype(x)) for e in bins]
+    return _histogram(b, node, x, edges, node.meta.shape)

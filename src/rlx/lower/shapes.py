@@ -85,6 +85,13 @@ def expand_shape(x_shape: Sequence[int], target: Sequence[int]) -> tuple[int, ..
     return tuple(x_shape[i - lead] if d == -1 else d for i, d in enumerate(target))
 
 
+def broadcast(*shapes: Sequence[Dim]) -> tuple[Dim, ...]:
+    """The shape ``shapes`` broadcast to, as PyTorch broadcasts (trailing axes aligned, 1 stretches)."""
+    rank = max(len(s) for s in shapes)
+    padded = [(1,) * (rank - len(s)) + tuple(s) for s in shapes]
+    return tuple(next((d for d in dims if d != 1), 1) for dims in zip(*padded))
+
+
 def ints(v: int | Sequence[int], n: int) -> tuple[int, ...]:
     """An int-or-list argument (kernel_size, stride, …) as ``n`` ints."""
     if isinstance(v, int):

@@ -8,7 +8,7 @@ import math
 from rlx.ir import calls as C
 from rlx.ir import dtypes
 from rlx.ir.program import Instr
-from rlx.onnx_export.registry import OnnxGraph, T, emits
+from rlx.onnx_export.registry import EmitError, OnnxGraph, T, emits
 
 _OPS = {"sum": "ReduceSum", "prod": "ReduceProd", "amax": "ReduceMax", "amin": "ReduceMin", "mean": "ReduceMean"}
 
@@ -26,6 +26,10 @@ def _any_nan(g: OnnxGraph, x: T, axes: list[int] | None, keepdim: bool) -> T:
 @emits(C.Reduce, widen=True)
 def reduce(g: OnnxGraph, c: C.Reduce, out: Instr, x: T) -> T:
     axes = list(c.axes) if c.axes and x.rank else None
+    if c.fn == "xor":
+        raise EmitError(
+            "ONNX has no exclusive-or reduction (Reduce xor, torch.hash_tensor); use the numpy or JAX engine"
+        )
     if x.rank == 0:
         return g.op("Identity", [x], x.dtype) if c.fn not in ("var", "std") else _variance(g, c, x, axes)
     if c.fn in ("any", "all"):

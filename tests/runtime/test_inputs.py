@@ -49,6 +49,33 @@ def test_lists_are_converted_and_names_work(model):
     assert out.dtype == np.int64
 
 
+def _exact_and_other_forms():
+    tokens = np.arange(6, dtype=np.int64).reshape(2, 3)
+    wide = np.arange(12, dtype=np.int64).reshape(2, 6)
+    yield "exact arrays (the short path)", tokens
+    yield "non-contiguous view", wide[:, ::2]
+    yield "other byte order", tokens.astype(">i8")
+    yield "array subclass", np.ma.masked_array(tokens)
+    yield "list", tokens.tolist()
+
+
+@pytest.mark.parametrize("case,tokens", list(_exact_and_other_forms()))
+@pytest.mark.parametrize("backend", ["numpy", "onnxruntime"])
+def test_every_input_form_gives_the_same_outputs(case, tokens, backend):
+    if backend == "onnxruntime":
+        pytest.importorskip("onnxruntime")
+    m, _, _ = convert(
+        Two(), (torch.ones(2, 3, dtype=torch.int64), torch.ones(2, 3, dtype=torch.int64)), backend=backend
+    )
+    mask = np.full((2, 3), 3, np.int64)
+    want = np.asarray(tokens, dtype=np.int64) * 3
+    out = m(tokens, mask)
+    assert out.dtype == np.int64 and out.shape == (2, 3), case
+    np.testing.assert_array_equal(out, want, err_msg=case)
+    with pytest.raises(InputError, match="dtype float32"):  # the short path still rejects the rest
+        m(tokens, mask.astype(np.float32))
+
+
 def test_constant_folding_preserves_outputs_and_removes_steps(tmp_path):
     import rlx
 

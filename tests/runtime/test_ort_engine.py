@@ -179,6 +179,43 @@ def test_multi_head_attention_fusion_matches_torch(contrib):
     assert ops.count("MultiHeadAttention") == (4 if contrib else 0)
 
 
+def _decoder_sdpa_variants(q, k, v, kv2, bool_mask):
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    return (
+        sdpa(q, q, q, is_causal=True),  # L == S: onnxruntime's own causal triangle (unidirectional)
+        sdpa(q, k, v, is_causal=True),  # L < S: the top-left triangle as a bias
+        sdpa(q, q, q, attn_mask=bool_mask[..., :6], is_causal=True, scale=0.3),  # row 0 of batch 1: zeros
+        sdpa(q, kv2, kv2, enable_gqa=True),  # 2 key/value heads serve 4 query heads
+        sdpa(q, kv2[:, :, :6], kv2[:, :, :6], is_causal=True, enable_gqa=True),
+    )
+
+
+# MultiHeadAttention nodes per contrib choice: causal / grouped ones only with "causal_attention".
+DECODER_FUSIONS = {("attention", "causal_attention"): 5, ("attention",): 0, ("causal_attention",): 0, (): 0}
+
+
+@pytest.mark.parametrize("contrib", list(DECODER_FUSIONS))
+def test_causal_attention_fusion_matches_torch(contrib):
+    from rlx.onnx_export import to_onnx
+
+    q, k, v = rand((2, 4, 6, 8), F32, seed=4), rand((2, 4, 7, 8), F32, seed=5), rand((2, 4, 7, 8), F32, seed=6)
+    kv2 = rand((2, 2, 7, 8), F32, seed=8)
+    bool_mask = torch.rand(2, 1, 6, 7, generator=torch.Generator().manual_seed(1)) > 0.3
+    bool_mask[1, 0, 0, 0] = False  # with the triangle, query 0 of batch 1 may attend nowhere
+    inputs = (q, k, v, kv2, bool_mask)
+    model, program, _ = convert(_decoder_sdpa_variants, inputs, backend="onnxruntime", engine_options={"contrib": contrib})  # fmt: skip
+    with torch.no_grad():
+        want = _decoder_sdpa_variants(*inputs)
+    for k_, (g, w) in enumerate(zip(model(*(t.numpy() for t in inputs)), want)):
+        assert g.shape == tuple(w.shape) and g.dtype == np.float32
+        assert_arrays_match(g, w.numpy(), f"decoder sdpa variant {k_}", rtol=1e-5, atol=1e-6)
+    nodes = to_onnx(program, {}, contrib=contrib).graph.node
+    fused = [n for n in nodes if n.op_type == "MultiHeadAttention"]
+    assert len(fused) == DECODER_FUSIONS[contrib]
+    causal = [n for n in fused if any(a.name == "unidirectional" and a.i == 1 for a in n.attribute)]
+    assert len(causal) == (2 if fused else 0)  # the L == S causal calls without a mask
+
+
 def test_unknown_contrib_fusion_is_one_line():
     with pytest.raises(UsageError, match="unknown contrib fusion"):
         convert(lambda x: x + 1, (torch.ones(2),), backend="onnxruntime", engine_options={"contrib": ("bogus",)})

@@ -214,20 +214,24 @@ def attention(g: OnnxGraph, c: C.Attention, out: Instr, q: T, k: T, v: T, mask: 
         k, v = _repeat_heads(g, k, q), _repeat_heads(g, v, q)
     assert k.shape is not None
     neg_inf = g.const(-np.inf, q.dtype)
+    # Measured (benchmarks/bench.py): MultiHeadAttention wins on encoders' attention (BERT 0.5-0.8x,
+    # ViT 0.7x at batch 8). With a causal mask ("causal_attention") it was up to 2x slower as an
+    # additive [B, N, L, S] bias; its own causal form (unidirectional) measured a median 0.96x
+    # (batch 1) / 0.98x (batch 8) of the standard operators on decoder_lm, but aligns the triangle to the top-left only where queries and keys are as many.
+    decoder = c.causal or grouped
+    fused = "attention" in g.contrib and (not decoder or "causal_attention" in g.contrib)
+    unidirectional = fused and c.causal and mask is None and _same_length(q, k)
+    unidirectional = unidirectional and _fits_multi_head_attention(q, k, v, None, None)
     allowed: T | None = None  # bool [.., L, S]: where a query may attend (None: everywhere)
-    if c.causal:  # lower-triangular, aligned to the top-left as PyTorch does (folded when static)
+    if c.causal and not unidirectional:  # lower-triangular, top-left as PyTorch's (folded when static)
         rows = g.op("Range", [g.const(0, "i64"), _extent(g, q.shape[-2]), g.const(1, "i64")], "i64")
         cols = g.op("Range", [g.const(0, "i64"), _extent(g, k.shape[-2]), g.const(1, "i64")], "i64")
         allowed = g.op("GreaterOrEqual", [g.op("Unsqueeze", [rows, g.ints([1])], "i64"), cols], "bool")
     if mask is not None and mask.dtype == "bool":
         allowed = mask if allowed is None else g.op("And", [allowed, mask], "bool")
     bias = None if mask is None or mask.dtype == "bool" else g.cast(mask, q.dtype)
-    # Measured (benchmarks/bench.py): MultiHeadAttention wins on encoders' attention (BERT 0.5-0.8x,
-    # ViT 0.7x at batch 8) and loses on causal / grouped-query decoders (up to 2x): those keep the
-    # standard operators.
-    fused = "attention" in g.contrib and not c.causal and not grouped
-    if fused and _fits_multi_head_attention(q, k, v, allowed, bias):
-        result = _multi_head_attention(g, c, q, k, v, allowed, bias)
+    if unidirectional or (fused and _fits_multi_head_attention(q, k, v, allowed, bias)):
+        result = _multi_head_attention(g, c, q, k, v, allowed, bias, unidirectional)
     else:
         result = _attention_ops(g, c, q, k, v, allowed, bias)
     if mask is not None:
@@ -271,7 +275,14 @@ def _fits_multi_head_attention(q: T, k: T, v: T, allowed: T | None, bias: T | No
         m is None or m.shape is None or len(m.shape) <= 4 for m in (allowed, bias))  # fmt: skip
 
 
-def _multi_head_attention(g: OnnxGraph, c: C.Attention, q: T, k: T, v: T, allowed: T | None, bias: T | None) -> T:
+def _same_length(q: T, k: T) -> bool:
+    assert q.shape is not None and k.shape is not None
+    return isinstance(q.shape[-2], int) and q.shape[-2] == k.shape[-2]
+
+
+def _multi_head_attention(
+    g: OnnxGraph, c: C.Attention, q: T, k: T, v: T, allowed: T | None, bias: T | None, unidirectional: bool = False
+) -> T:
     """onnxruntime's fused com.microsoft.MultiHeadAttention: the query as [B, L, N·H], keys and
     values as [B, N, S, H]; masks become one additive bias broadcast over [B, N, L, S]."""
     assert q.shape is not None
@@ -285,7 +296,7 @@ def _multi_head_attention(g: OnnxGraph, c: C.Attention, q: T, k: T, v: T, allowe
         assert k.shape is not None
         bias = g.op("Expand", [bias, g.dims([1, 1, q.shape[2], k.shape[2]])], q.dtype)
     (fused,) = g.node("MultiHeadAttention", [query, k, v, None, None, bias], domain=CONTRIB_DOMAIN,
-                      num_heads=heads, scale=float(c.scale))  # fmt: skip
+                      num_heads=heads, scale=float(c.scale), unidirectional=int(unidirectional))  # fmt: skip
     split = g.op("Reshape", [T(fused, q.dtype), g.ints([0, 0, heads, size])], q.dtype)
     return g.op("Transpose", [split], q.dtype, perm=[0, 2, 1, 3])
 

@@ -99,8 +99,11 @@ def emits(*calls: type[Call], widen: bool = False) -> Callable[[Emitter], Emitte
 # onnxruntime's contrib operators (domain com.microsoft) an emitter may use instead of standard ones.
 CONTRIB_DOMAIN = "com.microsoft"
 # "attention": Attention → MultiHeadAttention; "gelu": x·x·x as Pow(x, 3), the pattern of the tanh GELU
-# that onnxruntime's optimizer fuses into FastGelu.
-CONTRIB_FUSIONS = ("attention", "gelu")
+# that onnxruntime's optimizer fuses into FastGelu; "causal_attention" (with "attention"): causal and
+# grouped-query attention as MultiHeadAttention too. DEFAULT_CONTRIB: the ones the onnxruntime
+# engine uses unless told otherwise (all of them).
+CONTRIB_FUSIONS = ("attention", "gelu", "causal_attention")
+DEFAULT_CONTRIB = CONTRIB_FUSIONS
 
 
 def check_contrib(contrib: Collection[str]) -> frozenset[str]:

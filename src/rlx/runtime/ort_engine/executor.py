@@ -21,7 +21,7 @@ from rlx.ir import dtypes
 from rlx.ir.program import Program
 from rlx.onnx_export import check_coverage, to_onnx
 from rlx.onnx_export.build import NAN_CHECK
-from rlx.onnx_export.registry import CONTRIB_FUSIONS, ONNX_TYPES, EmitError, check_contrib
+from rlx.onnx_export.registry import DEFAULT_CONTRIB, ONNX_TYPES, EmitError, check_contrib
 from rlx.runtime.ort_engine import require_onnxruntime
 
 OPTIMIZATION_LEVELS = ("all", "extended", "basic", "none")
@@ -40,14 +40,14 @@ class OrtEngine:
         threads: int | None = None,
         optimization: str = "all",
         pooling_nan: bool = True,
-        contrib: Collection[str] = CONTRIB_FUSIONS,
+        contrib: Collection[str] = DEFAULT_CONTRIB,
     ) -> None:
         """``optimization``: onnxruntime's graph optimization level (all / extended / basic / none);
         ``pooling_nan=False``: max pooling skips NaN as onnxruntime's MaxPool does, instead of
         propagating it as PyTorch does (saves the check of each pooled input; see ``OrtExecutor``);
         ``contrib``: onnxruntime's fused com.microsoft operators to emit where they are faster
-        (``"attention"``: an encoder's Attention as one MultiHeadAttention); ``()`` for standard
-        operators only."""
+        (``"attention"``: an encoder's Attention as one MultiHeadAttention; ``"causal_attention"``:
+        causal and grouped-query ones too); ``()`` for standard operators only."""
         self._ort = require_onnxruntime()
         try:
             check_coverage(program)

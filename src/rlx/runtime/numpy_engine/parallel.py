@@ -42,8 +42,10 @@ from rlx.runtime.numpy_engine.fused import (
 from rlx.runtime.numpy_engine.namespace import GELU_SMALL_SIZE
 from rlx.runtime.numpy_engine.nn import conv_path
 
-# Results smaller than this run on one thread (measured on the benchmark models: see the README's
-# numpy engine notes; a 256 KiB float32 elementwise chain takes ~30 µs, about the pool's handoff).
+# Results smaller than this run on one thread. The pool's round trip is ~25 µs (one no-op task,
+# measured); a 1 MiB float32 add takes ~35 µs alone, a GELU of it ~600 µs. On the shared 2-core
+# machine this was developed on (load 4–7 from other jobs) no size showed a gain, the second core
+# being busy, so this is a conservative floor, not a measured break-even: remeasure on an idle machine.
 MIN_BYTES = 1 << 20
 
 # Every chunk has at least this many elements: float32 GELU takes another (per-element) path on

@@ -112,7 +112,11 @@ def _parser() -> argparse.ArgumentParser:
         default="numpy",
         help="numpy (default), jax (one XLA computation, needs rlx[jax]) or onnxruntime (needs rlx[onnxruntime])",
     )
-    run.add_argument("--threads", type=int, help="onnxruntime's intra-op threads (default: one per core)")
+    run.add_argument(
+        "--threads",
+        type=int,
+        help="onnxruntime's intra-op threads (default: one per core); numpy: threads for large steps (default 2)",
+    )
     run.add_argument("--seed", type=int, default=0, help="where a model with random ops starts drawing (default 0)")
     run.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
 
@@ -162,7 +166,9 @@ def _parser() -> argparse.ArgumentParser:
         "--engines", help="comma-separated engines (default: every installed one of numpy, jax, onnxruntime)"
     )
     ben.add_argument("--batch", type=int, help="resize the dynamic batch axis (axis 0) of the inputs to N")
-    ben.add_argument("--threads", type=int, help="threads per engine (onnxruntime intra-op; BLAS for numpy)")
+    ben.add_argument(
+        "--threads", type=int, help="threads per engine (onnxruntime intra-op; BLAS and large steps for numpy)"
+    )
     ben.add_argument("--runs", type=int, default=30, help="timed runs per engine (default 30)")
     ben.add_argument("--warmup", type=int, default=3, help="untimed runs first (default 3)")
     ben.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)

@@ -67,7 +67,8 @@ def create_engine(
 ) -> Engine:
     """The engine ``name`` for ``program`` and its weights. ``disable_passes``: the numpy engine's
     load-time passes to skip (``None``: all of them); ``threads``: onnxruntime's intra-op threads
-    (``None``: its default, one per physical core); ``options``: the engine's own settings
+    (``None``: its default, one per physical core), or the numpy engine's (``None``: two, one on a
+    one-core machine; see ``rlx.runtime.numpy_engine.parallel``; the jax engine takes none); ``options``: the engine's own settings
     (onnxruntime: ``optimization``, ``pooling_nan``, ``contrib``; see ``OrtEngine``)."""
     check_engine(name)
     if name == "onnxruntime":
@@ -82,4 +83,4 @@ def create_engine(
         return JaxEngine(program, weights)
     from rlx.runtime.numpy_engine.engine import NumpyEngine
 
-    return NumpyEngine(program, weights, disable_passes)
+    return NumpyEngine(program, weights, disable_passes, threads)

@@ -287,7 +287,9 @@ def load(
     symlink leading out of it is refused), and every size, shape and dtype is checked before use.
     ``backend="jax"`` runs the program as one XLA computation per input-shape binding (needs jax);
     ``backend="onnxruntime"`` as one onnxruntime session per binding (needs ``rlx[onnxruntime]``),
-    with ``threads`` intra-op threads (default: onnxruntime's, one per physical core);
+    with ``threads`` intra-op threads (default: onnxruntime's, one per physical core); the numpy
+    engine splits its large elementwise, norm, softmax, depthwise-conv and pooling steps over
+    ``threads`` threads (default: 2, or 1 on a one-core machine; ``threads=1``: one thread);
     ``engine_options`` are the engine's own settings (``rlx.runtime.ort_engine.executor.OrtEngine``);
     ``seed`` starts the generator of a model with random ops (see ``Model``).
     """

@@ -12,6 +12,7 @@ from rlx.kernels.linalg import SCIPY_CALLS, scipy_lapack
 from rlx.kernels.special import library_functions, scipy_special
 from rlx.passes import pipeline
 from rlx.runtime.numpy_engine.executor import Executor
+from rlx.runtime.numpy_engine.parallel import check_threads
 
 
 class NumpyEngine:
@@ -22,8 +23,14 @@ class NumpyEngine:
     name = "numpy"
 
     def __init__(
-        self, program: Program, weights: Mapping[str, np.ndarray], disable_passes: Iterable[str] | None = ()
+        self,
+        program: Program,
+        weights: Mapping[str, np.ndarray],
+        disable_passes: Iterable[str] | None = (),
+        threads: int | None = None,
     ) -> None:
+        # Large steps run as chunks on this many threads (``parallel``); 1: one thread, as before.
+        self.threads = check_threads(threads)
         _load_libraries(program)
         self.disabled = (
             frozenset(pipeline.PASS_NAMES) if disable_passes is None else pipeline.check_names(disable_passes)
@@ -37,7 +44,7 @@ class NumpyEngine:
         return self._source
 
     def compile(self, program: Program) -> Executor:
-        return Executor(*pipeline.optimize(program, self.weights, self.disabled))
+        return Executor(*pipeline.optimize(program, self.weights, self.disabled), threads=self.threads)
 
 
 def _load_libraries(program: Program) -> None:

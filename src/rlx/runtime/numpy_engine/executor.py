@@ -24,6 +24,7 @@ from rlx.ir import dtypes
 from rlx.ir.program import Instr, Lit, Program, Ref, resolve_operand, subst_call
 from rlx.ir.symbolic import Sym, UnboundSymbolError, eval_dim, is_static, partial_dim
 from rlx.runtime.numpy_engine.fused import BINDERS, Site, TensorType, kernel_for
+from rlx.runtime.numpy_engine.parallel import check_threads, split_step
 
 _NONE_SLOT = 0  # always holds None: an absent optional operand reads it
 _SIZES_SLOT = 1  # one run's data-dependent sizes (u0 …), bound as the instructions producing them run
@@ -87,8 +88,9 @@ Step = tuple[Callable[..., Any], Callable[[list[Any]], Any], int, tuple[int, ...
 class Executor:
     """A Program bound to its weights, ready to run many times (from any number of threads)."""
 
-    def __init__(self, program: Program, weights: Mapping[str, np.ndarray]) -> None:
+    def __init__(self, program: Program, weights: Mapping[str, np.ndarray], threads: int = 1) -> None:
         self.program = program
+        self.threads = check_threads(threads)  # large steps split over this many threads (``parallel``)
         slots = _Slots()
         for v in program.inputs:
             slots.define(v.name, v.shape, v.dtype)
@@ -138,17 +140,22 @@ class Executor:
         self._labels.append(label)
         return flat
 
-    @staticmethod
     def _bind(
-        ins: Instr, kern: Callable[..., Any], args: tuple[TensorType | None, ...] | None, layout: list[int], label: str
+        self,
+        ins: Instr,
+        kern: Callable[..., Any],
+        args: tuple[TensorType | None, ...] | None,
+        layout: list[int],
+        label: str,
     ) -> Callable[..., Any]:
         """A binder's fast path when every type is static and it has one, else the generic kernel."""
         binder = BINDERS.get(ins.call.op)
         if binder is not None and args is not None and is_static(ins.shape):
             shape = tuple(d for d in ins.shape if isinstance(d, int))
-            fast = binder(Site(ins.call, shape, dtypes.to_numpy(ins.dtype), args))
+            site = Site(ins.call, shape, dtypes.to_numpy(ins.dtype), args)
+            fast = binder(site)
             if fast is not None:
-                return fast
+                return (split_step(site, self.threads) if self.threads > 1 else None) or fast
         return _generic(kern, ins.call, layout, dtypes.to_numpy(ins.dtype), tuple(ins.shape), label)
 
     @property

@@ -211,7 +211,7 @@ def fast_binary(fn: str, a: np.dtype, b: np.dtype, result: np.dtype) -> np.ufunc
 
 
 # ── Gemm ─────────────────────────────────────────────────────────────────────
-def _reuse(buf: np.ndarray | None, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray | None:
+def reuse_buffer(buf: np.ndarray | None, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray | None:
     """``buf`` viewed as ``shape`` when its storage can take a result of that type, else None."""
     if buf is None or buf.dtype != dtype or not buf.flags.c_contiguous or not buf.flags.writeable:
         return None
@@ -283,7 +283,7 @@ def _bind_gemm(
             w = w.T if w.ndim == 2 else np.swapaxes(w, -1, -2)
         if collapse:
             x = x.reshape(m, k)
-        buf = _reuse(reuse, flat_shape, dt) if reuse is not None else None
+        buf = reuse_buffer(reuse, flat_shape, dt) if reuse is not None else None
         out = np.matmul(x, w) if buf is None else np.matmul(x, w, buf)
         if collapse:
             out = out.reshape(out_shape)
@@ -338,7 +338,7 @@ def check_steps(c: C.Fused) -> list[CheckedStep]:
     return out
 
 
-def _param(step: CheckedStep) -> float | int:
+def step_param(step: CheckedStep) -> float | int:
     if step.param is None:
         raise BundleError(f"Fused: step {step.fn!r} needs its parameter")
     return step.param
@@ -354,11 +354,11 @@ def _generic_step(step: CheckedStep) -> Fn:
         call = C.Clamp(r, None if step.args[1] is None else r, None if step.args[2] is None else r)
         kern = KERNELS["Clamp"]
     elif step.fn == "leaky_relu":
-        call, kern = C.LeakyRelu(r, float(_param(step))), KERNELS["LeakyRelu"]
+        call, kern = C.LeakyRelu(r, float(step_param(step))), KERNELS["LeakyRelu"]
     elif step.fn == "cast":
         call, kern = C.Cast(r, dtypes.from_numpy(step.dtype)), KERNELS["Cast"]
     elif step.fn in ("softmax", "log_softmax"):
-        call, kern = C.Softmax(r, int(_param(step)), step.fn == "log_softmax"), KERNELS["Softmax"]
+        call, kern = C.Softmax(r, int(step_param(step)), step.fn == "log_softmax"), KERNELS["Softmax"]
     elif step.fn in SHARED_UNARY and len(step.args) == 1:
         call, kern = C.Unary(step.fn, r), KERNELS["Unary"]
     elif step.fn in SHARED_BINARY and len(step.args) == 2:
@@ -414,7 +414,7 @@ def _fast_step(step: CheckedStep, types: list[TensorType]) -> Fn | None:
     dt = step.dtype
     if step.fn in ("softmax", "log_softmax"):
         return (
-            _softmax_inplace(int(_param(step)), step.fn == "log_softmax")
+            _softmax_inplace(int(step_param(step)), step.fn == "log_softmax")
             if ins[0].dtype == dt in _FAST_FLOATS
             else None
         )
@@ -437,7 +437,7 @@ def _fast_step(step: CheckedStep, types: list[TensorType]) -> Fn | None:
     return None
 
 
-def _register_types(
+def register_types(
     steps: list[CheckedStep], inputs: Sequence[TensorType | None]
 ) -> tuple[list[TensorType], dict[int, int]]:
     """The type of every register (inputs, then one per step) and the step that reads each last."""
@@ -464,7 +464,7 @@ def _bind_fused(c: C.Fused, operands: Sequence[TensorType | None]) -> Fn:
     longer needs (the last step: into the ``reuse`` buffer); everything else allocates."""
     steps = check_steps(c)
     n_in, n_steps = len(c.inputs), len(steps)
-    types, last_read = _register_types(steps, operands[:n_in])
+    types, last_read = register_types(steps, operands[:n_in])
     final = types[-1]
     reuse, none = n_in, n_in + 1 + n_steps  # register layout: inputs, reuse, steps, None
 
@@ -503,7 +503,7 @@ def _bind_fused(c: C.Fused, operands: Sequence[TensorType | None]) -> Fn:
     def run(*args: Any) -> np.ndarray:
         regs = [*args, *pad] if len(args) > n_in else [*args, None, *pad]
         if regs[reuse] is not None:
-            regs[reuse] = _reuse(regs[reuse], out_shape, out_dtype)
+            regs[reuse] = reuse_buffer(regs[reuse], out_shape, out_dtype)
         for op, res in steps_plan:
             regs[res] = op(regs)
         return np.asarray(regs[last]) if scalar else regs[last]

@@ -51,7 +51,7 @@ def erf64(x: np.ndarray) -> np.ndarray:
 _GELU_FIT_DEGREE = 6
 _GELU_SHIFT = 2 * math.sqrt(2)  # s = 1 / (_GELU_SHIFT + |x|): t = 1/(1 + a/2) for a = |x|/√2, over 2√2
 _GELU_EXP2 = -0.5 / math.log(2)  # exp(−x²/2) = 2^(x·_GELU_EXP2·x)
-_GELU_SMALL = 256  # fewer elements: math.erf one by one costs less than the ~25 numpy calls
+GELU_SMALL_SIZE = 256  # fewer elements: math.erf one by one costs less than the ~25 numpy calls
 
 
 @lru_cache(maxsize=1)
@@ -72,7 +72,7 @@ def _erfc_scaled_fit() -> tuple[np.float32, ...]:
 
 def gelu_float32(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """Exact (erf) GELU of a float32 array, in float32; ``out`` may be ``x`` itself."""
-    if x.size < _GELU_SMALL:
+    if x.size < GELU_SMALL_SIZE:
         res = gelu_erf64(x)
         if out is None:
             return res

@@ -185,6 +185,24 @@ def _kept_taps(
     return lambda w: np.ascontiguousarray(w[kept])
 
 
+def conv_path(c: Conv, x_shape: tuple[int, ...], w_shape: tuple[int, ...], allow_fft: bool = True) -> str:
+    """Which way ``conv_plan`` computes a forward conv of these shapes: ``fft`` (long 1-d kernels),
+    ``banded`` (2-d depthwise as banded GEMMs), ``by_tap`` (depthwise, a multiply-add per tap) or
+    ``im2col`` (one batched GEMM). Threaded chunks of a conv must take the whole conv's path."""
+    nd = len(w_shape) - 2
+    cg, og = x_shape[1] // c.groups, w_shape[0] // c.groups
+    out_sp = conv_output_shape(c, x_shape, w_shape)[2:]
+    windows = geometry.clip_windows(x_shape[2:], w_shape[2:], c.stride, c.padding, c.dilation, out_sp)
+    k, p = math.prod(a.kernel for a in windows), math.prod(out_sp)
+    if allow_fft and nd == 1 and c.stride == (1,) and c.dilation == (1,) and k >= FFT_MIN_TAPS:
+        return "fft"
+    if len(windows) == 2 and cg == 1 and k > 1 and _banded_fits(windows[1]):
+        return "banded"
+    if _tap_by_tap(cg, og, k, x_shape[0] * x_shape[1] * k * p):
+        return "by_tap"
+    return "im2col"
+
+
 def conv_plan(
     c: Conv, x_shape: tuple[int, ...], w_shape: tuple[int, ...], dtype: np.dtype, *, allow_fft: bool = True
 ) -> Kernel:
@@ -211,7 +229,8 @@ def conv_plan(
     def windows_of(x: np.ndarray) -> np.ndarray:
         return _window_view(np.ascontiguousarray(buffer(x)), windows, taps_first=True)
 
-    if allow_fft and nd == 1 and c.stride == (1,) and c.dilation == (1,) and k >= FFT_MIN_TAPS:
+    path = conv_path(c, x_shape, w_shape, allow_fft)
+    if path == "fft":
         correlate = _fft_correlate(g, windows[0], kept)
         direct = conv_plan(c, x_shape, w_shape, dtype, allow_fft=False)
 
@@ -225,14 +244,14 @@ def conv_plan(
             return out if b is None else np.add(out, b.reshape(bias_shape), out=out)
 
         return long_kernel
-    if len(windows) == 2 and cg == 1 and k > 1 and _banded_fits(windows[1]):
+    if path == "banded":
         banded = _depthwise_banded(n, g, og, windows)
 
         def depthwise(x: np.ndarray, w: np.ndarray, b: np.ndarray | None) -> np.ndarray:
             return banded(np.ascontiguousarray(buffer(x)), kept(w), b)
 
         return depthwise
-    if _tap_by_tap(cg, og, k, n * cin * k * p):
+    if path == "by_tap":
         by_tap = _grouped_by_tap(n, g, cg, og, ksp, out_sp)
 
         def grouped(x: np.ndarray, w: np.ndarray, b: np.ndarray | None) -> np.ndarray:

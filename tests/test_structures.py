@@ -71,6 +71,26 @@ def test_output_that_is_an_input():
     assert_arrays_match(x1, np.full(2, 2.0, np.float32))
 
 
+class Masked(torch.nn.Module):
+    def forward(self, tokens, mask, scale):
+        return tokens * mask + scale
+
+
+@pytest.mark.parametrize("example", ["same", "view", "kwarg"])
+def test_aliased_example_inputs_stay_distinct_inputs(example):
+    """torch.export reads an input given twice (or a view of one) as one; rlx exports from clones."""
+    t = torch.randn(2, 3)
+    args = {"same": (t, t, t), "view": (t, t.view(2, 3), t[0]), "kwarg": (t, t)}[example]
+    kwargs = {"scale": t} if example == "kwarg" else None
+    model, _, _ = convert(Masked(), args, kwargs=kwargs)
+    rng = np.random.default_rng(0)
+    a, m = (rng.standard_normal((2, 3), dtype=np.float32) for _ in range(2))
+    s = rng.standard_normal(3 if example == "view" else (2, 3), dtype=np.float32)
+    got = model(a, m, s) if kwargs is None else model(a, m, scale=s)
+    want = Masked()(*(torch.from_numpy(v) for v in (a, m, s)))
+    assert_arrays_match(got, want.numpy())
+
+
 @pytest.mark.parametrize("level", ["aten", "high", "core"])
 def test_multi_output_ops_through_getitem(level):
     class M(torch.nn.Module):

@@ -72,6 +72,27 @@ def export(
     return result
 
 
+def _distinct_tensors(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """The example inputs with every tensor that shares memory with an earlier one cloned.
+
+    torch.export specialises on aliasing: given one tensor twice (``model(t, t)``) it records a
+    graph that reads the first input for both, which is wrong as soon as the two differ. The
+    aliasing is an accident of the example, not part of the model's signature."""
+    seen: set[int] = set()
+
+    def distinct(x: Any) -> Any:
+        if not isinstance(x, torch.Tensor):
+            return x
+        storage = x.untyped_storage()
+        key = storage.data_ptr() if storage.nbytes() else id(x)
+        if key in seen:
+            return x.clone()
+        seen.add(key)
+        return x
+
+    return pytree.tree_map(distinct, (args, kwargs))
+
+
 def capture(
     model: torch.nn.Module,
     example_inputs: tuple[Any, ...],
@@ -101,7 +122,7 @@ def capture(
         raise UsageError(f"expected a torch.nn.Module, got {type(model).__name__}")
     if not isinstance(example_inputs, tuple):
         example_inputs = tuple(example_inputs) if isinstance(example_inputs, list) else (example_inputs,)
-    kwargs = dict(example_kwargs or {})
+    example_inputs, kwargs = _distinct_tensors(example_inputs, dict(example_kwargs or {}))
     try:
         with warnings.catch_warnings():  # torch's own deprecation chatter is not the user's concern
             warnings.simplefilter("ignore", FutureWarning)

@@ -115,7 +115,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--threads",
         type=int,
-        help="onnxruntime's intra-op threads (default: one per core); numpy: threads for large steps (default 2)",
+        help="onnxruntime's intra-op threads (default: one per core); numpy: threads for large steps (default 1)",
     )
     run.add_argument("--seed", type=int, default=0, help="where a model with random ops starts drawing (default 0)")
     run.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)

@@ -19,7 +19,6 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import math
-import os
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -65,8 +64,12 @@ _pools_lock = threading.Lock()
 
 
 def default_threads() -> int:
-    """Two threads, or one on a one-core machine: see ``check_threads``."""
-    return min(2, os.cpu_count() or 1)
+    """One: splitting is opt-in. On an idle 2-core machine (``benchmarks/numpy_threads.py``,
+    ConvNeXt / SegFormer / Whisper encoder at batch 8) every threshold that split any step was
+    slower than one thread (ConvNeXt 0.78× eager unsplit, 0.86× with 4 steps split at 256 KiB,
+    1.00× with 15 at 64 KiB): the handoff and the second core's cold caches cost more than the
+    halved loops save at these sizes."""
+    return 1
 
 
 def check_threads(threads: int | None) -> int:

@@ -22,7 +22,16 @@ from rlx.bundle import bind_weights
 from rlx.errors import UsageError
 from rlx.runtime.model import Model
 
-from helpers import LEVELS, assert_arrays_match, assert_converts_and_matches, convert, exported_example, rand, sweep
+from helpers import (
+    LEVELS,
+    assert_arrays_match,
+    assert_converts_and_matches,
+    convert,
+    exported_example,
+    rand,
+    sweep,
+    with_specials,
+)
 
 pytest.importorskip("onnxruntime")
 pytest.importorskip("onnx")
@@ -322,3 +331,63 @@ def test_tanh_gelu_fusion_matches_torch(contrib, tmp_path):
 
     fused = [n.op_type for n in onnx.load(str(tmp_path / "optimized.onnx")).graph.node]
     assert ("FastGelu" in fused) == bool(contrib)
+
+
+class Flattened(torch.nn.Module):
+    """What PyTorch's decompositions flatten: a Linear's input to 2-d (``view → mm → view``, with
+    and without bias), batched products to 3-d (``view → bmm → view``, scores then scaled), heads
+    merged then projected, a product also read flattened, and a flattened activation, cast and bias."""
+
+    def __init__(self, dtype: torch.dtype) -> None:
+        super().__init__()
+        g = torch.Generator().manual_seed(11)
+        self.w = torch.nn.Parameter(torch.randn(16, 8, generator=g, dtype=dtype))
+        self.b = torch.nn.Parameter(torch.randn(16, generator=g, dtype=dtype))
+        self.o = torch.nn.Parameter(torch.randn(8, 32, generator=g, dtype=dtype))
+
+    def forward(self, x, q, k):
+        scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(q.shape[-1])
+        merged = torch.matmul(scores.softmax(-1), k).transpose(1, 2).reshape(q.shape[0], q.shape[2], -1)
+        flat = torch.mm(x.reshape(-1, 8), self.w.t())
+        return (
+            torch.nn.functional.linear(x, self.w),
+            torch.nn.functional.linear(x, self.w, self.b),
+            scores,
+            torch.nn.functional.linear(merged, self.o),
+            flat.view(2, 5, 16),
+            flat,
+            (torch.relu(x.reshape(-1, 8)) + self.b[:8]).to(torch.float64).view(2, 5, 8),
+        )
+
+
+@pytest.mark.parametrize("dtype", [F32, torch.float64])
+@pytest.mark.parametrize("case", ["finite", "specials"])
+def test_flattened_products_match_torch(dtype, case, tmp_path):
+    """The emitter runs these products (and a flattened activation, cast and bias) on the N-d
+    tensors the flattening reshapes read: values, shapes, dtypes and NaN/inf as PyTorch's."""
+    import onnx
+    import onnxruntime as ort
+
+    from rlx.onnx_export import to_onnx
+
+    x, q, k = rand((2, 5, 8), dtype, seed=1), rand((2, 4, 6, 8), dtype, seed=2), rand((2, 4, 6, 8), dtype, seed=3)
+    if case == "specials":
+        x, q = with_specials(x), with_specials(q)
+    module = Flattened(dtype)
+    model, program, _ = convert(module, (x, q, k), backend="onnxruntime")
+    with torch.no_grad():
+        want = module(x, q, k)
+    got = model(x.numpy(), q.numpy(), k.numpy())
+    for n, (g, w) in enumerate(zip(got, want)):
+        assert_arrays_match(g, w.numpy(), f"output {n}", rtol=1e-5, atol=1e-5)
+    if dtype != F32 or case != "finite":
+        return
+    onnx_model = to_onnx(program, dict(model.weights))
+    products = [n for n in onnx_model.graph.node if n.op_type == "MatMul"]
+    values = {v.name: v for v in program.inputs}
+    assert products[0].input[0] == "q" and values["q"].shape == (2, 4, 6, 8)  # no 3-d detour
+    opts = ort.SessionOptions()
+    opts.optimized_model_filepath = str(tmp_path / "optimized.onnx")
+    ort.InferenceSession(onnx_model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    fused = [n.op_type for n in onnx.load(str(tmp_path / "optimized.onnx")).graph.node]
+    assert "FusedMatMul" in fused and "Div" not in fused  # the scores' scale joined their product

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from rlx.ir import calls as C
 from rlx.ir import dtypes
 from rlx.ir.program import Instr, Lit, Program, Ref
 from rlx.ir.symbolic import Dim, Sym
@@ -127,10 +129,12 @@ def _emit_instr(g: OnnxGraph, ins: Instr, env: Mapping[str, T]) -> T:
     g.begin(ins.result, f"{ins.note or ins.call.op} [{ins.node}]" if ins.node else (ins.note or ins.call.op))
     first = len(g.nodes)
     operands = [_operand(g, getattr(ins.call, f), env) for f in ins.call.operand_fields()]
+    plain = operands
     if entry.widen:
         operands = [_widen(g, o) for o in operands]
     try:
-        result = entry.fn(g, ins.call, ins, *operands)
+        lifted = _lift(g, ins, operands) if not entry.widen or operands == plain else None
+        result = lifted if lifted is not None else entry.fn(g, ins.call, ins, *operands)
     except EmitError:
         raise
     except Exception as e:  # an emitter failure is reported with the instruction
@@ -150,6 +154,97 @@ def _emit_instr(g: OnnxGraph, ins: Instr, env: Mapping[str, T]) -> T:
     else:  # the result is an existing tensor (a no-op instruction): alias it
         g.node("Identity", [result], outputs=[ins.result])
     return T(ins.result, ins.dtype, ins.shape)
+
+
+def _lift(g: OnnxGraph, ins: Instr, operands: list[Any]) -> T | None:
+    """``ins`` run on the N-d tensors its flattened operands are reshapes of (``g.reshaped``),
+    then reshaped to its own shape (a node the next reshape back folds away); None where it does
+    not apply. Static shapes only, and only where every reader of the result is a reshape or
+    another such step (else the N-d detour would cost a Reshape of its own)."""
+    shape = _ints(ins.shape)
+    if shape is None or any(not isinstance(o, T) or _ints(o.shape) is None for o in operands):
+        return None
+    if g.is_output(ins.result) or not all(isinstance(user.call, _LIFTED) for user in g.consumers(ins.result)):
+        return None
+    # (a source of higher rank: flattened, not unsqueezed)
+    known = [s if (s := g.reshaped.get(o.name)) is not None and _ints(s.shape) and s.rank > o.rank else None
+             for o in operands]  # fmt: skip
+    if isinstance(ins.call, C.MatMul):
+        lifted = _lift_product(g, ins, operands[0], operands[1], known[0], known[1])
+    elif isinstance(ins.call, (C.Unary, C.Cast)) and known[0] is not None:
+        lifted = _ints(known[0].shape), [known[0]]
+    elif isinstance(ins.call, C.Binary):
+        lifted = _lift_binary(shape, operands, known)
+    else:
+        return None
+    full, args = lifted
+    if full is None:
+        return None
+    result = g.cast(EMITTERS[type(ins.call)].fn(g, ins.call, replace(ins, shape=full), *args), ins.dtype)
+    whole = T(result.name, ins.dtype, full)
+    g.reshaped[ins.result] = whole
+    return g.op("Reshape", [whole, g.ints(shape)], ins.dtype, shape, allowzero=1)
+
+
+_LIFTED = (C.Reshape, C.MatMul, C.Unary, C.Cast, C.Binary)
+_NO_LIFT: tuple[None, list[T]] = (None, [])
+
+
+def _lift_product(
+    g: OnnxGraph, ins: Instr, x: T, y: T, xs: T | None, ys: T | None
+) -> tuple[tuple[int, ...] | None, list[T]]:
+    """A Linear's ``view → mm → view`` (without bias: with one, onnxruntime's MatMul + Add → Gemm
+    fusion wants the 2-d product) as one N-d MatMul; a batched ``view → bmm`` whose operands
+    merge the same batch axes as the N-d MatMul (scores then scaled stay MatMul + Mul, which
+    onnxruntime fuses)."""
+    xf, yf = _ints(x.shape), _ints(y.shape)
+    sx = _ints(xs.shape) if xs is not None else None
+    sy = _ints(ys.shape) if ys is not None else None
+    if xs is None or sx is None or xf is None or yf is None:
+        return _NO_LIFT
+    if len(xf) == len(yf) == 2 and (lead := _lead(g, ins.result, xf[0])) is not None:
+        rows = xs
+        if sx != (*lead, xf[1]):  # (attention heads merged, then projected)
+            rows = g.op("Reshape", [xs, g.ints([*lead, xf[1]])], x.dtype, (*lead, xf[1]))
+        return (*lead, yf[1]), [rows, y]
+    if len(xf) == len(yf) == 3 and ys is not None and sy is not None and len(sx) == len(sy) > 3:
+        if sx[:-2] == sy[:-2] and sx[-2:] == xf[-2:] and sy[-2:] == yf[-2:]:
+            return (*sx[:-1], yf[-1]), [xs, ys]
+    return _NO_LIFT
+
+
+def _lift_binary(
+    shape: tuple[int, ...], operands: list[T], known: list[T | None]
+) -> tuple[tuple[int, ...] | None, list[T]]:
+    """One flattened operand with a scalar or a row (a bias): the same broadcast on the N-d tensor
+    when the flattening kept the last axis."""
+    for k in (0, 1):
+        t, s, other = operands[k], known[k], operands[1 - k]
+        if s is None or known[1 - k] is not None or other.rank > 1 or _ints(t.shape) != shape:
+            continue
+        full = _ints(s.shape)
+        if full is not None and full[-1:] == shape[-1:]:
+            return full, ([s, other] if k == 0 else [other, s])
+    return _NO_LIFT
+
+
+def _lead(g: OnnxGraph, name: str, rows: int) -> tuple[int, ...] | None:
+    """The leading axes every reader of the [rows, n] value ``name`` reshapes it to, when they
+    are all reshapes that agree; else None."""
+    found = set()
+    for user in g.consumers(name):
+        target = _ints(user.shape)
+        if not isinstance(user.call, C.Reshape) or target is None or math.prod(target[:-1]) != rows:
+            return None
+        found.add(target[:-1])
+    return found.pop() if len(found) == 1 else None
+
+
+def _ints(shape: Any) -> tuple[int, ...] | None:
+    """A static shape as ints (None when unknown or symbolic)."""
+    if shape is None or not all(isinstance(d, int) for d in shape):
+        return None
+    return tuple(int(d) for d in shape)
 
 
 def _widen(g: OnnxGraph, o: Any) -> Any:

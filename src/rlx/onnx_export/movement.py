@@ -53,10 +53,20 @@ def arange(g: OnnxGraph, c: C.Arange, out: Instr) -> T:
 @emits(C.Reshape)
 def reshape(g: OnnxGraph, c: C.Reshape, out: Instr, x: T) -> T:
     inner = g.producer(x.name)
-    if inner is not None and isinstance(inner.call, C.Reshape) and isinstance(inner.call.x, Ref):
-        x = new_graph_value(g, inner.call.x)  # a reshape of a reshape is one reshape (one node less)
+    if x.name in g.reshaped:  # a reshape of a reshape (or of a product run N-d) is one reshape
+        x = g.reshaped[x.name]
+    elif inner is not None and isinstance(inner.call, C.Reshape) and isinstance(inner.call.x, Ref):
+        x = new_graph_value(g, inner.call.x)  # (symbolic shapes: one node less)
+    if _static(c.shape) and x.shape is not None and _static(x.shape):
+        g.reshaped[out.result] = x
+        if tuple(x.shape) == tuple(c.shape):  # back to the original: no node (the driver aliases it)
+            return x
     # allowzero: a 0 in the target is an empty axis, not "copy the input's extent".
     return g.op("Reshape", [x, g.dims(c.shape)], x.dtype, c.shape, allowzero=1)
+
+
+def _static(shape: tuple[object, ...]) -> bool:
+    return all(isinstance(d, int) for d in shape)
 
 
 @emits(C.Permute)

@@ -151,8 +151,15 @@ class OnnxGraph:
         self.pooling_nan = pooling_nan
         self.nan_checks: list[T] = []
         self._producers: dict[str, Instr] | None = None
+        self._consumers: dict[str, list[Instr]] | None = None
         self.nodes: list[tuple[str, list[str], list[str], dict[str, Any], str, str, str]] = []
         self.constants: dict[str, np.ndarray] = {}  # small constants made while emitting
+        # tensor name → the higher-rank tensor it is a row-major reshape of (static shapes only):
+        # PyTorch's decompositions flatten a Linear's input to 2-d and a batched product's to 3-d;
+        # the emitter runs those products and their elementwise followers on the original N-d
+        # tensor instead, as torch.onnx's graphs do (fewer Reshapes, and MatMul + scale stays one
+        # pattern for onnxruntime's fusions).
+        self.reshaped: dict[str, T] = {}
         self._const_ids: dict[tuple[str, tuple[int, ...], bytes], str] = {}
         self.values = program.values()
         self._counter = 0
@@ -164,6 +171,18 @@ class OnnxGraph:
             for axis, d in enumerate(v.shape):
                 if isinstance(d, Sym) and d.expr.isidentifier():
                     self.symbol_sources.setdefault(d.expr, (v.name, axis))
+
+    def consumers(self, name: str) -> list[Instr]:
+        """The instructions that read value ``name``."""
+        if self._consumers is None:
+            self._consumers = {}
+            for ins in self.program.instrs:
+                for ref in {r.name for r in ins.call.refs()}:
+                    self._consumers.setdefault(ref, []).append(ins)
+        return self._consumers.get(name, [])
+
+    def is_output(self, name: str) -> bool:
+        return any(isinstance(o, Ref) and o.name == name for o in self.program.outputs)
 
     def producer(self, name: str) -> Instr | None:
         """The instruction whose result ``name`` is (None for inputs, weights and constants)."""

@@ -149,3 +149,25 @@ def test_non_max_suppression_on_the_onnxruntime_engine():
     rt = Model(program, bind_weights(program, weights, "weights"), backend="onnxruntime")
     (got,) = rt.run_flat(rt.bind((), feed))
     assert_equal_outputs([np.asarray(got)], run_rlx(m, feed))
+
+
+def test_negative_gather_positions_on_the_onnxruntime_engine():
+    """IndexSelect / Gather Calls with negative positions (legal in ONNX's Gather and
+    GatherElements) on the onnxruntime engine, whose emitter hands them to Gather unchanged."""
+    from rlx.bundle import bind_weights
+    from rlx.convert import finish_program
+    from rlx.onnx_import import reader
+    from rlx.onnx_import.importer import lower_graph
+    from rlx.runtime.model import Model
+
+    x = R.standard_normal((4, 5)).astype(np.float32)
+    feed = {"x": x, "i": np.array([-1, 0, -5, 3], np.int64), "j": np.array([[-1, 0, 2], [3, -4, -2]], np.int64)}
+    nodes = [helper.make_node("Gather", ["x", "i"], ["y"], axis=1),
+             helper.make_node("GatherElements", ["x", "j"], ["z"], axis=0)]  # fmt: skip
+    m = model(nodes, feed, ["y", "z"])
+    program, weights = lower_graph(reader.read(m, {k: v.shape for k, v in feed.items()}))
+    program = finish_program(program)
+    rt = Model(program, bind_weights(program, weights, "weights"), backend="onnxruntime")
+    got = [np.asarray(o) for o in rt.run_flat(rt.bind((), feed))]
+    assert_equal_outputs(got, [x[:, [4, 0, 0, 3]], np.take_along_axis(x[:, :3], feed["j"] % 4, axis=0)])
+    assert_equal_outputs(got, run_rlx(m, feed))

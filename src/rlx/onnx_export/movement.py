@@ -115,8 +115,9 @@ def normalize_index(g: OnnxGraph, index: T, extent: int | Sym | T) -> T:
 
 @emits(C.IndexSelect)
 def index_select(g: OnnxGraph, c: C.IndexSelect, out: Instr, x: T, index: T) -> T:
-    index = normalize_index(g, index, x.shape[c.axis] if x.shape else 0)
-    return g.op("Gather", [x, index], x.dtype, out.shape, axis=c.axis)
+    # Gather counts negative positions from the end itself (opset 11+): no Less/Add/Where per
+    # lookup (three nodes an embedding of a small model pays on every run).
+    return g.op("Gather", [x, g.cast(index, "i64")], x.dtype, out.shape, axis=c.axis)
 
 
 @emits(C.Gather)
@@ -126,7 +127,7 @@ def gather(g: OnnxGraph, c: C.Gather, out: Instr, x: T, index: T) -> T:
     for axis, (nx, ni) in enumerate(zip(x.shape, index.shape)):
         if axis != c.axis and nx != ni:
             x = slice_axis(g, x, axis, 0, ni)
-    index = normalize_index(g, index, x.static_shape("Gather")[c.axis])
+    index = g.cast(index, "i64")  # (negative positions: GatherElements counts them from the end)
     return g.op("GatherElements", [x, index], x.dtype, out.shape, axis=c.axis)
 
 

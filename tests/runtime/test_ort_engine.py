@@ -296,6 +296,69 @@ def test_pooling_nan_switch():
         convert(ConvPools(F32), (x,), backend="onnxruntime", engine_options={"pooling_nan": "check"})
 
 
+class NanMakers(torch.nn.Module):
+    """Pooled inputs that can hold NaN although the image is finite: a log of negative values, a
+    division, a conv whose weight holds NaN, a BatchNorm whose running variance is negative; and a
+    plain conv → BatchNorm → relu → pool chain beside them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        g = torch.Generator().manual_seed(5)
+        self.conv = torch.nn.Conv2d(3, 4, 3, padding=1)
+        self.bad_conv = torch.nn.Conv2d(3, 4, 3, padding=1)
+        self.norm, self.bad_norm = torch.nn.BatchNorm2d(3), torch.nn.BatchNorm2d(3)
+        with torch.no_grad():
+            for m in (self.conv, self.bad_conv):
+                m.weight.copy_(torch.randn(m.weight.shape, generator=g))
+            self.bad_conv.weight[1, 0, 1, 1] = float("nan")
+            self.bad_norm.running_var.copy_(torch.tensor([1.0, -2.0, 0.5]))
+
+    def forward(self, x, y):
+        pool = torch.nn.functional.max_pool2d
+        return (
+            pool(torch.log(x), 2),
+            pool(x / y, 2),
+            pool(self.bad_conv(x), 2),
+            pool(self.bad_norm(x), 2),
+            pool(torch.relu(self.conv(self.norm(x))), 2),
+        )
+
+
+def test_max_pool_nan_made_inside_the_graph_like_torch():
+    """Where a step on the way can make NaN of finite values, the pooled tensor itself is checked
+    (not the image): PyTorch's NaN still propagates through the pools; a chain that cannot is
+    checked through its image once."""
+    from rlx.onnx_export import to_onnx
+
+    x, y = rand((2, 3, 8, 8), F32, seed=6), rand((2, 3, 8, 8), F32, seed=7)
+    y[0, 1, 2, 3] = 0.0  # with x's value there: ±inf, NaN where x is 0 too
+    x[0, 1, 2, 3] = 0.0
+    module = NanMakers().eval()
+    model, program, _ = convert(module, (x, y), backend="onnxruntime")
+    got = model(x.numpy(), y.numpy())
+    with torch.no_grad():
+        want = module(x, y)
+    for k, (g, w) in enumerate(zip(got, want)):
+        assert np.isnan(w.numpy()).any() == (k < 4), f"pool {k}: the case makes no NaN"
+        assert_arrays_match(g, w.numpy(), f"pool {k}", rtol=1e-5, atol=1e-5)
+    graph = to_onnx(program, {}, external_weights=True, pooling_nan="check", weight_values=dict(model.weights)).graph
+    ops = [n.op_type for n in graph.node]
+    assert ops.count("GlobalAveragePool") == 4  # the four that can make NaN: checked themselves
+    sums = [n for n in graph.node if n.op_type == "ReduceSum"]
+    assert len(sums) == 5 and sum(n.input[0] == "x" for n in sums) == 1  # the plain chain: its image
+    clean = NanMakers().eval()
+    clean.bad_conv.weight.data[1, 0, 1, 1] = 0.0
+    model, _, _ = convert(lambda x: torch.nn.functional.max_pool2d(torch.relu(clean.bad_conv(x)), 2), (x,),
+                          backend="onnxruntime")  # fmt: skip
+    nan_x = x.clone()
+    nan_x[1, 2, 4, 4] = float("nan")
+    for inputs in (x, nan_x):
+        with torch.no_grad():
+            want = torch.nn.functional.max_pool2d(torch.relu(clean.bad_conv(inputs)), 2)
+        assert_arrays_match(model(inputs.numpy()), want.numpy(), "image-checked pool", rtol=1e-5, atol=1e-5)
+    assert model.executor_for([nan_x.numpy()])._exact is not None  # the NaN image was rerun exactly
+
+
 class TanhGelu(torch.nn.Module):
     """GPT-2's MLP with its GELU (transformers' NewGELUActivation), and a cube used elsewhere."""
 

@@ -63,16 +63,23 @@ class Emitted:
 
 
 def emit(
-    program: Program, *, io_bf16_as_f32: bool = False, pooling_nan: bool | str = True, contrib: Collection[str] = ()
+    program: Program,
+    *,
+    io_bf16_as_f32: bool = False,
+    pooling_nan: bool | str = True,
+    contrib: Collection[str] = (),
+    weight_values: Mapping[str, np.ndarray] | None = None,
 ) -> Emitted:
     """Emit every instruction. ``io_bf16_as_f32``: bfloat16 inputs and outputs cross the graph's
     boundary as float32 (exact both ways), for runtimes whose Python side has no bfloat16;
     ``pooling_nan=False`` lets max pooling skip NaN as onnxruntime's MaxPool does (faster);
     ``pooling_nan="check"`` too, with an extra output ``nan_check``, not finite on a run where a
     pooled input held NaN (or inf): then the caller reruns the exact graph;
-    ``contrib``: the onnxruntime contrib fusions to use (``CONTRIB_FUSIONS``)."""
+    ``contrib``: the onnxruntime contrib fusions to use (``CONTRIB_FUSIONS``); ``weight_values``
+    (with "check"): the weights' arrays, to check a pooled input through the graph inputs it
+    derives from where that is exact (``rlx.onnx_export.nan_sources``)."""
     check_coverage(program)
-    g = OnnxGraph(program, pooling_nan=pooling_nan, contrib=contrib)
+    g = OnnxGraph(program, pooling_nan=pooling_nan, contrib=contrib, weight_values=weight_values)
     env: dict[str, T] = {}
     inputs = []
     for v in program.inputs:
@@ -93,7 +100,13 @@ def emit(
     if g.nan_checks:
         g.begin(NAN_CHECK, "sum of every max-pooled input (NaN or inf: rerun with PyTorch's NaN rule)")
         check = T(NAN_CHECK, "f32", ())
-        g.node("Sum", g.nan_checks, outputs=[NAN_CHECK])
+        if len(g.nan_checks) == 1:  # one check: the output of its own node (no Sum, no Identity)
+            only = g.nan_checks[0].name
+            k = next(k for k, node in enumerate(g.nodes) if only in node[2])
+            op, i, o, attrs, domain, name, doc = g.nodes[k]
+            g.nodes[k] = (op, i, [NAN_CHECK if n == only else n for n in o], attrs, domain, name, doc)
+        else:
+            g.node("Sum", g.nan_checks, outputs=[NAN_CHECK])
     _prune(g, [t.name for t in outputs] + ([NAN_CHECK] if check else []))
     used = {name for node in g.nodes for name in node[1]}
     return Emitted(g, inputs, outputs, [w.name for w in program.weights if w.name in used], check)
@@ -305,11 +318,13 @@ def to_onnx(
     doc: str = "",
     pooling_nan: bool | str = True,
     contrib: Collection[str] = (),
+    weight_values: Mapping[str, np.ndarray] | None = None,
 ) -> Any:
     """The ONNX model of ``program``. ``external_weights``: weight initializers are declared as
     external data (for ``SessionOptions.add_external_initializers``) instead of holding bytes."""
     onnx = require_onnx()
-    emitted = emit(program, io_bf16_as_f32=io_bf16_as_f32, pooling_nan=pooling_nan, contrib=contrib)
+    emitted = emit(program, io_bf16_as_f32=io_bf16_as_f32, pooling_nan=pooling_nan, contrib=contrib,
+                   weight_values=weight_values)  # fmt: skip
     g = emitted.graph
     values = program.values()
     initializers = []

@@ -142,16 +142,26 @@ def max_pool(g: OnnxGraph, c: C.MaxPool, out: Instr, x: T) -> T:
     else:
         y = g.op("MaxPool", [xin], x.dtype, **attrs)
         if g.pooling_nan and x.dtype in ("f32", "f64"):  # MaxPool skips NaN; PyTorch's propagates it
-            y = _max_pool_nan(g, xin, y, attrs)
+            y = _max_pool_nan(g, xin, y, attrs, c.x.name)
     y = _crop(g, y, xin, nd, windows, attrs)
     return g.op("Squeeze", [y, g.ints([0])], y.dtype) if squeeze else y
 
 
-def _max_pool_nan(g: OnnxGraph, x: T, y: T, attrs: dict[str, Any]) -> T:
+def _max_pool_nan(g: OnnxGraph, x: T, y: T, attrs: dict[str, Any], pooled: str | None = None) -> T:
     """PyTorch's NaN rule on top of onnxruntime's MaxPool ``y`` of ``x``: exactly, by pooling the
     NaN mask too; or (``pooling_nan="check"``) by flagging the run: the sum of ``x`` is finite only
-    when no window held a NaN, and a per-channel mean keeps the NCHWc layout of a conv → pool chain."""
+    when no window held a NaN, and a per-channel mean keeps the NCHWc layout of a conv → pool chain;
+    where the program value ``pooled`` can hold NaN only from non-finite graph inputs
+    (``OnnxGraph.nan_sources``), the sum of those inputs instead."""
     if g.pooling_nan == "check":
+        sources = g.nan_sources(pooled) if pooled is not None else None
+        if sources is not None and all(g.values[s].dtype in ("f32", "f64") for s in sources):
+            # NaN here only from a non-finite graph input: sum those (once per graph)
+            for name in sorted(sources - g.checked_inputs):
+                g.checked_inputs.add(name)
+                source = T(name, g.values[name].dtype, g.values[name].shape)
+                g.nan_checks.append(g.cast(g.op("ReduceSum", [source], source.dtype, keepdims=0), "f32"))
+            return y
         # (onnxruntime's GlobalAveragePool is float32 only)
         channel_means = g.op("GlobalAveragePool", [x], x.dtype) if x.dtype == "f32" else x
         g.nan_checks.append(g.cast(g.op("ReduceSum", [channel_means], x.dtype, keepdims=0), "f32"))

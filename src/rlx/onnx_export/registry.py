@@ -16,7 +16,7 @@ instruction's provenance note as its ``doc_string`` and the instruction's result
 from __future__ import annotations
 
 import ast
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -136,6 +136,7 @@ class OnnxGraph:
         *,
         pooling_nan: bool | str = True,
         contrib: Collection[str] = (),
+        weight_values: Mapping[str, np.ndarray] | None = None,
     ) -> None:
         self.program = program
         self.opset = opset
@@ -150,6 +151,11 @@ class OnnxGraph:
             raise UsageError(f"pooling_nan must be True, False or 'check', got {pooling_nan!r}")
         self.pooling_nan = pooling_nan
         self.nan_checks: list[T] = []
+        # "check": the weights' values (when given) let a pooled input's NaN be traced to graph
+        # inputs instead (``nan_sources``); the inputs already summed into ``nan_checks``.
+        self.weight_values = weight_values
+        self.checked_inputs: set[str] = set()
+        self._nan_sources: Any = None
         self._producers: dict[str, Instr] | None = None
         self._consumers: dict[str, list[Instr]] | None = None
         self.nodes: list[tuple[str, list[str], list[str], dict[str, Any], str, str, str]] = []
@@ -183,6 +189,18 @@ class OnnxGraph:
 
     def is_output(self, name: str) -> bool:
         return any(isinstance(o, Ref) and o.name == name for o in self.program.outputs)
+
+    def nan_sources(self, name: str) -> frozenset[str] | None:
+        """The graph inputs whose finiteness rules out NaN in value ``name`` (None: unknown;
+        see ``rlx.onnx_export.nan_sources``). Needs the weights' values: None without them."""
+        if self.weight_values is None:
+            return None
+        if self._nan_sources is None:
+            from rlx.onnx_export.nan_sources import NanSources
+
+            self._nan_sources = NanSources(self.program, self.weight_values.get)
+        result: frozenset[str] | None = self._nan_sources.inputs(name)
+        return result
 
     def producer(self, name: str) -> Instr | None:
         """The instruction whose result ``name`` is (None for inputs, weights and constants)."""

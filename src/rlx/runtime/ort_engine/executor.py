@@ -98,6 +98,10 @@ class OrtEngine:
             self.compilations += 1
         return executor
 
+    @property
+    def arrays(self) -> Mapping[str, np.ndarray]:
+        return self._arrays
+
     def array(self, name: str) -> np.ndarray:
         return self._arrays[name]
 
@@ -129,7 +133,7 @@ class OrtExecutor:
         scalars = {w.name: engine.array(w.name) for w in program.weights if not w.shape}
         pooling_nan = engine.pooling_nan and (True if exact else "check")
         model = to_onnx(program, scalars, io_bf16_as_f32=True, external_weights=True, pooling_nan=pooling_nan,
-                        contrib=engine.contrib)  # fmt: skip
+                        contrib=engine.contrib, weight_values=engine.arrays)  # fmt: skip
         checked = [o.name for o in model.graph.output if o.name == NAN_CHECK]
         if extra_outputs:  # intermediate values to return too (the per-node debugger)
             import onnx

@@ -454,3 +454,33 @@ def test_flattened_products_match_torch(dtype, case, tmp_path):
     ort.InferenceSession(onnx_model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
     fused = [n.op_type for n in onnx.load(str(tmp_path / "optimized.onnx")).graph.node]
     assert "FusedMatMul" in fused and "Div" not in fused  # the scores' scale joined their product
+
+
+def _avg_pools(x):
+    F = torch.nn.functional
+    return (
+        F.avg_pool2d(x, 4, ceil_mode=True),  # partial windows at the end, no padding (EfficientNet's head)
+        F.avg_pool2d(x, 3, stride=2, padding=1, count_include_pad=False, ceil_mode=True),
+        F.avg_pool2d(x, (2, 3), stride=(3, 2), padding=(1, 1), count_include_pad=False),
+        F.avg_pool1d(x.flatten(2), 5, ceil_mode=True),
+        F.avg_pool3d(x.unsqueeze(1), 2, ceil_mode=True),
+        F.avg_pool2d(x, 20, ceil_mode=True),  # one window larger than the input
+    )
+
+
+def test_average_pools_of_input_elements_match_torch():
+    """Pools whose divisor is each window's count of input elements run as one AveragePool with
+    count_include_pad=0 (no multiply back and divide): values, dtypes and NaN/inf as PyTorch's.
+    (onnxruntime has no float64 AveragePool.)"""
+    from rlx.onnx_export import to_onnx
+
+    x = with_specials(rand((2, 3, 9, 11), F32, seed=9))
+    model, program, _ = convert(_avg_pools, (x,), backend="onnxruntime")
+    with torch.no_grad():
+        want = _avg_pools(x)
+    for k, (g, w) in enumerate(zip(model(x.numpy()), want)):
+        assert_arrays_match(g, w.numpy(), f"pool {k}", rtol=1e-6, atol=1e-7)
+    nodes = to_onnx(program, {}).graph.node
+    pools = [n for n in nodes if n.op_type == "AveragePool"]
+    assert len(pools) == 6 and all(a.i == 0 for n in pools for a in n.attribute if a.name == "count_include_pad")
+    assert not any(n.op_type == "Div" for n in nodes)

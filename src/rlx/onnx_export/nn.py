@@ -183,8 +183,13 @@ def avg_pool(g: OnnxGraph, c: C.AvgPool, out: Instr, x: T) -> T:
         kernel_shape=list(c.kernel), strides=list(c.stride), pads=[lo for lo, _ in pads] + [hi for _, hi in pads]
     )
     area = math.prod(c.kernel)
+    inside = geometry.avg_pool_divisor(sizes, c.kernel, c.stride, c.padding, windows, False)
     if not c.divisor_override and np.all(divisor == area):  # the plain average: one AveragePool
         y = _crop(g, g.op("AveragePool", [xin], x.dtype, count_include_pad=1, **attrs), xin, nd, windows, attrs)
+    elif not c.divisor_override and np.array_equal(divisor, inside):
+        # PyTorch divides by the window's input elements (padding left out, or ceil_mode's partial
+        # windows with no padding): onnxruntime's count_include_pad=0 does too, in one AveragePool
+        y = _crop(g, g.op("AveragePool", [xin], x.dtype, count_include_pad=0, **attrs), xin, nd, windows, attrs)
     else:  # the window sums (average × area), divided by PyTorch's own divisor per window
         mean = _crop(g, g.op("AveragePool", [xin], x.dtype, count_include_pad=1, **attrs), xin, nd, windows, attrs)
         total = g.op("Mul", [mean, g.const(area, x.dtype)], x.dtype)

@@ -484,3 +484,42 @@ def test_average_pools_of_input_elements_match_torch():
     pools = [n for n in nodes if n.op_type == "AveragePool"]
     assert len(pools) == 6 and all(a.i == 0 for n in pools for a in n.attribute if a.name == "count_include_pad")
     assert not any(n.op_type == "Div" for n in nodes)
+
+
+class GroupNorms(torch.nn.Module):
+    """One group, one channel per group (wav2vec2's feature extractor), no affine; 3-d and 4-d."""
+
+    def __init__(self, dtype: torch.dtype) -> None:
+        super().__init__()
+        g = torch.Generator().manual_seed(3)
+        self.norms = torch.nn.ModuleList(
+            [torch.nn.GroupNorm(1, 6), torch.nn.GroupNorm(6, 6), torch.nn.GroupNorm(2, 6, affine=False, eps=1e-3)]
+        ).to(dtype)
+        with torch.no_grad():
+            for m in self.norms[:2]:
+                m.weight.copy_(torch.randn(6, generator=g))
+                m.bias.copy_(torch.randn(6, generator=g))
+
+    def forward(self, x):
+        return tuple(m(x) for m in self.norms) + tuple(m(x.flatten(2)) for m in self.norms)
+
+
+@pytest.mark.parametrize("dtype", [F32, torch.float64])
+@pytest.mark.parametrize("case", ["finite", "specials"])
+def test_group_norm_matches_torch(dtype, case):
+    """float32 GroupNorm runs as InstanceNormalization over [N, groups, rest]: values, dtypes, and
+    NaN/inf confined to the groups that hold them, as PyTorch's."""
+    from rlx.onnx_export import to_onnx
+
+    x = rand((2, 6, 4, 5), dtype, seed=12)
+    if case == "specials":
+        x[1, 4, 2, 2] = float("nan")
+        x[0, 1, 0, 3] = float("inf")
+    module = GroupNorms(dtype).eval()
+    model, program, _ = convert(module, (x,), backend="onnxruntime")
+    with torch.no_grad():
+        want = module(x)
+    for k, (g, w) in enumerate(zip(model(x.numpy()), want)):
+        assert_arrays_match(g, w.numpy(), f"group norm {k}", rtol=1e-5, atol=1e-5)
+    ops = [n.op_type for n in to_onnx(program, dict(model.weights)).graph.node]
+    assert ops.count("InstanceNormalization") == (6 if dtype == F32 else 0)

@@ -74,14 +74,20 @@ def batch_norm(g: OnnxGraph, c: C.BatchNorm, out: Instr, x: T, mean: T, var: T, 
 def group_norm(g: OnnxGraph, c: C.GroupNorm, out: Instr, x: T, w: T | None, b: T | None) -> T:
     assert x.shape is not None
     grouped = g.op("Reshape", [x, g.dims([x.shape[0], c.groups, -1])], x.dtype)
-    centered = g.op("Sub", [grouped, _mean(g, grouped, [2])], x.dtype)
-    var = _mean(g, g.op("Mul", [centered, centered], x.dtype), [2])
-    inv = g.op(
-        "Div",
-        [g.const(1, x.dtype), g.op("Sqrt", [g.op("Add", [var, g.const(c.eps, x.dtype)], x.dtype)], x.dtype)],
-        x.dtype,
-    )
-    y = g.op("Reshape", [g.op("Mul", [centered, inv], x.dtype), g.op("Shape", [x], "i64")], x.dtype)
+    shape = g.dims(x.shape) if all(isinstance(d, int) for d in x.shape) else g.op("Shape", [x], "i64")
+    if x.dtype == "f32":  # each group normalized as one instance (one kernel; onnxruntime's is float-only)
+        ones, zeros = g.const(np.ones(c.groups), x.dtype), g.const(np.zeros(c.groups), x.dtype)
+        normed = g.op("InstanceNormalization", [grouped, ones, zeros], x.dtype, epsilon=c.eps)
+        y = g.op("Reshape", [normed, shape], x.dtype)
+    else:
+        centered = g.op("Sub", [grouped, _mean(g, grouped, [2])], x.dtype)
+        var = _mean(g, g.op("Mul", [centered, centered], x.dtype), [2])
+        inv = g.op(
+            "Div",
+            [g.const(1, x.dtype), g.op("Sqrt", [g.op("Add", [var, g.const(c.eps, x.dtype)], x.dtype)], x.dtype)],
+            x.dtype,
+        )
+        y = g.op("Reshape", [g.op("Mul", [centered, inv], x.dtype), shape], x.dtype)
     per_channel = g.ints([-1] + [1] * (x.rank - 2))
     if w is not None:
         y = g.op("Mul", [y, g.op("Reshape", [g.cast(w, x.dtype), per_channel], x.dtype)], x.dtype)

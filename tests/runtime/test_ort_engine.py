@@ -523,3 +523,53 @@ def test_group_norm_matches_torch(dtype, case):
         assert_arrays_match(g, w.numpy(), f"group norm {k}", rtol=1e-5, atol=1e-5)
     ops = [n.op_type for n in to_onnx(program, dict(model.weights)).graph.node]
     assert ops.count("InstanceNormalization") == (6 if dtype == F32 else 0)
+
+
+class ConstantMasks(torch.nn.Module):
+    """Attention masks built from ``arange`` (the same on every run, as transformers' decoders build
+    them): the causal triangle as booleans and as a 0/-inf bias, a mask allowing everything, one
+    with a row that may attend nowhere, an irregular one, and the triangle with GQA."""
+
+    def forward(self, q, k, v, kv2):
+        sdpa = torch.nn.functional.scaled_dot_product_attention
+        rows, cols = torch.arange(q.shape[-2]), torch.arange(k.shape[-2])
+        triangle = (cols[None, :] <= rows[:, None])[None, None]
+        bias = torch.zeros(triangle.shape).masked_fill(~triangle, float("-inf"))
+        everything = cols[None, :] >= 0
+        dead = triangle & (rows[:, None] != 2)  # query 2 may attend nowhere: zeros
+        irregular = (rows[:, None] + cols[None, :]) % 3 != 1
+        return (
+            sdpa(q, k, v, attn_mask=triangle),
+            sdpa(q, k, v, attn_mask=bias),
+            sdpa(q, k, v, attn_mask=everything),
+            sdpa(q, k, v, attn_mask=dead),
+            sdpa(q, k, v, attn_mask=irregular),
+            sdpa(q, kv2, kv2, attn_mask=triangle, enable_gqa=True),
+            sdpa(q, k, v, attn_mask=triangle, is_causal=False, scale=0.2),
+        )
+
+
+@pytest.mark.parametrize("contrib", [("attention", "causal_attention"), ()])
+def test_constant_attention_masks_match_torch(contrib):
+    """A mask known at load is simplified (the triangle → onnxruntime's own causal attention, an
+    all-allowing one dropped, no zeroing of dead rows where there are none) with PyTorch's values."""
+    from rlx.onnx_export import to_onnx
+
+    q, k, v = rand((2, 4, 6, 8), F32, seed=21), rand((2, 4, 6, 8), F32, seed=22), rand((2, 4, 6, 8), F32, seed=23)
+    kv2 = rand((2, 2, 6, 8), F32, seed=24)
+    module = ConstantMasks()
+    inputs = (q, k, v, kv2)
+    model, program, _ = convert(module, inputs, backend="onnxruntime", engine_options={"contrib": contrib})
+    with torch.no_grad():
+        want = module(*inputs)
+    got = model(*(t.numpy() for t in inputs))
+    for n, (g, w) in enumerate(zip(got, want)):
+        assert_arrays_match(g, w.numpy(), f"mask {n}", rtol=1e-5, atol=1e-6)
+    assert not np.any(got[3][:, :, 2]) and np.all(np.isfinite(got[3]))
+    nodes = to_onnx(program, {}, contrib=contrib, external_weights=True, weight_values=dict(model.weights)).graph.node
+    fused = [n for n in nodes if n.op_type == "MultiHeadAttention"]
+    causal = [n for n in fused if any(a.name == "unidirectional" and a.i == 1 for a in n.attribute)]
+    assert len(fused) == (7 if contrib else 0) and len(causal) == (4 if contrib else 0)
+    assert sum(n.op_type == "ReduceMin" for n in nodes) == 1  # dead rows zeroed for the one mask with them
+    plain = to_onnx(program, {}, contrib=contrib).graph.node  # (no weights' values: nothing known)
+    assert sum(n.op_type == "ReduceMin" for n in plain) == 7

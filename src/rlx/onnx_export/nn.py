@@ -239,12 +239,13 @@ def attention(g: OnnxGraph, c: C.Attention, out: Instr, q: T, k: T, v: T, mask: 
     # ViT 0.7x at batch 8). With a causal mask ("causal_attention") it was up to 2x slower as an
     # additive [B, N, L, S] bias; its own causal form (unidirectional) measured a median 0.96x
     # (batch 1) / 0.98x (batch 8) of the standard operators on decoder_lm, but aligns the triangle to the top-left only where queries and keys are as many.
-    decoder = c.causal or grouped
+    causal, mask, dead_rows = _static_mask(g, c, q, k, mask)
+    decoder = causal or grouped
     fused = "attention" in g.contrib and (not decoder or "causal_attention" in g.contrib)
-    unidirectional = fused and c.causal and mask is None and _same_length(q, k)
+    unidirectional = fused and causal and mask is None and _same_length(q, k)
     unidirectional = unidirectional and _fits_multi_head_attention(q, k, v, None, None)
     allowed: T | None = None  # bool [.., L, S]: where a query may attend (None: everywhere)
-    if c.causal and not unidirectional:  # lower-triangular, top-left as PyTorch's (folded when static)
+    if causal and not unidirectional:  # lower-triangular, top-left as PyTorch's (folded when static)
         rows = g.op("Range", [g.const(0, "i64"), _extent(g, q.shape[-2]), g.const(1, "i64")], "i64")
         cols = g.op("Range", [g.const(0, "i64"), _extent(g, k.shape[-2]), g.const(1, "i64")], "i64")
         allowed = g.op("GreaterOrEqual", [g.op("Unsqueeze", [rows, g.ints([1])], "i64"), cols], "bool")
@@ -255,7 +256,7 @@ def attention(g: OnnxGraph, c: C.Attention, out: Instr, q: T, k: T, v: T, mask: 
         result = _multi_head_attention(g, c, q, k, v, allowed, bias, unidirectional)
     else:
         result = _attention_ops(g, c, q, k, v, allowed, bias)
-    if mask is not None:
+    if mask is not None and dead_rows:
         # A query that may attend nowhere gets zeros, like PyTorch's safe softmax. Decided on the
         # mask (usually without the head axis: smaller than the scores): for finite q and k a row
         # of scores is all -inf exactly where its mask (with the causal triangle) allows nothing.
@@ -270,6 +271,33 @@ def attention(g: OnnxGraph, c: C.Attention, out: Instr, q: T, k: T, v: T, mask: 
         dead = g.op("ReduceMin", [g.cast(blocked, "i32"), g.ints([-1])], "i32", keepdims=1)
         result = g.op("Where", [g.cast(dead, "bool"), g.const(0, q.dtype), result], q.dtype)
     return T(result.name, result.dtype, out.shape)
+
+
+def _static_mask(g: OnnxGraph, c: C.Attention, q: T, k: T, mask: T | None) -> tuple[bool, T | None, bool]:
+    """(causal, mask, dead_rows): the attention's causal flag and mask, simplified where the mask
+    has the same value on every run (``OnnxGraph.static_value``: a decoder's mask built from
+    ``arange``): one that allows everything is dropped, one that is exactly the causal triangle
+    becomes the causal flag; ``dead_rows``: whether some query may attend nowhere."""
+    if mask is None:
+        return c.causal, None, False
+    known = g.static_value(mask.name) if mask.name in g.values else None
+    assert q.shape is not None and k.shape is not None
+    rows, cols = q.shape[-2], k.shape[-2]
+    if known is None or not isinstance(rows, int) or not isinstance(cols, int):
+        return c.causal, mask, True
+    allowed = known if known.dtype == np.bool_ else known != -np.inf
+    if known.dtype != np.bool_ and not np.all((known == 0) | (known == -np.inf)):
+        return c.causal, mask, True  # a real bias: kept (only its dead rows can be decided)
+    triangle = np.tril(np.ones((rows, cols), dtype=bool))
+    allowed = np.broadcast_to(allowed, np.broadcast_shapes(allowed.shape, (rows, cols)))
+    if c.causal:
+        allowed = allowed & triangle
+    dead = bool((~allowed.any(axis=-1)).any())
+    if np.all(allowed == triangle) and rows == cols and not dead:
+        return True, None, False  # exactly the causal triangle (or the triangle and a mask within it)
+    if not c.causal and allowed.all():
+        return False, None, False  # allows everything
+    return c.causal, mask, dead
 
 
 def _attention_ops(g: OnnxGraph, c: C.Attention, q: T, k: T, v: T, allowed: T | None, bias: T | None) -> T:

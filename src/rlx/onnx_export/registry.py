@@ -156,6 +156,7 @@ class OnnxGraph:
         self.weight_values = weight_values
         self.checked_inputs: set[str] = set()
         self._nan_sources: Any = None
+        self._static_values: Any = None
         self._producers: dict[str, Instr] | None = None
         self._consumers: dict[str, list[Instr]] | None = None
         self.nodes: list[tuple[str, list[str], list[str], dict[str, Any], str, str, str]] = []
@@ -200,6 +201,18 @@ class OnnxGraph:
 
             self._nan_sources = NanSources(self.program, self.weight_values.get)
         result: frozenset[str] | None = self._nan_sources.inputs(name)
+        return result
+
+    def static_value(self, name: str) -> np.ndarray | None:
+        """The value ``name`` has on every run when it derives from weights and literals only
+        (``rlx.onnx_export.static_values``); None when unknown or without the weights' values."""
+        if self.weight_values is None:
+            return None
+        if self._static_values is None:
+            from rlx.onnx_export.static_values import StaticValues
+
+            self._static_values = StaticValues(self.program, self.weight_values.get)
+        result: np.ndarray | None = self._static_values.value(name)
         return result
 
     def producer(self, name: str) -> Instr | None:

@@ -55,6 +55,23 @@ def test_gelu_float32_special_values_and_in_place(size: int) -> None:
     np.testing.assert_array_equal(buf, got)
 
 
+@pytest.mark.parametrize("size", [8, 4096])
+@pytest.mark.parametrize("in_place", [False, True])
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # inf/inf, inf·0
+def test_gelu_float32_positive_infinity(size: int, in_place: bool) -> None:
+    # GELU(+inf) = +inf (the erf definition; this PyTorch build's vectorised kernel returns NaN):
+    # the polynomial path computes NaN there (u = inf/inf) and puts +inf back, also when the
+    # result overwrites its input, and also next to a NaN.
+    x = (torch.randn(size, generator=torch.Generator().manual_seed(3)) * 3).numpy()
+    x[[1, size // 2, size - 1]] = [np.inf, np.nan, np.inf]
+    finite = np.isfinite(x)
+    want = gelu_float32(np.where(finite, x, 0).astype(np.float32))
+    got = gelu_float32(x, x) if in_place else gelu_float32(x)
+    assert np.isposinf(got[[1, size - 1]]).all() and np.isnan(got[size // 2])
+    np.testing.assert_array_equal(got[finite], want[finite])
+    assert not np.isinf(gelu_float32(np.full(size, 1e30, np.float32))).any()
+
+
 @pytest.mark.parametrize("fn", ["sigmoid", "silu"])
 @pytest.mark.parametrize("scale", SCALES + [40.0])
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")  # exp overflows at the far negative end

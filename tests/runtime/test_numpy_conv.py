@@ -32,7 +32,8 @@ CASES = [
 ]
 
 
-# path -> (DENSE_MAX_PLANE, BANDED_MAX_WASTE, TAP_BY_TAP_MIN_COLS): which algorithm a depthwise conv takes.
+# path -> (DENSE_MAX_PLANE and DENSE_MAX_PER_TAP, BANDED_MAX_WASTE, TAP_BY_TAP_MIN_COLS): which
+# algorithm a depthwise conv takes.
 PATHS = {
     "dense": (2**62, 2**62, 2**62),
     "banded": (0, 2**62, 2**62),
@@ -45,6 +46,7 @@ PATHS = {
 @pytest.mark.parametrize(("x_shape", "w_shape", "stride", "padding", "dilation", "groups"), CASES)
 def test_grouped_conv_paths_match_torch(monkeypatch, path, x_shape, w_shape, stride, padding, dilation, groups):
     monkeypatch.setattr(numpy_nn, "DENSE_MAX_PLANE", PATHS[path][0])
+    monkeypatch.setattr(numpy_nn, "DENSE_MAX_PER_TAP", PATHS[path][0])
     monkeypatch.setattr(numpy_nn, "BANDED_MAX_WASTE", PATHS[path][1])
     monkeypatch.setattr(numpy_nn, "TAP_BY_TAP_MIN_COLS", PATHS[path][2])
     nd = len(w_shape) - 2

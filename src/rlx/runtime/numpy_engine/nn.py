@@ -366,17 +366,23 @@ def _banded_fits(a: geometry.AxisWindows) -> bool:
     return a.extent <= BANDED_MAX_WASTE * a.kernel
 
 
-# A depthwise conv whose input plane has at most this many elements is one dense matrix per
-# channel, [H·W, og·Ho·Wo], applied to the unpadded input in one batched GEMM: no padded buffer, no
-# window copy, and H·W multiply-adds per output, no more than the banded GEMM's kh·Wb on such maps
-# (measured, ConvNeXt's 7×7 at batch 8: 8×8 maps 195 → 56 µs, 4×4 214 → 33 µs, 2×2 176 → 41 µs;
-# 16×16 maps were 2.2× slower than banded). The matrices are capped at DENSE_MAX_ELEMENTS in all.
+# A depthwise conv whose input plane has at most this many elements, and at most twice as many as
+# its kept taps, is one dense matrix per channel, [H·W, og·Ho·Wo], applied to the unpadded input in
+# one batched GEMM: no padded buffer, no window copy, and H·W multiply-adds per output. Measured at
+# batch 8 (µs, banded → dense): ConvNeXt's 7×7 on 8×8 maps 195 → 56, 4×4 214 → 33, 2×2 176 → 41;
+# SegFormer's 3×3 on 4×4 269 → 134, on 2×2 279 → 119. Slower, hence the limits: 3×3 on 8×8 (64
+# elements for 9 taps: 311 → 373, at batch 1 75 → 241) and 7×7 on 16×16 (2.2×). The matrices are
+# capped at DENSE_MAX_ELEMENTS in all.
 DENSE_MAX_PLANE = 64
+DENSE_MAX_PER_TAP = 2
 DENSE_MAX_ELEMENTS = 1 << 22
 
 
 def _dense_fits(cg: int, k: int, plane: int, p: int, cout: int) -> bool:
-    return cg == 1 and k > 1 and plane <= DENSE_MAX_PLANE and cout * plane * p <= DENSE_MAX_ELEMENTS
+    """Whether a conv with ``cg`` input channels per group, ``k`` kept taps, a ``plane``-element
+    input map, ``p`` outputs per map and ``cout`` output channels goes through dense matrices."""
+    small = plane <= DENSE_MAX_PLANE and plane <= DENSE_MAX_PER_TAP * k
+    return cg == 1 and k > 1 and small and cout * plane * p <= DENSE_MAX_ELEMENTS
 
 
 def _depthwise_dense(

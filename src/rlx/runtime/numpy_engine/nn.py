@@ -208,7 +208,13 @@ def conv_path(c: Conv, x_shape: tuple[int, ...], w_shape: tuple[int, ...], allow
 
 
 def conv_plan(
-    c: Conv, x_shape: tuple[int, ...], w_shape: tuple[int, ...], dtype: np.dtype, *, allow_fft: bool = True
+    c: Conv,
+    x_shape: tuple[int, ...],
+    w_shape: tuple[int, ...],
+    dtype: np.dtype,
+    *,
+    allow_fft: bool = True,
+    force_path: str = "",
 ) -> Kernel:
     """A forward (not transposed) convolution of these shapes as ``run(x, w, b)``, its geometry
     worked out once: the executor binds it at load, the generic kernel builds it per call.
@@ -233,7 +239,7 @@ def conv_plan(
     def windows_of(x: np.ndarray) -> np.ndarray:
         return _window_view(np.ascontiguousarray(buffer(x)), windows, taps_first=True)
 
-    path = conv_path(c, x_shape, w_shape, allow_fft)
+    path = force_path or conv_path(c, x_shape, w_shape, allow_fft)
     if path == "fft":
         correlate = _fft_correlate(g, windows[0], kept)
         direct = conv_plan(c, x_shape, w_shape, dtype, allow_fft=False)
@@ -249,18 +255,10 @@ def conv_plan(
 
         return long_kernel
     if path == "dense":
-        dense = _depthwise_dense(n, g, og, x_shape[2:], windows)
-        taps = _grouped_by_tap(n, g, cg, og, ksp, out_sp)
-
-        def small_map(x: np.ndarray, w: np.ndarray, b: np.ndarray | None) -> np.ndarray:
-            if np.isfinite(x).all():
-                return dense(x, kept(w), b)
-            # 0·inf in the matrix would spread one inf or NaN over its plane (and the banded
-            # matrix's over its row): tap by tap, each reaches only the windows that read it.
-            out = taps(windows_of(x), kept(w))
-            return out if b is None else np.add(out, b.reshape(bias_shape), out=out)
-
-        return small_map
+        # 0·inf in the matrix would spread one inf or NaN over its plane (and the banded matrix's
+        # over its row): such inputs go tap by tap, where each reaches only the windows that read it.
+        by_tap_plan = conv_plan(c, x_shape, w_shape, dtype, force_path="by_tap")
+        return _finite_or(_depthwise_dense(n, g, og, x_shape[2:], windows), kept, by_tap_plan)
     if path == "banded":
         banded = _depthwise_banded(n, g, og, windows)
 
@@ -383,6 +381,19 @@ def _dense_fits(cg: int, k: int, plane: int, p: int, cout: int) -> bool:
     input map, ``p`` outputs per map and ``cout`` output channels goes through dense matrices."""
     small = plane <= DENSE_MAX_PLANE and plane <= DENSE_MAX_PER_TAP * k
     return cg == 1 and k > 1 and small and cout * plane * p <= DENSE_MAX_ELEMENTS
+
+
+def _finite_or(
+    dense: Callable[[np.ndarray, np.ndarray, np.ndarray | None], np.ndarray],
+    kept: Callable[[np.ndarray], np.ndarray],
+    fallback: Kernel,
+) -> Kernel:
+    """``dense`` (on the kept taps) for finite inputs, ``fallback`` for any other."""
+
+    def run(x: np.ndarray, w: np.ndarray, b: np.ndarray | None) -> np.ndarray:
+        return dense(x, kept(w), b) if np.isfinite(x).all() else fallback(x, w, b)
+
+    return run
 
 
 def _depthwise_dense(

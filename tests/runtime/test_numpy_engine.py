@@ -228,3 +228,34 @@ def test_bound_norms_match_generic_kernel_and_torch(shape, ndim, rms) -> None:
     assert fast.shape == ref.shape and fast.dtype == ref.dtype
     assert not any(np.shares_memory(fast, o) for o in operands)
     np.testing.assert_allclose(fast, ref, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("rms", [False, True])
+@pytest.mark.parametrize("channels", [32, 64, 128])  # rows shorter than LONG_ROWS stay views
+@pytest.mark.parametrize("ndim", [1, 2])
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the row with an inf: inf - inf
+def test_bound_norms_of_a_transposed_view_match_torch(channels: int, ndim: int, rms: bool) -> None:
+    # A channels-first LayerNorm exports as permute → LayerNorm → permute: the norm reads a
+    # transposed view; long rows are copied row-major first. One row holds an inf, one a NaN.
+    g = torch.Generator().manual_seed(channels)
+    memory = torch.randn(2, channels, 5, 4, generator=g) * 3 + 1
+    memory[0, 3, 1, 2], memory[1, 0, 4, 3] = float("inf"), float("nan")
+    # ndim 1: over C, as ConvNeXt's; ndim 2: over [C, W]
+    x = memory.numpy().transpose(0, 2, 3, 1) if ndim == 1 else memory.numpy().transpose(0, 2, 1, 3)
+    assert not x.flags.c_contiguous
+    norm_shape = x.shape[-ndim:]
+    w, b = torch.randn(norm_shape, generator=g), torch.randn(norm_shape, generator=g)
+    xt = torch.from_numpy(np.ascontiguousarray(x))
+    if rms:
+        ref = torch.nn.functional.rms_norm(xt, norm_shape, w, eps=1e-6).numpy()
+        call, operands = C.RmsNorm(Ref("x"), Ref("w"), ndim, 1e-6), (x, w.numpy())
+    else:
+        ref = torch.nn.functional.layer_norm(xt, norm_shape, w, b, eps=1e-5).numpy()
+        call, operands = C.LayerNorm(Ref("x"), Ref("w"), Ref("b"), ndim, 1e-5), (x, w.numpy(), b.numpy())
+    fast = _bound(call, ref, *operands)(*operands)
+    np.testing.assert_array_equal(fast, KERNELS[call.op](call, *operands))
+    assert fast.shape == ref.shape and fast.dtype == ref.dtype
+    assert not any(np.shares_memory(fast, o) for o in operands)
+    np.testing.assert_array_equal(np.isnan(fast), np.isnan(ref))
+    ok = ~np.isnan(ref)
+    np.testing.assert_allclose(fast[ok], ref[ok], rtol=1e-5, atol=1e-5)

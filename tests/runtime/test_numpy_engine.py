@@ -72,6 +72,35 @@ def test_gelu_float32_positive_infinity(size: int, in_place: bool) -> None:
     assert not np.isinf(gelu_float32(np.full(size, 1e30, np.float32))).any()
 
 
+@pytest.mark.parametrize("layout", ["transposed", "sliced", "broadcast"])
+@pytest.mark.parametrize("dest", ["new", "buffer", "in place"])
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # inf/inf, inf·0
+def test_gelu_float32_of_views_is_the_contiguous_result(layout: str, dest: str) -> None:
+    # A transposed view (SegFormer's GELU reads its conv's output through a permute) runs over its
+    # buffer in memory order; other views on a contiguous copy. Same bits as the contiguous input.
+    memory = (torch.randn(3, 40, 24, generator=torch.Generator().manual_seed(5)) * 3).numpy()
+    memory[0, 1, 2], memory[1, 2, 3], memory[2, 3, 4] = np.inf, np.nan, -0.0
+    x = {
+        "transposed": memory.transpose(2, 0, 1),
+        "sliced": memory[:, ::2, 1:],
+        "broadcast": np.broadcast_to(memory[:1], memory.shape),
+    }[layout]
+    assert not x.flags.c_contiguous
+    want = gelu_float32(np.ascontiguousarray(x))
+    if dest == "in place" and layout == "broadcast":
+        pytest.skip("a broadcast view is read-only")
+    if dest == "in place":
+        x = x.copy(order="K") if layout == "sliced" else x  # its own buffer, same layout
+        out = x
+    else:
+        out = None if dest == "new" else np.empty(x.shape, np.float32)
+    got = gelu_float32(x, out)
+    assert got.shape == want.shape and got.dtype == np.float32
+    assert out is None or got is out
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+
+
 @pytest.mark.parametrize("fn", ["sigmoid", "silu"])
 @pytest.mark.parametrize("scale", SCALES + [40.0])
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")  # exp overflows at the far negative end

@@ -103,6 +103,8 @@ def gelu_float32(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
             return res
         out[...] = res
         return out
+    if not x.flags.c_contiguous:
+        return _in_memory_order(gelu_float32, x, out)
     coef = _gelu_fit()
     a = np.absolute(x)
     u = np.add(a, np.float32(_GELU_SHIFT))
@@ -125,6 +127,31 @@ def gelu_float32(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     out = np.add(r, p, out=out)
     if positive_inf is not None:
         np.copyto(out, np.float32(np.inf), where=positive_inf)
+    return out
+
+
+def _in_memory_order(
+    fn: Callable[[np.ndarray, np.ndarray | None], np.ndarray], x: np.ndarray, out: np.ndarray | None
+) -> np.ndarray:
+    """``fn(x, out)`` for an elementwise ``fn`` when ``x`` is a transposed view of a contiguous
+    buffer (SegFormer's GELU reads its conv's output through a permute): ``fn`` runs over the
+    buffer in memory order, and the result goes into ``out`` (or comes back) in ``x``'s order.
+    numpy mixing a transposed operand with a C-ordered one (the zeros, a fresh ``out``) loses its
+    contiguous inner loops: SegFormer b8's GELU of [8,256,64] took 850 µs, this 330. Any other
+    layout (broadcast or sliced views) runs ``fn`` on a contiguous copy."""
+    order = sorted(range(x.ndim), key=lambda i: -x.strides[i])
+    back = tuple(np.argsort(order))
+    view = x.transpose(order)
+    if not view.flags.c_contiguous:
+        view = np.ascontiguousarray(x)
+        order, back = list(range(x.ndim)), tuple(range(x.ndim))
+    if out is not None and out.transpose(order).flags.c_contiguous:
+        fn(view, out.transpose(order))  # in place when out is x
+        return out
+    res = fn(view, None).transpose(back)
+    if out is None:
+        return res
+    np.copyto(out, res)
     return out
 
 

@@ -207,8 +207,9 @@ def _zeros(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
 
 
 def relu(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    """max(x, 0) against an array of zeros of x's shape (same values, NaN stays NaN)."""
-    return np.maximum(x, _zeros(x.shape, x.dtype), out=out)
+    """max(0, x) against an array of zeros of x's shape (same values, NaN stays NaN). Zeros first:
+    on a tie numpy's maximum returns its second operand, so −0 stays −0 as in PyTorch."""
+    return np.maximum(_zeros(x.shape, x.dtype), x, out=out)
 
 
 def fori_loop(lower: int, upper: Any, body: Callable[[int, Any], Any], init: Any) -> Any:

@@ -7,7 +7,8 @@ definitions, planned for numpy's speed):
   over sliding windows;
 - LayerNorm / RmsNorm statistics as BLAS matrix-vector products with a 1/n column (``norm_plan``):
   numpy's reductions over short trailing axes are slow;
-- attention with the scores held transposed, softmax'ed in place (unmasked float32 through exp2).
+- attention with the scores held transposed, softmax'ed in place (unmasked float32 through exp2),
+  the output normalised after the product with V.
 
 ``conv_plan``, ``max_pool_plan`` and ``norm_plan`` are also what the executor binds at load
 (``rlx.runtime.numpy_engine.fused``), so the generic kernel and the bound path are one code.

@@ -4,6 +4,8 @@ and a multiply-add per kernel tap for large depthwise convs — each held to PyT
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -120,3 +122,36 @@ def test_dense_depthwise_keeps_inf_and_nan_local(where):
     want = F.conv2d(x, w, None, 1, 3, 1, 3).numpy()
     assert np.isfinite(want).any() and not np.isfinite(want).all()
     assert_arrays_match(plan(x.numpy(), w.numpy(), None), want, rtol=1e-5, atol=1e-5)
+
+
+# Dense and grouped im2col convs at batch > 1: (x shape, weight shape, stride, padding, dilation, groups)
+BATCHED = [
+    ((8, 80, 50), (32, 80, 3), 1, 1, 1, 1),  # the Whisper encoder's first conv1d
+    ((3, 16, 21), (16, 16, 3), 2, 1, 1, 1),  # its second: strided, odd length
+    ((4, 6, 29), (12, 2, 3), 2, 3, 2, 3),  # grouped, strided and dilated
+    ((2, 4, 5), (6, 4, 9), 1, 4, 1, 1),  # a kernel larger than the input: taps clipped
+    ((2, 3, 16, 16), (8, 3, 4, 4), 4, 0, 1, 1),  # 2-d (one GEMM per batch element either way)
+]
+
+
+@pytest.mark.parametrize("merged", [True, False])
+@pytest.mark.parametrize(("x_shape", "w_shape", "stride", "padding", "dilation", "groups"), BATCHED)
+def test_batched_im2col_conv_matches_torch(monkeypatch, merged, x_shape, w_shape, stride, padding, dilation, groups):
+    # One GEMM over the whole batch (1-d) and one per batch element: both PyTorch's values and
+    # NaN/inf pattern (a NaN and an inf in the input stay local), C-contiguous results.
+    monkeypatch.setattr(numpy_nn, "MERGED_BATCH_MIN", 2 if merged else 2**62)
+    nd = len(w_shape) - 2
+    tup = lambda v: v if isinstance(v, tuple) else (v,) * nd  # noqa: E731
+    g = torch.Generator().manual_seed(2)
+    x, w, b = torch.randn(x_shape, generator=g), torch.randn(w_shape, generator=g), torch.randn(w_shape[0], generator=g)
+    x[(1, 0) + (0,) * nd] = math.nan
+    x[(-1, -1) + (-1,) * nd] = math.inf
+    call = C.Conv(X, X, X, tup(stride), tup(padding), tup(dilation), groups, False, (0,) * nd)
+    assert numpy_nn.conv_path(call, x_shape, w_shape) == "im2col"
+    conv = F.conv1d if nd == 1 else F.conv2d
+    plan = numpy_nn.conv_plan(call, x_shape, w_shape, np.dtype(np.float32))
+    for bias in (b, None):
+        got = plan(x.numpy(), w.numpy(), None if bias is None else bias.numpy())
+        want = conv(x, w, bias, tup(stride), tup(padding), tup(dilation), groups).numpy()
+        assert_arrays_match(got, want, rtol=1e-5, atol=1e-4)
+        assert got.flags.c_contiguous

@@ -14,6 +14,8 @@ from rlx.runtime.numpy_engine import fused
 from rlx.runtime.numpy_engine.kernels import KERNELS
 from rlx.runtime.numpy_engine.namespace import gelu_float32
 
+from helpers import assert_arrays_match
+
 SCALES = [0.01, 0.3, 1.0, 3.0, 8.0]
 
 
@@ -167,6 +169,29 @@ def test_float32_attention_matches_torch(q_shape, k_shape, mask_kind) -> None:
     np.testing.assert_allclose(got, ref.numpy(), rtol=2e-5, atol=2e-6)
     if mask_kind == "bool":
         assert not got[..., 1, :].any()  # zeros for the query that attends nowhere, as PyTorch gives
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("where", ["q", "k", "v"])
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf])
+@pytest.mark.parametrize("mask_kind", [None, "float"])
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_attention_with_a_nonfinite_input_matches_torch(dtype, where, value, mask_kind) -> None:
+    # One NaN or inf in Q, K or V reaches the outputs PyTorch's does (the normalisation runs on the
+    # output, after the product with V: a NaN or inf there must not spread beyond its rows/columns),
+    # with queries, keys and values given as strided views of one projection, as models give them.
+    g = torch.Generator().manual_seed(7)
+    qkv = torch.randn(2, 40, 3 * 4 * 16, generator=g, dtype=dtype)
+    q, k, v = (t.reshape(2, 40, 4, 16).transpose(1, 2) for t in qkv.split(64, dim=-1))
+    {"q": q, "k": k, "v": v}[where][1, 2, 5, 3] = value
+    mask = None
+    if mask_kind == "float":
+        mask = torch.randn(1, 4, 40, 40, generator=g, dtype=dtype)
+        mask[..., 7, :] = -math.inf  # a query that attends nowhere: zeros in both
+    ref = torch.nn.functional.scaled_dot_product_attention(q, k, v, mask, scale=0.25)
+    call = C.Attention(Ref("q"), Ref("k"), Ref("v"), None if mask is None else Ref("m"), False, 0.25, False)
+    got = KERNELS["Attention"](call, q.numpy(), k.numpy(), v.numpy(), None if mask is None else mask.numpy())
+    assert_arrays_match(got, ref.numpy(), rtol=2e-5, atol=2e-6)
 
 
 # ── bound fast paths: the same numbers as the generic kernel, and as PyTorch ──────────────────────

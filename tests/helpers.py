@@ -183,36 +183,26 @@ def exported_example(name: str, level: str) -> tuple[Any, Program]:
     return exported, build_program(exported.ir)
 
 
-# Prepended to a subprocess script: any `import torch` there fails, proving a path is torch-free.
-BLOCK_TORCH = textwrap.dedent(
-    """
-    import sys
+def block_imports(*packages: str) -> str:
+    """Python source to prepend to a subprocess script: importing any of ``packages`` (or their
+    submodules) fails there, proving a code path does without them."""
+    return textwrap.dedent(
+        f"""
+        import sys
 
-    class _NoTorch:
-        def find_spec(self, name, path=None, target=None):
-            if name == "torch" or name.startswith("torch."):
-                raise ImportError("torch is blocked in this test")
-            return None
+        class _Blocked:
+            def find_spec(self, name, path=None, target=None):
+                if name.split(".")[0] in {packages!r}:
+                    raise ImportError(name + " is blocked in this test")
+                return None
 
-    sys.meta_path.insert(0, _NoTorch())
-    """
-)
+        sys.meta_path.insert(0, _Blocked())
+        """
+    )
 
 
-# Run in a subprocess where importing scipy fails.
-BLOCK_SCIPY = textwrap.dedent(
-    """
-    import sys
-
-    class _NoScipy:
-        def find_spec(self, name, path=None, target=None):
-            if name == "scipy" or name.startswith("scipy."):
-                raise ImportError("scipy is blocked in this test")
-            return None
-
-    sys.meta_path.insert(0, _NoScipy())
-    """
-)
+BLOCK_TORCH = block_imports("torch")
+BLOCK_SCIPY = block_imports("scipy")
 
 
 def sweep(

@@ -9,6 +9,7 @@ import json
 import subprocess
 import sys
 import textwrap
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -17,15 +18,14 @@ import torch
 import rlx
 from rlx import safetensors_io
 from rlx.emit.package import package_name, write_package
+from rlx.torch_import.tensors import tensor_to_numpy
 
-from helpers import BLOCK_TORCH, exported_example, load_example
+from helpers import block_imports, exported_example, load_example
 
 NAMES = ("mlp", "transformer", "cnn", "decoder_lm")
 LEVELS = ("aten", "high", "core")
 # Block rlx as well as torch: the package must stand alone.
-BLOCK_BOTH = BLOCK_TORCH.replace(
-    'name == "torch" or name.startswith("torch.")', 'name.split(".")[0] in ("torch", "rlx")'
-)
+BLOCK_BOTH = block_imports("torch", "rlx")
 
 
 def write_example_packages(root: Path, style: str) -> dict[tuple[str, str], Path]:
@@ -80,6 +80,32 @@ def run_standalone(packages: dict[tuple[str, str], Path], extra: str = "") -> di
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def run_model_package(
+    tmp_path: Path, model: torch.nn.Module, inputs: Sequence[torch.Tensor], style: str
+) -> tuple[list[np.ndarray], Path]:
+    """Convert ``model`` to a generated package of ``style``, run it on ``inputs`` in a subprocess
+    where neither torch nor rlx can be imported, and return its outputs and the package's folder."""
+    out = tmp_path / "out"
+    rlx.from_torch(model, tuple(inputs), out, emit=("bundle", "package"), emit_style=style, verify=False)
+    (pkg,) = [p for p in out.iterdir() if p.name.startswith("rlx_")]
+    np.savez(tmp_path / "in.npz", *[tensor_to_numpy(t) for t in inputs])
+    script = BLOCK_BOTH + textwrap.dedent(
+        f"""
+        import numpy as np
+        sys.path.insert(0, {str(pkg)!r})
+        import {pkg.name} as m
+        data = np.load({str(tmp_path / "in.npz")!r})
+        got = m.load()(*[data[f"arr_{{i}}"] for i in range({len(inputs)})])
+        got = got if isinstance(got, (tuple, list)) else [got]
+        np.savez({str(tmp_path / "got.npz")!r}, *[np.asarray(g) for g in got])
+        """
+    )
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    got = np.load(tmp_path / "got.npz")
+    return [got[f"arr_{k}"] for k in range(len(got.files))], pkg
 
 
 def assert_parity(results: dict[str, list]) -> None:

@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import textwrap
-
 import numpy as np
 import pytest
 import torch
 from standalone import (
-    BLOCK_BOTH,
     assert_dynamic_package_runs,
     assert_parity,
     assert_same_files_and_ruff_clean,
+    run_model_package,
     run_standalone,
     write_example_packages,
 )
@@ -65,26 +61,12 @@ def test_package_casts_half_floats_to_integers_as_pytorch(tmp_path, style):
     if style == "jax":
         pytest.importorskip("jax")
     x = torch.tensor([0.0, 2.7, -3.5, 255.0, 300.5, -129.0, 1000.0, 70000.0])
-    out = tmp_path / "out"
-    rlx.from_torch(HalfToInt(), (x,), out, emit=("bundle", "package"), emit_style=style, verify=False)
-    np.save(tmp_path / "x.npy", x.numpy())
-    script = BLOCK_BOTH + textwrap.dedent(
-        f"""
-        import numpy as np
-        sys.path.insert(0, {str(out / "rlx_half_to_int")!r})
-        import rlx_half_to_int as m
-        got = m.load()(np.load({str(tmp_path / "x.npy")!r}))
-        np.savez({str(tmp_path / "got.npz")!r}, *[np.asarray(g) for g in got])
-        """
-    )
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    got = np.load(tmp_path / "got.npz")
+    got, _ = run_model_package(tmp_path, HalfToInt(), (x,), style)
     with torch.no_grad():
         want = HalfToInt()(x)
     for k, w in enumerate(want):
-        assert got[f"arr_{k}"].dtype == w.numpy().dtype, k
-        np.testing.assert_array_equal(got[f"arr_{k}"], w.numpy(), err_msg=f"[{style}] output {k}")
+        assert got[k].dtype == w.numpy().dtype, k
+        np.testing.assert_array_equal(got[k], w.numpy(), err_msg=f"[{style}] output {k}")
 
 
 class Factorisations(torch.nn.Module):
@@ -104,24 +86,9 @@ def test_package_runs_factorisations_as_pytorch(tmp_path, style):
     g = torch.Generator().manual_seed(0)
     s = torch.randn(2, 4, 4, generator=g)
     inputs = (torch.randn(2, 5, 3, generator=g), s + s.mT, torch.randn(4, 2, generator=g))
-    out = tmp_path / "out"
-    rlx.from_torch(Factorisations(), inputs, out, emit=("bundle", "package"), emit_style=style, verify=False)
-    assert '"scipy>=1.10"' in (out / "rlx_factorisations" / "pyproject.toml").read_text()
-    for k, t in enumerate(inputs):
-        np.save(tmp_path / f"x{k}.npy", t.numpy())
-    script = BLOCK_BOTH + textwrap.dedent(
-        f"""
-        import numpy as np
-        sys.path.insert(0, {str(out / "rlx_factorisations")!r})
-        import rlx_factorisations as m
-        got = m.load()(*[np.load({str(tmp_path)!r} + f"/x{{k}}.npy") for k in range(3)])
-        np.savez({str(tmp_path / "got.npz")!r}, *[np.asarray(g) for g in got])
-        """
-    )
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    got = np.load(tmp_path / "got.npz")
+    got, pkg = run_model_package(tmp_path, Factorisations(), inputs, style)
+    assert '"scipy>=1.10"' in (pkg / "pyproject.toml").read_text()
     with torch.no_grad():
         want = Factorisations()(*inputs)
     for k, w in enumerate(want):
-        assert_arrays_match(got[f"arr_{k}"], w.numpy(), f"[{style}] output {k}")
+        assert_arrays_match(got[k], w.numpy(), f"[{style}] output {k}")

@@ -3,16 +3,10 @@ equal to PyTorch, and a numpy package lists scipy among its dependencies."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import textwrap
-
-import numpy as np
 import pytest
 import torch
-from standalone import BLOCK_BOTH
+from standalone import run_model_package
 
-import rlx
 from rlx.torch_import.tensors import tensor_to_numpy
 
 from helpers import assert_arrays_match
@@ -47,25 +41,9 @@ INPUTS = [
 def test_package_runs_special_functions(tmp_path, style):
     if style == "jax":
         pytest.importorskip("jax")
-    out = tmp_path / "out"
-    rlx.from_torch(Special(), INPUTS, out, emit=("bundle", "package"), emit_style=style, verify=False)
-    pkg = out / "rlx_special"
+    got, pkg = run_model_package(tmp_path, Special(), INPUTS, style)
     assert ('"scipy>=1.10"' in (pkg / "pyproject.toml").read_text()) == (style == "numpy")
-    np.savez(tmp_path / "in.npz", *[tensor_to_numpy(t) for t in INPUTS])
-    script = BLOCK_BOTH + textwrap.dedent(
-        f"""
-        import numpy as np
-        sys.path.insert(0, {str(pkg)!r})
-        import rlx_special as m
-        data = np.load({str(tmp_path / "in.npz")!r})
-        got = m.load()(*[data[f"arr_{{i}}"] for i in range(3)])
-        np.savez({str(tmp_path / "got.npz")!r}, *[np.asarray(g) for g in got])
-        """
-    )
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    got = np.load(tmp_path / "got.npz")
     with torch.no_grad():
         want = Special()(*INPUTS)
     for k, w in enumerate(want):
-        assert_arrays_match(got[f"arr_{k}"], tensor_to_numpy(w), f"[{style}] output {k}", rtol=1e-8)
+        assert_arrays_match(got[k], tensor_to_numpy(w), f"[{style}] output {k}", rtol=1e-8)

@@ -3,17 +3,11 @@ segment_reduce, embedding_bag, histogram/histogramdd: standalone (no torch, no r
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import textwrap
-
-import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from standalone import BLOCK_BOTH
+from standalone import run_model_package
 
-import rlx
 from rlx.torch_import.tensors import tensor_to_numpy
 
 from helpers import assert_arrays_match
@@ -46,25 +40,9 @@ INPUTS = [
 def test_package_runs_the_long_tail(tmp_path, style):
     if style == "jax":
         pytest.importorskip("jax")
-    inputs = INPUTS
-    out = tmp_path / "out"
-    rlx.from_torch(Tail(), inputs, out, emit=("bundle", "package"), emit_style=style, verify=False)
-    np.savez(tmp_path / "in.npz", *[tensor_to_numpy(t) for t in inputs])
-    script = BLOCK_BOTH + textwrap.dedent(
-        f"""
-        import numpy as np
-        sys.path.insert(0, {str(out / "rlx_tail")!r})
-        import rlx_tail as m
-        data = np.load({str(tmp_path / "in.npz")!r})
-        got = m.load()(*[data[f"arr_{{i}}"] for i in range({len(inputs)})])
-        np.savez({str(tmp_path / "got.npz")!r}, *[np.asarray(g) for g in got])
-        """
-    )
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    got = np.load(tmp_path / "got.npz")
+    got, _ = run_model_package(tmp_path, Tail(), INPUTS, style)
     with torch.no_grad():
-        want = Tail()(*inputs)
-    assert len(got.files) == len(want)
+        want = Tail()(*INPUTS)
+    assert len(got) == len(want)
     for k, w in enumerate(want):
-        assert_arrays_match(got[f"arr_{k}"], tensor_to_numpy(w), f"[{style}] output {k}")
+        assert_arrays_match(got[k], tensor_to_numpy(w), f"[{style}] output {k}")

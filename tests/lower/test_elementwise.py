@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -449,3 +450,20 @@ def test_matches_torch(c: Case) -> None:
 def test_math_ops_on_jax(c: Case) -> None:
     pytest.importorskip("jax")
     check(c, backend="jax")
+
+
+@pytest.mark.parametrize("backend", ["numpy", "jax", "onnxruntime"])
+@pytest.mark.parametrize("level", ["high", "core"])
+def test_relu_keeps_the_sign_of_zero(backend, level):
+    # PyTorch's relu/relu6 are clamps: −0 stays −0, NaN stays NaN (a max would be free to give +0).
+    # relu6 is a Clamp Call, whose −0 only the numpy engine keeps (XLA's and onnxruntime's max give +0).
+    pytest.importorskip({"numpy": "numpy", "jax": "jax", "onnxruntime": "onnxruntime"}[backend])
+    x = torch.tensor([-0.0, 0.0, -1.5, 2.0, float("nan"), float("-inf"), 7.0] * 40)
+    fns = (torch.relu, lambda t: F.gelu(t)) + ((F.relu6, lambda t: t.clamp(0.0, 1.0)) if backend == "numpy" else ())
+    model, _, _ = convert(lambda t: tuple(f(t) for f in fns), (x,), decomposition=level, backend=backend)
+    for k, (got, f) in enumerate(zip(model(x.numpy()), fns)):
+        want = f(x).numpy()
+        assert got.dtype == want.dtype
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=0, err_msg=f"output {k}")  # GELU: a few ulps
+        zeros = want == 0
+        np.testing.assert_array_equal(np.signbit(got[zeros]), np.signbit(want[zeros]), err_msg=f"output {k}: ±0")

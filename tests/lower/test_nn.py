@@ -518,6 +518,46 @@ POOL = [
     ),
 ]
 
+# ── fused linear + cross-entropy ─────────────────────────────────────────────
+# With ``options`` PyTorch calls its chunked custom ops (torch_nn._linear_cross_entropy_batch_
+# chunked[_no_reduction]), which rlx lowers; label smoothing takes the plain decomposed path.
+# Targets include ignore_index (-100) rows.
+LCE_TARGET = torch.tensor([3, -100, 0, 6, 6, 1, -100, 2])
+
+
+def _lce(chunked=True, bias=False, class_weight=False, **kw):
+    options = torch.nn.modules.linear_cross_entropy_options.LinearCrossEntropyOptions() if chunked else None
+
+    def run(x, w, t, b, cw):
+        return F.linear_cross_entropy(
+            x, w, t, linear_bias=b if bias else None, weight=cw if class_weight else None, options=options, **kw
+        )
+
+    return run
+
+
+LINEAR_CROSS_ENTROPY = [
+    case(
+        "linear_cross_entropy",
+        [
+            _lce(),
+            _lce(reduction="sum", bias=True),
+            _lce(reduction="none", class_weight=True),
+            _lce(class_weight=True, bias=True),
+            _lce(chunked=False, class_weight=True, label_smoothing=0.2, bias=True),
+        ],
+        (8, 5),
+        (7, 5),
+        LCE_TARGET,
+        (7,),
+        lambda d: torch.rand(7, dtype=d) + 0.5,
+        dtypes=(F32,),
+        levels=("high", "core"),
+        tol=(1e-5, 1e-6),
+    ),
+]
+
+
 # ── activation modules ───────────────────────────────────────────────────────
 ACTIVATIONS = [
     case(
@@ -577,7 +617,9 @@ XFAILS = [
     ),
 ]
 
-ALL = SOFTMAX + NORMS + EMBEDDING + EMBEDDING_BAG + ATTENTION + CONV + POOL + ACTIVATIONS + XFAILS
+ALL = (
+    SOFTMAX + NORMS + EMBEDDING + EMBEDDING_BAG + ATTENTION + CONV + POOL + ACTIVATIONS + LINEAR_CROSS_ENTROPY + XFAILS
+)
 
 
 @pytest.mark.parametrize("fn,inputs,levels,tol", ALL)

@@ -27,10 +27,10 @@ from rlx.ir import calls as C
 from rlx.runtime.model import Model
 
 from helpers import (
-    BLOCK_TORCH,
     LEVELS,
     assert_arrays_match,
     assert_converts_and_matches,
+    block_imports,
     convert,
     exported_example,
     rand,
@@ -427,9 +427,7 @@ def test_unknown_backend():
         convert(lambda x: x + 1, (torch.randn(2),), backend="tpu")
 
 
-BLOCK_JAX = BLOCK_TORCH.replace(
-    'name == "torch" or name.startswith("torch.")', 'name.split(".")[0] in ("torch", "jax")'
-)
+BLOCK_JAX = block_imports("torch", "jax")
 
 
 @pytest.fixture(scope="module")

@@ -14,6 +14,8 @@ from rlx.runtime.numpy_engine import fused
 from rlx.runtime.numpy_engine.kernels import KERNELS
 from rlx.runtime.numpy_engine.namespace import gelu_float32
 
+from helpers import assert_arrays_match
+
 SCALES = [0.01, 0.3, 1.0, 3.0, 8.0]
 
 
@@ -53,6 +55,52 @@ def test_gelu_float32_special_values_and_in_place(size: int) -> None:
     buf = x.copy()
     assert fused._gelu(buf, buf) is buf
     np.testing.assert_array_equal(buf, got)
+
+
+@pytest.mark.parametrize("size", [8, 4096])
+@pytest.mark.parametrize("in_place", [False, True])
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # inf/inf, inf·0
+def test_gelu_float32_positive_infinity(size: int, in_place: bool) -> None:
+    # GELU(+inf) = +inf (the erf definition; this PyTorch build's vectorised kernel returns NaN):
+    # the polynomial path computes NaN there (u = inf/inf) and puts +inf back, also when the
+    # result overwrites its input, and also next to a NaN.
+    x = (torch.randn(size, generator=torch.Generator().manual_seed(3)) * 3).numpy()
+    x[[1, size // 2, size - 1]] = [np.inf, np.nan, np.inf]
+    finite = np.isfinite(x)
+    want = gelu_float32(np.where(finite, x, 0).astype(np.float32))
+    got = gelu_float32(x, x) if in_place else gelu_float32(x)
+    assert np.isposinf(got[[1, size - 1]]).all() and np.isnan(got[size // 2])
+    np.testing.assert_array_equal(got[finite], want[finite])
+    assert not np.isinf(gelu_float32(np.full(size, 1e30, np.float32))).any()
+
+
+@pytest.mark.parametrize("layout", ["transposed", "sliced", "broadcast"])
+@pytest.mark.parametrize("dest", ["new", "buffer", "in place"])
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # inf/inf, inf·0
+def test_gelu_float32_of_views_is_the_contiguous_result(layout: str, dest: str) -> None:
+    # A transposed view (SegFormer's GELU reads its conv's output through a permute) runs over its
+    # buffer in memory order; other views on a contiguous copy. Same bits as the contiguous input.
+    memory = (torch.randn(3, 40, 24, generator=torch.Generator().manual_seed(5)) * 3).numpy()
+    memory[0, 1, 2], memory[1, 2, 3], memory[2, 3, 4] = np.inf, np.nan, -0.0
+    x = {
+        "transposed": memory.transpose(2, 0, 1),
+        "sliced": memory[:, ::2, 1:],
+        "broadcast": np.broadcast_to(memory[:1], memory.shape),
+    }[layout]
+    assert not x.flags.c_contiguous
+    want = gelu_float32(np.ascontiguousarray(x))
+    if dest == "in place" and layout == "broadcast":
+        pytest.skip("a broadcast view is read-only")
+    if dest == "in place":
+        x = x.copy(order="K") if layout == "sliced" else x  # its own buffer, same layout
+        out = x
+    else:
+        out = None if dest == "new" else np.empty(x.shape, np.float32)
+    got = gelu_float32(x, out)
+    assert got.shape == want.shape and got.dtype == np.float32
+    assert out is None or got is out
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
 
 
 @pytest.mark.parametrize("fn", ["sigmoid", "silu"])
@@ -121,6 +169,29 @@ def test_float32_attention_matches_torch(q_shape, k_shape, mask_kind) -> None:
     np.testing.assert_allclose(got, ref.numpy(), rtol=2e-5, atol=2e-6)
     if mask_kind == "bool":
         assert not got[..., 1, :].any()  # zeros for the query that attends nowhere, as PyTorch gives
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("where", ["q", "k", "v"])
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf])
+@pytest.mark.parametrize("mask_kind", [None, "float"])
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_attention_with_a_nonfinite_input_matches_torch(dtype, where, value, mask_kind) -> None:
+    # One NaN or inf in Q, K or V reaches the outputs PyTorch's does (the normalisation runs on the
+    # output, after the product with V: a NaN or inf there must not spread beyond its rows/columns),
+    # with queries, keys and values given as strided views of one projection, as models give them.
+    g = torch.Generator().manual_seed(7)
+    qkv = torch.randn(2, 40, 3 * 4 * 16, generator=g, dtype=dtype)
+    q, k, v = (t.reshape(2, 40, 4, 16).transpose(1, 2) for t in qkv.split(64, dim=-1))
+    {"q": q, "k": k, "v": v}[where][1, 2, 5, 3] = value
+    mask = None
+    if mask_kind == "float":
+        mask = torch.randn(1, 4, 40, 40, generator=g, dtype=dtype)
+        mask[..., 7, :] = -math.inf  # a query that attends nowhere: zeros in both
+    ref = torch.nn.functional.scaled_dot_product_attention(q, k, v, mask, scale=0.25)
+    call = C.Attention(Ref("q"), Ref("k"), Ref("v"), None if mask is None else Ref("m"), False, 0.25, False)
+    got = KERNELS["Attention"](call, q.numpy(), k.numpy(), v.numpy(), None if mask is None else mask.numpy())
+    assert_arrays_match(got, ref.numpy(), rtol=2e-5, atol=2e-6)
 
 
 # ── bound fast paths: the same numbers as the generic kernel, and as PyTorch ──────────────────────
@@ -211,3 +282,34 @@ def test_bound_norms_match_generic_kernel_and_torch(shape, ndim, rms) -> None:
     assert fast.shape == ref.shape and fast.dtype == ref.dtype
     assert not any(np.shares_memory(fast, o) for o in operands)
     np.testing.assert_allclose(fast, ref, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("rms", [False, True])
+@pytest.mark.parametrize("channels", [32, 64, 128])  # rows shorter than LONG_ROWS stay views
+@pytest.mark.parametrize("ndim", [1, 2])
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the row with an inf: inf - inf
+def test_bound_norms_of_a_transposed_view_match_torch(channels: int, ndim: int, rms: bool) -> None:
+    # A channels-first LayerNorm exports as permute → LayerNorm → permute: the norm reads a
+    # transposed view; long rows are copied row-major first. One row holds an inf, one a NaN.
+    g = torch.Generator().manual_seed(channels)
+    memory = torch.randn(2, channels, 5, 4, generator=g) * 3 + 1
+    memory[0, 3, 1, 2], memory[1, 0, 4, 3] = float("inf"), float("nan")
+    # ndim 1: over C, as ConvNeXt's; ndim 2: over [C, W]
+    x = memory.numpy().transpose(0, 2, 3, 1) if ndim == 1 else memory.numpy().transpose(0, 2, 1, 3)
+    assert not x.flags.c_contiguous
+    norm_shape = x.shape[-ndim:]
+    w, b = torch.randn(norm_shape, generator=g), torch.randn(norm_shape, generator=g)
+    xt = torch.from_numpy(np.ascontiguousarray(x))
+    if rms:
+        ref = torch.nn.functional.rms_norm(xt, norm_shape, w, eps=1e-6).numpy()
+        call, operands = C.RmsNorm(Ref("x"), Ref("w"), ndim, 1e-6), (x, w.numpy())
+    else:
+        ref = torch.nn.functional.layer_norm(xt, norm_shape, w, b, eps=1e-5).numpy()
+        call, operands = C.LayerNorm(Ref("x"), Ref("w"), Ref("b"), ndim, 1e-5), (x, w.numpy(), b.numpy())
+    fast = _bound(call, ref, *operands)(*operands)
+    np.testing.assert_array_equal(fast, KERNELS[call.op](call, *operands))
+    assert fast.shape == ref.shape and fast.dtype == ref.dtype
+    assert not any(np.shares_memory(fast, o) for o in operands)
+    np.testing.assert_array_equal(np.isnan(fast), np.isnan(ref))
+    ok = ~np.isnan(ref)
+    np.testing.assert_allclose(fast[ok], ref[ok], rtol=1e-5, atol=1e-5)

@@ -26,6 +26,7 @@ from helpers import (
     LEVELS,
     assert_arrays_match,
     assert_converts_and_matches,
+    block_imports,
     convert,
     exported_example,
     rand,
@@ -136,17 +137,8 @@ def test_threads_and_output_structure(tmp_path):
 
 
 def test_missing_onnxruntime_names_the_extra(tmp_path):
-    script = textwrap.dedent(
+    script = block_imports("onnxruntime") + textwrap.dedent(
         """
-        import sys
-
-        class _NoOrt:
-            def find_spec(self, name, path=None, target=None):
-                if name == "onnxruntime" or name.startswith("onnxruntime."):
-                    raise ImportError("blocked")
-                return None
-
-        sys.meta_path.insert(0, _NoOrt())
         import rlx
         try:
             rlx.runtime.engines.check_engine("onnxruntime")

@@ -168,12 +168,10 @@ def test_the_package_draws_without_rlx_or_torch(converted, tmp_path) -> None:
     import subprocess
     import textwrap
 
-    from helpers import BLOCK_TORCH
+    from helpers import block_imports
 
     out, _ = converted
-    block = BLOCK_TORCH.replace(
-        'name == "torch" or name.startswith("torch.")', 'name.split(".")[0] in ("torch", "rlx")'
-    )
+    block = block_imports("torch", "rlx")
     np.save(tmp_path / "x.npy", X.numpy())
     script = block + textwrap.dedent(f"""
         import numpy as np

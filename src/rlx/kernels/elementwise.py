@@ -206,8 +206,9 @@ UNARY: dict[str, Elementwise] = {
         _unary("square", "{0} * {0}"),
         _unary("sigmoid", "1 / (1 + {xp}.exp(-{0}))"),
         _unary("silu", "{0} * (1 / (1 + {xp}.exp(-{0})))"),
-        _unary("relu", "{xp}.maximum({0}, 0)"),
-        _unary("relu6", "{xp}.minimum({xp}.maximum({0}, 0), 6)"),
+        # PyTorch's clamp_min(x, 0): −0 and NaN pass through (a max may return +0 for −0).
+        _unary("relu", "{xp}.where({0} < 0, 0, {0})"),
+        _unary("relu6", "{xp}.minimum(6, {xp}.where({0} < 0, 0, {0}))"),
         _unary("hardsigmoid", _HARD + " / 6"),
         _unary("hardswish", "{0} * " + _HARD + " / 6"),
         _unary("elu", "{xp}.where({0} > 0, {0}, {xp}.expm1({xp}.minimum({0}, 0)))"),
@@ -296,9 +297,11 @@ def where(c: C.Where, cond: Any, x: Any, y: Any, *, xp: ArrayNamespace) -> Any:
 
 @kernel("Clamp")
 def clamp(c: C.Clamp, x: Any, lo: Any | None, hi: Any | None, *, xp: ArrayNamespace) -> Any:
-    # maximum/minimum propagate NaN from either side, as torch.clamp does; lo > hi gives hi.
-    out = xp.asarray(x) if lo is None else xp.maximum(x, lo)
-    return xp.asarray(out if hi is None else xp.minimum(out, hi))  # 0-d in, 0-d array out
+    # maximum/minimum propagate NaN from either side, as torch.clamp does; lo > hi gives hi. The
+    # bound first: on a tie numpy returns the second operand, so x's −0 survives clamp(−0, min=0)
+    # as in PyTorch (XLA's max gives +0 either way).
+    out = xp.asarray(x) if lo is None else xp.maximum(lo, x)
+    return xp.asarray(out if hi is None else xp.minimum(hi, out))  # 0-d in, 0-d array out
 
 
 @kernel("LeakyRelu")

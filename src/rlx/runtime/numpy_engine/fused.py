@@ -148,10 +148,10 @@ def _rsqrt(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
 
 def _clip(lo: float, hi: float, shift: float = 0.0) -> Fn:
     def run(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-        out = np.add(x, shift, out=out) if shift else np.maximum(x, lo, out=out)
+        out = np.add(x, shift, out=out) if shift else np.maximum(lo, x, out=out)  # lo first: x on a tie (−0 stays −0)
         if shift:
-            np.maximum(out, lo, out=out)
-        return np.minimum(out, hi, out=out)
+            np.maximum(lo, out, out=out)
+        return np.minimum(hi, out, out=out)
 
     return run
 

@@ -1,13 +1,15 @@
 """The numpy engine's own algorithms for the neural-network Calls (same contracts as the shared
 definitions, planned for numpy's speed):
 
-- convolution as im2col over a strided view of a zero-padded buffer plus one batched GEMM (a
-  multiply-add per tap for depthwise), its geometry worked out once (``conv_plan``);
+- convolution as im2col over a strided view of a zero-padded buffer plus one batched GEMM (for
+  depthwise: a dense matrix per channel on small maps, banded GEMMs or a multiply-add per tap on
+  larger ones), its geometry worked out once (``conv_plan``);
 - max pooling one spatial axis at a time over strided views (``max_pool_plan``), average pooling
   over sliding windows;
 - LayerNorm / RmsNorm statistics as BLAS matrix-vector products with a 1/n column (``norm_plan``):
   numpy's reductions over short trailing axes are slow;
-- attention with the scores held transposed, softmax'ed in place (unmasked float32 through exp2).
+- attention with the scores held transposed, softmax'ed in place (unmasked float32 through exp2),
+  the output normalised after the product with V.
 
 ``conv_plan``, ``max_pool_plan`` and ``norm_plan`` are also what the executor binds at load
 (``rlx.runtime.numpy_engine.fused``), so the generic kernel and the bound path are one code.
@@ -50,6 +52,10 @@ def rms_norm(c: RmsNorm, x: np.ndarray, w: np.ndarray | None) -> np.ndarray:
     )
 
 
+# Rows at least this long are copied row-major out of a transposed view before a norm (``norm_plan``).
+LONG_ROWS = 64
+
+
 @lru_cache(maxsize=64)
 def _mean_column(n: int, dtype: np.dtype) -> np.ndarray:
     """A read-only ``[n, 1]`` column of 1/n: ``rows @ column`` is the row mean in one BLAS call."""
@@ -66,8 +72,21 @@ def norm_plan(shape: tuple[int, ...], dtype: np.dtype, ndim: int, eps: float, rm
     mean would be a reduction and a division (reductions over short trailing axes are slow in numpy)."""
     lead = shape[: len(shape) - ndim]
     n = math.prod(shape[len(shape) - ndim :])
-    rows_shape = lead + (n,)
+    rows_shape, flat_rows = lead + (n,), (math.prod(lead), n)
     column = _mean_column(n, np.dtype(dtype))
+
+    def rows_of(x: np.ndarray) -> np.ndarray:
+        """``x`` as rows: a view, batched like ``x``'s leading axes; copied into one C-ordered
+        ``[rows, n]`` matrix when ``x`` is a transposed view (a channels-first LayerNorm exports
+        as permute → LayerNorm → permute) over rows of ``LONG_ROWS`` or more. The row products
+        then are one matrix-vector product, not one per leading index, and the result comes out
+        row-major, as the Linear after a channels-last LayerNorm reads it (measured on ConvNeXt's
+        LayerNorm + reshape at batch 8: [8,8,8,64] 62 → 54 µs, [8,4,4,128] 51 → 30, [8,2,2,256]
+        61 → 20; shorter rows stay views: [8,16,16,32] took 107 → 121)."""
+        if n >= LONG_ROWS and not x.flags.c_contiguous:
+            return x.reshape(flat_rows)
+        return x.reshape(rows_shape)
+
     # Large rows: every pass after the first writes into the first one's buffer (the same values,
     # in the same order, as fresh arrays: what it saves is the allocations and their page faults).
     inplace = math.prod(shape) * np.dtype(dtype).itemsize >= INPLACE_MIN_BYTES
@@ -75,7 +94,7 @@ def norm_plan(shape: tuple[int, ...], dtype: np.dtype, ndim: int, eps: float, rm
     if rms:
 
         def rms_norm_run(x: np.ndarray, w: np.ndarray | None) -> np.ndarray:
-            rows = x.reshape(rows_shape)
+            rows = rows_of(x)
             y = (rows * _rsqrt_plus((rows * rows) @ column, eps)).reshape(shape)
             if w is None:
                 return y
@@ -84,7 +103,7 @@ def norm_plan(shape: tuple[int, ...], dtype: np.dtype, ndim: int, eps: float, rm
         return rms_norm_run
 
     def layer(x: np.ndarray, w: np.ndarray | None, b: np.ndarray | None) -> np.ndarray:
-        rows = x.reshape(rows_shape)
+        rows = rows_of(x)
         centered = rows - rows @ column
         inv = _rsqrt_plus((centered * centered) @ column, eps)
         if not inplace:
@@ -187,7 +206,8 @@ def _kept_taps(
 
 def conv_path(c: Conv, x_shape: tuple[int, ...], w_shape: tuple[int, ...], allow_fft: bool = True) -> str:
     """Which way ``conv_plan`` computes a forward conv of these shapes: ``fft`` (long 1-d kernels),
-    ``banded`` (2-d depthwise as banded GEMMs), ``by_tap`` (depthwise, a multiply-add per tap) or
+    ``dense`` (depthwise on a small map, a dense matrix per channel), ``banded`` (2-d depthwise as
+    banded GEMMs), ``by_tap`` (depthwise, a multiply-add per tap) or
     ``im2col`` (one batched GEMM). Threaded chunks of a conv must take the whole conv's path."""
     nd = len(w_shape) - 2
     cg, og = x_shape[1] // c.groups, w_shape[0] // c.groups
@@ -196,6 +216,8 @@ def conv_path(c: Conv, x_shape: tuple[int, ...], w_shape: tuple[int, ...], allow
     k, p = math.prod(a.kernel for a in windows), math.prod(out_sp)
     if allow_fft and nd == 1 and c.stride == (1,) and c.dilation == (1,) and k >= FFT_MIN_TAPS:
         return "fft"
+    if _dense_fits(cg, k, math.prod(x_shape[2:]), p, w_shape[0]):
+        return "dense"
     if len(windows) == 2 and cg == 1 and k > 1 and _banded_fits(windows[1]):
         return "banded"
     if _tap_by_tap(cg, og, k, x_shape[0] * x_shape[1] * k * p):
@@ -204,7 +226,13 @@ def conv_path(c: Conv, x_shape: tuple[int, ...], w_shape: tuple[int, ...], allow
 
 
 def conv_plan(
-    c: Conv, x_shape: tuple[int, ...], w_shape: tuple[int, ...], dtype: np.dtype, *, allow_fft: bool = True
+    c: Conv,
+    x_shape: tuple[int, ...],
+    w_shape: tuple[int, ...],
+    dtype: np.dtype,
+    *,
+    allow_fft: bool = True,
+    force_path: str = "",
 ) -> Kernel:
     """A forward (not transposed) convolution of these shapes as ``run(x, w, b)``, its geometry
     worked out once: the executor binds it at load, the generic kernel builds it per call.
@@ -213,7 +241,8 @@ def conv_plan(
     padding no tap reads is never built, a kernel larger than the input costs what the input does).
     im2col as ``[C·K, P]`` — one strided copy out of a zero-padded buffer, none for a 1×1 stride-1
     conv — then one batched GEMM with the weight as it is stored, ``[out, in·k]``, so the result
-    is NC… already. Depthwise and grouped convs with few channels per group go tap by tap."""
+    is NC… already (a 1-d conv over a batch of ``MERGED_BATCH_MIN`` or more: one GEMM over the
+    whole batch, ``_batch_gemm``). Depthwise and grouped convs with few channels per group go tap by tap."""
     nd = len(w_shape) - 2
     n, cin, g = x_shape[0], x_shape[1], c.groups
     cout = w_shape[0]
@@ -229,7 +258,7 @@ def conv_plan(
     def windows_of(x: np.ndarray) -> np.ndarray:
         return _window_view(np.ascontiguousarray(buffer(x)), windows, taps_first=True)
 
-    path = conv_path(c, x_shape, w_shape, allow_fft)
+    path = force_path or conv_path(c, x_shape, w_shape, allow_fft)
     if path == "fft":
         correlate = _fft_correlate(g, windows[0], kept)
         direct = conv_plan(c, x_shape, w_shape, dtype, allow_fft=False)
@@ -244,6 +273,11 @@ def conv_plan(
             return out if b is None else np.add(out, b.reshape(bias_shape), out=out)
 
         return long_kernel
+    if path == "dense":
+        # 0·inf in the matrix would spread one inf or NaN over its plane (and the banded matrix's
+        # over its row): such inputs go tap by tap, where each reaches only the windows that read it.
+        by_tap_plan = conv_plan(c, x_shape, w_shape, dtype, force_path="by_tap")
+        return _finite_or(_depthwise_dense(n, g, og, x_shape[2:], windows), kept, by_tap_plan)
     if path == "banded":
         banded = _depthwise_banded(n, g, og, windows)
 
@@ -262,6 +296,8 @@ def conv_plan(
     unclipped = all(a.start == 0 and a.stop == size and not a.extent - size for a, size in zip(windows, x_shape[2:]))
     pointwise = k == 1 and all(s == 1 for s in c.stride) and unclipped
     cols_shape, w_mat = (n, g, cg * k, p), (g, og, cg * k)
+    if nd == 1 and n >= MERGED_BATCH_MIN and not pointwise:
+        return _batch_gemm(windows_of, kept, (n, g, cg, og), ksp, out_sp)
 
     def run(x: np.ndarray, w: np.ndarray, b: np.ndarray | None) -> np.ndarray:
         cols = (x if pointwise else windows_of(x)).reshape(cols_shape)
@@ -269,6 +305,44 @@ def conv_plan(
         return out if b is None else np.add(out, b.reshape(bias_shape), out=out)
 
     return run
+
+
+def _batch_gemm(
+    windows_of: Callable[[np.ndarray], np.ndarray],
+    kept: Callable[[np.ndarray], np.ndarray],
+    sizes: tuple[int, int, int, int],
+    ksp: tuple[int, ...],
+    out_sp: tuple[int, ...],
+) -> Kernel:
+    """A 1-d conv's im2col over the whole batch as one GEMM per group, ``[og, cg·k] @ [cg·k, N·P]``
+    (``sizes`` = N, groups, cg, og): one large product that OpenBLAS threads well, where N products
+    of ``[cg·k, P]`` each are too small to. The Whisper encoder's conv1d pair at batch 8, whole model
+    on 2 threads: 0.82–0.96× (five interleaved A/B runs); about even on one thread. The result,
+    ``[C_out, N, P]``, is written out as ``[N, C_out, P]`` in the pass that adds the bias (left as a
+    strided view, the GELU after it ran 1.7× slower). Not for 2-d convs: ResNet at batch 8 measured
+    1.09–1.15× on 2 threads, its 7×7 stem 2.26 → 2.53 ms on one (columns gather slower in this order)."""
+    n, g, cg, og = sizes
+    nd, k, p = len(ksp), math.prod(ksp), math.prod(out_sp)
+    spatial = tuple(range(3, 3 + nd))
+    to_cols = (1, 2) + spatial + (0,) + tuple(a + nd for a in spatial)  # [g, cg, *k, N, *out]
+    win_shape, cols_shape, w_mat = (n, g, cg) + ksp + out_sp, (g, cg * k, n * p), (g, og, cg * k)
+    out_shape = (n, g * og) + out_sp
+
+    def run(x: np.ndarray, w: np.ndarray, b: np.ndarray | None) -> np.ndarray:
+        cols = windows_of(x).reshape(win_shape).transpose(to_cols).reshape(cols_shape)
+        prod = np.matmul(kept(w).reshape(w_mat), cols).reshape(g * og, n, p).transpose(1, 0, 2)
+        out = np.empty(out_shape, prod.dtype)
+        if b is None:
+            np.copyto(out.reshape(prod.shape), prod)
+        else:  # the bias added in the same pass as the transpose
+            np.add(prod, b.reshape(1, -1, 1), out=out.reshape(prod.shape))
+        return out
+
+    return run
+
+
+# From this batch size a 1-d im2col conv is one GEMM over the whole batch (``_batch_gemm``).
+MERGED_BATCH_MIN = 2
 
 
 # From this many kept taps a stride-1 1-d conv (wav2vec2's positional conv: 128 taps, 16 groups)
@@ -347,6 +421,73 @@ BANDED_MAX_WASTE = 12
 
 def _banded_fits(a: geometry.AxisWindows) -> bool:
     return a.extent <= BANDED_MAX_WASTE * a.kernel
+
+
+# A depthwise conv whose input plane has at most this many elements, and at most twice as many as
+# its kept taps, is one dense matrix per channel, [H·W, og·Ho·Wo], applied to the unpadded input in
+# one batched GEMM: no padded buffer, no window copy, and H·W multiply-adds per output. Measured at
+# batch 8 (µs, banded → dense): ConvNeXt's 7×7 on 8×8 maps 195 → 56, 4×4 214 → 33, 2×2 176 → 41;
+# SegFormer's 3×3 on 4×4 269 → 134, on 2×2 279 → 119. Slower, hence the limits: 3×3 on 8×8 (64
+# elements for 9 taps: 311 → 373, at batch 1 75 → 241) and 7×7 on 16×16 (2.2×). The matrices are
+# capped at DENSE_MAX_ELEMENTS in all.
+DENSE_MAX_PLANE = 64
+DENSE_MAX_PER_TAP = 2
+DENSE_MAX_ELEMENTS = 1 << 22
+
+
+def _dense_fits(cg: int, k: int, plane: int, p: int, cout: int) -> bool:
+    """Whether a conv with ``cg`` input channels per group, ``k`` kept taps, a ``plane``-element
+    input map, ``p`` outputs per map and ``cout`` output channels goes through dense matrices."""
+    small = plane <= DENSE_MAX_PLANE and plane <= DENSE_MAX_PER_TAP * k
+    return cg == 1 and k > 1 and small and cout * plane * p <= DENSE_MAX_ELEMENTS
+
+
+def _finite_or(
+    dense: Callable[[np.ndarray, np.ndarray, np.ndarray | None], np.ndarray],
+    kept: Callable[[np.ndarray], np.ndarray],
+    fallback: Kernel,
+) -> Kernel:
+    """``dense`` (on the kept taps) for finite inputs, ``fallback`` for any other."""
+
+    def run(x: np.ndarray, w: np.ndarray, b: np.ndarray | None) -> np.ndarray:
+        return dense(x, kept(w), b) if np.isfinite(x).all() else fallback(x, w, b)
+
+    return run
+
+
+def _depthwise_dense(
+    n: int, g: int, og: int, in_sp: tuple[int, ...], windows: tuple[geometry.AxisWindows, ...]
+) -> Callable[[np.ndarray, np.ndarray, np.ndarray | None], np.ndarray]:
+    """A depthwise conv (one input channel per group, ``og`` outputs each) as ``x [C, N, H·W]`` times
+    a dense matrix per channel ``[C, H·W, og·P]`` that holds each output's kept taps at the input
+    positions they read (``geometry.window_positions``: the padding is never built). Called with
+    the kept taps of the weight; the matrix is built once per weight array. Only for finite
+    inputs: an inf or NaN would reach every output of its plane through the matrix's zeros (the
+    caller goes tap by tap then)."""
+    out_sp = tuple(a.out for a in windows)
+    plane, p = math.prod(in_sp), math.prod(out_sp)
+    positions = geometry.window_positions(in_sp, windows).reshape(p, -1)
+    out_index, tap_index = np.nonzero(positions >= 0)
+    in_index = positions[out_index, tap_index]
+    cached: list[tuple[np.ndarray, np.ndarray]] = []
+
+    def matrix(w: np.ndarray) -> np.ndarray:
+        if cached and cached[0][0] is w:
+            return cached[0][1]
+        taps = w.reshape(g, og, -1)[:, :, tap_index]  # [C, og, pairs]
+        dense = np.zeros((g, plane, og, p), w.dtype)
+        dense[:, in_index, :, out_index] = taps.transpose(2, 0, 1)
+        dense = dense.reshape(g, plane, og * p)
+        cached[:] = [(w, dense)]
+        return dense
+
+    def run(x: np.ndarray, w: np.ndarray, b: np.ndarray | None) -> np.ndarray:
+        prod = np.matmul(x.reshape(n, g, plane).transpose(1, 0, 2), matrix(w)).reshape(g, n, og, p)
+        if b is not None:
+            prod += b.reshape(g, 1, og, 1)
+        return np.ascontiguousarray(prod.transpose(1, 0, 2, 3)).reshape((n, g * og) + out_sp)
+
+    return run
 
 
 def _depthwise_banded(
@@ -594,6 +735,14 @@ def _across_rows(ufunc: np.ufunc, x: np.ndarray) -> np.ndarray:
 
 
 @lru_cache(maxsize=64)
+def _ones_row(n: int, dtype: np.dtype) -> np.ndarray:
+    """A read-only ``[1, n]`` row of ones: ``row @ x`` sums ``x [..., n, L]`` across its rows in one BLAS call."""
+    row = np.ones((1, n), dtype=dtype)
+    row.flags.writeable = False
+    return row
+
+
+@lru_cache(maxsize=64)
 def _above_diagonal(big_l: int, big_s: int) -> np.ndarray:
     """The causal mask's excluded positions (above the top-left-aligned diagonal), read-only."""
     mask = ~np.tril(np.ones((big_l, big_s), dtype=bool))
@@ -635,14 +784,23 @@ def attention(c: Attention, q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: n
         else:
             np.add(scores, widen(mask), out=scores)
     # The softmax in place; a query that may attend nowhere (its scores all -inf, so its maximum
-    # is -inf) gets zeros, like PyTorch's safe softmax.
+    # is -inf) gets weights of zero, like PyTorch's safe softmax (so a NaN in V still reaches it).
     top = _across_rows(np.maximum, scores)
     scores -= top
     (np.exp2 if base2 else np.exp)(scores, out=scores)
-    scores /= _across_rows(np.add, scores)
-    if top.size and top.min() == -np.inf:  # one reduction of the row maxima, cheaper than a mask per row
-        np.copyto(scores, 0, where=top == -np.inf)
+    # One reduction of the row maxima, cheaper than a mask per row (its minimum is NaN when a
+    # query's scores hold a NaN: that query stays NaN, but others may still attend nowhere).
+    nowhere = None if not top.size or top.min() > -np.inf else top == -np.inf
+    if nowhere is not None:
+        np.copyto(scores, 0, where=nowhere)
+    # The normalisation after the product with V, as flash attention does: the sums divide the
+    # [..., L, E] output instead of the [..., S, L] weights (S/E times fewer divisions). Each sum is
+    # a matrix product with a row of ones (BLAS: several times faster than numpy's reduction across rows).
+    total = np.matmul(_ones_row(big_s, scores.dtype), scores)  # [..., 1, L]
+    if nowhere is not None:
+        np.copyto(total, 1, where=nowhere)
     out = np.matmul(np.swapaxes(scores, -1, -2), vw)
+    out /= np.swapaxes(total, -1, -2)
     if grouped:
         out = out.reshape(out.shape[:-4] + (q.shape[-3],) + out.shape[-2:])
     return out.astype(q.dtype, copy=False)

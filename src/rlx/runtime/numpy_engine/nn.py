@@ -260,19 +260,8 @@ def conv_plan(
 
     path = force_path or conv_path(c, x_shape, w_shape, allow_fft)
     if path == "fft":
-        correlate = _fft_correlate(g, windows[0], kept)
         direct = conv_plan(c, x_shape, w_shape, dtype, allow_fft=False)
-
-        def long_kernel(x: np.ndarray, w: np.ndarray, b: np.ndarray | None) -> np.ndarray:
-            if not np.isfinite(x).all():  # an FFT would spread one inf or NaN over the whole output
-                return direct(x, w, b)
-            out = correlate(buffer(x), w)
-            if out is None:  # a weight is inf or NaN
-                return direct(x, w, b)
-            out = out.astype(dtype, copy=False)
-            return out if b is None else np.add(out, b.reshape(bias_shape), out=out)
-
-        return long_kernel
+        return _fft_or_direct(_fft_correlate(g, windows[0], kept), buffer, direct, np.dtype(dtype), bias_shape)
     if path == "dense":
         # 0·inf in the matrix would spread one inf or NaN over its plane (and the banded matrix's
         # over its row): such inputs go tap by tap, where each reaches only the windows that read it.
@@ -349,6 +338,28 @@ MERGED_BATCH_MIN = 2
 # runs through FFTs: im2col would copy the input once per tap. In float64, so the result is at
 # least as exact as the direct sum in float32.
 FFT_MIN_TAPS = 48
+
+
+def _fft_or_direct(
+    correlate: Callable[[np.ndarray, np.ndarray], np.ndarray | None],
+    buffer: Callable[[np.ndarray], np.ndarray],
+    direct: Kernel,
+    dtype: np.dtype,
+    bias_shape: tuple[int, ...],
+) -> Kernel:
+    """A long-kernel conv through FFTs, or the ``direct`` plan when an input or weight is inf or
+    NaN: an FFT would spread one over the whole output."""
+
+    def long_kernel(x: np.ndarray, w: np.ndarray, b: np.ndarray | None) -> np.ndarray:
+        if not np.isfinite(x).all():
+            return direct(x, w, b)
+        out = correlate(buffer(x), w)
+        if out is None:  # a weight is inf or NaN
+            return direct(x, w, b)
+        out = out.astype(dtype, copy=False)
+        return out if b is None else np.add(out, b.reshape(bias_shape), out=out)
+
+    return long_kernel
 
 
 def _fft_size(n: int) -> int:

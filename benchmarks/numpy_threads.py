@@ -57,7 +57,9 @@ def run_case(name: str, model: torch.nn.Module, inputs: tuple, thresholds: list[
         fns = {"eager": eager, **{k: (lambda m=m: m(*x)) for k, m in models.items()}}
         ratios: dict[str, list[float]] = {k: [] for k in models}
         for r in range(repeats):
-            med = bench.measure(fns, rounds=30, warmup=3 if r == 0 else 1, block=5, pause=0.05)
+            # A pause longer than OpenBLAS's idle workers spin (2^28 cycles, ~0.1 s): else they steal a core
+            # from eager, timed right after rlx (measured: ConvNeXt b8 eager 1.5-2x slower).
+            med = bench.measure(fns, rounds=30, warmup=3 if r == 0 else 1, block=5, pause=0.25)
             for k in models:
                 ratios[k].append(med[k] / med["eager"])
         return line + "".join(

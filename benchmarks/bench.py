@@ -291,9 +291,9 @@ class Engines:
         return engines
 
 
-def measure(engines: dict, rounds: int, warmup: int, block: int = 10, pause: float = 0.1) -> dict[str, float]:
+def measure(engines: dict, rounds: int, warmup: int, block: int = 10, pause: float = 0.2) -> dict[str, float]:
     """Median latency of each engine. Each round times every engine in a block of its own, with a
-    pause between blocks: onnxruntime's worker threads keep spinning for a while after a run and
+    pause between blocks: onnxruntime's and OpenBLAS's worker threads keep spinning for a while after a run and
     would steal a core from whichever engine ran right after it."""
     for fn in engines.values():
         for _ in range(warmup):

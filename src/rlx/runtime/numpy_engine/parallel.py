@@ -66,9 +66,9 @@ _pools_lock = threading.Lock()
 def default_threads() -> int:
     """One: splitting is opt-in. On an idle 2-core machine (``benchmarks/numpy_threads.py``,
     ConvNeXt / SegFormer / Whisper encoder at batch 8) every threshold that split any step was
-    slower than one thread (ConvNeXt 0.78× eager unsplit, 0.86× with 4 steps split at 256 KiB,
-    1.00× with 15 at 64 KiB): the handoff and the second core's cold caches cost more than the
-    halved loops save at these sizes."""
+    slower than one thread (ConvNeXt 1.10× the unsplit latency with 4 steps split at 256 KiB,
+    1.28× with 15 at 64 KiB; Whisper 1.10× and 1.17×): the handoff, OpenBLAS's own two threads
+    and the second core's cold caches cost more than the halved loops save at these sizes."""
     return 1
 
 

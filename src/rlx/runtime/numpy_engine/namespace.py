@@ -42,11 +42,10 @@ def erf64(x: np.ndarray) -> np.ndarray:
 # GELU in float32: torch's formula x·½·(1 + erf(x/√2)), i.e. x·Φ(x), written as
 #     GELU(x) = relu(x) − a·Q(a),   a = |x|,  Q(a) = ½·erfc(a/√2) = exp(−a²/2)·R(a)
 # (x ≥ 0: x·(1 − Q); x < 0: x·Q = −a·Q). a·R(a) is smooth in u = a/(a + shift) ∈ [0, 1) and is
-# u·F(u) with F one polynomial there, so a·Q = u·F(u)·2^(a·_GELU_EXP2·a): no separate multiply by
+# u·F(u) with F one polynomial there, so a·Q = u·F(u)·exp(a·(−½)·a): no separate multiply by
 # a, and no sign or comparison passes (torch's Φ = |[x ≥ 0] − Q| took a bool array and a mixed
 # bool − float subtraction, 2.5× a plain pass). Everything runs in float32 numpy calls (no
-# per-element Python, no gathers), 22 passes over memory, with the exponential as an exp2 (numpy's
-# float32 exp2 is about twice as fast as its exp, and rounds better): about 5× faster than an erf
+# per-element Python, no gathers), 22 passes over memory: about 5× faster than an erf
 # computed in float64, and within a few ulps of the exact GELU, as PyTorch's own vectorised float32
 # GELU is (closer than the previous x·|[x ≥ 0] − Q| form: at most 6 ulps on (−2, 4), against its 6,
 # and a third of its error in ulps on the negative tail). Only erf's absolute error reaches the
@@ -55,10 +54,12 @@ def erf64(x: np.ndarray) -> np.ndarray:
 # Measured at 32k–262k elements: as fast as the previous form (the passes it saves were cheap ones).
 # F's degree: 6 fits a·Q(a) to about 3e-9 absolute. Degree 5 (two passes fewer) fits it to 2e-8, which
 # is 10–35 ulps of GELU on (−2, 0) and, where PyTorch's own GELU is off by 1e-6 (x ≈ −3.5),
-# pushed a Linear + GELU past float32 parity with it.
+# pushed a Linear + GELU past float32 parity with it. The exponential is numpy's exp, not its
+# float32 exp2 (faster on normal results): exp2 leaves its vectorised loop for results below
+# 2^-126, 8–60× slower, and |x| > 13.2 (a trained model's outlier activations) gets there
+# (benchmarks/exp_cliff.py).
 _GELU_FIT_DEGREE = 6
 _GELU_SHIFT = 3.0  # u = a / (a + _GELU_SHIFT): of 2.5, 3, 3.5, 4, 4.5 the smallest errors in ulps
-_GELU_EXP2 = -0.5 / math.log(2)  # exp(−a²/2) = 2^(a·_GELU_EXP2·a)
 _GELU_FIT_MAX = 13.0  # beyond, exp(−a²/2) < 2^-121 wipes out F: fitted over a ∈ [0, 13]
 GELU_SMALL_SIZE = 256  # fewer elements: math.erf one by one costs less than the ~22 numpy calls
 
@@ -115,9 +116,9 @@ def gelu_float32(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         np.multiply(p, u, out=p)
     np.add(p, coef[-1], out=p)
     np.multiply(p, u, out=p)  # −u·F(u) = −a·R(a)
-    e = np.multiply(a, np.float32(_GELU_EXP2), out=u)
+    e = np.multiply(a, np.float32(-0.5), out=u)
     np.multiply(e, a, out=e)
-    np.exp2(e, out=e)
+    np.exp(e, out=e)
     np.multiply(p, e, out=p)  # −a·Q(a)
     # relu(x) as max(0, x) against cached zeros: numpy's maximum returns its second operand on a
     # tie, so −0 stays −0, and −0 + −a·Q(0) = −0 − 0 is −0 again (GELU(±0) = ±0); NaN propagates.

@@ -8,8 +8,8 @@ definitions, planned for numpy's speed):
   over sliding windows;
 - LayerNorm / RmsNorm statistics as BLAS matrix-vector products with a 1/n column (``norm_plan``):
   numpy's reductions over short trailing axes are slow;
-- attention with the scores held transposed, softmax'ed in place (unmasked float32 through exp2),
-  the output normalised after the product with V.
+- attention with the scores held transposed, softmax'ed in place, the output normalised after the
+  product with V.
 
 ``conv_plan``, ``max_pool_plan`` and ``norm_plan`` are also what the executor binds at load
 (``rlx.runtime.numpy_engine.fused``), so the generic kernel and the bound path are one code.
@@ -715,9 +715,6 @@ def avg_pool(c: AvgPool, x: np.ndarray) -> np.ndarray:
     return avg_pool_plan(c, x.shape, xw.dtype)(xw).astype(x.dtype, copy=False)
 
 
-_LOG2E = 1 / math.log(2)
-
-
 # Below this many scores numpy's own reduction, one call, costs less than the 2·log2(S) halving calls;
 # sums go pairwise only over rows this short (numpy's add.reduce keeps up with longer ones, its
 # maximum.reduce does not).
@@ -777,12 +774,10 @@ def attention(c: Attention, q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: n
     # The scores transposed, [..., S, L]: the softmax's max and sum then run across rows, one
     # vectorised pass per key, instead of along each short row (slow in numpy).
     scores = np.matmul(kw, np.swapaxes(qw, -1, -2))
-    # Unmasked float32 scores go through exp2, about twice as fast as numpy's float32 exp and as
-    # exact, scaled by log2(e) in the same pass as the scale (softmax(z) = 2^(z·log2 e − max) / Σ).
-    # Masked ones keep exp: numpy's exp2 leaves its vectorised loop for results outside the normal
-    # range (a masked -inf costs 6× an exp, a subnormal 50×).
-    base2 = qw.dtype == np.float32 and mask is None and not c.causal
-    np.multiply(scores, np.asarray(c.scale * _LOG2E if base2 else c.scale, dtype=qw.dtype), out=scores)
+    # numpy's exp, not its float32 exp2 (faster on normal results): exp2 leaves its vectorised loop
+    # for results below 2^-126 (8–60× slower), which a peaked softmax's small weights reach
+    # (benchmarks/exp_cliff.py: [8,4,100,32] attention with scores over ±60 took 1.9× as long).
+    np.multiply(scores, np.asarray(c.scale, dtype=qw.dtype), out=scores)
     big_l, big_s = q.shape[-2], k.shape[-2]
     if c.causal:
         np.copyto(scores, -np.inf, where=_above_diagonal(big_l, big_s).T)
@@ -798,7 +793,7 @@ def attention(c: Attention, q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: n
     # is -inf) gets weights of zero, like PyTorch's safe softmax (so a NaN in V still reaches it).
     top = _across_rows(np.maximum, scores)
     scores -= top
-    (np.exp2 if base2 else np.exp)(scores, out=scores)
+    np.exp(scores, out=scores)
     # One reduction of the row maxima, cheaper than a mask per row (its minimum is NaN when a
     # query's scores hold a NaN: that query stays NaN, but others may still attend nowhere).
     nowhere = None if not top.size or top.min() > -np.inf else top == -np.inf

@@ -73,20 +73,23 @@ def test_bias_and_activation_fold_into_gemm(act, level):
 
 
 class Qkv(nn.Module):
-    def __init__(self) -> None:
+    def __init__(self, biases: tuple[bool, bool, bool]) -> None:
         super().__init__()
-        self.q, self.k, self.v = nn.Linear(16, 16), nn.Linear(16, 8), nn.Linear(16, 8)
+        self.q, self.k, self.v = (nn.Linear(16, n, bias=b) for n, b in zip((16, 8, 8), biases))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.q(x)[..., :8] * self.k(x) + self.v(x)
+        return torch.cat([self.q(x), self.k(x), self.v(x)], -1)
 
 
-def test_sibling_projections_become_one_gemm():
+# Whisper's attention: query and value projections with a bias, the key one without.
+@pytest.mark.parametrize("biases", [(True, True, True), (True, False, True), (False, False, False)], ids=str)
+def test_sibling_projections_become_one_gemm(biases):
     torch.manual_seed(0)
-    case = lower(Qkv(), (torch.randn(2, 5, 16),))
+    case = lower(Qkv(biases), (with_specials(torch.randn(2, 5, 16)),))
     program, weights = fused(case)
     (gemm,) = [i for i in program.instrs if i.call.op == "Gemm"]
     assert gemm.shape == (2, 5, 32) and weights[gemm.call.w.name].shape == (16, 32)
+    assert (gemm.call.bias is None) == (not any(biases))
     case.check(case.run_program(program, dict(weights)))
 
 

@@ -245,11 +245,13 @@ class _Projection(NamedTuple):
 def _gemm_siblings(program: Program) -> Program:
     """Gemms of one input by different weight matrices (the q, k and v projections) → one Gemm by the
     weights side by side, and a slice of its result for each. The concatenated weight and bias are
-    written as instructions over the weights, for constant folding."""
+    written as instructions over the weights, for constant folding. A member without a bias (Whisper's
+    key projection beside biased query and value ones) adds −0, the exact identity (x + −0 is x, −0
+    included), so it joins the others' product."""
     values = program.values()
     names = Names(program)
     replace: dict[str, list[Instr]] = {}
-    for (_, act, no_bias, _), members in _sibling_groups(program, values).items():
+    for (_, act, dtype), members in _sibling_groups(program, values).items():
         if len(members) < 2:
             continue
         first = members[0].ins
@@ -261,8 +263,13 @@ def _gemm_siblings(program: Program) -> Program:
         widths = [m.width for m in members]
         total = sum(widths)
         w = emit(C.Concat(tuple(m.w for m in members), 1), (k, total), "w")
-        biases = tuple(m.bias for m in members if m.bias is not None)  # all of them: the group has biases
-        bias = None if no_bias else emit(C.Concat(biases, 0), (total,), "bias")
+        bias = None
+        if any(m.bias is not None for m in members):
+            biases = tuple(
+                m.bias if m.bias is not None else emit(C.Full(-0.0, (m.width,), dtype), (m.width,), "zero")
+                for m in members
+            )
+            bias = emit(C.Concat(biases, 0), (total,), "bias")
         shape = tuple(first.shape[:-1]) + (total,)
         product = emit(C.Gemm(members[0].x, w, bias, act), shape, "all")
         start = 0
@@ -281,11 +288,11 @@ def _gemm_siblings(program: Program) -> Program:
     return dataclasses.replace(program, instrs=instrs)
 
 
-def _sibling_groups(program: Program, values: dict[str, Value]) -> dict[tuple[str, str, bool, str], list[_Projection]]:
+def _sibling_groups(program: Program, values: dict[str, Value]) -> dict[tuple[str, str, str], list[_Projection]]:
     """Static float Gemms (and MatMuls, as bias-less Gemms) by constant matrices, grouped by input,
-    activation, whether they have a bias, and dtype."""
+    activation and dtype."""
     const = {w.name for w in program.weights}
-    groups: dict[tuple[str, str, bool, str], list[_Projection]] = {}
+    groups: dict[tuple[str, str, str], list[_Projection]] = {}
     for ins in program.instrs:
         c = ins.call
         if isinstance(c, C.MatMul) and _is_float_product(ins, values):
@@ -301,7 +308,7 @@ def _sibling_groups(program: Program, values: dict[str, Value]) -> dict[tuple[st
         if c.bias is not None and tuple(values[c.bias.name].shape) != (w_shape[1],):
             continue
         member = _Projection(ins, c.x, c.w, c.bias, w_shape[0], w_shape[1])
-        groups.setdefault((c.x.name, c.activation, c.bias is None, ins.dtype), []).append(member)
+        groups.setdefault((c.x.name, c.activation, ins.dtype), []).append(member)
     return groups
 
 

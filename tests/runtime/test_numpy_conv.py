@@ -106,18 +106,21 @@ def test_long_kernel_conv1d_keeps_inf_and_nan_local():
     assert_arrays_match(plan(x.numpy(), w.numpy(), None), F.conv1d(x, w).numpy(), rtol=1e-5, atol=1e-4)
 
 
-@pytest.mark.parametrize("where", ["x", "w"])
-def test_dense_depthwise_keeps_inf_and_nan_local(where):
-    # On a small map the depthwise conv is a dense matrix per channel, whose zeros would turn one
-    # inf or NaN input into NaN over its whole plane: such inputs take the banded path. An inf or
-    # NaN weight sits only where its tap reads, as in PyTorch.
-    x, w = torch.randn(2, 3, 6, 6), torch.randn(3, 1, 7, 7)
+# ConvNeXt's 7×7 on a small map (dense) and a larger one (banded). A non-finite weight on the banded
+# path is left out: there PyTorch's float32 conv skips the taps that read padding, while its float64
+# conv, an explicitly padded input and every rlx path multiply them (0·inf = NaN).
+@pytest.mark.parametrize(("path", "size", "where"), [("dense", 6, "x"), ("dense", 6, "w"), ("banded", 16, "x")])
+def test_matrix_depthwise_keeps_inf_and_nan_local(path, size, where):
+    # The dense matrix per channel (small maps) and the banded one per row hold zeros that would
+    # turn one inf or NaN input into NaN over its whole plane or row: such inputs go tap by tap. An
+    # inf or NaN weight sits only where its tap reads, as in PyTorch.
+    x, w = torch.randn(2, 3, size, size), torch.randn(3, 1, 7, 7)
     if where == "x":
         x[0, 1, 2, 3], x[1, 2, 0, 0] = float("inf"), float("nan")
     else:
         w[1, 0, 0, 0], w[2, 0, 3, 3] = float("inf"), float("nan")
     call = C.Conv(X, X, X, (1, 1), (3, 3), (1, 1), 3, False, (0, 0))
-    assert numpy_nn.conv_path(call, x.shape, w.shape) == "dense"
+    assert numpy_nn.conv_path(call, x.shape, w.shape) == path
     plan = numpy_nn.conv_plan(call, x.shape, w.shape, np.dtype(np.float32))
     want = F.conv2d(x, w, None, 1, 3, 1, 3).numpy()
     assert np.isfinite(want).any() and not np.isfinite(want).all()

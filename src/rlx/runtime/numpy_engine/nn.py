@@ -262,18 +262,18 @@ def conv_plan(
     if path == "fft":
         direct = conv_plan(c, x_shape, w_shape, dtype, allow_fft=False)
         return _fft_or_direct(_fft_correlate(g, windows[0], kept), buffer, direct, np.dtype(dtype), bias_shape)
-    if path == "dense":
-        # 0·inf in the matrix would spread one inf or NaN over its plane (and the banded matrix's
-        # over its row): such inputs go tap by tap, where each reaches only the windows that read it.
+    if path in ("dense", "banded"):
+        # 0·inf in the dense matrix would spread one inf or NaN over its plane, in the banded one
+        # over its row: such inputs go tap by tap, where each reaches only the windows that read it.
         by_tap_plan = conv_plan(c, x_shape, w_shape, dtype, force_path="by_tap")
-        return _finite_or(_depthwise_dense(n, g, og, x_shape[2:], windows), kept, by_tap_plan)
-    if path == "banded":
+        if path == "dense":
+            return _finite_or(_depthwise_dense(n, g, og, x_shape[2:], windows), kept, by_tap_plan)
         banded = _depthwise_banded(n, g, og, windows)
 
         def depthwise(x: np.ndarray, w: np.ndarray, b: np.ndarray | None) -> np.ndarray:
-            return banded(np.ascontiguousarray(buffer(x)), kept(w), b)
+            return banded(np.ascontiguousarray(buffer(x)), w, b)
 
-        return depthwise
+        return _finite_or(depthwise, kept, by_tap_plan)
     if path == "by_tap":
         by_tap = _grouped_by_tap(n, g, cg, og, ksp, out_sp)
 
@@ -454,14 +454,15 @@ def _dense_fits(cg: int, k: int, plane: int, p: int, cout: int) -> bool:
 
 
 def _finite_or(
-    dense: Callable[[np.ndarray, np.ndarray, np.ndarray | None], np.ndarray],
+    matrix_conv: Callable[[np.ndarray, np.ndarray, np.ndarray | None], np.ndarray],
     kept: Callable[[np.ndarray], np.ndarray],
     fallback: Kernel,
 ) -> Kernel:
-    """``dense`` (on the kept taps) for finite inputs, ``fallback`` for any other."""
+    """``matrix_conv`` (a dense or banded depthwise conv, on the kept taps) for finite inputs,
+    ``fallback`` for any other."""
 
     def run(x: np.ndarray, w: np.ndarray, b: np.ndarray | None) -> np.ndarray:
-        return dense(x, kept(w), b) if np.isfinite(x).all() else fallback(x, w, b)
+        return matrix_conv(x, kept(w), b) if np.isfinite(x).all() else fallback(x, w, b)
 
     return run
 

@@ -14,7 +14,7 @@ import numpy as np
 from rlx.ir import calls as C
 from rlx.ir import dtypes
 from rlx.ir.program import Instr, Lit, Program, Ref
-from rlx.ir.symbolic import Dim, Sym
+from rlx.ir.symbolic import Dim, Sym, static_shape
 from rlx.onnx_export.registry import (
     CONTRIB_DOMAIN,
     EMITTERS,
@@ -255,9 +255,7 @@ def _lead(g: OnnxGraph, name: str, rows: int) -> tuple[int, ...] | None:
 
 def _ints(shape: Any) -> tuple[int, ...] | None:
     """A static shape as ints (None when unknown or symbolic)."""
-    if shape is None or not all(isinstance(d, int) for d in shape):
-        return None
-    return tuple(int(d) for d in shape)
+    return None if shape is None else static_shape(shape)
 
 
 def _widen(g: OnnxGraph, o: Any) -> Any:

@@ -12,7 +12,7 @@ import numpy as np
 from rlx.ir import calls as C
 from rlx.ir import dtypes
 from rlx.ir.program import Instr, Ref
-from rlx.ir.symbolic import Sym
+from rlx.ir.symbolic import Sym, is_static
 from rlx.kernels import KERNELS
 from rlx.onnx_export.registry import OnnxGraph, T, emits, new_graph_value, unsupported
 from rlx.runtime.numpy_engine.namespace import NUMPY
@@ -57,16 +57,12 @@ def reshape(g: OnnxGraph, c: C.Reshape, out: Instr, x: T) -> T:
         x = g.reshaped[x.name]
     elif inner is not None and isinstance(inner.call, C.Reshape) and isinstance(inner.call.x, Ref):
         x = new_graph_value(g, inner.call.x)  # (symbolic shapes: one node less)
-    if _static(c.shape) and x.shape is not None and _static(x.shape):
+    if is_static(c.shape) and x.shape is not None and is_static(x.shape):
         g.reshaped[out.result] = x
         if tuple(x.shape) == tuple(c.shape):  # back to the original: no node (the driver aliases it)
             return x
     # allowzero: a 0 in the target is an empty axis, not "copy the input's extent".
     return g.op("Reshape", [x, g.dims(c.shape)], x.dtype, c.shape, allowzero=1)
-
-
-def _static(shape: tuple[object, ...]) -> bool:
-    return all(isinstance(d, int) for d in shape)
 
 
 @emits(C.Permute)

@@ -21,6 +21,7 @@ import numpy as np
 from rlx.ir import calls as C
 from rlx.ir import dtypes
 from rlx.ir.program import Call, Instr, Lit, Program, Ref
+from rlx.onnx_export.static_values import memoized_upward
 
 # Elementwise functions that map finite values to finite values (or overflow to ±inf).
 FINITE_UNARY = frozenset({
@@ -50,20 +51,7 @@ class NanSources:
         self._memo: dict[str, frozenset[str] | None] = {}
 
     def inputs(self, name: str) -> frozenset[str] | None:
-        # Iterative (a ResNet's chain is deeper than Python's recursion limit allows for big ones).
-        stack = [name]
-        while stack:
-            top = stack[-1]
-            if top in self._memo:
-                stack.pop()
-                continue
-            pending = [r for r in self._operands(top) if r not in self._memo]
-            if pending:
-                stack.extend(pending)
-                continue
-            self._memo[top] = self._combine(top)
-            stack.pop()
-        return self._memo[name]
+        return memoized_upward(name, self._memo, self._operands, self._combine)
 
     def _operands(self, name: str) -> list[str]:
         ins = self._producers.get(name)

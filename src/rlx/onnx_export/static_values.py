@@ -9,14 +9,38 @@ triangle (onnxruntime's own causal attention, no bias tensor).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Iterable
+from typing import TypeVar
 
 import numpy as np
 
 from rlx.ir.program import Instr, Program
-from rlx.ir.symbolic import is_static
+from rlx.ir.symbolic import static_shape
 
 MAX_ELEMENTS = 1 << 22  # larger intermediates are not worth evaluating while emitting
+
+Fact = TypeVar("Fact")
+
+
+def memoized_upward(
+    name: str, memo: dict[str, Fact], operands: Callable[[str], Iterable[str]], compute: Callable[[str], Fact]
+) -> Fact:
+    """``memo[name]``, filled in post-order: ``compute(n)`` runs once every name in ``operands(n)``
+    is in ``memo``. Iterative: a chain of instructions can be deeper than Python's recursion limit."""
+    stack = [name]
+    while stack:
+        top = stack[-1]
+        if top in memo:
+            stack.pop()
+            continue
+        pending = [r for r in operands(top) if r not in memo]
+        if pending:
+            stack.extend(pending)
+            continue
+        memo[top] = compute(top)
+        stack.pop()
+    return memo[name]
 
 
 class StaticValues:
@@ -30,31 +54,19 @@ class StaticValues:
         self._memo: dict[str, np.ndarray | None] = {}
 
     def value(self, name: str) -> np.ndarray | None:
-        stack = [name]
-        while stack:  # (iterative: chains can be deep)
-            top = stack[-1]
-            if top in self._memo:
-                stack.pop()
-                continue
-            ins = self._producers.get(top)
-            pending = [] if ins is None else [r.name for r in ins.call.refs() if r.name not in self._memo]
-            if pending:
-                stack.extend(pending)
-                continue
-            self._memo[top] = self._evaluate(top, ins)
-            stack.pop()
-        return self._memo[name]
+        return memoized_upward(name, self._memo, self._operands, self._evaluate)
 
-    def _evaluate(self, name: str, ins: Instr | None) -> np.ndarray | None:
+    def _operands(self, name: str) -> list[str]:
+        ins = self._producers.get(name)
+        return [] if ins is None else [r.name for r in ins.call.refs()]
+
+    def _evaluate(self, name: str) -> np.ndarray | None:
+        ins = self._producers.get(name)
         if ins is None:
             return self._weight(name) if name in self._weights else None  # (a graph input: unknown)
         known = {r.name: self._memo[r.name] for r in ins.call.refs()}
-        if any(v is None for v in known.values()) or not is_static(ins.shape):
-            return None
-        size = 1
-        for d in ins.shape:
-            size *= d if isinstance(d, int) else MAX_ELEMENTS
-        if size > MAX_ELEMENTS:
+        shape = static_shape(ins.shape)
+        if any(v is None for v in known.values()) or shape is None or math.prod(shape) > MAX_ELEMENTS:
             return None
         from rlx.runtime.numpy_engine.executor import run_instruction
 

@@ -1,6 +1,7 @@
-"""The numpy engine's threaded steps (``rlx.runtime.numpy_engine.parallel``): each split kernel is
-bit-identical to its single-threaded fast path (uneven chunks, in place, NaN/inf) and matches
-PyTorch; the ``threads`` option is validated; a model runs from two Python threads at once."""
+"""The numpy engine's threaded steps (``rlx.runtime.numpy_engine.parallel``): each split kernel
+matches its single-threaded fast path (uneven chunks, in place, NaN/inf) — bit for bit where rlx does
+the arithmetic itself, within float32 rounding where a split changes a BLAS product's shape — and
+matches PyTorch; the ``threads`` option is validated; a model runs from two Python threads at once."""
 
 from __future__ import annotations
 
@@ -92,6 +93,12 @@ def _site(call: Any, shapes: list[tuple[int, ...] | None], out: tuple[int, ...])
     return Site(call, out, F32, tuple(None if s is None else TensorType(s, F32) for s in shapes))
 
 
+# Steps whose arithmetic includes a BLAS product (im2col GEMM, the dense depthwise matrices): a split
+# hands BLAS a smaller matrix, and which kernel and blocking it picks for that size depends on the
+# machine (OPENBLAS_CORETYPE=Haswell sums in another order than SkylakeX), so only rounding is shared.
+BLAS_STEPS = {"Conv"}
+
+
 def _torch_tolerance(op: str) -> dict[str, float]:
     return {"rtol": 1e-4, "atol": 1e-4} if op in ("Conv", "LayerNorm", "RmsNorm") else {"rtol": 1e-5, "atol": 1e-6}
 
@@ -99,7 +106,7 @@ def _torch_tolerance(op: str) -> dict[str, float]:
 @pytest.mark.usefixtures("split_everything")
 @pytest.mark.parametrize("threads", [2, 3])
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_split_kernel_is_bit_identical_and_matches_torch(name: str, threads: int) -> None:
+def test_split_kernel_matches_one_thread_and_torch(name: str, threads: int) -> None:
     call, shapes, out, ref = CASES[name]
     site = _site(call, shapes, out)
     one, many = BINDERS[call.op](site), parallel.split_step(site, threads)
@@ -109,7 +116,10 @@ def test_split_kernel_is_bit_identical_and_matches_torch(name: str, threads: int
     keep = [None if a is None else a.copy() for a in args]
     want, got = one(*args), many(*args)
     assert got.shape == want.shape == out and got.dtype == want.dtype == F32
-    np.testing.assert_array_equal(got, want)  # bit for bit, NaN where NaN
+    if call.op in BLAS_STEPS:
+        np.testing.assert_allclose(got, want, rtol=2e-6, atol=2e-6)  # NaN where NaN, as assert_allclose checks
+    else:
+        np.testing.assert_array_equal(got, want)  # bit for bit, NaN where NaN
     for a, k in zip(args, keep):
         np.testing.assert_array_equal(a, k)  # operands untouched
     # Against PyTorch on finite inputs (its float32 GELU of ±inf is NaN on some CPUs: not this test's concern).
@@ -188,7 +198,7 @@ class _Block(torch.nn.Module):
 
 @pytest.mark.usefixtures("split_everything")
 @pytest.mark.parametrize("batch", [1, 3])
-def test_model_threads_bit_identical_and_concurrent(batch: int) -> None:
+def test_model_threads_match_and_run_concurrently(batch: int) -> None:
     torch.manual_seed(0)
     x = torch.randn(batch, 8, 13, 11)
     module = _Block().eval()
@@ -199,12 +209,13 @@ def test_model_threads_bit_identical_and_concurrent(batch: int) -> None:
     split = [fn for fn, *_ in threaded._static._steps if "_bind_chunks" in getattr(fn, "__qualname__", "")]  # type: ignore[union-attr]
     assert split, "no step of the block was split"
     want = single(x.numpy())
-    np.testing.assert_array_equal(threaded(x.numpy()), want)
+    # The split depthwise conv hands BLAS smaller products (see BLAS_STEPS): equal up to rounding.
+    np.testing.assert_allclose(threaded(x.numpy()), want, rtol=1e-5, atol=1e-6)
     with torch.no_grad():
         np.testing.assert_allclose(want, module(x).numpy(), rtol=1e-4, atol=1e-5)
     # Two Python threads running the same threaded model, each on its own inputs, many times.
     inputs = [torch.randn(batch, 8, 13, 11).numpy() for _ in range(2)]
-    expected = [single(a) for a in inputs]
+    expected = [threaded(a) for a in inputs]  # one machine, one split: every run gives the same bits
     errors: list[BaseException] = []
 
     def work(k: int) -> None:

@@ -25,8 +25,8 @@ import torch  # noqa: E402
 
 from rlx.ir import calls as C  # noqa: E402
 from rlx.ir.program import Ref  # noqa: E402
-from rlx.runtime.numpy_engine.namespace import gelu_float32  # noqa: E402
-from rlx.runtime.numpy_engine.nn import attention  # noqa: E402
+from rlx.kernels.numpy.namespace import gelu_float32  # noqa: E402
+from rlx.kernels.numpy.nn import attention  # noqa: E402
 
 torch.set_num_threads(2)
 

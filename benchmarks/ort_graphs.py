@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench  # noqa: E402  (the model table and its 2-thread environment)
 
 import rlx  # noqa: E402
-from rlx.runtime.ort_engine import executor  # noqa: E402
+from rlx.runtime.onnxruntime_engine import executor  # noqa: E402
 
 
 def cases(labels: list[str]):

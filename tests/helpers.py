@@ -15,13 +15,13 @@ import numpy as np
 import torch
 from torch.utils import _pytree as pytree
 
-from rlx.bundle import bind_weights
-from rlx.convert import build_program
+from rlx.app.convert import build_program
+from rlx.formats.bundle import bind_weights
+from rlx.frontends.torch import capture
+from rlx.frontends.torch.tensors import tensor_to_numpy
 from rlx.ir import dtypes
 from rlx.ir.program import Program
 from rlx.runtime.model import Model
-from rlx.torch_import import capture
-from rlx.torch_import.tensors import tensor_to_numpy
 
 LEVELS = ("aten", "high", "core")
 

@@ -10,10 +10,10 @@ import pytest
 import torch
 
 import rlx
-from rlx.bench import bench, example_inputs
-from rlx.bundle import read_bundle
+from rlx.app.bench import bench, example_inputs
 from rlx.cli import main
 from rlx.errors import UsageError
+from rlx.formats.bundle import read_bundle
 
 from helpers import load_example
 
@@ -65,7 +65,7 @@ def test_bench_errors(mlp_out, tmp_path):
 def test_example_inputs_match_the_reference(mlp_out):
     program, _, _ = read_bundle(mlp_out)
     arrays, origin = example_inputs(mlp_out / "bundle", program, None, 0)
-    from rlx import safetensors_io
+    from rlx.formats import safetensors_io
 
     ref, _ = safetensors_io.read(mlp_out / "reference.safetensors")
     for name, arr in arrays.items():

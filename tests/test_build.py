@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 import rlx
-from rlx import safetensors_io
 from rlx.cli import main
+from rlx.formats import safetensors_io
 
 from helpers import BLOCK_TORCH, load_example
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rlx import safetensors_io
 from rlx.cli import main
+from rlx.formats import safetensors_io
 
 EXAMPLES = Path(__file__).parent.parent / "examples"
 

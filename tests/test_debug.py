@@ -12,9 +12,9 @@ import pytest
 import torch
 
 import rlx
+from rlx.app.convert import debug
 from rlx.cli import main
-from rlx.convert import debug
-from rlx.runtime.numpy_engine.namespace import NUMPY
+from rlx.kernels.numpy.namespace import NUMPY
 
 from helpers import BLOCK_TORCH, load_example
 

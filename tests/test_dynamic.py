@@ -12,7 +12,7 @@ import torch
 import rlx
 from rlx.cli import main, parse_dynamic
 from rlx.errors import InputError, UsageError
-from rlx.torch_import import dynamic_shapes_from_cli
+from rlx.frontends.torch import dynamic_shapes_from_cli
 
 from helpers import assert_arrays_match, convert, load_example
 

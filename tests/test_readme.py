@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from rlx.lower.registry import op_table_markdown
+from rlx.frontends.aten.registry import op_table_markdown
 
 README = Path(__file__).parent.parent / "README.md"
 

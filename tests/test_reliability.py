@@ -46,7 +46,7 @@ def test_failed_import_leaves_existing_output_untouched(mlp_out, monkeypatch, fa
     def fail(*args, **kwargs):
         raise failure
 
-    monkeypatch.setattr("rlx.convert.write_bundle", fail)
+    monkeypatch.setattr("rlx.app.convert.write_bundle", fail)
     model, inputs = load_example("mlp").get_model()
     with pytest.raises(expected) as info:
         rlx.from_torch(model, inputs, mlp_out, force=True)
@@ -99,7 +99,7 @@ def test_mismatched_bundle_files(mlp_out, tmp_path, edit, error, message):
 
 
 def test_extra_weight_in_the_bundle_is_refused(mlp_out, tmp_path):
-    from rlx import safetensors_io
+    from rlx.formats import safetensors_io
 
     b = copy_bundle(mlp_out, tmp_path / "b")
     tensors, _ = safetensors_io.read(b / "weights.safetensors")

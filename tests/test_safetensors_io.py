@@ -10,10 +10,10 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from rlx import safetensors_io
 from rlx.errors import WeightsError
+from rlx.formats import safetensors_io
+from rlx.frontends.torch.tensors import numpy_to_tensor, tensor_to_numpy
 from rlx.ir import dtypes
-from rlx.torch_import.tensors import numpy_to_tensor, tensor_to_numpy
 
 
 @pytest.mark.parametrize("tok", sorted(safetensors_io.TOKEN_TO_ST))

@@ -7,7 +7,7 @@ import torch
 
 import rlx
 from rlx.errors import UnsupportedOpError
-from rlx.lower import registry
+from rlx.frontends.aten import registry
 
 
 class TwoGaps(torch.nn.Module):
@@ -16,7 +16,6 @@ class TwoGaps(torch.nn.Module):
 
 
 def test_two_missing_ops_are_named_in_one_error(monkeypatch, tmp_path):
-    registry.load_families()
     # Take two real ops out of the registry so the test does not depend on what is unsupported today.
     monkeypatch.delitem(registry.REGISTRY, "aten.sin")
     monkeypatch.delitem(registry.REGISTRY, "aten.cos")
@@ -37,7 +36,6 @@ class UsesHardswish(torch.nn.Module):
 
 
 def test_auto_decompose_fills_a_gap_torch_can_decompose(monkeypatch, tmp_path):
-    registry.load_families()
     monkeypatch.delitem(registry.REGISTRY, "aten.hardswish")
     x = torch.linspace(-5, 5, 24).reshape(4, 6)
     report = rlx.from_torch(UsesHardswish(), (x,), tmp_path / "auto", decomposition="aten")

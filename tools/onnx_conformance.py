@@ -6,7 +6,7 @@ case; shapes and dtypes must match exactly). onnxruntime runs the same cases in 
 
     python tools/onnx_conformance.py                      # print the summary
     python tools/onnx_conformance.py --write-readme       # refresh the README table
-    python tools/onnx_conformance.py --write-known-failures   # refresh tests/onnx_import/known_failures.py
+    python tools/onnx_conformance.py --write-known-failures   # refresh tests/frontends/onnx/known_failures.py
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
-KNOWN_FAILURES = ROOT / "tests" / "onnx_import" / "known_failures.py"
+KNOWN_FAILURES = ROOT / "tests" / "frontends" / "onnx" / "known_failures.py"
 BEGIN, END = "<!-- onnx-conformance:begin -->", "<!-- onnx-conformance:end -->"
 
 
@@ -104,10 +104,10 @@ def run_rlx(case: Any) -> Outcome:
 
     op = case_op(case)
     try:
-        from rlx.bundle import bind_weights
-        from rlx.convert import finish_program
-        from rlx.onnx_import import reader
-        from rlx.onnx_import.importer import lower_graph
+        from rlx.app.onnx_convert import lower_graph
+        from rlx.app.pipeline import finish_program
+        from rlx.formats.bundle import bind_weights
+        from rlx.frontends.onnx import reader
         from rlx.runtime.model import Model
 
         inputs, expected = _inputs(case)
@@ -246,7 +246,7 @@ def write_known_failures(outcomes: list[Outcome]) -> None:
     rows = [f"    {o.name!r}: {known_reason(o)!r}," for o in outcomes if not o.passed]
     KNOWN_FAILURES.write_text(
         '"""ONNX node-test cases rlx is known to fail, with the reason (written by tools/onnx_conformance.py\n'
-        '--write-known-failures; tests/onnx_import/test_conformance.py checks the rest pass)."""\n\n'
+        '--write-known-failures; tests/frontends/onnx/test_conformance.py checks the rest pass)."""\n\n'
         "KNOWN_FAILURES: dict[str, str] = {\n" + "\n".join(rows) + "\n}\n",
         encoding="utf-8",
     )

@@ -27,7 +27,7 @@ import transformers  # noqa: E402
 
 import rlx  # noqa: E402
 from rlx.errors import RlxError  # noqa: E402
-from rlx.torch_import.levels import LEVELS  # noqa: E402
+from rlx.frontends.torch.levels import LEVELS  # noqa: E402
 from zoo.models import KNOWN_FAILURES, ZOO  # noqa: E402
 
 

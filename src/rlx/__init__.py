@@ -8,36 +8,36 @@ from __future__ import annotations
 
 from typing import Any
 
+from rlx.app.verify import verify_bundle
 from rlx.errors import RlxError
 from rlx.runtime import Model, load
-from rlx.verify import verify_bundle
 from rlx.version import __version__
 
 
 def from_torch(*args: Any, **kwargs: Any) -> Any:
-    """See ``rlx.convert.from_torch``."""
-    from rlx.convert import from_torch as _from_torch
+    """See ``rlx.app.convert.from_torch``."""
+    from rlx.app.convert import from_torch as _from_torch
 
     return _from_torch(*args, **kwargs)
 
 
 def build(*args: Any, **kwargs: Any) -> Any:
-    """See ``rlx.convert.build`` (no torch needed)."""
-    from rlx.convert import build as _build
+    """See ``rlx.app.convert.build`` (no torch needed)."""
+    from rlx.app.convert import build as _build
 
     return _build(*args, **kwargs)
 
 
 def from_onnx(*args: Any, **kwargs: Any) -> Any:
-    """See ``rlx.onnx_import.importer.from_onnx`` (needs ``onnx``, never torch)."""
-    from rlx.onnx_import.importer import from_onnx as _from_onnx
+    """See ``rlx.app.onnx_convert.from_onnx`` (needs ``onnx``, never torch)."""
+    from rlx.app.onnx_convert import from_onnx as _from_onnx
 
     return _from_onnx(*args, **kwargs)
 
 
 def export(*args: Any, **kwargs: Any) -> Any:
-    """See ``rlx.torch_import.export``."""
-    from rlx.torch_import import export as _export
+    """See ``rlx.frontends.torch.export``."""
+    from rlx.frontends.torch import export as _export
 
     return _export(*args, **kwargs)
 

@@ -20,7 +20,7 @@ import numpy as np
 
 from rlx.errors import InputError, RlxError, UsageError
 from rlx.ir.symbolic import Dim, format_shape, format_symbol, static_shape
-from rlx.passes.pipeline import PASS_NAMES
+from rlx.runtime.engines import numpy_pass_names
 from rlx.version import __version__
 
 EXIT_OK, EXIT_PARITY, EXIT_USAGE = 0, 1, 2
@@ -104,7 +104,7 @@ def _parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="NAME",
-        help="switch one numpy optimisation pass off (repeatable): " + ", ".join(PASS_NAMES),
+        help="switch one numpy optimisation pass off (repeatable): " + ", ".join(numpy_pass_names()),
     )
     run.add_argument(
         "--backend",
@@ -270,13 +270,13 @@ def load_model_file(path: str) -> tuple[Any, tuple[Any, ...], dict[str, Any], An
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    from rlx.util import check_writable_target
+    from rlx.formats.atomic import check_writable_target
 
     check_writable_target(args.out, args.force)
     emit = tuple(e.strip() for e in args.emit.split(",") if e.strip())
     if Path(args.model_file).suffix.lower() == ".onnx":  # the front-end is chosen by the file suffix
         return _import_onnx(args, emit)
-    from rlx.convert import from_torch
+    from rlx.app.convert import from_torch
 
     if args.verify == "onnxruntime":
         raise UsageError("--verify onnxruntime applies to .onnx models; a PyTorch model is checked against PyTorch")
@@ -284,7 +284,7 @@ def cmd_import(args: argparse.Namespace) -> int:
     dynamic = [parse_dynamic(d) for d in args.dynamic]
     model, inputs, kwargs, dynamic_shapes = load_model_file(args.model_file)
     if dynamic:
-        from rlx.torch_import import dynamic_shapes_from_cli
+        from rlx.frontends.torch import dynamic_shapes_from_cli
 
         dynamic_shapes = dynamic_shapes_from_cli(dynamic)
     labels = {"export": "exported with torch.export", "lower": "lowered to the rlx program",
@@ -310,7 +310,7 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 
 def _import_onnx(args: argparse.Namespace, emit: tuple[str, ...]) -> int:
-    from rlx.onnx_import.importer import from_onnx
+    from rlx.app.onnx_convert import from_onnx
 
     if args.dynamic:
         raise UsageError("--dynamic applies to PyTorch models; an ONNX model's dim_param axes are dynamic already")
@@ -332,7 +332,7 @@ def _import_onnx(args: argparse.Namespace, emit: tuple[str, ...]) -> int:
 
 
 def cmd_build(args: argparse.Namespace) -> int:
-    from rlx.convert import build
+    from rlx.app.convert import build
 
     emit = tuple(e.strip() for e in args.emit.split(",") if e.strip())
     _say(f"rlx {__version__}: building {args.dir}")
@@ -423,7 +423,7 @@ def _fmt_hist(title: str, hist: dict[str, int]) -> list[str]:
 
 
 def _inspect_bundle(path: Path) -> None:
-    from rlx.bundle import read_json
+    from rlx.formats.bundle import read_json
     from rlx.ir.program import Program
 
     program = Program.from_json(read_json(path / "program.json"), str(path / "program.json"))
@@ -457,7 +457,7 @@ def _inspect_bundle(path: Path) -> None:
 
 
 def _inspect_torch_ir(path: Path) -> None:
-    from rlx.ir import torch_ir
+    from rlx.formats import torch_ir
 
     ir = torch_ir.load(path)
     n_params = sum(_weight_numel(w.id, w.shape) for w in ir.weights)
@@ -478,8 +478,8 @@ def _inspect_torch_ir(path: Path) -> None:
 
 
 def cmd_debug(args: argparse.Namespace) -> int:
-    from rlx.debug import debug_dir
-    from rlx.report import write_report
+    from rlx.app.debug import debug_dir
+    from rlx.app.report import write_report
 
     report = debug_dir(args.out)
     write_report(args.out)
@@ -491,14 +491,14 @@ def cmd_debug(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from rlx.report import write_report
+    from rlx.app.report import write_report
 
     _say(f"wrote {write_report(args.out)}")
     return EXIT_OK
 
 
 def cmd_ops(args: argparse.Namespace) -> int:
-    from rlx.lower.registry import op_table_markdown
+    from rlx.frontends.aten.registry import op_table_markdown
 
     _say(op_table_markdown())
     return EXIT_OK
@@ -532,7 +532,7 @@ def cmd_batch(args: argparse.Namespace) -> int:
 
 # ── verify ───────────────────────────────────────────────────────────────────
 def cmd_verify(args: argparse.Namespace) -> int:
-    from rlx.verify import verify_bundle
+    from rlx.app.verify import verify_bundle
 
     report = verify_bundle(args.path, args.reference)
     _say(report.table())
@@ -549,7 +549,7 @@ __all__ = ["json", "load_model_file", "main"]
 
 # ── bench ────────────────────────────────────────────────────────────────────
 def cmd_bench(args: argparse.Namespace) -> int:
-    from rlx.bench import bench
+    from rlx.app.bench import bench
 
     engines = [e.strip() for e in args.engines.split(",") if e.strip()] if args.engines else None
     report = bench(

@@ -13,7 +13,7 @@ this suite does not feed).
 Comparison: shape and dtype equal; integers and bools exact; floats with the per-dtype tolerances
 of ``helpers.TOLERANCES`` (or an override from ``known_failures.TOLERANCES``) and the same NaN/inf
 pattern; complex outputs part by part. Half precision also allows ``HALF_ULPS`` ulps at the scale
-of the output (``atol = HALF_ULPS · eps · max|torch|``, as ``rlx.verify`` scales its bound by the
+of the output (``atol = HALF_ULPS · eps · max|torch|``, as ``rlx.app.verify`` scales its bound by the
 output's magnitude): PyTorch's CPU half kernels round intermediate results (col2im in transposed
 convolutions, running sums in pooling) and its decompositions round after every op, so an element
 that comes out of cancellation carries an error of an ulp of its operands, not of itself; rlx
@@ -43,15 +43,15 @@ import numpy as np
 import torch
 from torch.utils import _pytree as pytree
 
-from rlx.bundle import bind_weights
-from rlx.convert import build_program
+from rlx.app.convert import build_program
 from rlx.errors import RlxError
+from rlx.formats.bundle import bind_weights
+from rlx.frontends.torch import capture
+from rlx.frontends.torch.tensors import tensor_to_numpy
 from rlx.ir import dtypes
 from rlx.ir.program import Program, Ref
 from rlx.ir.rng import random_values
 from rlx.runtime.model import Model, unflatten
-from rlx.torch_import import capture
-from rlx.torch_import.tensors import tensor_to_numpy
 
 from .known_failures import GRAPH_DIFFERS_FROM_EAGER, RANDOM, TOLERANCES, VALUES_UNDEFINED, declared
 from helpers import TOLERANCES as TOLERANCES_BY_DTYPE
@@ -144,7 +144,7 @@ def _non_core_op(ep) -> str | None:
 
 
 def _kept_whole(t) -> bool:
-    from rlx.torch_import.levels import HIGH_LEVEL_OPS
+    from rlx.frontends.torch.levels import HIGH_LEVEL_OPS
 
     return f"{t._opname}.{t._overloadname}" in HIGH_LEVEL_OPS
 

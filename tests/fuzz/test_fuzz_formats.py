@@ -23,10 +23,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import rlx
-from rlx.bundle import bind_weights
-from rlx.convert import build_program
+from rlx.app.convert import build_program
 from rlx.errors import RlxError
-from rlx.ir import torch_ir
+from rlx.formats import torch_ir
+from rlx.formats.bundle import bind_weights
 from rlx.ir.dtypes import to_numpy
 from rlx.runtime.model import Model
 
@@ -152,7 +152,7 @@ def load_and_run_torch_ir(doc, weights):
 @given(data=st.data())
 def test_torch_ir_mutations(valid, data):
     doc = json.loads((valid / "torch-ir.json").read_text())
-    weights, _ = rlx.safetensors_io.read(valid / "weights.safetensors")
+    weights, _ = rlx.formats.safetensors_io.read(valid / "weights.safetensors")
     mutated = mutate(doc, data)
     timed(lambda: load_and_run_torch_ir(mutated, weights), "torch-ir.json", mutated)
 
@@ -224,7 +224,7 @@ def test_corpus(valid, tmp_path, case):
     """Each corpus file: {"file": which file it replaces, "doc": its JSON}."""
     entry = json.loads(case.read_text())
     if entry["file"] == "torch-ir.json":
-        weights, _ = rlx.safetensors_io.read(valid / "weights.safetensors")
+        weights, _ = rlx.formats.safetensors_io.read(valid / "weights.safetensors")
         timed(lambda: load_and_run_torch_ir(entry["doc"], weights))
     else:
         b = write_bundle_variant(valid, tmp_path, entry["file"], json.dumps(entry["doc"]))

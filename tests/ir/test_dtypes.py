@@ -14,9 +14,9 @@ import pytest
 import torch
 
 import rlx
-from rlx import safetensors_io
+from rlx.formats import safetensors_io
+from rlx.frontends.torch.tensors import numpy_to_tensor, tensor_to_numpy, torch_dtype_token
 from rlx.ir import dtypes
-from rlx.torch_import.tensors import numpy_to_tensor, tensor_to_numpy, torch_dtype_token
 
 from helpers import BLOCK_TORCH, assert_arrays_match
 

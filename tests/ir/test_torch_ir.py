@@ -8,7 +8,7 @@ import json
 import pytest
 
 from rlx.errors import SchemaError
-from rlx.ir import torch_ir
+from rlx.formats import torch_ir
 
 VALID = {
     "format": "rlx-torch-ir",

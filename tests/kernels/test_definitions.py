@@ -10,10 +10,10 @@ from rlx.ir import calls as C
 from rlx.ir.program import CALL_TYPES, Ref
 from rlx.kernels import KERNELS as SHARED
 from rlx.kernels import elementwise
+from rlx.kernels.numpy.kernels import KERNELS as NUMPY_KERNELS
+from rlx.kernels.numpy.kernels import NUMPY
+from rlx.kernels.numpy.kernels import OVERRIDES as NUMPY_OVERRIDES
 from rlx.runtime.numpy_engine import fused
-from rlx.runtime.numpy_engine.kernels import KERNELS as NUMPY_KERNELS
-from rlx.runtime.numpy_engine.kernels import NUMPY
-from rlx.runtime.numpy_engine.kernels import OVERRIDES as NUMPY_OVERRIDES
 
 # Calls the load-time passes make for the numpy engine only; program.json never holds them.
 FUSED_ONLY = {"Gemm", "Fused"}
@@ -24,7 +24,7 @@ X, Y = Ref("x"), Ref("y")
 def _engines() -> dict[str, dict]:
     engines = {"numpy": NUMPY_KERNELS}
     try:
-        from rlx.runtime.jax_engine.kernels import KERNELS as JAX_KERNELS
+        from rlx.kernels.jax.kernels import KERNELS as JAX_KERNELS
     except ImportError:  # jax is an optional extra
         return engines
     return {**engines, "jax": JAX_KERNELS}
@@ -213,8 +213,8 @@ def test_attention_override_matches_the_shared_definition(q_shape, k_shape, caus
 @pytest.mark.parametrize("source", ["float32", "float64"])
 def test_jax_cast_override_is_the_shared_cast_bit_for_bit(source, target):
     pytest.importorskip("jax")
-    from rlx.runtime.jax_engine.kernels import KERNELS as JAX_KERNELS
-    from rlx.runtime.jax_engine.kernels import x64
+    from rlx.kernels.jax.kernels import KERNELS as JAX_KERNELS
+    from rlx.kernels.jax.kernels import x64
 
     token = {"int8": "i8", "uint8": "u8", "int32": "i32", "int64": "i64", "bool": "bool"}[target]
     x = np.concatenate([grid(source), np.array([3e9, -3e9, 1e19, -1e19, 255.7, -128.9], source)])
@@ -230,7 +230,7 @@ INTEGER_ONLY = ("left_shift", "right_shift", "gcd", "lcm")
 @pytest.mark.parametrize("dtype", ["int64", "int8", "uint8"])
 def test_integer_functions_agree_on_numpy_and_jax(dtype):
     pytest.importorskip("jax")
-    from rlx.runtime.jax_engine.kernels import JAX, x64
+    from rlx.kernels.jax.kernels import JAX, x64
 
     info = np.iinfo(dtype)
     x = np.array([0, 1, -1, 7, -100, 100, info.max, info.min, 12, -12], dtype=np.int64).astype(dtype)
@@ -248,7 +248,7 @@ def test_integer_functions_agree_on_numpy_and_jax(dtype):
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_shared_elementwise_table_agrees_on_numpy_and_jax(dtype):
     pytest.importorskip("jax")
-    from rlx.runtime.jax_engine.kernels import JAX, x64
+    from rlx.kernels.jax.kernels import JAX, x64
 
     x = grid(dtype, 200)
     y = np.roll(x, 3)
@@ -279,7 +279,7 @@ def test_bitcast_reinterprets_bits_on_every_engine(source, target):
     call = C.Bitcast(X, target)
     for name, table in _engines().items():
         if name == "jax":
-            from rlx.runtime.jax_engine.kernels import x64
+            from rlx.kernels.jax.kernels import x64
 
             with x64():  # as the JAX engine runs: 64-bit values stay 64-bit
                 got = np.ascontiguousarray(table["Bitcast"](call, x))

@@ -11,15 +11,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from rlx.bundle import bind_weights
-from rlx.convert import build_program
+from rlx.app.convert import build_program
+from rlx.formats.bundle import bind_weights
+from rlx.frontends.torch import capture
+from rlx.frontends.torch.tensors import tensor_to_numpy
 from rlx.ir.program import Program
 from rlx.ir.validate import validate
-from rlx.passes import pipeline
 from rlx.runtime.model import Model
 from rlx.runtime.numpy_engine.executor import Executor
-from rlx.torch_import import capture
-from rlx.torch_import.tensors import tensor_to_numpy
+from rlx.runtime.numpy_engine.passes import optimize as pipeline
 
 from helpers import as_module, assert_arrays_match, load_example
 

@@ -9,9 +9,9 @@ from pass_cases import lower
 from torch import nn
 
 from rlx.ir.program import Program
-from rlx.passes import pipeline
-from rlx.passes.buffers import MIN_BYTES, reuse_buffers
 from rlx.runtime.numpy_engine.executor import Executor
+from rlx.runtime.numpy_engine.passes import optimize as pipeline
+from rlx.runtime.numpy_engine.passes.buffers import MIN_BYTES, reuse_buffers
 
 from helpers import rand
 

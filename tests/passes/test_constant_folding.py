@@ -78,7 +78,7 @@ def test_symbolic_instructions_wait_for_their_binding():
 def test_failing_instruction_is_left_for_run_time(case, monkeypatch):
     """A kernel that fails at load is not an error there: the instruction stays, and fails (with
     its usual message) when the program runs."""
-    from rlx.runtime.numpy_engine.kernels import KERNELS
+    from rlx.kernels.numpy.kernels import KERNELS
 
     def broken(c, *args):
         raise ValueError("boom")

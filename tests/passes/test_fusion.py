@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from pass_cases import lower, only, ops
 from torch import nn
 
-from rlx.passes import pipeline
+from rlx.runtime.numpy_engine.passes import optimize as pipeline
 
 from helpers import rand, with_specials
 

@@ -14,8 +14,8 @@ from pass_cases import example
 import rlx
 from rlx.errors import UsageError
 from rlx.ir.program import Program
-from rlx.passes import pipeline
 from rlx.runtime.model import Model
+from rlx.runtime.numpy_engine.passes import optimize as pipeline
 
 from helpers import convert, load_example
 

@@ -8,9 +8,9 @@ import torch
 from pass_cases import lower, only, ops
 from torch import nn
 
-from rlx.passes import pipeline
 from rlx.passes.fold import constant_folding
-from rlx.passes.packing import pack_weights
+from rlx.runtime.numpy_engine.passes import optimize as pipeline
+from rlx.runtime.numpy_engine.passes.packing import pack_weights
 
 
 class Tied(nn.Module):

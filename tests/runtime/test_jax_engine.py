@@ -21,8 +21,8 @@ import torch.nn.functional as F
 from torch import nn
 
 import rlx
-from rlx.bundle import bind_weights
 from rlx.errors import UsageError
+from rlx.formats.bundle import bind_weights
 from rlx.ir import calls as C
 from rlx.runtime.model import Model
 
@@ -77,7 +77,7 @@ UNARY_FLOAT = [
     torch.exp, torch.expm1, torch.exp2, torch.log, torch.log1p, torch.log2, torch.log10, torch.sqrt, torch.rsqrt,
     torch.reciprocal, torch.sin, torch.cos, torch.tan, torch.asin, torch.acos, torch.atan, torch.sinh, torch.cosh,
     torch.tanh, torch.asinh, torch.acosh, torch.atanh, torch.sigmoid, torch.relu, F.silu,
-    # Not at +inf: torch's float32 CPU GELU gives NaN there, rlx the limit (a known failure in tests/lower).
+    # Not at +inf: torch's float32 CPU GELU gives NaN there, rlx the limit (a known failure in tests/frontends/aten).
     lambda x: F.gelu(x.clamp(max=50)), lambda x: F.gelu(x, approximate="tanh"), torch.erf, torch.floor, torch.ceil, torch.round, torch.trunc,
     torch.sign, torch.isnan, torch.isinf, torch.isfinite, torch.square, F.hardsigmoid, F.hardswish, F.mish,
     F.softplus, F.relu6, F.elu, F.selu, torch.neg, torch.abs, torch.logical_not,
@@ -415,7 +415,7 @@ def test_user_jax_settings_are_left_alone():
 
 
 def test_missing_kernel_names_the_call(monkeypatch):
-    from rlx.runtime.jax_engine.kernels import KERNELS
+    from rlx.kernels.jax.kernels import KERNELS
 
     monkeypatch.delitem(KERNELS, "Softmax")
     with pytest.raises(UsageError, match=r"^the JAX backend has no kernel for Softmax ×1 \(first: "):
@@ -458,14 +458,14 @@ def test_without_jax_the_backend_says_how_to_install_it(mlp_out):
             rlx.load({str(mlp_out)!r}, backend="jax")
             raise SystemExit("no error")
         except UsageError as e:
-            assert str(e) == "the JAX backend needs jax: pip install 'rlx[jax]'", str(e)
+            assert str(e) == "the JAX engine needs jax: pip install 'rlx[jax]'", str(e)
         rc = main(["run", {str(mlp_out)!r}, "--backend", "jax", "--input", "x={mlp_out / "x.npy"}"])
         assert rc == 2, rc
         """
     )
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr + proc.stdout
-    assert proc.stderr.strip() == "rlx: the JAX backend needs jax: pip install 'rlx[jax]'"
+    assert proc.stderr.strip() == "rlx: the JAX engine needs jax: pip install 'rlx[jax]'"
 
 
 def test_cli_run_backend_jax(mlp_out, tmp_path, capsys):

@@ -31,18 +31,18 @@ import torch
 import torch.nn.functional as F
 from torch.utils import _pytree as pytree
 
+from rlx.frontends.torch.tensors import tensor_to_numpy
 from rlx.ir import calls as C
 from rlx.ir import dtypes
 from rlx.ir.program import Call, Ref, resolve_operand
+from rlx.kernels.numpy.kernels import KERNELS
 from rlx.runtime.model import Model
-from rlx.runtime.numpy_engine.kernels import KERNELS
-from rlx.torch_import.tensors import tensor_to_numpy
 
 from helpers import as_module, assert_arrays_match, convert, rand, sweep, with_specials
 
 jax = pytest.importorskip("jax")
 
-from rlx.runtime.jax_engine.kernels import KERNELS as JAX_KERNELS  # noqa: E402  (needs jax)
+from rlx.kernels.jax.kernels import KERNELS as JAX_KERNELS  # noqa: E402  (needs jax)
 
 F16, BF16, F32, F64 = torch.float16, torch.bfloat16, torch.float32, torch.float64
 I32, I64, U8, BOOL = torch.int32, torch.int64, torch.uint8, torch.bool

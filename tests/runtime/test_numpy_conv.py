@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 from rlx.ir import calls as C
 from rlx.ir.program import Ref
-from rlx.runtime.numpy_engine import nn as numpy_nn
+from rlx.kernels.numpy import nn as numpy_nn
 
 from helpers import assert_arrays_match
 

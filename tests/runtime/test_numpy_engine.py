@@ -10,9 +10,9 @@ import torch
 
 from rlx.ir import calls as C
 from rlx.ir.program import Ref
+from rlx.kernels.numpy.kernels import KERNELS
+from rlx.kernels.numpy.namespace import gelu_float32
 from rlx.runtime.numpy_engine import fused
-from rlx.runtime.numpy_engine.kernels import KERNELS
-from rlx.runtime.numpy_engine.namespace import gelu_float32
 
 from helpers import assert_arrays_match
 

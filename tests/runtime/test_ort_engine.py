@@ -18,8 +18,8 @@ import pytest
 import torch
 
 import rlx
-from rlx.bundle import bind_weights
 from rlx.errors import UsageError
+from rlx.formats.bundle import bind_weights
 from rlx.runtime.model import Model
 
 from helpers import (
@@ -163,7 +163,7 @@ def _sdpa_variants(q, k, v, bool_mask, add_mask):
 
 @pytest.mark.parametrize("contrib", [("attention",), ()])
 def test_multi_head_attention_fusion_matches_torch(contrib):
-    from rlx.onnx_export import to_onnx
+    from rlx.exporters.onnx import to_onnx
 
     q, k, v = rand((2, 4, 6, 8), F32, seed=1), rand((2, 4, 7, 8), F32, seed=2), rand((2, 4, 7, 8), F32, seed=3)
     bool_mask = torch.rand(2, 1, 6, 7, generator=torch.Generator().manual_seed(0)) > 0.3
@@ -197,7 +197,7 @@ DECODER_FUSIONS = {("attention", "causal_attention"): 5, ("attention",): 0, ("ca
 
 @pytest.mark.parametrize("contrib", list(DECODER_FUSIONS))
 def test_causal_attention_fusion_matches_torch(contrib):
-    from rlx.onnx_export import to_onnx
+    from rlx.exporters.onnx import to_onnx
 
     q, k, v = rand((2, 4, 6, 8), F32, seed=4), rand((2, 4, 7, 8), F32, seed=5), rand((2, 4, 7, 8), F32, seed=6)
     kv2 = rand((2, 2, 7, 8), F32, seed=8)
@@ -269,7 +269,7 @@ def test_max_pool_propagates_nan_like_torch(dtype, case):
 
 
 def test_pooling_nan_switch():
-    from rlx.onnx_export import to_onnx
+    from rlx.exporters.onnx import to_onnx
 
     x = rand((2, 3, 9, 9), F32, seed=4)
     _, program, _ = convert(ConvPools(F32), (x,), backend="onnxruntime")
@@ -320,7 +320,7 @@ def test_max_pool_nan_made_inside_the_graph_like_torch():
     """Where a step on the way can make NaN of finite values, the pooled tensor itself is checked
     (not the image): PyTorch's NaN still propagates through the pools; a chain that cannot is
     checked through its image once."""
-    from rlx.onnx_export import to_onnx
+    from rlx.exporters.onnx import to_onnx
 
     x, y = rand((2, 3, 8, 8), F32, seed=6), rand((2, 3, 8, 8), F32, seed=7)
     y[0, 1, 2, 3] = 0.0  # with x's value there: ±inf, NaN where x is 0 too
@@ -368,7 +368,7 @@ class TanhGelu(torch.nn.Module):
 def test_tanh_gelu_fusion_matches_torch(contrib, tmp_path):
     import onnxruntime as ort
 
-    from rlx.onnx_export import to_onnx
+    from rlx.exporters.onnx import to_onnx
 
     x = rand((2, 8, 16), F32, seed=7)
     module = TanhGelu()
@@ -423,7 +423,7 @@ def test_flattened_products_match_torch(dtype, case, tmp_path):
     import onnx
     import onnxruntime as ort
 
-    from rlx.onnx_export import to_onnx
+    from rlx.exporters.onnx import to_onnx
 
     x, q, k = rand((2, 5, 8), dtype, seed=1), rand((2, 4, 6, 8), dtype, seed=2), rand((2, 4, 6, 8), dtype, seed=3)
     if case == "specials":
@@ -464,7 +464,7 @@ def test_average_pools_of_input_elements_match_torch():
     """Pools whose divisor is each window's count of input elements run as one AveragePool with
     count_include_pad=0 (no multiply back and divide): values, dtypes and NaN/inf as PyTorch's.
     (onnxruntime has no float64 AveragePool.)"""
-    from rlx.onnx_export import to_onnx
+    from rlx.exporters.onnx import to_onnx
 
     x = with_specials(rand((2, 3, 9, 11), F32, seed=9))
     model, program, _ = convert(_avg_pools, (x,), backend="onnxruntime")
@@ -501,7 +501,7 @@ class GroupNorms(torch.nn.Module):
 def test_group_norm_matches_torch(dtype, case):
     """float32 GroupNorm runs as InstanceNormalization over [N, groups, rest]: values, dtypes, and
     NaN/inf confined to the groups that hold them, as PyTorch's."""
-    from rlx.onnx_export import to_onnx
+    from rlx.exporters.onnx import to_onnx
 
     x = rand((2, 6, 4, 5), dtype, seed=12)
     if case == "specials":
@@ -545,7 +545,7 @@ class ConstantMasks(torch.nn.Module):
 def test_constant_attention_masks_match_torch(contrib):
     """A mask known at load is simplified (the triangle → onnxruntime's own causal attention, an
     all-allowing one dropped, no zeroing of dead rows where there are none) with PyTorch's values."""
-    from rlx.onnx_export import to_onnx
+    from rlx.exporters.onnx import to_onnx
 
     q, k, v = rand((2, 4, 6, 8), F32, seed=21), rand((2, 4, 6, 8), F32, seed=22), rand((2, 4, 6, 8), F32, seed=23)
     kv2 = rand((2, 2, 6, 8), F32, seed=24)

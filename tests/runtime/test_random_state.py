@@ -87,7 +87,7 @@ def test_parity_reports_drawn_outputs_as_not_comparable(converted) -> None:
 
 
 def test_a_drawn_output_with_the_wrong_shape_still_fails() -> None:
-    from rlx.verify import compare
+    from rlx.app.verify import compare
 
     got = compare(0, np.zeros((2, 3), np.float32), np.zeros((3, 2), np.float32), random=True)
     assert not got.passed and got.reason == "shape differs"
@@ -151,8 +151,8 @@ def test_onnx_export_draws_the_same_bits(converted, tmp_path) -> None:
     onnxruntime, draws what the numpy engine draws (the state carried by the runtime as ever)."""
     onnx = pytest.importorskip("onnx")
     pytest.importorskip("onnxruntime")
-    from rlx.bundle import read_bundle
-    from rlx.onnx_export import write_onnx
+    from rlx.exporters.onnx import write_onnx
+    from rlx.formats.bundle import read_bundle
 
     out, _ = converted
     path = write_onnx(*read_bundle(out / "np" / "bundle")[:2], tmp_path)
@@ -237,7 +237,7 @@ def _has(module: str) -> bool:
 def test_debug_compares_what_does_not_depend_on_its_own_draw(converted) -> None:
     """`rlx debug`: nodes that draw are checked by shape and dtype; a node downstream of a draw is
     run on PyTorch's own draw (its local check) and compared by value; nothing diverges."""
-    from rlx.debug import debug_dir
+    from rlx.app.debug import debug_dir
 
     out, _ = converted
     report = debug_dir(out / "np")
@@ -249,7 +249,7 @@ def test_debug_compares_what_does_not_depend_on_its_own_draw(converted) -> None:
 
 
 def test_html_report_says_which_outputs_are_random(converted) -> None:
-    from rlx.report import write_report
+    from rlx.app.report import write_report
 
     out, _ = converted
     html = write_report(out / "np").read_text()

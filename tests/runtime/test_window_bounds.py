@@ -20,8 +20,8 @@ import torch.nn.functional as F
 from rlx.ir import calls as C
 from rlx.ir.program import Call, Ref
 from rlx.kernels import geometry
+from rlx.kernels.numpy.kernels import KERNELS as NUMPY_KERNELS
 from rlx.runtime.numpy_engine.fused import BINDERS, Site, TensorType
-from rlx.runtime.numpy_engine.kernels import KERNELS as NUMPY_KERNELS
 
 from helpers import assert_arrays_match, convert
 
@@ -33,7 +33,7 @@ WARM_SECONDS = 0.25
 def _engines() -> dict[str, dict[str, Any]]:
     engines: dict[str, dict[str, Any]] = {"numpy": NUMPY_KERNELS}
     try:
-        from rlx.runtime.jax_engine.kernels import KERNELS as JAX_KERNELS
+        from rlx.kernels.jax.kernels import KERNELS as JAX_KERNELS
     except ImportError:  # jax is an optional extra
         return engines
     return {**engines, "jax": JAX_KERNELS}
@@ -113,7 +113,7 @@ def _warm_run(kernel: Callable[..., Any], *args: Any) -> tuple[np.ndarray, float
 
 def _x64() -> AbstractContextManager[Any]:
     try:
-        from rlx.runtime.jax_engine.namespace import x64
+        from rlx.kernels.jax.namespace import x64
     except ImportError:
         return nullcontext()
     return x64()

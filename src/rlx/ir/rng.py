@@ -4,8 +4,8 @@ of a program depend on a draw.
 A program with random ops reads its generator state from the state input ``RNG_STATE`` (an
 ``i64[2]``: key, counter; ``rlx.ir.calls.RandomBits``) and returns it advanced by one. Its
 initial value comes from a seed (``seed_state``); bundles and generated packages store the one
-of seed 0 under ``RNG_KEY``, so every engine starts from the same stream. The seed's mixing lives
-beside the generator (``rlx.kernels.random``), which generated packages carry.
+of seed 0 under ``RNG_KEY``, so every engine starts from the same stream. The seed's mixing is
+``rlx.ir.seeds``, which generated packages carry with the generator (``rlx.kernels.random``).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import numpy as np
 
 from rlx.ir import calls as C
 from rlx.ir.program import Program
-from rlx.kernels.random import fork_state, seed_state
+from rlx.ir.seeds import fork_state, seed_state
 
 RNG_STATE = "rlx_rng"  # the program input (and state) holding the generator
 RNG_KEY = "rlx.rng_state"  # its initial value's name in weights.safetensors

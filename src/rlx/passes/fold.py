@@ -19,9 +19,9 @@ from typing import Any
 
 import numpy as np
 
+from rlx.interpret import KernelLookup, run_instruction
 from rlx.ir.program import Instr, Lit, Program, Ref, Weight
 from rlx.ir.symbolic import Sym, is_static
-from rlx.runtime.numpy_engine.executor import run_instruction
 
 FOLDED_KEY = "rlx:folded:"  # the key of a folded weight: it lives in memory, never in a file
 # A folded result may take this many bytes even when its inputs are smaller (a constant mask, an
@@ -29,13 +29,17 @@ FOLDED_KEY = "rlx:folded:"  # the key of a folded weight: it lives in memory, ne
 MAX_GROWTH_BYTES = 16 * 2**20
 
 
-def constant_folding(program: Program, weights: Mapping[str, np.ndarray]) -> tuple[Program, dict[str, np.ndarray]]:
+def constant_folding(
+    program: Program, weights: Mapping[str, np.ndarray], kernels: KernelLookup | None = None
+) -> tuple[Program, dict[str, np.ndarray]]:
+    """``kernels``: the table to compute with (default the shared numpy kernels; an engine that has
+    Calls of its own, as the numpy engine's fused ones, passes its lookup)."""
     known = dict(weights)
     new_weights = list(program.weights)
     kept: list[Instr] = []
     with np.errstate(all="ignore"):
         for ins in program.instrs:
-            value = _fold(ins, known)
+            value = _fold(ins, known, kernels)
             if value is None:
                 kept.append(ins)
                 continue
@@ -46,12 +50,12 @@ def constant_folding(program: Program, weights: Mapping[str, np.ndarray]) -> tup
     return dataclasses.replace(program, instrs=kept, weights=new_weights), known
 
 
-def _fold(ins: Instr, known: Mapping[str, np.ndarray]) -> np.ndarray | None:
+def _fold(ins: Instr, known: Mapping[str, np.ndarray], kernels: KernelLookup | None) -> np.ndarray | None:
     refs = list(ins.call.refs())
     if any(r.name not in known for r in refs) or not is_static(ins.shape) or _symbolic(ins.call):
         return None
     try:
-        out = run_instruction(ins, known)
+        out = run_instruction(ins, known, kernels=kernels)
     except Exception:  # let it fail at run time, with the usual error
         return None
     if out.shape != tuple(ins.shape):

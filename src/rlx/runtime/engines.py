@@ -52,9 +52,16 @@ def check_engine(name: str) -> None:
 
         require_jax()
     if name == "onnxruntime":
-        from rlx.runtime.ort_engine import require_onnxruntime
+        from rlx.runtime.onnxruntime_engine import require_onnxruntime
 
         require_onnxruntime()
+
+
+def numpy_pass_names() -> tuple[str, ...]:
+    """The numpy engine's load-time passes, by name (what ``disable_passes`` may switch off)."""
+    from rlx.runtime.numpy_engine.passes.optimize import PASS_NAMES
+
+    return PASS_NAMES
 
 
 def create_engine(
@@ -72,7 +79,7 @@ def create_engine(
     (onnxruntime: ``optimization``, ``pooling_nan``, ``contrib``; see ``OrtEngine``)."""
     check_engine(name)
     if name == "onnxruntime":
-        from rlx.runtime.ort_engine.executor import OrtEngine
+        from rlx.runtime.onnxruntime_engine.executor import OrtEngine
 
         return OrtEngine(program, weights, threads=threads, **dict(options or {}))
     if options:

@@ -10,8 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from rlx.bundle import read_bundle
 from rlx.errors import BundleError, InputError, RlxError, UsageError
+from rlx.formats.bundle import read_bundle
 from rlx.ir import dtypes
 from rlx.ir.program import Program, Value, specialize
 from rlx.ir.rng import DEFAULT_SEED, RNG_STATE, fork_state, seed_state
@@ -71,7 +71,7 @@ class Model:
             weights = {k: v for k, v in weights.items() if k not in carried}
         self._weights = weights
         self.backend = backend
-        # The numpy engine's passes (rlx.passes.pipeline) run unless `optimize=False` (`rlx run --no-opt`).
+        # The numpy engine's passes (rlx.runtime.numpy_engine.passes.optimize) run unless `optimize=False` (`rlx run --no-opt`).
         self.engine = create_engine(
             backend, program, weights, disable_passes if optimize else None, threads, engine_options
         )
@@ -290,7 +290,7 @@ def load(
     with ``threads`` intra-op threads (default: onnxruntime's, one per physical core); the numpy
     engine splits its large elementwise, norm, softmax, depthwise-conv and pooling steps over
     ``threads`` threads (default: 2, or 1 on a one-core machine; ``threads=1``: one thread);
-    ``engine_options`` are the engine's own settings (``rlx.runtime.ort_engine.executor.OrtEngine``);
+    ``engine_options`` are the engine's own settings (``rlx.runtime.onnxruntime_engine.executor.OrtEngine``);
     ``seed`` starts the generator of a model with random ops (see ``Model``).
     """
     program, weights, meta = read_bundle(bundle_dir)

@@ -7,16 +7,11 @@ numpy engine never pull it in, and asking for this engine without jax installed 
 
 from __future__ import annotations
 
-from rlx.errors import UsageError
-
-JAX_MISSING = "the JAX backend needs jax: pip install 'rlx[jax]'"
+from rlx.optional import require
 
 
 def require_jax() -> None:
-    try:
-        import jax  # noqa: F401
-    except ImportError:
-        raise UsageError(JAX_MISSING) from None
+    require("jax", extra="jax", feature="the JAX engine")
 
 
-__all__ = ["JAX_MISSING", "require_jax"]
+__all__ = ["require_jax"]

@@ -1,4 +1,4 @@
-"""The numpy engine: the load-time passes (``rlx.passes.pipeline``), then a plan-compiled executor."""
+"""The numpy engine: the load-time passes (``rlx.runtime.numpy_engine.passes.optimize``), then a plan-compiled executor."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from rlx.ir.calls import Special
 from rlx.ir.program import Program
 from rlx.kernels.linalg import SCIPY_CALLS, scipy_lapack
 from rlx.kernels.special import library_functions, scipy_special
-from rlx.passes import pipeline
 from rlx.runtime.numpy_engine.executor import Executor
 from rlx.runtime.numpy_engine.parallel import check_threads
+from rlx.runtime.numpy_engine.passes import optimize as pipeline
 
 
 class NumpyEngine:

@@ -7,22 +7,23 @@ value slots, ``out`` the result slot, ``free`` the slots whose last reader this 
 literals and ``None`` live in slots filled once, so running is a list copy and one tight loop with
 no dict lookups and no type dispatch. The rewrites that make the plan fast (constant folding,
 fusion, weight packing, buffer reuse) are Program → Program passes run before it
-(``rlx.passes.pipeline``); the executor runs whatever Program it is given.
+(``rlx.runtime.numpy_engine.passes.optimize``); the executor runs whatever Program it is given.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from operator import itemgetter
 from typing import Any
 
 import numpy as np
 
 from rlx.errors import BundleError, RlxError
+from rlx.interpret import bind_sizes
 from rlx.ir import dtypes
 from rlx.ir.program import Instr, Lit, Program, Ref, resolve_operand, subst_call
-from rlx.ir.symbolic import Sym, UnboundSymbolError, eval_dim, is_static, partial_dim
+from rlx.ir.symbolic import Sym, UnboundSymbolError, is_static, partial_dim
 from rlx.runtime.numpy_engine.fused import BINDERS, Site, TensorType, kernel_for
 from rlx.runtime.numpy_engine.parallel import check_threads, split_step
 
@@ -302,56 +303,4 @@ def _flat_operands(call: Any) -> list[Any]:
     return out
 
 
-def bind_sizes(declared: tuple[Any, ...], actual: tuple[int, ...], sizes: dict[str, int], label: str) -> None:
-    """Check a result's shape against its declaration, binding each data-dependent size it defines."""
-    if len(declared) != len(actual):
-        raise RlxError(f"runtime error in {label}: produced rank {len(actual)}, program declares {len(declared)}")
-    for d, n in zip(declared, actual):
-        if isinstance(d, Sym) and d.expr.isidentifier() and d.expr not in sizes:
-            sizes[d.expr] = int(n)
-            continue
-        want = d if isinstance(d, int) else eval_dim(d, sizes)
-        if want != n:
-            shown = [str(x) for x in declared]
-            raise RlxError(f"runtime error in {label}: produced shape {list(actual)}, program declares {shown}")
-
-
-def run_instruction(ins: Instr, env: Mapping[str, np.ndarray], sizes: dict[str, int] | None = None) -> np.ndarray:
-    """One instruction through its generic kernel, the result in its declared dtype; ``sizes``
-    holds the data-dependent sizes bound so far (and receives the ones this result defines)."""
-    kern = kernel_for(ins.call.op)
-    if kern is None:
-        raise BundleError(f"program.json: the numpy backend has no kernel for {ins.call.op}")
-    call = ins.call if sizes is None else subst_call(ins.call, sizes)
-    out = kern(call, *[resolve_operand(getattr(call, f), env) for f in call.operand_fields()])
-    out = np.asarray(out).astype(dtypes.to_numpy(ins.dtype), copy=False)
-    if sizes is not None and not is_static(ins.shape):
-        bind_sizes(tuple(partial_dim(d, sizes) for d in ins.shape), out.shape, sizes, ins.result)
-    return out
-
-
-def run_instructions(
-    instrs: Iterable[Instr], env: dict[str, np.ndarray], sizes: dict[str, int] | None = None
-) -> dict[str, np.ndarray]:
-    """Run instructions one by one on a value environment, keeping every result.
-
-    The slow, transparent path used by the parity debugger (a plain dict, nothing freed); the
-    ``Executor`` is the fast one. Both call the same kernels.
-    """
-    sizes = {} if sizes is None else sizes  # data-dependent sizes, bound as they are produced
-    with np.errstate(all="ignore"):
-        for ins in instrs:
-            try:
-                env[ins.result] = run_instruction(ins, env, sizes)
-            except KeyError as e:
-                raise RlxError(f"{ins.result} = {ins.call.op}: operand {e} has no value") from None
-            except RlxError:
-                raise
-            except Exception as e:
-                raise RlxError(
-                    f"runtime error in {ins.result} = {ins.call.op} [{ins.note}]: {type(e).__name__}: {e}"
-                ) from e
-    return env
-
-
-__all__ = ["Executor", "run_instruction", "run_instructions"]
+__all__ = ["Executor"]

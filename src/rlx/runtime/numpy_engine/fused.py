@@ -5,7 +5,7 @@ fixed dispatch (about a microsecond each), so what pays is fewer steps, not new 
 ``Gemm`` (matmul + bias or residual + activation) covers Linear, addmm and MatMul-by-a-weight
 epilogues; ``Fused`` is any elementwise chain — residual adds, RMSNorm's scale, the scale + mask of
 attention — optionally closed by a softmax. Conv keeps its own Call: its bias is already inside
-it, a BatchNorm after it is folded into its weights (``rlx.passes.fusion``), and the activation
+it, a BatchNorm after it is folded into its weights (``rlx.runtime.numpy_engine.passes.fusion``), and the activation
 after it is one ufunc call either way (in place on the conv's buffer when the buffer-reuse pass
 hands it over). In-place writes (``out=``) are used only from ``INPLACE_MIN_BYTES`` up: below it,
 numpy's allocation cache makes a fresh array cheaper than the ``out=`` argument.
@@ -35,11 +35,9 @@ from rlx.ir.program import Call, Ref
 from rlx.kernels import geometry
 from rlx.kernels.elementwise import BINARY as SHARED_BINARY
 from rlx.kernels.elementwise import UNARY as SHARED_UNARY
-from rlx.kernels.precision import HALF
-from rlx.kernels.registry import Kernel, overrides
-from rlx.runtime.numpy_engine.kernels import KERNELS, NUMPY
-from rlx.runtime.numpy_engine.namespace import erf64, gelu_float32, relu, sigmoid_float32, silu_float32
-from rlx.runtime.numpy_engine.nn import (
+from rlx.kernels.numpy.kernels import KERNELS, NUMPY
+from rlx.kernels.numpy.namespace import erf64, gelu_float32, relu, sigmoid_float32, silu_float32
+from rlx.kernels.numpy.nn import (
     INPLACE_MIN_BYTES,
     avg_pool_plan,
     conv_output_shape,
@@ -47,6 +45,8 @@ from rlx.runtime.numpy_engine.nn import (
     max_pool_plan,
     norm_plan,
 )
+from rlx.kernels.precision import HALF
+from rlx.kernels.registry import Kernel, overrides
 
 Fn = Callable[..., np.ndarray]
 _F32, _F64 = np.dtype(np.float32), np.dtype(np.float64)

@@ -28,6 +28,8 @@ import numpy as np
 
 from rlx.errors import UsageError
 from rlx.ir import calls as C
+from rlx.kernels.numpy.namespace import GELU_SMALL_SIZE
+from rlx.kernels.numpy.nn import conv_path
 from rlx.runtime.numpy_engine.fused import (
     BINDERS,
     Fn,
@@ -38,8 +40,6 @@ from rlx.runtime.numpy_engine.fused import (
     reuse_buffer,
     step_param,
 )
-from rlx.runtime.numpy_engine.namespace import GELU_SMALL_SIZE
-from rlx.runtime.numpy_engine.nn import conv_path
 
 # Results smaller than this run on one thread. The pool's round trip is ~25 µs (one no-op task,
 # measured); a 1 MiB float32 add takes ~35 µs alone, a GELU of it ~600 µs. On the shared 2-core

@@ -1,0 +1,264 @@
+"""``rlx.from_torch``: export → lower → passes → bundle → parity, into one output directory.
+
+OUT/
+  torch-ir.json  weights.safetensors  reference.safetensors   (the language-neutral export)
+  bundle/        program.json  weights.safetensors  meta.json  (what the runtime loads)
+  report.json    conversion summary and parity
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rlx.app.debug import DebugReport, compare_nodes, debug_dir, write_debug
+from rlx.app.pipeline import ConvertReport, OutputOptions, StepCallback, Steps, finish_program, write_and_verify
+from rlx.app.report import write_report
+from rlx.errors import OutputError, UsageError, WeightsError
+from rlx.exporters.package.package import package_name
+from rlx.formats import safetensors_io, torch_ir
+from rlx.formats.atomic import StagedDir, atomic_write_text, check_writable_target, replace_dir
+from rlx.formats.bundle import bind_weights
+from rlx.formats.torch_ir import TorchIR, TorchWeight
+from rlx.frontends.aten import lower
+from rlx.ir import dtypes
+from rlx.ir.program import Program, dumps_json
+
+
+def build_program(ir: TorchIR) -> Program:
+    """Lower and optimise a parsed torch-ir graph, then verify the result."""
+    return finish_program(lower(ir))
+
+
+def reconcile_weight_dtypes(ir: TorchIR, tensors: Mapping[str, np.ndarray]) -> list[str]:
+    """Check every declared weight against the file. A stored dtype that differs from the declared
+    one (the reference front-end stores f64 as f32) wins, and is reported once."""
+    missing = [w.key for w in ir.weights if w.key not in tensors]
+    if missing:
+        more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
+        raise WeightsError(f"weights.safetensors: missing tensor(s) {', '.join(map(repr, missing[:3]))}{more}")
+    changed = []
+    for k, w in enumerate(ir.weights):
+        arr = tensors[w.key]
+        if tuple(arr.shape) != w.shape:
+            raise WeightsError(
+                f"weights.safetensors: tensor {w.key!r} has shape {list(arr.shape)}, torch-ir.json declares {list(w.shape)}"
+            )
+        stored = dtypes.from_numpy(arr.dtype)
+        if stored != w.dtype:
+            changed.append(f"{w.key} ({w.dtype}→{stored})")
+            ir.weights[k] = TorchWeight(w.id, w.key, w.shape, stored, w.kind)
+    if not changed:
+        return []
+    more = f" and {len(changed) - 3} more" if len(changed) > 3 else ""
+    return [
+        f"using the stored dtype of {len(changed)} weight(s) that torch-ir.json declares differently: "
+        f"{', '.join(changed[:3])}{more}"
+    ]
+
+
+def _lower_write_verify(
+    ir: TorchIR,
+    weights: Mapping[str, np.ndarray],
+    reference: Mapping[str, np.ndarray] | None,
+    dest: Path,
+    final_dir: Path,
+    options: OutputOptions,
+    steps: Steps,
+    weights_file: Path | None,
+    notes: list[str],
+) -> tuple[ConvertReport, Program]:
+    """The shared tail of ``from_torch`` and ``build``: lower, write the bundle into ``dest``
+    (a staging directory that becomes ``final_dir``), check parity, write report.json."""
+    program = steps("lower", lambda: build_program(ir))
+    source = {"format": "rlx-torch-ir", "version": 1, "producer": ir.producer, "decomposition": ir.decomposition}
+    report = write_and_verify(
+        program, weights, reference, dest, final_dir, options, steps, weights_file, notes,
+        source=source, decomposition=ir.decomposition, op_histogram=ir.op_histogram(),
+        n_params=sum(math.prod(w.shape) for w in ir.weights),
+    )  # fmt: skip
+    return report, program
+
+
+def from_torch(
+    model: Any,
+    example_inputs: Sequence[Any],
+    out_dir: str | Path,
+    *,
+    example_kwargs: Mapping[str, Any] | None = None,
+    verify: bool = True,
+    emit: Sequence[str] = ("bundle",),
+    decomposition: str = "high",
+    force: bool = False,
+    dynamic_shapes: Any = None,
+    model_name: str | None = None,
+    auto_decompose: bool = True,
+    on_step: StepCallback | None = None,
+    emit_style: str = "numpy",
+    backend: str = "numpy",
+    strict: bool = False,
+) -> ConvertReport:
+    """Convert a PyTorch module into ``out_dir`` and (by default) check parity against PyTorch.
+
+    ``strict=True`` exports with TorchDynamo (``torch.export.export(strict=True)``), which
+    transformers' static-cache export wrappers need. Buffers the forward updates in place (a KV
+    cache) become the model's state: see ``Model.state``.
+
+    Ops the registry lacks but torch can decompose are decomposed automatically (``auto_decompose``);
+    the report's notes list them. ``emit_style`` picks the generated package's array library
+    (``"numpy"`` or ``"jax"``); ``backend`` the runtime the parity check runs on.
+    """
+    from rlx.frontends.torch import capture, write  # torch is needed only here
+    from rlx.frontends.torch.reference import EXPORTED_FILE, save_exported
+
+    options = OutputOptions(tuple(emit), emit_style, backend)
+    options.check()
+    steps = Steps(on_step)
+    with StagedDir(out_dir, force=force) as staged:
+        exported = steps(
+            "export",
+            lambda: capture(
+                model,
+                tuple(example_inputs),
+                example_kwargs=example_kwargs,
+                decomposition=decomposition,
+                dynamic_shapes=dynamic_shapes,
+                model_name=model_name,
+                auto_decompose=auto_decompose,
+                strict=strict,
+            ),
+        )
+        notes = []
+        if exported.auto_decomposed:
+            notes.append(
+                "auto-decomposed with torch's decompositions (or a custom op's registered implementation): "
+                + ", ".join(exported.auto_decomposed)
+            )
+        write(exported, staged.path)
+        reference = None
+        if verify:
+            reference = {f"in::{k}": v for k, v in exported.inputs.items()}
+            reference.update({f"out::{i}": v for i, v in enumerate(exported.outputs) if v is not None})
+        report, program = _lower_write_verify(
+            exported.ir,
+            exported.weights,
+            reference,
+            staged.path,
+            Path(out_dir),
+            options,
+            steps,
+            staged.path / "weights.safetensors",
+            notes,
+        )
+        # What `rlx debug` needs later, and the per-node comparison for report.html now.
+        unsaved = save_exported(exported.exported_program, staged.path / EXPORTED_FILE)
+        if unsaved:
+            report.notes.append(f"exported.pt2 not written, so `rlx debug` cannot re-run PyTorch later: {unsaved}")
+            atomic_write_text(staged.path / "report.json", dumps_json(report.to_json()))
+        if verify:
+            steps("debug", lambda: _debug_nodes(exported, program, staged.path))
+        write_report(staged.path)
+    return report
+
+
+def _debug_nodes(exported: Any, program: Program, out: Path) -> None:
+    from rlx.frontends.torch.reference import node_values
+
+    values = node_values(exported.exported_program, exported.inputs)
+    weights = bind_weights(program, exported.weights, "weights")
+    write_debug(compare_nodes(exported.ir, program, weights, exported.inputs, values), exported.ir, values, out)
+
+
+def build(
+    src_dir: str | Path,
+    out_dir: str | Path | None = None,
+    *,
+    emit: Sequence[str] = ("bundle",),
+    verify: bool = False,
+    force: bool = False,
+    on_step: StepCallback | None = None,
+    emit_style: str = "numpy",
+    backend: str = "numpy",
+) -> ConvertReport:
+    """Lower an exported directory (``torch-ir.json`` + ``weights.safetensors``) without torch.
+
+    Writes ``bundle/`` and ``report.json`` into ``out_dir`` (default: ``src_dir``); with a separate
+    ``out_dir`` the three source files are copied there too, so it is self-contained.
+    """
+    options = OutputOptions(tuple(emit), emit_style, backend)
+    options.check()
+    src = Path(src_dir)
+    if not (src / "torch-ir.json").is_file():
+        raise UsageError(
+            f"{src}: no torch-ir.json here; pass the directory `rlx import` or the reference front-end wrote"
+        )
+    steps = Steps(on_step)
+    ir = steps("read", lambda: torch_ir.load(src / "torch-ir.json"))
+    tensors, _ = safetensors_io.read(src / "weights.safetensors")
+    notes = reconcile_weight_dtypes(ir, tensors)
+    weights = {w.key: tensors[w.key] for w in ir.weights if w.key in tensors}
+    reference = None
+    if verify:
+        if not (src / "reference.safetensors").is_file():
+            raise UsageError(f"{src}: --verify needs reference.safetensors next to torch-ir.json")
+        reference, _ = safetensors_io.read(src / "reference.safetensors")
+    target = src if out_dir is None else Path(out_dir)
+    in_place = target.resolve() == src.resolve()
+    if in_place:
+        check_writable_target(src / "bundle", force)
+        try:
+            with tempfile.TemporaryDirectory(prefix=".rlx-build.", dir=src) as tmp:
+                report, _ = _lower_write_verify(
+                    ir,
+                    weights,
+                    reference,
+                    Path(tmp),
+                    src,
+                    options,
+                    steps,
+                    src / "weights.safetensors",
+                    notes,
+                )
+                if "bundle" in options.emit:
+                    replace_dir(Path(tmp) / "bundle", src / "bundle")
+                if "package" in options.emit:  # written into the temp dir like the bundle: move it too
+                    name = package_name(report.model_name)
+                    replace_dir(Path(tmp) / name, src / name)
+                for onnx_file in ("model.onnx", "model.onnx.data"):  # --emit onnx
+                    if (Path(tmp) / onnx_file).is_file():
+                        os.replace(Path(tmp) / onnx_file, src / onnx_file)
+                os.replace(Path(tmp) / "report.json", src / "report.json")
+                write_report(src)
+        except OSError as e:
+            raise OutputError(f"{src}: writing the build output failed: {e.strerror or e}") from e
+        return report
+    with StagedDir(target, force=force) as staged:
+        for name in ("torch-ir.json", "weights.safetensors", "reference.safetensors"):
+            if (src / name).is_file():
+                shutil.copyfile(src / name, staged.path / name)
+        report, _ = _lower_write_verify(
+            ir,
+            weights,
+            reference,
+            staged.path,
+            target,
+            options,
+            steps,
+            staged.path / "weights.safetensors",
+            notes,
+        )
+        write_report(staged.path)
+    return report
+
+
+def debug(model: Any, example_inputs: Any, out_dir: str | Path, **convert_kwargs: Any) -> DebugReport:
+    """Convert ``model`` into ``out_dir`` (as ``rlx.from_torch`` does) and debug it node by node."""
+    from_torch(model, example_inputs, out_dir, **convert_kwargs)
+    return debug_dir(out_dir)

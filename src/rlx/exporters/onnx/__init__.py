@@ -1,0 +1,35 @@
+"""Emit ONNX from a Program, torch-free: ``to_onnx(program, weights)`` → an ``onnx.ModelProto``.
+
+Standard ai.onnx operators at opset ``OPSET``; weights become initializers (external data beside
+``model.onnx`` above 2 GB); symbolic extents become ``dim_param`` on the inputs and are computed
+from the inputs' shapes inside the graph; every node's ``doc_string`` is the provenance note of
+the instruction it came from (``aten.op (x[2,3]) -> [2,3] f32``) and its name starts with that
+instruction's result. One emitter per Call family is registered in ``registry.EMITTERS``
+(``@emits``), or declared in ``NO_ONNX_FORM`` with the reason it has none; ``check_coverage``
+lists what a program uses that has no emitter, all at once. Needs ``rlx[onnx]``.
+"""
+
+from __future__ import annotations
+
+from rlx.exporters.onnx import (
+    elementwise,
+    linalg,
+    movement,
+    nn,
+    ordering,
+    random,
+    reduce,
+    resample,
+    scatter,
+    selection,
+    spectral,
+)
+from rlx.exporters.onnx.build import EXTERNAL_DATA_THRESHOLD, MODEL_FILE, check_coverage, to_onnx, write_onnx
+from rlx.exporters.onnx.registry import EMITTERS, NO_ONNX_FORM, OPSET, EmitError, emits
+
+FAMILIES = (elementwise, linalg, movement, nn, ordering, random, reduce, resample, scatter, selection, spectral)
+
+__all__ = [
+    "EMITTERS", "EXTERNAL_DATA_THRESHOLD", "FAMILIES", "MODEL_FILE", "NO_ONNX_FORM", "OPSET", "EmitError", "check_coverage",
+    "emits", "to_onnx", "write_onnx",
+]  # fmt: skip

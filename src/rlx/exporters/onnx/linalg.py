@@ -1,0 +1,43 @@
+"""Products: MatMul and Linear (half precision multiplies in float32, as PyTorch's CPU kernels do)."""
+
+from __future__ import annotations
+
+from rlx.exporters.onnx.registry import OnnxGraph, T, emits
+from rlx.ir import calls as C
+from rlx.ir.program import Instr
+
+# onnxruntime's MatMul has float, double, int32/int64 and uint32/uint64 kernels only.
+_VIA_INT32 = ("i8", "i16", "u8")
+
+
+@emits(C.MatMul, widen=True)
+def matmul(g: OnnxGraph, c: C.MatMul, out: Instr, x: T, y: T) -> T:
+    if x.dtype in _VIA_INT32:  # wrap-around products, narrowed: the same bits
+        return g.cast(g.op("MatMul", [g.cast(x, "i32"), g.cast(y, "i32")], "i32"), x.dtype)
+    if x.dtype == "bool":
+        raise_bool = g.op("MatMul", [g.cast(x, "i32"), g.cast(y, "i32")], "i32")
+        return g.cast(raise_bool, "bool")
+    return g.op("MatMul", [x, y], x.dtype, out.shape)
+
+
+@emits(C.Linear, widen=True)
+def linear(g: OnnxGraph, c: C.Linear, out: Instr, x: T, w: T, b: T | None) -> T:
+    # MatMul against the transposed weight: onnxruntime folds the Transpose of an initializer once
+    # at load, and fuses MatMul + Add (+ activation) itself.
+    wt = g.op("Transpose", [w], w.dtype, perm=[1, 0])
+    y = g.op("MatMul", [x, wt], x.dtype)
+    if b is not None:
+        y = g.op("Add", [y, g.cast(b, x.dtype)], x.dtype)
+    return y
+
+
+@emits(C.Gemm, widen=True)
+def gemm(g: OnnxGraph, c: C.Gemm, out: Instr, x: T, w: T, bias: T | None) -> T:
+    # The numpy engine's fused product (only in programs its passes rewrote): a MatMul, the bias,
+    # and the activation from the elementwise table.
+    from rlx.exporters.onnx.elementwise import UNARY
+
+    y = g.op("MatMul", [x, g.cast(w, x.dtype)], x.dtype)
+    if bias is not None:
+        y = g.op("Add", [y, g.cast(bias, x.dtype)], x.dtype)
+    return UNARY[c.activation](g, y) if c.activation else y

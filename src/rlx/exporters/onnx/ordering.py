@@ -1,0 +1,96 @@
+"""Ordering and scans: ArgSort and ArgTopK through TopK (ties keep the lower index first, as the
+ONNX standard requires), CumReduce through CumSum or, for the scans ONNX lacks (prod, max, min,
+logsumexp), a reduction over a lower-triangular window of each lane (quadratic in the lane length)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from rlx.exporters.onnx.registry import EmitError, OnnxGraph, T, emits, unsupported
+from rlx.ir import calls as C
+from rlx.ir import dtypes
+from rlx.ir.program import Instr
+from rlx.ir.symbolic import Sym
+from rlx.kernels.precision import highest, lowest
+
+
+def _top_k(g: OnnxGraph, x: T, k: T, axis: int, largest: bool) -> T:
+    work = g.cast(x, "f32") if x.dtype in ("f16", "bf16", "bool", "u8", "i8", "i16") else x
+    _, idx = g.node("TopK", [work, k], 2, axis=axis, largest=int(largest), sorted=1)
+    return T(idx, "i64")
+
+
+@emits(C.ArgSort)
+def arg_sort(g: OnnxGraph, c: C.ArgSort, out: Instr, x: T) -> T:
+    assert x.shape is not None
+    if x.rank == 0:
+        return g.const(0, "i64")
+    return _top_k(g, x, g.dim(x.shape[c.axis]), c.axis, c.descending)
+
+
+@emits(C.ArgTopK)
+def arg_top_k(g: OnnxGraph, c: C.ArgTopK, out: Instr, x: T) -> T:
+    return _top_k(g, x, g.dim(c.k), c.axis, c.largest)
+
+
+def _lanes(g: OnnxGraph, x: T, axis: int, fill: float | int | bool) -> T:
+    """``[..., n(i), n(j), ...]``: x along the axis at position j where j ≤ i, ``fill`` elsewhere."""
+    assert x.shape is not None
+    n = x.shape[axis]
+    if isinstance(n, Sym):
+        raise EmitError(f"the ONNX emitter cannot scan along the symbolic axis {axis} of {x.name}; specialise it first")
+    tri = np.tril(np.ones((n, n), dtype=bool)).reshape((n, n) + (1,) * (x.rank - axis - 1))
+    lanes = g.op("Unsqueeze", [x, g.ints([axis])], x.dtype)  # x[..., None(i), j, ...]
+    return g.op("Where", [g.const(tri, "bool"), lanes, g.const(fill, x.dtype)], x.dtype)
+
+
+@emits(C.CumReduce)
+def cum_reduce(g: OnnxGraph, c: C.CumReduce, out: Instr, x: T) -> T:
+    acc = {"f16": "f32", "bf16": "f32", "f32": "f64", "f64": "f64"}.get(x.dtype, "i64")
+    if c.fn == "sum":
+        # CumSum in PyTorch's accumulation type; +0 where PyTorch's scan starts from +0.
+        total = g.op("CumSum", [g.cast(x, acc), g.ints(c.axis)], acc)
+        if dtypes.is_float(acc):
+            total = g.op("Add", [total, g.const(0.0, acc)], acc)
+        return g.cast(total, out.dtype)
+    if c.fn in ("prod", "logsumexp"):
+        wide = g.cast(x, acc)
+        fill = 1 if c.fn == "prod" else -np.inf
+        op = "ReduceProd" if c.fn == "prod" else "ReduceLogSumExp"
+        y = g.op(op, [_lanes(g, wide, c.axis, fill), g.ints([c.axis + 1])], acc, keepdims=0)
+        return g.cast(y, out.dtype)
+    if c.fn not in ("max", "min"):
+        raise unsupported(c, f"with scan {c.fn!r}")
+    return _cum_extreme(g, c, x)
+
+
+def _cum_extreme(g: OnnxGraph, c: C.CumReduce, x: T) -> T:
+    # The shared definition: the running extreme, and the last position where it was attained
+    # (PyTorch's >= / <= update; a NaN takes over). The values are x at those positions.
+    work = (
+        g.cast(x, "f32")
+        if x.dtype in ("f16", "bf16")
+        else g.cast(x, "i32")
+        if x.dtype in ("bool", "u8", "i8", "i16")
+        else x
+    )
+    fill = lowest(np.dtype(dtypes.to_numpy(work.dtype))) if c.fn == "max" else highest(dtypes.to_numpy(work.dtype))
+    op = "ReduceMax" if c.fn == "max" else "ReduceMin"
+    running = g.op(op, [_lanes(g, work, c.axis, fill), g.ints([c.axis + 1])], work.dtype, keepdims=0)
+    hit = g.op("Equal", [work, running], "bool")
+    if dtypes.is_float(work.dtype):
+        nan = g.op("IsNaN", [work], "bool")
+        hit = g.op("Or", [hit, nan], "bool")
+        # A NaN is never equal to the running value: it is the running value once seen.
+        any_nan = g.op("ReduceMax", [_lanes(g, g.cast(nan, "i32"), c.axis, 0), g.ints([c.axis + 1])], "i32", keepdims=0)
+        running = g.op("Where", [g.cast(any_nan, "bool"), g.const(np.nan, work.dtype), running], work.dtype)
+    assert x.shape is not None
+    n = x.static_shape("CumReduce max/min")[c.axis]
+    shape = [1] * x.rank
+    shape[c.axis] = n
+    positions = g.const(np.arange(n, dtype=np.int64).reshape(shape), "i64")
+    marked = g.op("Where", [hit, positions, g.const(0, "i64")], "i64")
+    idx = g.op("ReduceMax", [_lanes(g, marked, c.axis, 0), g.ints([c.axis + 1])], "i64", keepdims=0)
+    if c.indices:
+        return idx
+    return g.op("GatherElements", [x, idx], x.dtype, axis=c.axis)

@@ -1,0 +1,76 @@
+"""Reductions: Reduce and ArgReduce, with PyTorch's NaN rules (amax/amin and argmax/argmin
+propagate NaN; argmax picks the first NaN) and half precision reduced in float32."""
+
+from __future__ import annotations
+
+import math
+
+from rlx.exporters.onnx.registry import EmitError, OnnxGraph, T, emits
+from rlx.ir import calls as C
+from rlx.ir import dtypes
+from rlx.ir.program import Instr
+
+_OPS = {"sum": "ReduceSum", "prod": "ReduceProd", "amax": "ReduceMax", "amin": "ReduceMin", "mean": "ReduceMean"}
+
+
+def _reduce(g: OnnxGraph, op: str, x: T, axes: list[int] | None, keepdim: bool) -> T:
+    inputs = [x] if axes is None else [x, g.ints(axes)]
+    return g.op(op, inputs, x.dtype, keepdims=int(keepdim))
+
+
+def _any_nan(g: OnnxGraph, x: T, axes: list[int] | None, keepdim: bool) -> T:
+    nan = g.cast(g.op("IsNaN", [x], "bool"), "i32")
+    return g.cast(_reduce(g, "ReduceMax", nan, axes, keepdim), "bool")
+
+
+@emits(C.Reduce, widen=True)
+def reduce(g: OnnxGraph, c: C.Reduce, out: Instr, x: T) -> T:
+    axes = list(c.axes) if c.axes and x.rank else None
+    if c.fn == "xor":
+        raise EmitError(
+            "ONNX has no exclusive-or reduction (Reduce xor, torch.hash_tensor); use the numpy or JAX engine"
+        )
+    if x.rank == 0:
+        return g.op("Identity", [x], x.dtype) if c.fn not in ("var", "std") else _variance(g, c, x, axes)
+    if c.fn in ("any", "all"):
+        as_int = g.cast(x, "i32")
+        return g.cast(_reduce(g, "ReduceMax" if c.fn == "any" else "ReduceMin", as_int, axes, c.keepdim), "bool")
+    if c.fn in ("var", "std"):
+        return _variance(g, c, x, axes)
+    work = g.cast(x, "i32") if x.dtype in ("i8", "i16", "u8", "bool") else x
+    y = g.cast(_reduce(g, _OPS[c.fn], work, axes, c.keepdim), x.dtype)
+    if c.fn in ("amax", "amin") and dtypes.is_float(x.dtype):
+        y = g.op("Where", [_any_nan(g, x, axes, c.keepdim), g.const(math.nan, x.dtype), y], x.dtype)
+    return y
+
+
+def _variance(g: OnnxGraph, c: C.Reduce, x: T, axes: list[int] | None) -> T:
+    shape = x.static_shape("var/std")
+    n = math.prod(shape) if axes is None else math.prod(shape[a] for a in axes)
+    mean = _reduce(g, "ReduceMean", x, axes, True)
+    centered = g.op("Sub", [x, mean], x.dtype)
+    squares = g.op("Mul", [centered, centered], x.dtype)
+    total = _reduce(g, "ReduceSum", squares, axes, c.keepdim) if x.rank else squares
+    denom = max(n - c.correction, 0)
+    var = g.op("Div", [total, g.const(denom, x.dtype)], x.dtype)
+    return g.op("Sqrt", [var], x.dtype) if c.fn == "std" else var
+
+
+@emits(C.ArgReduce, widen=True)
+def arg_reduce(g: OnnxGraph, c: C.ArgReduce, out: Instr, x: T) -> T:
+    op = "ArgMax" if c.fn == "argmax" else "ArgMin"
+    work = g.cast(x, "i32") if x.dtype in ("bool", "i8", "i16", "u8") else x
+    flat = c.axis is None or x.rank == 0
+    if flat:
+        work = g.op("Reshape", [work, g.ints([-1])], work.dtype)
+    axis = 0 if flat or c.axis is None else c.axis
+    keep = int(c.keepdim and not flat)
+    idx = g.op(op, [work], "i64", axis=axis, keepdims=keep, select_last_index=0)
+    if dtypes.is_float(work.dtype):  # the first NaN wins, as in PyTorch
+        nan = g.cast(g.op("IsNaN", [work], "bool"), "i32")
+        first_nan = g.op("ArgMax", [nan], "i64", axis=axis, keepdims=keep)
+        has_nan = g.cast(g.op("ReduceMax", [nan, g.ints([axis])], "i32", keepdims=keep), "bool")
+        idx = g.op("Where", [has_nan, first_nan, idx], "i64")
+    if flat:
+        idx = g.op("Reshape", [idx, g.ints([1] * x.rank if c.keepdim else [])], "i64", out.shape)
+    return idx

@@ -1,0 +1,369 @@
+"""The Call → ONNX registry and the graph builder that emitters append nodes through.
+
+An emitter is registered next to its definition, one small function per Call family::
+
+    @emits(C.Softmax, widen=True)
+    def softmax(g: OnnxGraph, c: C.Softmax, out: Instr, x: T) -> T: ...
+
+It receives its operands as ``T`` (an ONNX tensor name with the rlx dtype and, when known, the
+shape), already widened from float16/bfloat16 to float32 when ``widen`` is set (PyTorch's CPU
+kernels compute half precision in float32 and round once), and returns the result; the driver
+casts it to the instruction's declared dtype when they differ, so the declared dtypes of the
+Program are what the ONNX graph computes. Every node an instruction adds carries the
+instruction's provenance note as its ``doc_string`` and the instruction's result in its name.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from rlx.errors import RlxError, UsageError
+from rlx.ir import dtypes
+from rlx.ir.program import Call, Instr, Lit, Program, Ref
+from rlx.ir.symbolic import Dim, Shape, Sym
+
+OPSET = 21  # ai.onnx: Reduce* take axes as an input (18), Gelu (20), GridSample-20, Resize antialias (18)
+
+
+class EmitError(RlxError):
+    """A Program (or one of its Calls, with these arguments) the ONNX emitter cannot express."""
+
+
+def require_onnx() -> Any:
+    try:
+        import onnx
+    except ImportError:
+        raise EmitError("ONNX emission needs the onnx package: pip install 'rlx[onnx]'") from None
+    return onnx
+
+
+# rlx dtype token → onnx.TensorProto data type (the numbers are fixed by the ONNX standard).
+ONNX_TYPES = {
+    "f32": 1, "u8": 2, "i8": 3, "i16": 5, "i32": 6, "i64": 7, "bool": 9, "f16": 10, "f64": 11,
+    "c64": 14, "bf16": 16, "u16": 4, "u32": 12, "u64": 13, "c128": 15,
+}  # fmt: skip
+HALF = ("f16", "bf16")
+
+
+@dataclass(frozen=True)
+class T:
+    """A tensor of the ONNX graph: its name, rlx dtype and (when known) its shape."""
+
+    name: str
+    dtype: str
+    shape: Shape | None = None
+
+    @property
+    def rank(self) -> int:
+        if self.shape is None:
+            raise EmitError(f"internal: rank of {self.name} is not known")
+        return len(self.shape)
+
+    def static_shape(self, what: str) -> tuple[int, ...]:
+        if self.shape is None or not all(isinstance(d, int) for d in self.shape):
+            raise EmitError(f"{what} needs static extents, {self.name} has shape {self.shape}; specialise it first")
+        return tuple(int(d) for d in self.shape)  # type: ignore[arg-type]
+
+
+Emitter = Callable[..., T]
+
+
+@dataclass(frozen=True)
+class Registered:
+    fn: Emitter
+    widen: bool
+
+
+EMITTERS: dict[type[Call], Registered] = {}
+
+
+def emits(*calls: type[Call], widen: bool = False) -> Callable[[Emitter], Emitter]:
+    """Register ``fn`` as the ONNX emitter of ``calls``. ``widen``: half-precision float operands
+    arrive as float32 (computed in float32, rounded once to the declared dtype)."""
+
+    def register(fn: Emitter) -> Emitter:
+        for cls in calls:
+            if cls in EMITTERS:
+                raise RuntimeError(f"two ONNX emitters for {cls.__name__}")
+            EMITTERS[cls] = Registered(fn, widen)
+        return fn
+
+    return register
+
+
+# onnxruntime's contrib operators (domain com.microsoft) an emitter may use instead of standard ones.
+CONTRIB_DOMAIN = "com.microsoft"
+# "attention": Attention → MultiHeadAttention; "gelu": x·x·x as Pow(x, 3), the pattern of the tanh GELU
+# that onnxruntime's optimizer fuses into FastGelu; "causal_attention" (with "attention"): causal and
+# grouped-query attention as MultiHeadAttention too. DEFAULT_CONTRIB: the ones the onnxruntime
+# engine uses unless told otherwise (all of them).
+CONTRIB_FUSIONS = ("attention", "gelu", "causal_attention")
+DEFAULT_CONTRIB = CONTRIB_FUSIONS
+
+
+def check_contrib(contrib: Collection[str]) -> frozenset[str]:
+    """The contrib fusions asked for, each one known (else one line naming the choices)."""
+    unknown = set(contrib) - set(CONTRIB_FUSIONS)
+    if unknown:
+        raise UsageError(f"unknown contrib fusion(s) {sorted(unknown)}; choose from {', '.join(CONTRIB_FUSIONS)}")
+    return frozenset(contrib)
+
+
+# Calls with no faithful ONNX form at this opset → why (checked before anything is emitted).
+NO_ONNX_FORM: dict[type[Call], str] = {}
+
+
+def no_onnx_form(why: str, *calls: type[Call]) -> None:
+    """Declare ``calls`` as having no ONNX form, for the reason ``why`` (said to the user)."""
+    for cls in calls:
+        if cls in EMITTERS or cls in NO_ONNX_FORM:
+            raise RuntimeError(f"{cls.__name__} is declared twice in the ONNX emitter")
+        NO_ONNX_FORM[cls] = why
+
+
+class OnnxGraph:
+    """Nodes and initializers being built for one Program (onnx protos are made at the end)."""
+
+    def __init__(
+        self,
+        program: Program,
+        opset: int = OPSET,
+        *,
+        pooling_nan: bool | str = True,
+        contrib: Collection[str] = (),
+        weight_values: Mapping[str, np.ndarray] | None = None,
+    ) -> None:
+        self.program = program
+        self.opset = opset
+        # onnxruntime's com.microsoft operators to emit where a Call is one (``CONTRIB_FUSIONS``).
+        self.contrib = check_contrib(contrib)
+        # onnxruntime's MaxPool skips NaN where PyTorch's propagates it. True: PyTorch's rule in the
+        # graph, a second pooling of the NaN mask (which also breaks onnxruntime's NCHWc conv/pool
+        # chains); "check": plain MaxPool, and every pooled input's sum joins ``nan_checks`` (NaN or
+        # inf there flags a run whose pooling may have skipped a NaN: the engine then reruns the
+        # exact graph); False: onnxruntime's rule.
+        if pooling_nan not in (True, False, "check"):
+            raise UsageError(f"pooling_nan must be True, False or 'check', got {pooling_nan!r}")
+        self.pooling_nan = pooling_nan
+        self.nan_checks: list[T] = []
+        # "check": the weights' values (when given) let a pooled input's NaN be traced to graph
+        # inputs instead (``nan_sources``); the inputs already summed into ``nan_checks``.
+        self.weight_values = weight_values
+        self.checked_inputs: set[str] = set()
+        self._nan_sources: Any = None
+        self._static_values: Any = None
+        self._producers: dict[str, Instr] | None = None
+        self._consumers: dict[str, list[Instr]] | None = None
+        self.nodes: list[tuple[str, list[str], list[str], dict[str, Any], str, str, str]] = []
+        self.constants: dict[str, np.ndarray] = {}  # small constants made while emitting
+        # tensor name → the higher-rank tensor it is a row-major reshape of (static shapes only):
+        # PyTorch's decompositions flatten a Linear's input to 2-d and a batched product's to 3-d;
+        # the emitter runs those products and their elementwise followers on the original N-d
+        # tensor instead, as torch.onnx's graphs do (fewer Reshapes, and MatMul + scale stays one
+        # pattern for onnxruntime's fusions).
+        self.reshaped: dict[str, T] = {}
+        self._const_ids: dict[tuple[str, tuple[int, ...], bytes], str] = {}
+        self.values = program.values()
+        self._counter = 0
+        self._owner = "graph"  # the instruction whose nodes are being added (names them)
+        self._note = ""
+        self._dims: dict[str, str] = {}  # symbol / expression → 1-element int64 tensor
+        self.symbol_sources: dict[str, tuple[str, int]] = {}
+        for v in program.inputs:
+            for axis, d in enumerate(v.shape):
+                if isinstance(d, Sym) and d.expr.isidentifier():
+                    self.symbol_sources.setdefault(d.expr, (v.name, axis))
+
+    def consumers(self, name: str) -> list[Instr]:
+        """The instructions that read value ``name``."""
+        if self._consumers is None:
+            self._consumers = {}
+            for ins in self.program.instrs:
+                for ref in {r.name for r in ins.call.refs()}:
+                    self._consumers.setdefault(ref, []).append(ins)
+        return self._consumers.get(name, [])
+
+    def is_output(self, name: str) -> bool:
+        return any(isinstance(o, Ref) and o.name == name for o in self.program.outputs)
+
+    def nan_sources(self, name: str) -> frozenset[str] | None:
+        """The graph inputs whose finiteness rules out NaN in value ``name`` (None: unknown;
+        see ``rlx.exporters.onnx.nan_sources``). Needs the weights' values: None without them."""
+        if self.weight_values is None:
+            return None
+        if self._nan_sources is None:
+            from rlx.exporters.onnx.nan_sources import NanSources
+
+            self._nan_sources = NanSources(self.program, self.weight_values.get)
+        result: frozenset[str] | None = self._nan_sources.inputs(name)
+        return result
+
+    def static_value(self, name: str) -> np.ndarray | None:
+        """The value ``name`` has on every run when it derives from weights and literals only
+        (``rlx.exporters.onnx.static_values``); None when unknown or without the weights' values."""
+        if self.weight_values is None:
+            return None
+        if self._static_values is None:
+            from rlx.exporters.onnx.static_values import StaticValues
+
+            self._static_values = StaticValues(self.program, self.weight_values.get)
+        result: np.ndarray | None = self._static_values.value(name)
+        return result
+
+    def producer(self, name: str) -> Instr | None:
+        """The instruction whose result ``name`` is (None for inputs, weights and constants)."""
+        if self._producers is None:
+            self._producers = {ins.result: ins for ins in self.program.instrs}
+        return self._producers.get(name)
+
+    # ── provenance ───────────────────────────────────────────────────────────
+    def begin(self, owner: str, note: str) -> None:
+        self._owner, self._note = owner, note
+
+    def fresh(self, hint: str = "t") -> str:
+        self._counter += 1
+        return f"{self._owner}/{hint}{self._counter}"
+
+    # ── nodes ────────────────────────────────────────────────────────────────
+    def node(
+        self,
+        op_type: str,
+        inputs: Sequence[T | str | None],
+        n_out: int = 1,
+        *,
+        domain: str = "",
+        outputs: Sequence[str] | None = None,
+        **attrs: Any,
+    ) -> list[str]:
+        """Append one node; returns its output names (fresh unless given)."""
+        names = [("" if i is None else i.name if isinstance(i, T) else i) for i in inputs]
+        while names and names[-1] == "":
+            names.pop()  # trailing omitted optional inputs
+        outs = list(outputs) if outputs is not None else [self.fresh(op_type.lower()) for _ in range(n_out)]
+        self.nodes.append((op_type, names, outs, {k: v for k, v in attrs.items() if v is not None}, domain,
+                           f"{self._owner}:{op_type}:{len(self.nodes)}", self._note))  # fmt: skip
+        return outs
+
+    def op(self, op_type: str, inputs: Sequence[T | str | None], dtype: str, shape: Shape | None = None,
+           **attrs: Any) -> T:  # fmt: skip
+        """One node with one output of ``dtype``."""
+        return T(self.node(op_type, inputs, **attrs)[0], dtype, shape)
+
+    # ── constants ────────────────────────────────────────────────────────────
+    def const(self, value: Any, dtype: str) -> T:
+        """A constant tensor (deduplicated): a scalar, a list or an array, in rlx dtype ``dtype``."""
+        arr = np.array(value, dtype=dtypes.to_numpy(dtype), order="C")  # (ascontiguousarray makes 0-d 1-d)
+        key = (dtype, arr.shape, arr.tobytes())
+        name = self._const_ids.get(key)
+        if name is None:
+            name = f"const/{len(self._const_ids)}"
+            self._const_ids[key] = name
+            self.constants[name] = arr
+        return T(name, dtype, arr.shape)
+
+    def ints(self, values: Sequence[int] | int) -> T:
+        """An int64 constant: a 1-d tensor from a sequence, a 0-d one from an int."""
+        return self.const(np.asarray(values if isinstance(values, int) else list(values), dtype=np.int64), "i64")
+
+    def scalar_like(self, value: bool | int | float, like: T) -> T:
+        return self.const(value, like.dtype)
+
+    # ── dtypes ───────────────────────────────────────────────────────────────
+    def cast(self, x: T, dtype: str) -> T:
+        if x.dtype == dtype:
+            return x
+        return self.op("Cast", [x], dtype, x.shape, to=ONNX_TYPES[dtype])
+
+    def widen(self, x: T) -> T:
+        return self.cast(x, "f32") if x.dtype in HALF else x
+
+    # ── dims: static ints, or int64 tensors computed from the inputs' shapes ──
+    def dims(self, shape: Sequence[Dim | T]) -> T:
+        """A 1-d int64 tensor holding ``shape`` (a constant when every extent is static)."""
+        if all(isinstance(d, int) for d in shape):
+            return self.ints([int(d) for d in shape])  # type: ignore[arg-type]
+        parts = [self.dim(d) for d in shape]
+        return T(self.node("Concat", parts, axis=0)[0], "i64", (len(parts),))
+
+    def dim(self, d: Dim | T) -> T:
+        """A 1-element int64 tensor holding one extent."""
+        if isinstance(d, T):
+            return d
+        if isinstance(d, int):
+            return self.ints([d])
+        cached = self._dims.get(d.expr)
+        if cached is None:
+            with_owner = self._owner, self._note
+            self.begin("shape", f"extent {d.expr}")
+            cached = self._expr(ast.parse(d.expr, mode="eval").body, d.expr).name
+            self._owner, self._note = with_owner
+            self._dims[d.expr] = cached
+        return T(cached, "i64", (1,))
+
+    def _expr(self, node: ast.AST, text: str) -> T:
+        if isinstance(node, ast.Constant) and isinstance(node.value, int) and not isinstance(node.value, bool):
+            return self.ints([node.value])
+        if isinstance(node, ast.Name):
+            return self._symbol(node.id, text)
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+            return self.op("Neg", [self._expr(node.operand, text)], "i64", (1,))
+        if isinstance(node, ast.BinOp):
+            a, b = self._expr(node.left, text), self._expr(node.right, text)
+            return self._int_binop(type(node.op), a, b, text)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+            args = [self._expr(a, text) for a in node.args]
+            fn = node.func.id
+            if fn in ("Max", "Min") and args:
+                return self.op(fn, args, "i64", (1,))
+            if fn in ("FloorDiv", "CeilDiv", "Mod", "PythonMod") and len(args) == 2:
+                if fn == "CeilDiv":
+                    neg = self.op("Neg", [args[0]], "i64", (1,))
+                    return self.op("Neg", [self._int_binop(ast.FloorDiv, neg, args[1], text)], "i64", (1,))
+                return self._int_binop(ast.FloorDiv if fn == "FloorDiv" else ast.Mod, args[0], args[1], text)
+        raise EmitError(f"symbolic extent {text!r}: cannot express it in ONNX; specialise the program first")
+
+    def _int_binop(self, op: type, a: T, b: T, text: str) -> T:
+        simple = {ast.Add: "Add", ast.Sub: "Sub", ast.Mult: "Mul"}
+        if op in simple:
+            return self.op(simple[op], [a, b], "i64", (1,))
+        if op in (ast.FloorDiv, ast.Mod):
+            mod = self.op("Mod", [a, b], "i64", (1,), fmod=0)  # Python's sign rule, so the division is exact
+            if op is ast.Mod:
+                return mod
+            return self.op("Div", [self.op("Sub", [a, mod], "i64", (1,)), b], "i64", (1,))
+        raise EmitError(f"symbolic extent {text!r}: cannot express it in ONNX; specialise the program first")
+
+    def _symbol(self, name: str, text: str) -> T:
+        source = self.symbol_sources.get(name)
+        if source is None:
+            raise EmitError(f"symbolic extent {text!r}: symbol {name} is no input's axis; specialise the program first")
+        value, axis = source
+        return self.op("Shape", [value], "i64", (1,), start=axis, end=axis + 1)
+
+    # ── operands ─────────────────────────────────────────────────────────────
+    def lit(self, v: Lit) -> T:
+        if isinstance(v.value, Sym):
+            d = self.dim(v.value)
+            scalar = self.op("Squeeze", [d, self.ints([0])], "i64", ())
+            return self.cast(scalar, v.dtype)
+        return self.const(v.value, v.dtype)
+
+
+def new_graph_value(g: OnnxGraph, ref: Ref) -> T:
+    v = g.values[ref.name]
+    return T(ref.name, v.dtype, v.shape)
+
+
+def unsupported(c: Call, why: str) -> EmitError:
+    return EmitError(f"the ONNX emitter cannot express {c.op} {why}")
+
+
+def out_static(out: Instr, what: str) -> tuple[int, ...]:
+    if not all(isinstance(d, int) for d in out.shape):
+        raise EmitError(f"{what} needs static extents, {out.result} has shape {out.shape}; specialise it first")
+    return tuple(int(d) for d in out.shape)  # type: ignore[arg-type]

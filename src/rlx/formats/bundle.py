@@ -1,0 +1,175 @@
+"""The bundle: ``program.json`` + ``weights.safetensors`` + ``meta.json`` — everything the runtime needs.
+
+The writer (``write_bundle``) and the reader (``read_bundle``), side by side."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rlx.errors import BundleError
+from rlx.formats import safetensors_io
+from rlx.formats.atomic import atomic_write_text
+from rlx.ir import dtypes
+from rlx.ir.program import Lit, Program, Ref, dumps_json
+from rlx.ir.rng import with_rng_state
+from rlx.ir.symbolic import dim_json
+from rlx.ir.validate import validate
+from rlx.version import __version__
+
+BUNDLE_FORMAT = "rlx-bundle"
+BUNDLE_VERSION = 1
+
+
+def meta_json(program: Program, source: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    values = program.values()
+    outputs = []
+    for k, o in enumerate(program.outputs[: program.n_user_outputs]):
+        if isinstance(o, Ref):
+            v = values[o.name]
+            outputs.append({"name": f"out{k}", "shape": [dim_json(d) for d in v.shape], "dtype": v.dtype})
+        elif isinstance(o, Lit):
+            outputs.append({"name": f"out{k}", "shape": [], "dtype": o.dtype})
+    doc = {
+        "format": BUNDLE_FORMAT,
+        "version": BUNDLE_VERSION,
+        "model_name": program.name,
+        "inputs": [{"name": v.name, "shape": [dim_json(d) for d in v.shape], "dtype": v.dtype} for v in program.inputs],
+        "outputs": outputs,
+        "output_tree": program.output_tree,
+        "symbols": [{"name": s.name, "min": s.min, "max": s.max, "hint": s.hint} for s in program.symbols],
+        "rlx_version": __version__,
+        "source": dict(source or {"format": "rlx-torch-ir", "version": 1}),
+    }
+    if program.state:  # buffers the runtime carries from call to call (their initial values: the weights)
+        doc["state"] = [s.name for s in program.state]
+    return doc
+
+
+def write_bundle(
+    program: Program,
+    weights: Mapping[str, np.ndarray],
+    bundle_dir: Path,
+    *,
+    source: Mapping[str, Any] | None = None,
+    weights_file: Path | None = None,
+) -> Path:
+    """Write a bundle. ``weights`` is keyed by state_dict name; when ``weights_file`` already holds
+    exactly those tensors it is linked (or copied) instead of written again."""
+    bundle_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(bundle_dir / "program.json", program.dumps())
+    needed = {w.key for w in program.weights} | {s.key for s in program.state}
+    target = bundle_dir / "weights.safetensors"
+    if weights_file is not None and set(weights) == needed:
+        try:
+            os.link(weights_file, target)
+        except OSError:
+            shutil.copyfile(weights_file, target)
+    else:
+        weights = with_rng_state(program, dict(weights))  # a generator's initial state, if it draws
+        safetensors_io.write(target, {k: weights[k] for k in sorted(needed)})
+    atomic_write_text(bundle_dir / "meta.json", dumps_json(meta_json(program, source)))
+    return bundle_dir
+
+
+def read_meta(bundle_dir: Path) -> dict[str, Any]:
+    return json.loads((bundle_dir / "meta.json").read_text(encoding="utf-8"))
+
+
+# ── reading ──────────────────────────────────────────────────────────────────
+BUNDLE_FILES = ("program.json", "meta.json", "weights.safetensors")
+MAX_JSON_BYTES = 256 * 1024 * 1024
+
+
+def read_bundle(bundle_dir: str | Path) -> tuple[Program, dict[str, np.ndarray], dict[str, Any]]:
+    """The program, its weights (memory-mapped) by value name, and meta.json of a bundle directory,
+    every size, shape and dtype checked; nothing outside the directory is read."""
+    bundle_dir = Path(bundle_dir)
+    if (bundle_dir / "bundle" / "program.json").is_file():  # an OUT directory from `rlx import`
+        bundle_dir = bundle_dir / "bundle"
+    if not bundle_dir.is_dir():
+        raise BundleError(f"{bundle_dir}: not a directory; pass the bundle directory written by `rlx import`")
+    paths = {name: inside(bundle_dir, name) for name in BUNDLE_FILES}
+    program = Program.from_json(read_json(paths["program.json"]), "program.json")
+    validate(program, "program.json")
+    meta = read_json(paths["meta.json"])
+    check_meta(meta, program, paths["meta.json"])
+    tensors, _ = safetensors_io.read(paths["weights.safetensors"])
+    extra = sorted(set(tensors) - {w.key for w in program.weights} - {s.key for s in program.state})
+    if extra:
+        more = f" and {len(extra) - 3} more" if len(extra) > 3 else ""
+        raise BundleError(
+            f"{paths['weights.safetensors']}: tensor(s) {', '.join(map(repr, extra[:3]))}{more} are not used by the "
+            "program; the bundle's files do not belong together"
+        )
+    weights = bind_weights(program, tensors, paths["weights.safetensors"])
+    return program, weights, meta
+
+
+def inside(directory: Path, name: str) -> Path:
+    """``directory/name``, refusing a path that resolves outside ``directory`` (symlinks included)."""
+    path = directory / name
+    root = directory.resolve()
+    if not path.resolve().is_relative_to(root):
+        raise BundleError(f"{path}: resolves outside the bundle directory ({path.resolve()}); refusing to read it")
+    return path
+
+
+def check_meta(meta: Any, program: Program, source: Path) -> None:
+    """meta.json must describe the same inputs as program.json (a mismatch means mixed-up files)."""
+    if not isinstance(meta, dict) or meta.get("format") != BUNDLE_FORMAT:
+        raise BundleError(f"{source}: not an rlx bundle meta.json (format must be {BUNDLE_FORMAT!r})")
+    if meta.get("version") != BUNDLE_VERSION:
+        raise BundleError(f"{source}: this rlx reads bundle version {BUNDLE_VERSION}, found {meta.get('version')!r}")
+    inputs = meta.get("inputs")
+    declared = [{"name": v.name, "shape": [dim_json(d) for d in v.shape], "dtype": v.dtype} for v in program.inputs]
+    if inputs != declared:
+        raise BundleError(f"{source}: inputs {inputs!r} do not match program.json's {declared!r}")
+
+
+def bind_weights(program: Program, tensors: Mapping[str, np.ndarray], source: Path | str) -> dict[str, np.ndarray]:
+    """Weights by program value name, checking every declared shape and dtype (a program that draws
+    random numbers gets its generator's initial state when ``tensors`` lacks it: ``rlx.ir.rng``)."""
+    tensors = with_rng_state(program, dict(tensors))
+    out = {}
+    for w in program.weights:
+        if w.key not in tensors:
+            raise BundleError(f"{source}: tensor {w.key!r} is missing (the program needs it as {w.name})")
+        arr = tensors[w.key]
+        if dtypes.from_numpy(arr.dtype) != w.dtype or tuple(arr.shape) != w.shape:
+            raise BundleError(
+                f"{source}: tensor {w.key!r} is {dtypes.from_numpy(arr.dtype)}{list(arr.shape)}, "
+                f"the program declares {w.dtype}{list(w.shape)}"
+            )
+        out[w.name] = arr
+    inputs = {v.name: v for v in program.inputs}
+    for s in program.state:  # the initial value of each state buffer
+        v = inputs[s.name]
+        if s.key not in tensors:
+            raise BundleError(f"{source}: tensor {s.key!r} is missing (the initial value of state {s.name})")
+        arr = tensors[s.key]
+        if dtypes.from_numpy(arr.dtype) != v.dtype or tuple(arr.shape) != v.shape:
+            raise BundleError(
+                f"{source}: tensor {s.key!r} is {dtypes.from_numpy(arr.dtype)}{list(arr.shape)}, "
+                f"state {s.name} is {v.dtype}{list(v.shape)}"
+            )
+        out[s.name] = arr
+    return out
+
+
+def read_json(path: Path) -> Any:
+    try:
+        size = path.stat().st_size
+        if size > MAX_JSON_BYTES:
+            raise BundleError(f"{path}: {size} bytes is more than the {MAX_JSON_BYTES}-byte limit for a JSON file")
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise BundleError(f"{path}: missing; is {path.parent} a bundle written by `rlx import`?") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+        raise BundleError(f"{path}: not valid JSON: {e}") from None

@@ -1,0 +1,218 @@
+"""Runs a Program on onnxruntime: one ONNX graph and one InferenceSession per static program.
+
+Weights are handed to every session as external initializers that point at the engine's own
+arrays (``SessionOptions.add_external_initializers``), so the serialized graph holds no weight
+bytes and the sessions of several input-shape bindings share one copy of the host weights.
+onnxruntime's graph optimizer runs at ``ORT_ENABLE_ALL`` (constant folding, Conv+BatchNorm,
+LayerNorm / attention / GELU fusions) unless told otherwise.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Collection, Mapping
+from typing import Any
+
+import numpy as np
+
+from rlx.errors import RlxError, UsageError
+from rlx.exporters.onnx import check_coverage, to_onnx
+from rlx.exporters.onnx.build import NAN_CHECK
+from rlx.exporters.onnx.registry import DEFAULT_CONTRIB, ONNX_TYPES, EmitError, check_contrib
+from rlx.ir import dtypes
+from rlx.ir.program import Program
+from rlx.runtime.onnxruntime_engine import require_onnxruntime
+
+OPTIMIZATION_LEVELS = ("all", "extended", "basic", "none")
+
+
+class OrtEngine:
+    """A program's weights as onnxruntime values, shared by the session of every binding."""
+
+    name = "onnxruntime"
+
+    def __init__(
+        self,
+        program: Program,
+        weights: Mapping[str, np.ndarray],
+        *,
+        threads: int | None = None,
+        optimization: str = "all",
+        pooling_nan: bool = True,
+        contrib: Collection[str] = DEFAULT_CONTRIB,
+    ) -> None:
+        """``optimization``: onnxruntime's graph optimization level (all / extended / basic / none);
+        ``pooling_nan=False``: max pooling skips NaN as onnxruntime's MaxPool does, instead of
+        propagating it as PyTorch does (saves the check of each pooled input; see ``OrtExecutor``);
+        ``contrib``: onnxruntime's fused com.microsoft operators to emit where they are faster
+        (``"attention"``: an encoder's Attention as one MultiHeadAttention; ``"causal_attention"``:
+        causal and grouped-query ones too); ``()`` for standard operators only."""
+        self._ort = require_onnxruntime()
+        try:
+            check_coverage(program)
+        except EmitError as e:
+            raise UsageError(f"{e}; run this model with backend='numpy'") from None
+        if optimization not in OPTIMIZATION_LEVELS:
+            raise UsageError(
+                f"unknown onnxruntime optimization level {optimization!r}; choose {', '.join(OPTIMIZATION_LEVELS)}"
+            )
+        if not isinstance(pooling_nan, bool):
+            raise UsageError(f"pooling_nan must be True or False, got {pooling_nan!r}")
+        if threads is not None and threads < 1:
+            raise UsageError(f"threads must be at least 1, got {threads}")
+        self._source = program
+        self.threads = threads
+        self.optimization = optimization
+        self.pooling_nan = pooling_nan
+        self.contrib = check_contrib(contrib)
+        self._arrays = {w.name: np.asarray(weights[w.name], order="C") for w in program.weights}
+        self._values = {name: _ort_value(self._ort, arr) for name, arr in self._arrays.items()}
+        self.compilations = 0
+        self._lock = threading.Lock()
+
+    @property
+    def source(self) -> Program:
+        return self._source
+
+    def session_options(self) -> Any:
+        ort = self._ort
+        opts = ort.SessionOptions()
+        if self.threads is not None:
+            opts.intra_op_num_threads = self.threads
+        opts.inter_op_num_threads = 1
+        opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        levels = {
+            "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+            "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+            "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+            "none": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+        }
+        opts.graph_optimization_level = levels[self.optimization]
+        opts.log_severity_level = 3  # warnings about unused initializers etc. are not the user's business
+        return opts
+
+    def compile(self, program: Program) -> OrtExecutor:
+        executor = OrtExecutor(program, self)
+        with self._lock:
+            self.compilations += 1
+        return executor
+
+    @property
+    def arrays(self) -> Mapping[str, np.ndarray]:
+        return self._arrays
+
+    def array(self, name: str) -> np.ndarray:
+        return self._arrays[name]
+
+    def weight_values(self, names: list[str]) -> list[Any]:
+        return [self._values[n] for n in names]
+
+
+def _ort_value(ort: Any, arr: np.ndarray) -> Any:
+    if arr.dtype == dtypes.to_numpy("bf16"):  # numpy has no bfloat16 of its own: hand over the bits
+        return ort.OrtValue.ortvalue_from_numpy_with_onnx_type(arr.view(np.uint16), ONNX_TYPES["bf16"])
+    return ort.OrtValue.ortvalue_from_numpy(arr)
+
+
+class OrtExecutor:
+    """One static-shaped Program as an onnxruntime session, ready to run many times.
+
+    PyTorch's max pooling propagates NaN, onnxruntime's MaxPool skips it. Pooling the NaN mask
+    too costs a second pooling per MaxPool and breaks onnxruntime's NCHWc conv → pool chains, so
+    the session runs the plain MaxPool and checks each pooled input's sum (``pooling_nan="check"``):
+    on the rare run where one is not finite, the inputs are run again through a second session,
+    built then, whose graph pools the NaN mask (exact for every input)."""
+
+    def __init__(
+        self, program: Program, engine: OrtEngine, extra_outputs: list[str] | None = None, *, exact: bool = False
+    ) -> None:
+        self.program = program
+        self._engine, self._extra_outputs = engine, extra_outputs
+        ort = engine._ort
+        scalars = {w.name: engine.array(w.name) for w in program.weights if not w.shape}
+        pooling_nan = engine.pooling_nan and (True if exact else "check")
+        model = to_onnx(program, scalars, io_bf16_as_f32=True, external_weights=True, pooling_nan=pooling_nan,
+                        contrib=engine.contrib, weight_values=engine.arrays)  # fmt: skip
+        checked = [o.name for o in model.graph.output if o.name == NAN_CHECK]
+        if extra_outputs:  # intermediate values to return too (the per-node debugger)
+            import onnx
+
+            known = {o.name for o in model.graph.output}
+            for name in extra_outputs:
+                if name not in known:
+                    model.graph.output.append(onnx.ValueInfoProto(name=name))
+        self.output_names = [o.name for o in model.graph.output if o.name != NAN_CHECK]
+        self._check = checked  # [NAN_CHECK] when the graph has one
+        self._exact: OrtExecutor | None = None
+        self._exact_lock = threading.Lock()
+        self._input_names = [i.name for i in model.graph.input]
+        names = [t.name for t in model.graph.initializer if t.data_location == 1]
+        opts = engine.session_options()
+        if names:
+            opts.add_external_initializers(names, engine.weight_values(names))
+        try:
+            self._session = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+        except Exception as e:
+            raise RlxError(f"onnxruntime could not load {program.name}: {type(e).__name__}: {_first_line(e)}") from e
+        self._bf16_inputs = [v.dtype == "bf16" for v in program.inputs]
+        self._want = [dtypes.to_numpy(v.dtype) for v in _output_values(program)]
+        self._fetch = self.output_names[: len(self._want)] + self._check
+        # onnxruntime's InferenceSession.run re-validates the feed's names (about 2 µs a call, a
+        # fifth of a small MLP's run); the inputs are checked already, so the binding's own run
+        # is called where the session has one (public API otherwise).
+        binding: Any = getattr(self._session, "_sess", self._session)
+        self._run_session = binding.run if hasattr(binding, "run") else self._session.run
+        # No bfloat16 crossing the boundary: onnxruntime's own (fresh, writable) arrays are the outputs.
+        self._plain = not any(self._bf16_inputs) and all(w != dtypes.to_numpy("bf16") for w in self._want)
+
+    def run(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        """Run on arrays already checked against the program's inputs (in order)."""
+        if self._plain:  # the common case, kept short: this is per-call overhead on small models
+            try:
+                results = self._run_session(self._fetch, dict(zip(self._input_names, inputs)), None)
+            except Exception as e:
+                raise RlxError(f"runtime error in onnxruntime running {self.program.name}: {_first_line(e)}") from e
+            if self._check and not math.isfinite(results.pop()):
+                return self.exact().run(inputs)
+            return results
+        return self.run_named(inputs)[: len(self._want)]
+
+    def exact(self) -> OrtExecutor:
+        """The session whose graph pools the NaN mask (built on the first run that needs it)."""
+        with self._exact_lock:
+            if self._exact is None:
+                self._exact = OrtExecutor(self.program, self._engine, self._extra_outputs, exact=True)
+            return self._exact
+
+    def run_named(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        """The program outputs, then any extra outputs asked for, in ``output_names`` order."""
+        feed = {
+            name: (arr.astype(np.float32) if bf16 else arr)
+            for name, arr, bf16 in zip(self._input_names, inputs, self._bf16_inputs)
+        }
+        try:
+            results = self._session.run(self.output_names + self._check, feed)
+        except Exception as e:
+            raise RlxError(f"runtime error in onnxruntime running {self.program.name}: {_first_line(e)}") from e
+        if self._check and not math.isfinite(results.pop()):
+            return self.exact().run_named(inputs)
+        out = []
+        for k, r in enumerate(results):
+            arr = np.asarray(r)
+            if k < len(self._want) and arr.dtype != self._want[k]:
+                arr = arr.astype(self._want[k])  # bfloat16 outputs cross the boundary as float32 (exactly)
+            out.append(arr if arr.flags.writeable else arr.copy())
+        return out
+
+
+def _output_values(program: Program) -> list[Any]:
+    values = program.values()
+    from rlx.ir.program import Ref, Value
+
+    return [values[o.name] if isinstance(o, Ref) else Value("", (), o.dtype) for o in program.outputs]
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else ""

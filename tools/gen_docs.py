@@ -217,8 +217,8 @@ def cli() -> str:
     out = ["Global options: `--debug` (print tracebacks on errors), `--version`."]
     for name, p in sub.choices.items():
         rows = [r for r in map(_option_row, p._actions) if r]
-        out += ["", f"## `rlx {name}`", "", _cell(helps.get(name) or ""), "", "| argument | meaning |", "|---|---|"]
-        out += rows
+        out += ["", f"## `rlx {name}`", "", _cell(helps.get(name) or ""), ""]
+        out += ["| argument | meaning |", "|---|---|", *rows] if rows else ["No arguments."]
     return "\n".join(out)
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tools"))
+sys.path.append(str(ROOT / "tools"))  # appended: tools/conformance.py must not shadow the tests/conformance package
 
 import gen_docs  # noqa: E402
 

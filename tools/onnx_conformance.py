@@ -5,7 +5,8 @@ compared with the expected outputs the case ships (ONNX's tolerances: ``rtol`` /
 case; shapes and dtypes must match exactly). onnxruntime runs the same cases in the same process.
 
     python tools/onnx_conformance.py                      # print the summary
-    python tools/onnx_conformance.py --write-readme       # refresh the README table
+    python tools/onnx_conformance.py --record             # record the counts the docs show, then:
+    python tools/gen_docs.py                              # render them into docs/ and the README
     python tools/onnx_conformance.py --write-known-failures   # refresh tests/frontends/onnx/known_failures.py
 """
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import json
 import re
 import sys
 import time
@@ -26,9 +28,8 @@ from typing import Any
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-README = ROOT / "README.md"
+RESULTS = ROOT / "tests" / "frontends" / "onnx" / "results.json"  # read by tools/gen_docs.py
 KNOWN_FAILURES = ROOT / "tests" / "frontends" / "onnx" / "known_failures.py"
-BEGIN, END = "<!-- onnx-conformance:begin -->", "<!-- onnx-conformance:end -->"
 
 
 @dataclass
@@ -175,37 +176,35 @@ def run_ort(case: Any) -> Outcome:
         return Outcome(case.name, op, False, f"{type(e).__name__}: {str(e)[:160]}")
 
 
-def table(rlx: list[Outcome], ort: list[Outcome] | None) -> str:
-    n = len(rlx)
-    ok = sum(o.passed for o in rlx)
-    frozen = sum(o.passed and o.reason.startswith("frozen") for o in rlx)
-    lines = ["| runner | cases passed | pass rate |", "|---|---:|---:|",
-             f"| rlx | {ok} / {n} (of which {frozen} with shape inputs frozen) | {100 * ok / n:.1f}% |"]  # fmt: skip
+def record(rlx: list[Outcome], ort: list[Outcome] | None) -> dict[str, Any]:
+    """The counts the docs show (tools/gen_docs.py renders them): overall and per op, rlx and onnxruntime."""
+    import onnx
+
+    versions = f"onnx {onnx.__version__}"
     if ort is not None:
-        ok_o = sum(o.passed for o in ort)
-        lines.append(f"| onnxruntime | {ok_o} / {n} | {100 * ok_o / n:.1f}% |")
+        import onnxruntime
+
+        versions += f", onnxruntime {onnxruntime.__version__}"
+    ort_by = {o.name: o for o in ort or []}
     by_op: dict[str, list[Outcome]] = defaultdict(list)
     for o in rlx:
         by_op[o.op].append(o)
-    ort_by = {o.name: o for o in ort or []}
-    lines += ["", "<details><summary>By op (rlx passed / onnxruntime passed / cases)</summary>", "",
-              "| op | rlx | onnxruntime | cases |", "|---|---:|---:|---:|"]  # fmt: skip
-    for op in sorted(by_op):
-        cases = by_op[op]
-        r = sum(o.passed for o in cases)
-        t = sum(ort_by[o.name].passed for o in cases if o.name in ort_by) if ort is not None else "-"
-        lines.append(f"| {op} | {r} | {t} | {len(cases)} |")
-    lines += ["", "</details>"]
-    return "\n".join(lines)
-
-
-def write_readme(text: str) -> None:
-    readme = README.read_text(encoding="utf-8")
-    if BEGIN not in readme:
-        raise SystemExit(f"{README}: no {BEGIN} marker")
-    head, rest = readme.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
-    README.write_text(f"{head}{BEGIN}\n{text}\n{END}{tail}", encoding="utf-8")
+    return {
+        "generated_by": "python tools/onnx_conformance.py --record",
+        "versions": versions,
+        "cases": len(rlx),
+        "rlx_passed": sum(o.passed for o in rlx),
+        "frozen": sum(o.passed and o.reason.startswith("frozen") for o in rlx),
+        "ort_passed": None if ort is None else sum(o.passed for o in ort),
+        "ops": {
+            op: {
+                "cases": len(cases),
+                "rlx": sum(o.passed for o in cases),
+                "onnxruntime": None if ort is None else sum(ort_by[o.name].passed for o in cases if o.name in ort_by),
+            }
+            for op, cases in sorted(by_op.items())
+        },
+    }
 
 
 def reason_class(reason: str) -> str:
@@ -256,7 +255,9 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("-k", "--pattern", help="only cases whose name matches this regex")
     p.add_argument("--no-ort", action="store_true", help="do not run onnxruntime")
-    p.add_argument("--write-readme", action="store_true")
+    p.add_argument(
+        "--record", action="store_true", help="write the counts the docs show to tests/frontends/onnx/results.json"
+    )
     p.add_argument("--write-known-failures", action="store_true")
     p.add_argument("--failures", action="store_true", help="list every failing case with its reason")
     args = p.parse_args(argv)
@@ -264,7 +265,10 @@ def main(argv: list[str] | None = None) -> int:
     cases = collect(args.pattern)
     rlx = [run_rlx(c) for c in cases]
     ort = None if args.no_ort else [run_ort(c) for c in cases]
-    print(table(rlx, ort))
+    import gen_docs  # beside this file: renders the counts as the docs show them
+
+    rec = record(rlx, ort)
+    print(gen_docs.onnx_summary_table(rec))
     print(f"\n{len(cases)} cases in {time.perf_counter() - t0:.1f} s")
     if args.failures:
         for o in rlx:
@@ -272,8 +276,9 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"FAIL {o.name}: {o.reason}")
     counts = Counter(reason_class(o.reason) for o in rlx if not o.passed)
     print("\nfailure classes:", ", ".join(f"{k} ×{v}" for k, v in counts.most_common(15)))
-    if args.write_readme:
-        write_readme(table(rlx, ort))
+    if args.record:
+        RESULTS.write_text(json.dumps(rec, indent=1) + "\n", encoding="utf-8")
+        print(f"wrote {RESULTS.relative_to(ROOT)}; now run python tools/gen_docs.py")
     if args.write_known_failures:
         write_known_failures(rlx)
     return 0

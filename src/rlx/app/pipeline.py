@@ -32,6 +32,12 @@ StepCallback = Callable[[str, float], None]
 
 @dataclass
 class ConvertReport:
+    """What a conversion did: counts, op histograms, the output directory and the parity check.
+
+    ``passed`` is False only when parity ran and failed; ``summary()`` is what ``rlx import``
+    prints; ``to_json()`` is ``report.json``.
+    """
+
     model_name: str
     out_dir: Path
     bundle_dir: Path | None

@@ -54,6 +54,12 @@ RANDOM = "random: shape/dtype checked, values not comparable"
 
 @dataclass
 class ParityReport:
+    """Per output: shape, dtype, NaN/inf pattern, cosine and max error against the reference.
+
+    ``passed`` when every output passes; ``table()`` is the table ``rlx import`` prints. The
+    tolerances are on the "Parity and the debugger" page of the docs.
+    """
+
     passed: bool
     outputs: list[OutputParity] = field(default_factory=list)
 

@@ -42,12 +42,12 @@ class Job:
 
 @dataclass(frozen=True)
 class BatchSummary:
-    """What ``rlx.batch.run`` did."""
+    """What ``rlx.batch.run`` did; ``line()`` says it in one line (rows written/skipped, shards, seconds, rows/s)."""
 
     output: str
     rows: int  # rows in the input
     written: int  # rows with outputs
-    skipped: int  # rows left out (see OUTPUT/skipped.jsonl)
+    skipped: int  # rows left out (see OUTPUT/_skipped.jsonl)
     shards_written: int
     shards_reused: int  # finished by an earlier run and left as they were
     seconds: float
@@ -204,7 +204,8 @@ def run(
 
     ``columns`` maps input names to data columns; ``keep`` names the input columns carried into the
     output (default: every column that is not a model input); ``on_error="skip"`` records bad rows in
-    ``output/skipped.jsonl`` and goes on. Finished shards of an earlier run of the same job are kept.
+    ``output/_skipped.jsonl`` and goes on. Finished shards of an earlier run of the same job are kept
+    (``output/_manifest.json`` lists them); a rerun with another bundle, data or batch size is refused.
     """
     job = make_job(
         bundle, data, output, batch_size=batch_size, columns=columns, keep=keep,

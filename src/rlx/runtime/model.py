@@ -289,7 +289,8 @@ def load(
     ``backend="onnxruntime"`` as one onnxruntime session per binding (needs ``rlx[onnxruntime]``),
     with ``threads`` intra-op threads (default: onnxruntime's, one per physical core); the numpy
     engine splits its large elementwise, norm, softmax, depthwise-conv and pooling steps over
-    ``threads`` threads (default: 2, or 1 on a one-core machine; ``threads=1``: one thread);
+    ``threads`` threads (default 1, every step on the calling thread: splitting is opt-in, see
+    ``rlx.runtime.numpy_engine.parallel.default_threads``);
     ``engine_options`` are the engine's own settings (``rlx.runtime.onnxruntime_engine.executor.OrtEngine``);
     ``seed`` starts the generator of a model with random ops (see ``Model``).
     """

@@ -1,45 +1,54 @@
-"""rlx: convert a PyTorch ``nn.Module`` into a portable model that runs without PyTorch.
+"""rlx: convert a PyTorch ``nn.Module`` (or an ONNX model) into a portable model that runs without
+PyTorch, and prove the conversion right.
 
-``rlx.load`` and ``rlx.verify_bundle`` need numpy only; ``rlx.from_torch`` and ``rlx.export``
-import torch when called; ``rlx.from_onnx`` imports onnx (never torch).
+The public API, each name imported on first use (PEP 562), so ``import rlx`` stays cheap and never
+pulls in torch, onnx or an engine's library:
+
+- ``rlx.from_torch`` / ``rlx.export`` / ``rlx.build``: convert a module (needs torch), export it to
+  torch-ir.json, or lower an exported directory (no torch);
+- ``rlx.from_onnx``: convert an ONNX model (needs onnx);
+- ``rlx.load`` / ``rlx.Model``: run a bundle (numpy only by default);
+- ``rlx.verify_bundle``: check a bundle against its stored reference outputs;
+- ``rlx.RlxError``: the base of every error rlx raises on purpose.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import importlib
+from typing import TYPE_CHECKING, Any
 
-from rlx.app.verify import verify_bundle
 from rlx.errors import RlxError
-from rlx.runtime import Model, load
 from rlx.version import __version__
 
+if TYPE_CHECKING:  # what editors and type checkers see; at run time __getattr__ imports on demand
+    from rlx.app.convert import build, from_torch
+    from rlx.app.onnx_convert import from_onnx
+    from rlx.app.verify import verify_bundle
+    from rlx.frontends.torch.export import export
+    from rlx.runtime.model import Model, load
 
-def from_torch(*args: Any, **kwargs: Any) -> Any:
-    """See ``rlx.app.convert.from_torch``."""
-    from rlx.app.convert import from_torch as _from_torch
-
-    return _from_torch(*args, **kwargs)
-
-
-def build(*args: Any, **kwargs: Any) -> Any:
-    """See ``rlx.app.convert.build`` (no torch needed)."""
-    from rlx.app.convert import build as _build
-
-    return _build(*args, **kwargs)
-
-
-def from_onnx(*args: Any, **kwargs: Any) -> Any:
-    """See ``rlx.app.onnx_convert.from_onnx`` (needs ``onnx``, never torch)."""
-    from rlx.app.onnx_convert import from_onnx as _from_onnx
-
-    return _from_onnx(*args, **kwargs)
+_LAZY = {
+    "from_torch": "rlx.app.convert",
+    "build": "rlx.app.convert",
+    "from_onnx": "rlx.app.onnx_convert",
+    "export": "rlx.frontends.torch.export",
+    "load": "rlx.runtime.model",
+    "Model": "rlx.runtime.model",
+    "verify_bundle": "rlx.app.verify",
+}
 
 
-def export(*args: Any, **kwargs: Any) -> Any:
-    """See ``rlx.frontends.torch.export``."""
-    from rlx.frontends.torch import export as _export
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'rlx' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # imported once; later lookups skip __getattr__
+    return value
 
-    return _export(*args, **kwargs)
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_LAZY])
 
 
 __all__ = ["Model", "RlxError", "__version__", "build", "export", "from_onnx", "from_torch", "load", "verify_bundle"]

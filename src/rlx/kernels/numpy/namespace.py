@@ -58,42 +58,17 @@ def erf64(x: np.ndarray) -> np.ndarray:
 # float32 exp2 (faster on normal results): exp2 leaves its vectorised loop for results below
 # 2^-126, 8–60× slower, and |x| > 13.2 (a trained model's outlier activations) gets there
 # (benchmarks/exp_cliff.py).
-_GELU_FIT_DEGREE = 6
-_GELU_SHIFT = 3.0  # u = a / (a + _GELU_SHIFT): of 2.5, 3, 3.5, 4, 4.5 the smallest errors in ulps
-_GELU_FIT_MAX = 13.0  # beyond, exp(−a²/2) < 2^-121 wipes out F: fitted over a ∈ [0, 13]
+GELU_SHIFT = 3.0  # u = a / (a + GELU_SHIFT): of 2.5, 3, 3.5, 4, 4.5 the smallest errors in ulps
 GELU_SMALL_SIZE = 256  # fewer elements: math.erf one by one costs less than the ~22 numpy calls
 
 
-def _gelu_target(a: float) -> float:
-    """F at a: a·½·erfc(a/√2)·exp(a²/2) / u = ½·(a + shift)·exp(a²/2)·erfc(a/√2)."""
-    return 0.5 * (a + _GELU_SHIFT) * math.exp(a * a / 2) * math.erfc(a / math.sqrt(2))
-
-
-@lru_cache(maxsize=1)
-def _gelu_fit() -> tuple[np.float32, ...]:
-    """Coefficients (highest power first) of −F(u), negated so the chain adds instead of
-    subtracting, fitted at first use against ``math.erfc`` (no coefficient table to trust): a
-    weighted least-squares fit on Chebyshev nodes, re-weighted towards its largest errors (Lawson's
-    iteration, to near the minimax fit), with the error weighted by exp(−a²/2)/(a + shift) because
-    the caller needs a·Q = u·F·exp(−a²/2) to an absolute few 1e-9, not F itself."""
-    n = 800
-    u_max = _GELU_FIT_MAX / (_GELU_FIT_MAX + _GELU_SHIFT)
-    u = (np.cos(np.pi * (np.arange(n) + 0.5) / n) + 1) / 2 * u_max
-    a = _GELU_SHIFT * u / (1 - u)
-    target = np.array([_gelu_target(v) for v in a.tolist()])
-    weight = np.exp(-a * a / 2) / (a + _GELU_SHIFT)
-    basis = np.vander(u, _GELU_FIT_DEGREE + 1)
-    lawson = np.full(n, 1 / n)
-    best_err, best = np.inf, np.zeros(_GELU_FIT_DEGREE + 1)
-    for _ in range(40):
-        w = np.sqrt(lawson) * weight
-        coef = np.linalg.lstsq(basis * w[:, None], target * w, rcond=None)[0]
-        err = np.abs(basis @ coef - target) * weight
-        if err.max() < best_err:
-            best_err, best = float(err.max()), coef
-        lawson *= err
-        lawson /= lawson.sum()
-    return tuple(np.float32(-c) for c in best)
+# Coefficients (highest power first) of −F(u), negated so the chain adds instead of subtracting:
+# a weighted minimax-like fit against math.erfc (tests/kernels/test_gelu_fit.py regenerates them
+# and checks these against the exact GELU). Constants, not fitted at first use: a refit goes
+# through LAPACK, whose last bits depend on the build.
+GELU_COEFFICIENTS = tuple(
+    np.float32(c) for c in (-0.12689345, 0.1638021, 0.24828975, -0.20555077, -1.0691359, 2.0904827, -1.5)
+)
 
 
 def gelu_float32(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
@@ -106,9 +81,9 @@ def gelu_float32(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         return out
     if not x.flags.c_contiguous:
         return _in_memory_order(gelu_float32, x, out)
-    coef = _gelu_fit()
+    coef = GELU_COEFFICIENTS
     a = np.absolute(x)
-    u = np.add(a, np.float32(_GELU_SHIFT))
+    u = np.add(a, np.float32(GELU_SHIFT))
     np.divide(a, u, out=u)
     p = np.multiply(u, coef[0])
     for c in coef[1:-1]:

@@ -7,7 +7,8 @@ import math
 from rlx.errors import SchemaError, UnsupportedOpError
 from rlx.ir import calls as C
 from rlx.ir import dtypes
-from rlx.ir.program import Call, Program, Ref, Value
+from rlx.ir.program import Call, Instr, Program, Ref, Value
+from rlx.ir.rules import RuleError, Types, describe, infer, mismatch, operand_types
 from rlx.ir.symbolic import Shape, static_shape
 
 MAX_ELEMENTS = 2**36  # per value; far beyond any real model, small enough to refuse absurd headers
@@ -16,9 +17,12 @@ MAX_ELEMENTS = 2**36  # per value; far beyond any real model, small enough to re
 LOW_BIT_CALLS = (C.Cast, C.Bitcast, C.Reshape, C.Permute, C.Expand, C.Slice, C.Concat, C.IndexSelect, C.Flip, C.Fused)
 
 
-def validate(program: Program, source: str = "program") -> None:
-    """Raise ``SchemaError`` naming the first instruction that breaks an invariant."""
+def validate(program: Program, source: str = "program", *, rules: bool = False) -> None:
+    """Raise ``SchemaError`` naming the first instruction that breaks an invariant (with ``rules``,
+    also one whose declared result type disagrees with its Call's rule: ``check_program``)."""
     known = program.values()
+    t = operand_types(known)
+    hints = {s.name: s.hint for s in [*program.symbols, *program.data_symbols]}
     defined = {v.name for v in program.inputs} | {w.name for w in program.weights}
     if len(defined) != len(program.inputs) + len(program.weights):
         raise SchemaError(f"{source}: an input and a weight share a name")
@@ -37,12 +41,33 @@ def validate(program: Program, source: str = "program") -> None:
             raise SchemaError(
                 f"{where}: declares {math.prod(static):,} elements, more than rlx allows ({MAX_ELEMENTS:,})"
             )
+        problem = _rule_problem(ins, t, hints) if rules else None
+        if problem:
+            raise SchemaError(f"{where} {problem}" if problem.startswith("declares") else f"{where}: {problem}")
         _check_call(ins.call, ins.shape, ins.dtype, known, where)
         _check_low_bit(ins.call, ins.dtype, known, where)
         defined.add(ins.result)
     for k, o in enumerate(program.outputs):
         if isinstance(o, Ref) and o.name not in defined:
             raise SchemaError(f"{source}: outputs[{k}] names undefined value {o.name!r}")
+
+
+def check_program(program: Program, source: str = "program") -> None:
+    """``validate``, and every instruction's declared result shape and dtype checked against its
+    Call's rule (``rlx.ir.rules``): raise ``SchemaError`` naming the first instruction that
+    disagrees. Loading a bundle runs this, so a damaged or hand-edited program.json is refused
+    before any kernel runs."""
+    validate(program, source, rules=True)
+
+
+def _rule_problem(ins: Instr, t: Types, hints: dict[str, int]) -> str | None:
+    try:
+        rule = infer(ins.call, t)
+    except RuleError as e:
+        return str(e)
+    if mismatch(ins.shape, ins.dtype, rule, hints):
+        return f"{describe(ins.shape, ins.dtype, rule)}; the file is damaged or was edited: convert the model again"
+    return None
 
 
 def _check_low_bit(call: Call, dtype: str, known: dict[str, Value], where: str) -> None:

@@ -173,6 +173,35 @@ FAMILIES: dict[str, tuple[Callable[..., Any], tuple[torch.Tensor, ...], dict[str
 EXAMPLES = ("mlp", "transformer", "cnn", "decoder_lm")
 
 
+def _onnx_program() -> tuple[Program, dict[str, np.ndarray]]:
+    """Calls only the ONNX front-end emits: NonMaxSuppression, and Expand of a literal."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    from rlx.convert import finish_program
+    from rlx.onnx_import import reader
+    from rlx.onnx_import.importer import lower_graph
+
+    nodes = [
+        helper.make_node("NonMaxSuppression", ["boxes", "scores", "most", "iou"], ["selected"]),
+        helper.make_node("Expand", ["one", "shape"], ["ones"]),
+    ]
+    inits = {"most": np.array([3], np.int64), "iou": np.array([0.4], np.float32),
+             "one": np.array(1.0, np.float32), "shape": np.array([2, 3], np.int64)}  # fmt: skip
+    graph = helper.make_graph(
+        nodes,
+        "nms",
+        [
+            helper.make_tensor_value_info("boxes", TensorProto.FLOAT, [1, 6, 4]),
+            helper.make_tensor_value_info("scores", TensorProto.FLOAT, [1, 2, 6]),
+        ],  # fmt: skip
+        [helper.make_tensor_value_info(o, TensorProto.UNDEFINED, None) for o in ("selected", "ones")],
+        [numpy_helper.from_array(v, k) for k, v in inits.items()],
+    )
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    program, weights = lower_graph(reader.read(proto, {"boxes": (1, 6, 4), "scores": (1, 2, 6)}))
+    return finish_program(program), weights
+
+
 @pytest.fixture(scope="module")
 def programs() -> dict[str, tuple[Program, dict[str, np.ndarray]]]:
     """Every program of this file with its weights by key: the examples and the op families."""
@@ -183,12 +212,13 @@ def programs() -> dict[str, tuple[Program, dict[str, np.ndarray]]]:
     for name, (fn, inputs, options) in FAMILIES.items():
         _, program, exported = convert(fn, inputs, **options)
         out[name] = (program, exported.weights)
+    out["onnx"] = _onnx_program()
     return out
 
 
 # Calls these programs must keep exercising (Gemm/Fused exist only inside the numpy engine,
-# NonMaxSuppression only in ONNX imports, GroupedMatMul only with torch._grouped_mm).
-NOT_IN_PROGRAMS = {"Gemm", "Fused", "NonMaxSuppression", "GroupedMatMul", "LuPermutation", "Expand"}
+# GroupedMatMul only with torch._grouped_mm, which has no CPU kernel to export with).
+NOT_IN_PROGRAMS = {"Gemm", "Fused", "GroupedMatMul"}
 COVERED = sorted(c.__name__ for c in CALL_CLASSES if c.__name__ not in NOT_IN_PROGRAMS)
 
 
@@ -199,6 +229,16 @@ def test_converted_programs_agree_with_their_rules(programs):
         seen |= {ins.call.op for ins in program.instrs}
     missing = sorted(set(COVERED) - seen)
     assert not missing, f"no program of this test exercises {missing}: extend FAMILIES"
+
+
+def test_numpy_engine_rewrites_agree_with_their_rules(bundles):
+    """The numpy engine's load-time passes build Gemm and Fused: their results keep to the rules too."""
+    seen: set[str] = set()
+    for name in EXAMPLES:
+        rewritten = rlx.load(bundles[name]).executor_for([]).program  # static programs: one plan
+        check_program(rewritten, name)
+        seen |= {ins.call.op for ins in rewritten.instrs}
+    assert {"Gemm", "Fused"} <= seen
 
 
 # ── (c) a damaged program.json is refused at load ────────────────────────────
@@ -436,3 +476,34 @@ def test_check_program_names_the_instruction_and_accepts_symbols():
     assert str(err.value).startswith("program.json: instrs[2] (w = Reduce) declares [s0, 3] f32, its rule gives [")
     program.instrs[2] = Instr("w", C.Reduce("sum", Ref("z"), (1,), False), (Sym("-1 + s0"),), "f32")
     check_program(program, "program.json")
+
+
+_I = torch.tensor([[0, 1, 2], [3, 2, 1]])  # an int64 index [2, 3]
+_M = torch.rand(4, 5) > 0.5  # a bool mask
+# (torch result from x [4, 5, 6], the Call, its extra operands' types, the extents only the data decides)
+SHAPE_CASES = {
+    "index-adjacent": (lambda x: x[:, _I], C.Index(Ref("x"), (None, Ref("i"))), {"i": ((2, 3), "i64")}, ()),
+    "index-apart": (lambda x: x[_I, :, _I[0]], C.Index(Ref("x"), (Ref("i"), None, Ref("j"))),
+                    {"i": ((2, 3), "i64"), "j": ((3,), "i64")}, ()),
+    "index-mask": (lambda x: x[_M], C.Index(Ref("x"), (Ref("m"),)), {"m": ((4, 5), "bool")}, (0,)),
+    "index-select": (lambda x: x.index_select(2, _I[0]), C.IndexSelect(Ref("x"), 2, Ref("i")), {"i": ((3,), "i64")}, ()),
+    "gather": (lambda x: x.gather(1, torch.zeros(2, 3, 4, dtype=torch.long)), C.Gather(Ref("x"), 1, Ref("i")),
+               {"i": ((2, 3, 4), "i64")}, ()),
+    "diagonal": (lambda x: torch.diagonal(x, -1, 0, 2), C.Diagonal(Ref("x"), -1, 0, 2), {}, ()),
+    "diagonal-past-the-end": (lambda x: torch.diagonal(x, 7, 1, 2), C.Diagonal(Ref("x"), 7, 1, 2), {}, ()),
+    "rfft": (lambda x: torch.fft.rfft(x, dim=1), C.Fft(Ref("x"), "r2c", (1,), "none", True), {}, ()),
+    "slice-step": (lambda x: x[:, 1:5:3], C.Slice(Ref("x"), 1, 1, 5, 3), {}, ()),
+    "pad-crop": (lambda x: F.pad(x, (-1, 2)), C.Pad(Ref("x"), ((0, 0), (0, 0), (-1, 2)), 0.0), {}, ()),
+    "grouped-matmul": (lambda x: torch.bmm(x[0][:, None, :], torch.zeros(5, 6, 2)).squeeze(1),
+                       C.GroupedMatMul(Ref("x0"), Ref("w"), Ref("o")),
+                       {"x0": ((5, 6), "f32"), "w": ((3, 6, 2), "f32"), "o": ((3,), "i32")}, ()),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", list(SHAPE_CASES))
+def test_indexing_and_spectral_shapes_like_torch(case):
+    fn, call, extra, data_axes = SHAPE_CASES[case]
+    want = fn(torch.randn(4, 5, 6))
+    got = _infer(call, x=((4, 5, 6), "f32"), **extra)
+    expected = tuple(None if k in data_axes else d for k, d in enumerate(want.shape))
+    assert got == TensorType(expected, dtypes.from_numpy(tensor_to_numpy(want).dtype))

@@ -51,6 +51,11 @@ class RuleError(SchemaError):
     of range): the message says what, the caller adds where."""
 
 
+class DtypeRuleError(RuleError):
+    """A Call whose operands have dtypes its rule does not accept (a float index, a non-bool
+    condition)."""
+
+
 Types = Callable[[Operand], TensorType]
 Rule = Callable[[Call, Types], TensorType]
 RULES: dict[type[Call], Rule] = {}
@@ -78,7 +83,7 @@ def infer(call: Call, t: Types) -> TensorType:
         raise RuleError(f"{call.op} has no type rule (rlx.ir.rules)")
     try:
         return rule(call, t)
-    except (IndexError, ValueError, TypeError, ZeroDivisionError) as e:
+    except (IndexError, KeyError, ValueError, TypeError, AttributeError, ZeroDivisionError) as e:
         # A malformed call (an axis past the rank, a short tuple) reads out of range somewhere.
         raise RuleError(f"{call.op} does not fit its operands: {type(e).__name__}: {e}") from None
 
@@ -131,10 +136,10 @@ def emit_problem(call: Call, shape: Sequence[Dim], dtype: str, t: Types, hints: 
 
 
 # ── shared helpers (the front-ends use these) ────────────────────────────────
-def require(ok: bool | None, message: str) -> None:
+def require(ok: bool | None, message: str, error: type[RuleError] = RuleError) -> None:
     """Refuse only what is known to be wrong (``ok is None``: undecidable, accepted)."""
     if ok is False:
-        raise RuleError(message)
+        raise error(message)
 
 
 def same(a: RuleDim, b: RuleDim) -> bool | None:
@@ -235,7 +240,7 @@ def _replace(shape: Sequence[RuleDim], axis: int, d: RuleDim) -> RuleShape:
 
 
 def _check_int(tok: str, what: str) -> None:
-    require(dtypes.is_int(tok), f"{what} must be an integer tensor, found {tok}")
+    require(dtypes.is_int(tok), f"{what} must be an integer tensor, found {tok}", DtypeRuleError)
 
 
 # ── elementwise ──────────────────────────────────────────────────────────────
@@ -270,7 +275,7 @@ def binary(c: C.Binary, t: Types) -> TensorType:
 @type_rule(C.Where)
 def where(c: C.Where, t: Types) -> TensorType:
     cond, x, y = t(c.cond), t(c.x), t(c.y)
-    require(cond.dtype == "bool", f"condition must be bool, found {cond.dtype}")
+    require(cond.dtype == "bool", f"condition must be bool, found {cond.dtype}", DtypeRuleError)
     return TensorType(broadcast_dims(cond.shape, x.shape, y.shape), promote(x.dtype, y.dtype))
 
 
@@ -303,7 +308,7 @@ def cast(c: C.Cast, t: Types) -> TensorType:
 def bitcast(c: C.Bitcast, t: Types) -> TensorType:
     x = t(c.x)
     a, b = dtypes.to_numpy(x.dtype).itemsize, dtypes.to_numpy(c.dtype).itemsize
-    require(a == b, f"bitcast from {x.dtype} to {c.dtype} changes the width")
+    require(a == b, f"bitcast from {x.dtype} to {c.dtype} changes the width", DtypeRuleError)
     return TensorType(x.shape, c.dtype)
 
 
@@ -389,7 +394,7 @@ def concat(c: C.Concat, t: Types) -> TensorType:
     total: RuleDim = 0
     for p in parts:
         require(len(p.shape) == len(first.shape), "concatenates tensors of different ranks")
-        require(p.dtype == first.dtype, f"concatenates {first.dtype} with {p.dtype}")
+        require(p.dtype == first.dtype, f"concatenates {first.dtype} with {p.dtype}", DtypeRuleError)
         for k, (a, b) in enumerate(zip(p.shape, first.shape)):
             require(
                 k == c.axis or same(a, b) is not False,
@@ -461,7 +466,7 @@ def diagonal(c: C.Diagonal, t: Types) -> TensorType:
 
 
 # ── linear algebra ───────────────────────────────────────────────────────────
-def _matmul_shape(a: RuleShape, b: RuleShape) -> RuleShape:
+def matmul_shape(a: RuleShape, b: RuleShape) -> RuleShape:
     """``numpy.matmul``'s result shape (1-d operands promoted and their axis dropped)."""
     require(len(a) >= 1 and len(b) >= 1, "matmul of a 0-d tensor")
     a2 = (1, *a) if len(a) == 1 else a
@@ -481,7 +486,7 @@ def _matmul_shape(a: RuleShape, b: RuleShape) -> RuleShape:
 @type_rule(C.MatMul)
 def matmul(c: C.MatMul, t: Types) -> TensorType:
     x, y = t(c.x), t(c.y)
-    return TensorType(_matmul_shape(x.shape, y.shape), x.dtype)
+    return TensorType(matmul_shape(x.shape, y.shape), x.dtype)
 
 
 @type_rule(C.Linear)
@@ -791,7 +796,7 @@ def fft(c: C.Fft, t: Types) -> TensorType:
 @type_rule(C.Gemm)
 def gemm(c: C.Gemm, t: Types) -> TensorType:
     x, w = t(c.x), t(c.w)
-    shape = _matmul_shape(x.shape, w.shape)
+    shape = matmul_shape(x.shape, w.shape)
     if c.bias is not None:
         shape = broadcast_dims(shape, t(c.bias).shape)
     return TensorType(shape, x.dtype)
@@ -805,12 +810,14 @@ def fused(c: C.Fused, t: Types) -> TensorType:
 
 __all__ = [
     "RULES",
+    "DtypeRuleError",
     "RuleError",
     "TensorType",
     "Types",
     "broadcast",
     "broadcast_dims",
     "infer",
+    "matmul_shape",
     "norm_axis",
     "operand_types",
     "promote",

@@ -379,10 +379,20 @@ def slice_(c: C.Slice, t: Types) -> TensorType:
     require(c.step >= 1, f"slice step must be positive, found {c.step}")
     require(c.axis < len(x.shape), f"axis {c.axis} is out of range for rank {len(x.shape)}")
     step, size = c.step, x.shape[c.axis]
-    # Symbolic bounds come unclamped (a stop of 2**63 - 1 for "to the end"): clamp them to the axis.
-    start, stop = _min(c.start, size), _min(c.stop, size)
+    if isinstance(size, int) and isinstance(c.start, int) and isinstance(c.stop, int):
+        return TensorType(_replace(x.shape, c.axis, len(range(*slice(c.start, c.stop, step).indices(size)))), x.dtype)
+    # Symbolic extents come with Python's bounds (a stop of 2**63 - 1 for "to the end", a negative
+    # start counted from the end), as the kernels slice: clamp them to the axis.
+    start, stop = _slice_bound(c.start, size), _slice_bound(c.stop, size)
     n = expr(lambda a, b: max(0, -((a - b) // step)), f"Max(0, -(({{}} - {{}})//{step}))", start, stop)
     return TensorType(_replace(x.shape, c.axis, n), x.dtype)
+
+
+def _slice_bound(v: Dim, size: RuleDim) -> RuleDim:
+    """A slice bound as Python reads it on an axis of ``size``: negative counts from the end."""
+    if isinstance(v, int) and v < 0:
+        return expr(lambda n: max(0, n + v), f"Max(0, {{}} - {-v})", size)
+    return _min(v, size)
 
 
 @type_rule(C.Concat)

@@ -20,7 +20,7 @@ from rlx.ir import dtypes
 from rlx.ir.program import Lit, Program, Ref, dumps_json
 from rlx.ir.rng import with_rng_state
 from rlx.ir.symbolic import dim_json
-from rlx.ir.validate import validate
+from rlx.ir.validate import check_program, validate
 from rlx.version import __version__
 
 BUNDLE_FORMAT = "rlx-bundle"
@@ -97,7 +97,7 @@ def read_bundle(bundle_dir: str | Path) -> tuple[Program, dict[str, np.ndarray],
         raise BundleError(f"{bundle_dir}: not a directory; pass the bundle directory written by `rlx import`")
     paths = {name: inside(bundle_dir, name) for name in BUNDLE_FILES}
     program = Program.from_json(read_json(paths["program.json"]), "program.json")
-    validate(program, "program.json")
+    validate(program, "program.json", rules=True)
     meta = read_json(paths["meta.json"])
     check_meta(meta, program, paths["meta.json"])
     tensors, _ = safetensors_io.read(paths["weights.safetensors"])
@@ -109,6 +109,9 @@ def read_bundle(bundle_dir: str | Path) -> tuple[Program, dict[str, np.ndarray],
             "program; the bundle's files do not belong together"
         )
     weights = bind_weights(program, tensors, paths["weights.safetensors"])
+    # Every declared shape and dtype against its Call's rule; after the weights, so a weight
+    # whose declared dtype disagrees with the file is reported as that, not as its first reader.
+    check_program(program, "program.json")
     return program, weights, meta
 
 

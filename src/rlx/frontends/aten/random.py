@@ -41,6 +41,7 @@ from rlx.ir.calls import (
     Where,
 )
 from rlx.ir.program import Lit, Operand, Ref
+from rlx.ir.rules import broadcast
 from rlx.ir.symbolic import Dim
 
 # Mantissa bits of a uniform draw in [0, 1) for each float dtype: as many as the dtype holds
@@ -280,7 +281,7 @@ def dropped(b: Builder, x: Ref, mask: Ref, p: float) -> Ref:
     shape, dtype = b.shape(x), b.dtype(x)
     if p == 1:
         return op(b, "mul", x, 0.0, shape, dtype) if dtypes.is_float(dtype) else x
-    kept = op(b, "mul", x, b.emit(Cast(mask, dtype), shape, dtype), shape, dtype)
+    kept = op(b, "mul", x, b.cast(mask, dtype), shape, dtype)  # a feature mask keeps its own shape
     return op(b, "mul", kept, 1.0 / (1.0 - p), shape, dtype)
 
 
@@ -378,8 +379,6 @@ def fractional_max_pool(node: Node, b: Builder) -> tuple[Operand, Operand]:
     column = (1, 0) if nd == 2 else (0, 1, 2)  # the sample column of each spatial axis
     ct = compute_dtype(dt)
     u = b.cast(samples, ct)
-    grid = (*outs, *kernel)
-    full = (*lead, *grid)
     flat: Ref | None = None
     for axis in range(nd):
         pos = _window_rows(b, u, column[axis], sizes[axis], outs[axis], kernel[axis], lead, ct)  # (*lead, o, k)
@@ -388,7 +387,8 @@ def fractional_max_pool(node: Node, b: Builder) -> tuple[Operand, Operand]:
         stride = math.prod(sizes[axis + 1 :])
         if stride != 1:
             pos = op(b, "mul", pos, Lit(stride, "i64"), (*lead, *laid), "i64")
-        flat = pos if flat is None else op(b, "add", flat, pos, full, "i64")
+        # The axes so far broadcast against this one (the full grid only once every axis is in).
+        flat = pos if flat is None else op(b, "add", flat, pos, broadcast(b.shape(flat), b.shape(pos)), "i64")
     assert flat is not None
     n_in, n_out, kk = math.prod(sizes), math.prod(outs), math.prod(kernel)
     flat = b.emit(Reshape(flat, (*lead, n_out * kk)), (*lead, n_out * kk), "i64")

@@ -22,6 +22,7 @@ from rlx.ir import dtypes, symbolic
 from rlx.ir.calls import Arange, Binary, Cast, RandomBits
 from rlx.ir.program import Call, Instr, Lit, Operand, Program, Ref, StateVar, Value, Weight
 from rlx.ir.rng import RNG_KEY, RNG_STATE
+from rlx.ir.rules import emit_problem, operand_types
 from rlx.ir.symbolic import Dim, Shape, Sym, eval_shape
 
 Result = Operand | Sequence[Operand | None] | None
@@ -184,6 +185,12 @@ class Builder:
         """Append ``call`` and return its result. Names are ``<node>__<k>`` until the handler
         returns; the value it returns is then renamed to the node id."""
         node = self._node
+        # Every handler's hand-computed type is held to the Call's rule, so the lowerings and the
+        # rules check each other on every conversion.
+        problem = emit_problem(call, shape, dtype, operand_types(self.info), self.hints)
+        if problem:
+            where = f"node {node.id} ({node.op})" if node else "the program's epilogue"
+            raise LoweringError(f"{where}: {call.op} {problem}")
         base = node.id if node else "v"
         name = f"{base}__{len(self._emitted)}"
         while name in self._names:

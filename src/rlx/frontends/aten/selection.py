@@ -123,7 +123,8 @@ def bincount(node: Node, b: Builder) -> Operand:
         raise LoweringError(f"node {node.id} ({node.op}): minlength must be a static int, found {minlength!r}")
     if weights is not None:
         weights = b.cast(weights, "f64")  # counted in double, as PyTorch does, then rounded once
-    return b.emit_like(Bincount(b.cast(x, "i64"), weights, minlength), node.meta)
+    counts = b.emit(Bincount(b.cast(x, "i64"), weights, minlength), node.meta.shape, "f64" if weights else "i64")
+    return b.cast(counts, node.meta.dtype)
 
 
 @lowers("aten.histc.default")

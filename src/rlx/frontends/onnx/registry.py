@@ -29,6 +29,7 @@ from rlx.errors import LoweringError, RlxError, UnsupportedOpError
 from rlx.ir import dtypes
 from rlx.ir.calls import Cast, Concat, Expand
 from rlx.ir.program import Call, Instr, Lit, Operand, Program, Ref, Value, Weight
+from rlx.ir.rules import emit_problem, operand_types
 from rlx.ir.symbolic import Dim, Shape, Sym, Symbol, is_static
 
 Known = np.ndarray
@@ -375,6 +376,13 @@ class OnnxBuilder:
         return Sym(f"u{k}")
 
     def emit(self, call: Call, shape: Sequence[Dim], dtype: str) -> Ref:
+        # Every handler's hand-computed type is held to the Call's rule, so the lowerings and the
+        # rules check each other on every conversion.
+        problem = emit_problem(call, shape, dtype, operand_types(self.info), self.hints)
+        if problem:
+            node = self._node
+            where = f"node {node.name} ({node.op_type})" if node else "a constant"
+            raise LoweringError(f"{where}: {call.op} {problem}")
         base = ident(self._node.name) if self._node else "v"
         name = self.unique(f"{base}__{len(self._emitted)}")
         ins = Instr(name, call, tuple(d if isinstance(d, Sym) else int(d) for d in shape), dtype, base, "")

@@ -35,6 +35,13 @@ def from_onnx(*args: Any, **kwargs: Any) -> Any:
     return _from_onnx(*args, **kwargs)
 
 
+def tune(*args: Any, **kwargs: Any) -> Any:
+    """See ``rlx.app.tune.tune``: the fastest engine × precision within a tolerance, into tuning.json."""
+    from rlx.app.tune import tune as _tune
+
+    return _tune(*args, **kwargs)
+
+
 def export(*args: Any, **kwargs: Any) -> Any:
     """See ``rlx.torch_import.export``."""
     from rlx.torch_import import export as _export
@@ -42,4 +49,15 @@ def export(*args: Any, **kwargs: Any) -> Any:
     return _export(*args, **kwargs)
 
 
-__all__ = ["Model", "RlxError", "__version__", "build", "export", "from_onnx", "from_torch", "load", "verify_bundle"]
+__all__ = [
+    "Model",
+    "RlxError",
+    "__version__",
+    "build",
+    "export",
+    "from_onnx",
+    "from_torch",
+    "load",
+    "tune",
+    "verify_bundle",
+]

@@ -220,3 +220,22 @@ def test_openvino_is_imported_only_when_asked_for(transformer_out):
     )
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr + proc.stdout
+
+
+def test_state_and_inputs_updated_in_place(tmp_path):
+    from runtime.test_state import Bump, RingCache, _steps, _torch_run
+
+    rlx.from_torch(RingCache(), _steps(1)[0], tmp_path / "ring")
+    model = rlx.load(tmp_path / "ring", backend="openvino")
+    for k, ((x, p), want) in enumerate(zip(_steps(8), _torch_run(8))):
+        np.testing.assert_allclose(model(x.numpy(), p.numpy()), want, rtol=1e-6, err_msg=f"step {k}")
+    assert int(model.state["b_steps"]) == 8
+    model.reset()
+    np.testing.assert_allclose(model(*[t.numpy() for t in _steps(1)[0]]), _torch_run(1)[0], rtol=1e-6)
+
+    rlx.from_torch(Bump(), (torch.ones(3), torch.arange(3.0)), tmp_path / "bump")
+    x = np.ones(3, np.float32)
+    doubled, total = rlx.load(tmp_path / "bump", backend="openvino")(x, np.arange(3, dtype=np.float32))
+    np.testing.assert_array_equal(x, [1, 2, 3])  # written back, as PyTorch's in-place add would
+    np.testing.assert_array_equal(doubled, [2, 4, 6])
+    assert float(total) == 3.0

@@ -1,4 +1,4 @@
-"""Latency, cold start and memory of rlx against PyTorch eager and onnxruntime, in one run.
+"""Latency, cold start and memory of rlx against PyTorch eager, onnxruntime and OpenVINO, in one run.
 
     python benchmarks/bench.py            # examples + transformers models (if installed), batch 1 and 8
     python benchmarks/bench.py --quick    # a one-minute smoke run
@@ -6,7 +6,11 @@
 Everything runs in this one process, interleaved by rounds (each round times every engine in a
 short block of its own, so load drift hits all of them alike, with a pause between blocks so
 onnxruntime's spinning threads don't slow the next engine), after warm-up, with 2 threads everywhere. Cold start is measured
-in fresh processes. Needs the `bench` extra: pip install -e ".[bench]" -c constraints.txt
+in fresh processes. With OpenVINO installed, a second table puts OpenVINO at f32 and bf16 (on
+torch.onnx's graph and on rlx's openvino engine) beside "rlx tuned": the choice `rlx tune` makes
+for the bundle (numpy, onnxruntime and openvino at every precision they run here, within the
+default tolerance), each as a ratio to the fastest float32 peer (eager, torch.onnx + ORT,
+OpenVINO f32). Needs the `bench` extra: pip install -e ".[bench]" -c constraints.txt
 """
 
 from __future__ import annotations
@@ -238,7 +242,44 @@ class Engines:
         self.rlx_model = rlx.load(self.out / "bundle")
         self.rlx_jax = self._rlx_jax()
         self.rlx_ort = self._rlx_ort()
+        self.onnx_path: Path | None = None
         self.ort = self._onnxruntime(workdir)
+        self.openvino = self._openvino() if importlib.util.find_spec("openvino") else {}
+
+    def _openvino(self) -> dict:
+        """OpenVINO at f32 and bf16 on torch.onnx's graph and on rlx's engine, and "rlx tuned"."""
+        import openvino as ov
+
+        out = {}
+        feeds = list(self.np_inputs)
+        core = ov.Core()
+        for precision in ("f32", "bf16"):
+            if self.onnx_path is not None:
+                cfg = {
+                    "INFERENCE_PRECISION_HINT": precision,
+                    "PERFORMANCE_HINT": "LATENCY",
+                    "INFERENCE_NUM_THREADS": THREADS,
+                }
+                try:
+                    compiled = core.compile_model(core.read_model(str(self.onnx_path)), "CPU", cfg)
+                    request = compiled.create_infer_request()
+                    out[f"ov {precision}"] = lambda r=request: r.infer(feeds)[0]
+                except Exception as e:
+                    print(f"  openvino {precision}: {self.name}: {type(e).__name__}: {str(e).splitlines()[0][:100]}")
+            try:
+                m = rlx.load(self.out / "bundle", backend="openvino", precision=precision, threads=THREADS)
+                out[f"rlx ov {precision}"] = lambda m=m: first_tensor(m(*self.np_inputs))
+            except rlx.RlxError as e:
+                print(f"  rlx openvino {precision}: {self.name}: {e}")
+        t0 = time.perf_counter()
+        report = rlx.tune(self.out / "bundle", engines=["numpy", "onnxruntime", "openvino"], threads=THREADS)
+        choice = report.choice
+        print(f"  rlx tune: {choice.name if choice else 'nothing passed'} ({time.perf_counter() - t0:.0f} s)")
+        if choice is not None:
+            tuned = rlx.load(self.out / "bundle")  # follows tuning.json
+            out["rlx tuned"] = lambda: first_tensor(tuned(*self.np_inputs))
+            self.tuned_choice = choice.name
+        return out
 
     def _rlx_ort(self):
         """The same bundle on rlx's onnxruntime engine (None without onnxruntime)."""
@@ -270,6 +311,7 @@ class Engines:
             opts.intra_op_num_threads = THREADS
             opts.inter_op_num_threads = 1
             session = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+            self.onnx_path = path
         except Exception as e:  # a model ORT's exporter cannot take: report it, keep benchmarking
             print(f"  onnxruntime: {self.name}: {type(e).__name__}: {str(e).splitlines()[0][:100]}")
             return None
@@ -288,6 +330,7 @@ class Engines:
             engines["rlx ort"] = lambda: first_tensor(self.rlx_ort(*self.np_inputs))
         if self.ort is not None:
             engines["ort"] = self.ort
+        engines.update(self.openvino)
         return engines
 
 
@@ -385,6 +428,37 @@ def geomean(values):
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else math.nan
 
 
+PRECISION_COLUMNS = ("ort", "ov f32", "ov bf16", "rlx ort", "rlx ov f32", "rlx ov bf16", "rlx tuned")
+F32_PEERS = ("eager", "ort", "ov f32")
+
+
+def print_precisions(rows, tuned: dict[str, str]) -> None:
+    """Median ms (ratio to the fastest float32 peer) per engine and precision, the tuned choice,
+    rlx's OpenVINO graph against torch.onnx's at each precision, and the largest error."""
+    print()
+    print(
+        "Engines and precisions: median ms (ratio to the fastest float32 peer of eager, torch.onnx+ORT, OpenVINO f32)"
+    )
+    head = f"{'model':<22}" + "".join(f"{c:>17}" for c in PRECISION_COLUMNS)
+    head += f"{'tuned choice':>20}{'rlxov/ov f32':>14}{'rlxov/ov bf16':>15}{'err tuned':>11}"
+    print(head)
+    print("-" * len(head))
+    ratios = []
+    for label, med, err in rows:
+        best = min(med[k] for k in F32_PEERS if k in med)
+        cells = "".join(
+            f"{med[c] * 1e3:>9.3f} ({med[c] / best:>4.2f})" if c in med else f"{'-':>17}" for c in PRECISION_COLUMNS
+        )
+        ov32 = med.get("rlx ov f32", math.nan) / med.get("ov f32", math.nan)
+        ov16 = med.get("rlx ov bf16", math.nan) / med.get("ov bf16", math.nan)
+        ratios.append(med.get("rlx tuned", math.nan) / best)
+        print(
+            f"{label:<22}{cells}{tuned.get(label, '-'):>20}{ov32:>14.2f}{ov16:>15.2f}{err.get('rlx tuned', math.nan):>11.1e}"
+        )
+    print("-" * len(head))
+    print(f"{'geomean rlx tuned / fastest f32 peer':<40}{geomean(ratios):>6.2f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="examples only, batch 1, few rounds")
@@ -395,6 +469,7 @@ def main() -> None:
     rounds, warmup = (40, 5) if args.quick else (100, 10)
     batches = (1,) if args.quick else (1, 8)
     rows, cold_rows, memory_rows = [], [], []
+    tuned: dict[str, str] = {}
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         cases = []
@@ -416,6 +491,7 @@ def main() -> None:
             med = measure(fns, rounds, warmup)
             err = parity(fns)
             rows.append((label, med, err))
+            tuned[label] = getattr(engines, "tuned_choice", "-")
             memory_rows.append((label, peak_memory(engines)))
             if example_file is not None and label.endswith("/b1"):
                 cold_rows.append((label, cold_start(engines, example_file)))
@@ -445,6 +521,8 @@ def main() -> None:
         f"{geomean([m['rlx jax'] / m['ort'] for _, m, _ in rows if 'rlx jax' in m and 'ort' in m]):>9.2f}"
         f"{'':>19}{geomean([m['rlx ort'] / m['ort'] for _, m, _ in rows if 'rlx ort' in m and 'ort' in m]):>9.2f}"
     )
+    if any("rlx tuned" in m for _, m, _ in rows):
+        print_precisions(rows, tuned)
     print()
     print("Cold start: new process, import + load + first output (s) and peak RSS (MB)")
     print(f"{'model':<22}{'rlx s':>9}{'eager s':>9}{'ratio':>8}{'rlx MB':>9}{'eager MB':>10}")

@@ -9,6 +9,7 @@ pulls in torch, onnx or an engine's library:
 - ``rlx.from_onnx``: convert an ONNX model (needs onnx);
 - ``rlx.load`` / ``rlx.Model``: run a bundle (numpy only by default);
 - ``rlx.verify_bundle``: check a bundle against its stored reference outputs;
+- ``rlx.tune``: try every installed engine × precision, keep the fastest within a tolerance;
 - ``rlx.RlxError``: the base of every error rlx raises on purpose.
 """
 
@@ -23,6 +24,7 @@ from rlx.version import __version__
 if TYPE_CHECKING:  # what editors and type checkers see; at run time __getattr__ imports on demand
     from rlx.app.convert import build, from_torch
     from rlx.app.onnx_convert import from_onnx
+    from rlx.app.tune import tune
     from rlx.app.verify import verify_bundle
     from rlx.frontends.torch.export import export
     from rlx.runtime.model import Model, load
@@ -35,6 +37,7 @@ _LAZY = {
     "load": "rlx.runtime.model",
     "Model": "rlx.runtime.model",
     "verify_bundle": "rlx.app.verify",
+    "tune": "rlx.app.tune",
 }
 
 
@@ -51,4 +54,15 @@ def __dir__() -> list[str]:
     return sorted([*globals(), *_LAZY])
 
 
-__all__ = ["Model", "RlxError", "__version__", "build", "export", "from_onnx", "from_torch", "load", "verify_bundle"]
+__all__ = [
+    "Model",
+    "RlxError",
+    "__version__",
+    "build",
+    "export",
+    "from_onnx",
+    "from_torch",
+    "load",
+    "tune",
+    "verify_bundle",
+]

@@ -20,7 +20,7 @@ import numpy as np
 
 from rlx.errors import InputError, RlxError, UsageError
 from rlx.ir.symbolic import Dim, format_shape, format_symbol, static_shape
-from rlx.runtime.engines import numpy_pass_names
+from rlx.runtime.engines import ENGINES, PRECISIONS, numpy_pass_names
 from rlx.version import __version__
 
 EXIT_OK, EXIT_PARITY, EXIT_USAGE = 0, 1, 2
@@ -108,10 +108,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--backend",
-        choices=("numpy", "jax", "onnxruntime"),
-        default="numpy",
-        help="numpy (default), jax (one XLA computation, needs rlx[jax]) or onnxruntime (needs rlx[onnxruntime])",
+        choices=ENGINES,
+        default=None,
+        help="numpy, jax (one XLA computation, needs rlx[jax]), onnxruntime (needs rlx[onnxruntime]) or openvino "
+        "(needs rlx[openvino]); default: the bundle's tuning.json (`rlx tune`) where it matches this machine, else numpy",
     )
+    run.add_argument("--precision", choices=PRECISIONS, help="f32 (default), bf16/f16 (openvino), int8 (onnxruntime)")
     run.add_argument(
         "--threads",
         type=int,
@@ -172,6 +174,26 @@ def _parser() -> argparse.ArgumentParser:
     ben.add_argument("--runs", type=int, default=30, help="timed runs per engine (default 30)")
     ben.add_argument("--warmup", type=int, default=3, help="untimed runs first (default 3)")
     ben.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
+
+    tun = sub.add_parser(
+        "tune", help="find the fastest engine and precision within a parity tolerance; write BUNDLE/tuning.json"
+    )
+    tun.add_argument("bundle", help="bundle directory (or an OUT directory from `rlx import`)")
+    tun.add_argument("--tolerance", type=float, default=0.999, help="minimum cosine per output (default 0.999)")
+    tun.add_argument(
+        "--max-error", type=float, default=1e-2,
+        help="maximum |error| per output, relative to the output's scale where that exceeds 1 (default 1e-2)",
+    )  # fmt: skip
+    tun.add_argument(
+        "--engines", help=f"comma-separated engines (default: every installed one of {', '.join(ENGINES)})"
+    )
+    tun.add_argument("--precisions", help=f"comma-separated precisions (default: all of {', '.join(PRECISIONS)} "
+                     "that an engine runs on this CPU)")  # fmt: skip
+    tun.add_argument("--inputs", help="more inputs to check: .npz (arrays by input name), .safetensors (in::NAME) "
+                     "or .parquet (a column per input, a row per set)")  # fmt: skip
+    tun.add_argument("--threads", type=int, help="threads per engine (recorded in tuning.json; default: each engine's)")
+    tun.add_argument("--no-write", action="store_true", help="report only; leave tuning.json as it is")
+    tun.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
     return p
 
 
@@ -191,6 +213,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "ops": cmd_ops,
             "batch": cmd_batch,
             "bench": cmd_bench,
+            "tune": cmd_tune,
         }[args.command](args)
     except RlxError as e:
         if debug:
@@ -372,6 +395,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         disable_passes=args.disable_pass,
         threads=args.threads,
         seed=args.seed,
+        precision=args.precision,
     )
     named = {}
     for item in args.input:
@@ -558,3 +582,29 @@ def cmd_bench(args: argparse.Namespace) -> int:
     _say(f"{report.bundle}: inputs {report.inputs}")
     _say(report.table())
     return EXIT_OK if report.fastest is not None else EXIT_USAGE
+
+
+# ── tune ─────────────────────────────────────────────────────────────────────
+def cmd_tune(args: argparse.Namespace) -> int:
+    from rlx.app.tune import tune
+
+    def listed(text: str | None) -> list[str] | None:
+        return [e.strip() for e in text.split(",") if e.strip()] if text else None
+
+    report = tune(
+        args.bundle,
+        tolerance=args.tolerance,
+        max_error=args.max_error,
+        engines=listed(args.engines),
+        precisions=listed(args.precisions),
+        inputs=args.inputs,
+        threads=args.threads,
+        write=not args.no_write,
+        progress=_say,
+    )
+    _say(f"{report.bundle}: checked on {', '.join(report.inputs)}; cosine >= {report.tolerance}, "
+         f"max err <= {report.max_error} x scale")  # fmt: skip
+    _say(report.table())
+    if report.written:
+        _say(f"wrote {report.written} ({report.seconds:.1f} s)")
+    return EXIT_OK if report.choice is not None else EXIT_USAGE

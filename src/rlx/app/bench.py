@@ -31,7 +31,7 @@ from rlx.ir.program import Program
 from rlx.ir.symbolic import Sym, eval_shape
 from rlx.runtime.engines import ENGINES
 
-_MODULES = {"numpy": "numpy", "jax": "jax", "onnxruntime": "onnxruntime"}
+_MODULES = {"numpy": "numpy", "jax": "jax", "onnxruntime": "onnxruntime", "openvino": "openvino"}
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
 

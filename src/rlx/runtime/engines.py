@@ -3,8 +3,13 @@
 An engine runs Programs with static shapes. ``Engine.source`` is the program that specialisations
 start from (the numpy engine optimises a dynamic program once, as written, so its weights are
 folded and packed once for every binding); ``Engine.compile`` turns one static program into an
-``Executor``. The JAX and onnxruntime engines are imported only when asked for, so ``import rlx``
-never needs jax or onnxruntime.
+``Executor``. The JAX, onnxruntime and OpenVINO engines are imported only when asked for, so
+``import rlx`` never needs jax, onnxruntime or openvino.
+
+A precision (``PRECISIONS``) is how an engine computes the program's float32 work: ``f32`` as
+written (every engine), ``bf16`` / ``f16`` through OpenVINO's inference-precision hint, ``int8``
+through onnxruntime's dynamic quantization of the MatMul/Gemm weights. Results of a lower precision
+are approximations: ``rlx tune`` checks them against the reference at the user's tolerance.
 """
 
 from __future__ import annotations
@@ -17,7 +22,15 @@ import numpy as np
 from rlx.errors import UsageError
 from rlx.ir.program import Program
 
-ENGINES = ("numpy", "jax", "onnxruntime")
+ENGINES = ("numpy", "jax", "onnxruntime", "openvino")
+PRECISIONS = ("f32", "bf16", "f16", "int8")
+# The precisions each engine has a mode for (whether this CPU runs them: ``check_precision``).
+ENGINE_PRECISIONS = {
+    "numpy": ("f32",),
+    "jax": ("f32",),
+    "onnxruntime": ("f32", "int8"),
+    "openvino": ("f32", "bf16", "f16"),
+}
 
 
 class Executor(Protocol):
@@ -55,6 +68,39 @@ def check_engine(name: str) -> None:
         from rlx.runtime.onnxruntime_engine import require_onnxruntime
 
         require_onnxruntime()
+    if name == "openvino":
+        from rlx.runtime.openvino_engine import require_openvino
+
+        require_openvino()
+
+
+def check_precision(engine: str, precision: str) -> None:
+    """UsageError unless ``engine`` runs ``precision`` on this CPU, in one line naming what is lacking
+    (the engine's mode, or the CPU extensions OpenVINO's kernels need)."""
+    if precision not in PRECISIONS:
+        raise UsageError(f"unknown precision {precision!r}; choose one of {', '.join(PRECISIONS)}")
+    if precision not in ENGINE_PRECISIONS[engine]:
+        others = [e for e, ps in ENGINE_PRECISIONS.items() if precision in ps]
+        raise UsageError(
+            f"the {engine} engine has no {precision} mode (it runs {', '.join(ENGINE_PRECISIONS[engine])}); "
+            f"{precision} runs on backend={' or '.join(repr(e) for e in others)}"
+        )
+    if engine == "openvino" and precision != "f32":
+        from rlx.runtime.openvino_engine.hints import check_precision as check_openvino
+
+        check_openvino(precision)
+
+
+def supported_precisions(engine: str) -> list[str]:
+    """The precisions ``engine`` (installed) runs on this CPU."""
+    out = []
+    for p in ENGINE_PRECISIONS[engine]:
+        try:
+            check_precision(engine, p)
+        except UsageError:
+            continue
+        out.append(p)
+    return out
 
 
 def numpy_pass_names() -> tuple[str, ...]:
@@ -71,17 +117,24 @@ def create_engine(
     disable_passes: Iterable[str] | None = None,
     threads: int | None = None,
     options: Mapping[str, Any] | None = None,
+    precision: str = "f32",
 ) -> Engine:
     """The engine ``name`` for ``program`` and its weights. ``disable_passes``: the numpy engine's
     load-time passes to skip (``None``: all of them); ``threads``: onnxruntime's intra-op threads
     (``None``: its default, one per physical core), or the numpy engine's (``None``: two, one on a
     one-core machine; see ``rlx.runtime.numpy_engine.parallel``; the jax engine takes none); ``options``: the engine's own settings
-    (onnxruntime: ``optimization``, ``pooling_nan``, ``contrib``; see ``OrtEngine``)."""
+    (onnxruntime: ``optimization``, ``pooling_nan``, ``contrib``; see ``OrtEngine``; openvino:
+    ``dynamic``; see ``OvEngine``); ``precision``: one of ``PRECISIONS`` the engine runs here."""
     check_engine(name)
+    check_precision(name, precision)
     if name == "onnxruntime":
         from rlx.runtime.onnxruntime_engine.executor import OrtEngine
 
-        return OrtEngine(program, weights, threads=threads, **dict(options or {}))
+        return OrtEngine(program, weights, threads=threads, precision=precision, **dict(options or {}))
+    if name == "openvino":
+        from rlx.runtime.openvino_engine.executor import OvEngine
+
+        return OvEngine(program, weights, threads=threads, precision=precision, **dict(options or {}))
     if options:
         raise UsageError(f"the {name} engine takes no options, got {', '.join(sorted(options))}")
     if name == "jax":

@@ -48,6 +48,7 @@ class Model:
         threads: int | None = None,
         engine_options: Mapping[str, Any] | None = None,
         seed: int = DEFAULT_SEED,
+        precision: str = "f32",
     ) -> None:
         self.program = program
         initial = weights
@@ -70,10 +71,12 @@ class Model:
         if carried:
             weights = {k: v for k, v in weights.items() if k not in carried}
         self._weights = weights
-        self.backend = backend
+        self.backend = backend  # the engine's name (``engine.name``)
+        self.precision = precision
+        self.tuning: str = ""  # set by ``load``: the tuning.json it followed, or why it ignored one
         # The numpy engine's passes (rlx.runtime.numpy_engine.passes.optimize) run unless `optimize=False` (`rlx run --no-opt`).
         self.engine = create_engine(
-            backend, program, weights, disable_passes if optimize else None, threads, engine_options
+            backend, program, weights, disable_passes if optimize else None, threads, engine_options, precision
         )
         # Static programs have one executor; dynamic ones get one per binding of the symbols.
         self._static = None if program.is_dynamic else self.engine.compile(program)
@@ -275,11 +278,12 @@ def load(
     bundle_dir: str | Path,
     *,
     optimize: bool = True,
-    backend: str = "numpy",
+    backend: str | None = None,
     disable_passes: Iterable[str] = (),
     threads: int | None = None,
     engine_options: Mapping[str, Any] | None = None,
     seed: int = DEFAULT_SEED,
+    precision: str | None = None,
 ) -> Model:
     """Load a bundle directory (``program.json`` + ``weights.safetensors`` + ``meta.json``).
 
@@ -292,20 +296,41 @@ def load(
     ``threads`` threads (default 1, every step on the calling thread: splitting is opt-in, see
     ``rlx.runtime.numpy_engine.parallel.default_threads``);
     ``engine_options`` are the engine's own settings (``rlx.runtime.onnxruntime_engine.executor.OrtEngine``);
-    ``seed`` starts the generator of a model with random ops (see ``Model``).
+    ``seed`` starts the generator of a model with random ops (see ``Model``);
+    ``backend="openvino"`` runs it on OpenVINO (needs ``rlx[openvino]``).
+
+    ``precision``: ``"f32"`` (default), ``"bf16"`` / ``"f16"`` (openvino) or ``"int8"`` (onnxruntime),
+    refused where the engine or this CPU lacks it. Without ``backend``, the bundle's ``tuning.json``
+    (``rlx tune``) picks the engine, precision and threads when it matches this machine and its
+    engine is installed (``model.tuning`` says which file, or why it was ignored); otherwise the
+    numpy engine runs. An explicit ``backend`` always wins.
     """
     program, weights, meta = read_bundle(bundle_dir)
-    return Model(
+    note = ""
+    if backend is None:
+        from rlx.runtime.tuning import tuned_choice
+
+        choice, note = tuned_choice(bundle_dir)
+        if choice is not None and precision in (None, choice.precision):
+            backend, precision = choice.engine, choice.precision
+            threads = choice.threads if threads is None else threads
+            note = f"tuned by {choice.path}"
+        elif choice is not None:
+            note = f"{choice.path} not used: it chose {choice.precision}, precision={precision!r} was asked for"
+    model = Model(
         program,
         weights,
         meta,
         optimize=optimize,
-        backend=backend,
+        backend=backend or "numpy",
         disable_passes=disable_passes,
         threads=threads,
         engine_options=engine_options,
         seed=seed,
+        precision=precision or "f32",
     )
+    model.tuning = note
+    return model
 
 
 __all__ = ["Model", "RlxError", "load", "unflatten"]

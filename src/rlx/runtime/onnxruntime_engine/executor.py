@@ -41,13 +41,15 @@ class OrtEngine:
         optimization: str = "all",
         pooling_nan: bool = True,
         contrib: Collection[str] = DEFAULT_CONTRIB,
+        precision: str = "f32",
     ) -> None:
         """``optimization``: onnxruntime's graph optimization level (all / extended / basic / none);
         ``pooling_nan=False``: max pooling skips NaN as onnxruntime's MaxPool does, instead of
         propagating it as PyTorch does (saves the check of each pooled input; see ``OrtExecutor``);
         ``contrib``: onnxruntime's fused com.microsoft operators to emit where they are faster
         (``"attention"``: an encoder's Attention as one MultiHeadAttention; ``"causal_attention"``:
-        causal and grouped-query ones too); ``()`` for standard operators only."""
+        causal and grouped-query ones too); ``()`` for standard operators only; ``precision="int8"``:
+        the MatMul/Gemm weights quantized to int8 (``rlx.runtime.onnxruntime_engine.quantize``)."""
         self._ort = require_onnxruntime()
         try:
             check_coverage(program)
@@ -66,6 +68,9 @@ class OrtEngine:
         self.optimization = optimization
         self.pooling_nan = pooling_nan
         self.contrib = check_contrib(contrib)
+        if precision not in ("f32", "int8"):
+            raise UsageError(f"the onnxruntime engine runs f32 and int8, not {precision!r}")
+        self.precision = precision
         self._arrays = {w.name: np.asarray(weights[w.name], order="C") for w in program.weights}
         self._values = {name: _ort_value(self._ort, arr) for name, arr in self._arrays.items()}
         self.compilations = 0
@@ -132,7 +137,10 @@ class OrtExecutor:
         ort = engine._ort
         scalars = {w.name: engine.array(w.name) for w in program.weights if not w.shape}
         pooling_nan = engine.pooling_nan and (True if exact else "check")
-        model = to_onnx(program, scalars, io_bf16_as_f32=True, external_weights=True, pooling_nan=pooling_nan,
+        int8 = engine.precision == "int8"
+        if int8:  # (quantization reads the weights: embedded in the graph)
+            scalars = dict(engine.arrays)
+        model = to_onnx(program, scalars, io_bf16_as_f32=True, external_weights=not int8, pooling_nan=pooling_nan,
                         contrib=engine.contrib, weight_values=engine.arrays)  # fmt: skip
         checked = [o.name for o in model.graph.output if o.name == NAN_CHECK]
         if extra_outputs:  # intermediate values to return too (the per-node debugger)
@@ -151,8 +159,14 @@ class OrtExecutor:
         opts = engine.session_options()
         if names:
             opts.add_external_initializers(names, engine.weight_values(names))
+        if int8:
+            from rlx.runtime.onnxruntime_engine.quantize import quantize_int8
+
+            serialized = quantize_int8(model, program.name)
+        else:
+            serialized = model.SerializeToString()
         try:
-            self._session = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+            self._session = ort.InferenceSession(serialized, opts, providers=["CPUExecutionProvider"])
         except Exception as e:
             raise RlxError(f"onnxruntime could not load {program.name}: {type(e).__name__}: {_first_line(e)}") from e
         self._bf16_inputs = [v.dtype == "bf16" for v in program.inputs]

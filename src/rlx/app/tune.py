@@ -1,0 +1,393 @@
+"""``rlx tune BUNDLE``: the fastest (engine, precision) on this machine whose outputs stay within
+the user's tolerance of PyTorch's, written to ``BUNDLE/tuning.json`` for ``rlx.load`` to follow.
+
+Every installed engine × every precision it runs on this CPU (``rlx.runtime.engines``) is a
+candidate. Each candidate runs in a fresh process of its own (as ``rlx bench`` does: its threads,
+JIT caches and peak memory are its own) on the same input sets: the bundle's reference inputs
+(``reference.safetensors``, checked against PyTorch eager's outputs recorded beside them) and, with
+``inputs=``, the user's (checked against the numpy engine at float32, rlx's reference engine).
+
+The rule is rlx's parity rule at the user's tolerance: per output, the shape, dtype and NaN/±inf
+pattern equal, then cosine ≥ ``tolerance`` and max |error| ≤ ``max_error`` × max(1, max |reference|);
+integer and boolean outputs exactly equal. Candidates that pass are timed (median of calls after a
+warm-up); the fastest is the choice. Where a candidate fails, the report names the outputs and by
+how much.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass, field
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rlx.errors import InputError, RlxError, UsageError
+from rlx.formats import safetensors_io
+from rlx.formats.atomic import atomic_write_text
+from rlx.optional import available, require
+from rlx.runtime.engines import ENGINES, PRECISIONS, supported_precisions
+from rlx.runtime.tuning import ENGINE_PACKAGES, FORMAT, TUNING_FILE, bundle_dir, machine
+
+DEFAULT_TOLERANCE = 0.999  # cosine, per output (the Rust reference's parity threshold)
+DEFAULT_MAX_ERROR = 1e-2  # max |error| relative to max(1, max |reference|)
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+TIME_BUDGET_S = 1.5  # timing per candidate: at most this long (and at most `runs` calls)
+CONFIRM, CLOSE = 3, 1.3  # the fastest CONFIRM passing candidates within CLOSE x the best are re-timed
+
+
+@dataclass
+class OutputCheck:
+    input_set: str
+    index: int
+    cosine: float | None
+    max_error: float | None
+    limit: float | None  # the max |error| allowed for this output
+    passed: bool
+    reason: str = ""
+
+
+@dataclass
+class Candidate:
+    engine: str
+    precision: str
+    median_ms: float = math.nan
+    load_s: float = math.nan
+    min_cosine: float | None = None
+    passed: bool = False
+    error: str = ""
+    failures: list[OutputCheck] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return f"{self.engine} {self.precision}"
+
+    def verdict(self) -> str:
+        if self.error:
+            return f"failed: {self.error}"
+        if self.passed:
+            return "pass"
+        worst = "; ".join(f"{f.input_set} out{f.index}: {f.reason}" for f in self.failures[:3])
+        more = f" (+{len(self.failures) - 3} more)" if len(self.failures) > 3 else ""
+        return f"FAIL {worst}{more}"
+
+
+@dataclass
+class TuneReport:
+    bundle: str
+    tolerance: float
+    max_error: float
+    threads: int | None
+    inputs: list[str]
+    candidates: list[Candidate]
+    seconds: float = 0.0
+    written: str = ""
+
+    @property
+    def choice(self) -> Candidate | None:
+        passing = [c for c in self.candidates if c.passed and not c.error]
+        return min(passing, key=lambda c: c.median_ms) if passing else None
+
+    def table(self) -> str:
+        rows = [f"{'engine':<13}{'precision':<11}{'load s':>8}{'median ms':>11}{'min cosine':>13}  result"]
+        for c in self.candidates:
+            timed = not c.error and c.passed
+            cosine = "-" if c.min_cosine is None else f"{c.min_cosine:.6f}"
+            rows.append(
+                f"{c.engine:<13}{c.precision:<11}{_num(c.load_s, '8.2f')}{_num(c.median_ms if timed else math.nan, '11.3f')}"
+                f"{cosine:>13}  {c.verdict()}"
+            )
+        best = self.choice
+        rows.append(
+            f"fastest within tolerance: {best.name} ({best.median_ms:.3f} ms)" if best else "no candidate passed"
+        )
+        return "\n".join(rows)
+
+    def to_json(self) -> dict[str, Any]:
+        best = self.choice
+        engines = sorted({c.engine for c in self.candidates})
+        return {
+            "format": FORMAT,
+            "version": 1,
+            "choice": None
+            if best is None
+            else {
+                "engine": best.engine,
+                "precision": best.precision,
+                "threads": self.threads,
+                "median_ms": best.median_ms,
+            },  # fmt: skip
+            "tolerance": {"cosine": self.tolerance, "max_error": self.max_error},
+            "inputs": self.inputs,
+            "machine": machine(engines),
+            "candidates": [_jsonable(asdict(c)) for c in self.candidates],
+        }
+
+
+def _num(v: float, spec: str) -> str:
+    width = int(spec.split(".")[0])
+    return f"{'-':>{width}}" if math.isnan(v) else format(v, spec)
+
+
+def _jsonable(v: Any) -> Any:
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if isinstance(v, dict):
+        return {k: _jsonable(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_jsonable(x) for x in v]
+    return v
+
+
+def candidates(engines: Sequence[str] | None, precisions: Sequence[str] | None) -> list[tuple[str, str]]:
+    """Every (engine, precision) to try: the installed engines (or ``engines``) × what each runs here."""
+    unknown = [e for e in engines or () if e not in ENGINES]
+    if unknown:
+        raise UsageError(f"unknown engine(s) {', '.join(unknown)}; choose from {', '.join(ENGINES)}")
+    bad = [p for p in precisions or () if p not in PRECISIONS]
+    if bad:
+        raise UsageError(f"unknown precision(s) {', '.join(bad)}; choose from {', '.join(PRECISIONS)}")
+    chosen = (
+        list(engines) if engines else [e for e in ENGINES if available(ENGINE_PACKAGES[e].replace("jaxlib", "jax"))]
+    )
+    out = []
+    for e in chosen:
+        runs_here = supported_precisions(e)  # (an engine asked for but not installed: its one-line refusal)
+        out += [(e, p) for p in runs_here if precisions is None or p in precisions]
+    if not out:
+        raise UsageError(f"no engine here runs precision(s) {', '.join(precisions or ())}; try --precisions f32")
+    return out
+
+
+def read_input_sets(path: str | Path, names: Sequence[str], limit: int = 4) -> list[dict[str, np.ndarray]]:
+    """The user's input sets: a .npz of arrays named like the inputs (one set), a .safetensors with
+    ``in::<name>`` keys (one set), or a Parquet file with one column per input, each row one set
+    (its cells the whole input as nested lists; the first ``limit`` rows)."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"--inputs {path}: no such file")
+    suffix = path.suffix.lower()
+    if suffix == ".npz":
+        with np.load(path, allow_pickle=False) as z:
+            sets = [{n: z[n] for n in names if n in z.files}]
+    elif suffix == ".safetensors":
+        tensors, _ = safetensors_io.read(path)
+        sets = [{n: np.asarray(tensors[f"in::{n}"]) for n in names if f"in::{n}" in tensors}]
+    elif suffix == ".parquet":
+        pq = require("pyarrow.parquet", extra="batch", feature="--inputs FILE.parquet")
+        table = pq.read_table(path, columns=[n for n in names if n in pq.read_schema(path).names])
+        rows = min(table.num_rows, limit)
+        sets = [{n: np.asarray(table.column(n)[k].as_py()) for n in table.column_names} for k in range(rows)]
+    else:
+        raise InputError(f"--inputs {path}: expected a .npz, .safetensors or .parquet file")
+    for k, s in enumerate(sets):
+        missing = [n for n in names if n not in s]
+        if missing:
+            raise InputError(f"--inputs {path}: set {k} has no array for input(s) {', '.join(missing)}")
+    if not sets:
+        raise InputError(f"--inputs {path}: no rows")
+    return sets
+
+
+def _reference_sets(root: Path, names: Sequence[str]) -> list[tuple[str, dict[str, np.ndarray], list[np.ndarray]]]:
+    """(label, inputs, PyTorch outputs) from the bundle's reference.safetensors, if it has one."""
+    for ref in (root / "reference.safetensors", root.parent / "reference.safetensors"):
+        if ref.is_file():
+            tensors, _ = safetensors_io.read(ref)
+            if all(f"in::{n}" in tensors for n in names):
+                outs, k = [], 0
+                while f"out::{k}" in tensors:
+                    outs.append(np.asarray(tensors[f"out::{k}"]))
+                    k += 1
+                return [("reference", {n: np.asarray(tensors[f"in::{n}"]) for n in names}, outs)]
+    return []
+
+
+def judge(
+    label: str, got: list[np.ndarray], want: list[np.ndarray], tolerance: float, max_error: float, random: set[int]
+) -> list[OutputCheck]:
+    """Every output against its reference with rlx's parity rule at the user's tolerance."""
+    from rlx.app.verify import compare
+
+    checks = []
+    for i, (g, w) in enumerate(zip(got, want)):
+        p = compare(i, np.asarray(g), w, random=i in random)
+        if p.random or (p.cosine is None and p.passed):
+            checks.append(OutputCheck(label, i, None, p.max_abs_err, 0.0 if p.max_abs_err is not None else None, True))
+            continue
+        if p.reason in ("shape differs", "dtype differs") or p.cosine is None:  # shape/dtype, or integers/bools
+            checks.append(OutputCheck(label, i, None, p.max_abs_err, 0.0, p.passed, p.reason))
+            continue
+        finite = w[np.isfinite(w)] if w.dtype.kind == "f" else w
+        scale = max(1.0, float(np.max(np.abs(finite.astype(np.float64))))) if finite.size else 1.0
+        limit = max_error * scale
+        reasons = []
+        if not p.nonfinite_match:
+            reasons.append("NaN/inf positions differ")
+        if p.cosine < tolerance:
+            reasons.append(f"cosine {p.cosine:.6f} < {tolerance}")
+        if p.max_abs_err is not None and p.max_abs_err > limit:
+            reasons.append(f"max err {p.max_abs_err:.3e} > {limit:.3e}")
+        checks.append(OutputCheck(label, i, p.cosine, p.max_abs_err, limit, not reasons, "; ".join(reasons)))
+    if len(got) != len(want):
+        checks.append(
+            OutputCheck(label, len(want), None, None, None, False, f"{len(got)} outputs, expected {len(want)}")
+        )
+    return checks
+
+
+def measure(
+    bundle: str, engine: str, precision: str, sets: list[dict[str, np.ndarray]], threads: int | None, runs: int
+) -> tuple[float, float, list[list[np.ndarray]] | None, str]:
+    """In the worker process: load, run every input set, time the first; (load s, median ms,
+    outputs per set, error)."""
+    from rlx.runtime.model import load
+
+    try:
+        t0 = time.perf_counter()
+        model = load(bundle, backend=engine, precision=precision, threads=threads)
+        flat = [model.bind((), s) for s in sets]
+        outputs = [[np.asarray(o) for o in model.run_flat(f)] for f in flat]  # the first call compiles
+        load_s = time.perf_counter() - t0
+        for _ in range(2):
+            model.run_flat(flat[0])
+        times: list[float] = []
+        start = time.perf_counter()
+        while len(times) < runs and (len(times) < 5 or time.perf_counter() - start < TIME_BUDGET_S):
+            t = time.perf_counter()
+            model.run_flat(flat[0])
+            times.append((time.perf_counter() - t) * 1e3)
+    except RlxError as e:
+        return math.nan, math.nan, None, str(e)
+    return load_s, float(np.median(times)), outputs, ""
+
+
+def _in_subprocess(bundle: Path, engine: str, precision: str, sets: list[dict[str, np.ndarray]], threads: int | None,
+                   runs: int) -> tuple[float, float, list[list[np.ndarray]] | None, str]:  # fmt: skip
+    saved = {k: os.environ.get(k) for k in THREAD_VARIABLES}
+    if threads is not None:  # numpy's BLAS reads these when the fresh process starts
+        os.environ.update({k: str(threads) for k in THREAD_VARIABLES})
+    try:
+        with ProcessPoolExecutor(max_workers=1, mp_context=get_context("spawn")) as pool:
+            return pool.submit(measure, str(bundle), engine, precision, sets, threads, runs).result()
+    except Exception as e:  # a crashed worker: this candidate failed, the others go on
+        text = str(e).strip().splitlines()
+        return math.nan, math.nan, None, f"{type(e).__name__}: {text[0] if text else ''}"
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def tune(
+    bundle: str | Path,
+    *,
+    tolerance: float = DEFAULT_TOLERANCE,
+    max_error: float = DEFAULT_MAX_ERROR,
+    engines: Sequence[str] | None = None,
+    precisions: Sequence[str] | None = None,
+    inputs: str | Path | None = None,
+    threads: int | None = None,
+    runs: int = 50,
+    write: bool = True,
+    progress: Callable[[str], None] | None = None,
+) -> TuneReport:
+    """Try every candidate (see the module docstring); write the fastest passing one to
+    ``BUNDLE/tuning.json`` (``write=False``: only report). ``progress`` receives one line per candidate."""
+    from rlx.app.verify import random_outputs
+    from rlx.formats.bundle import read_bundle
+
+    if not 0.0 < tolerance <= 1.0:
+        raise UsageError(f"--tolerance is a cosine in (0, 1], got {tolerance}")
+    if max_error <= 0:
+        raise UsageError(f"max_error must be positive, got {max_error}")
+    if threads is not None and threads < 1:
+        raise UsageError(f"--threads must be at least 1, got {threads}")
+    started = time.perf_counter()
+    directory = bundle_dir(bundle)
+    program, _, _ = read_bundle(directory)
+    names = [v.name for v in program.user_inputs]
+    todo = candidates(engines, precisions)
+    sets = _reference_sets(directory, names)
+    labels = ["reference.safetensors (PyTorch eager)"] if sets else []
+    if inputs is not None:
+        from rlx.runtime.model import load
+
+        reference_model = load(directory, backend="numpy")
+        for k, s in enumerate(read_input_sets(inputs, names)):
+            want = [np.asarray(o) for o in reference_model.run_flat(reference_model.bind((), s))]
+            sets.append((f"{Path(inputs).name}[{k}]", s, want))
+        labels.append(f"{inputs} (numpy engine, f32)")
+    if not sets:
+        raise UsageError(
+            f"{directory}: no reference.safetensors beside it; pass --inputs FILE (.npz/.safetensors/.parquet)"
+        )
+    random = random_outputs(program)
+    report = TuneReport(str(directory), tolerance, max_error, threads, labels, [])
+    for k, (engine, precision) in enumerate(todo):
+        cand = Candidate(engine, precision)
+        load_s, median, outputs, error = _in_subprocess(
+            directory, engine, precision, [s for _, s, _ in sets], threads, runs
+        )
+        cand.load_s, cand.error = load_s, error
+        if outputs is not None:
+            checks = [c for (label, _, want), got in zip(sets, outputs)
+                      for c in judge(label, got, want, tolerance, max_error, random)]  # fmt: skip
+            cosines = [c.cosine for c in checks if c.cosine is not None]
+            cand.min_cosine = min(cosines) if cosines else None
+            cand.failures = [c for c in checks if not c.passed]
+            cand.passed = not cand.failures
+            cand.median_ms = median
+        report.candidates.append(cand)
+        if progress:
+            timing = f"{cand.median_ms:.3f} ms" if cand.passed else "not timed"
+            progress(f"[{k + 1}/{len(todo)}] {cand.name}: {timing}, {cand.verdict()}")
+    _confirm(report, directory, [s for _, s, _ in sets], threads, runs, progress)
+    report.seconds = time.perf_counter() - started
+    if write and report.choice is not None:
+        path = directory / TUNING_FILE
+        atomic_write_text(path, json.dumps(report.to_json(), indent=1) + "\n")
+        report.written = str(path)
+    return report
+
+
+def _confirm(
+    report: TuneReport,
+    directory: Path,
+    sets: list[dict[str, np.ndarray]],
+    threads: int | None,
+    runs: int,
+    progress: Callable[[str], None] | None,
+) -> None:
+    """Time the close contenders once more, each in a fresh process, in reverse order, and keep each
+    one's better median: on a shared machine one timing can be off by more than the gaps between
+    candidates, and the order of the first pass must not decide."""
+    passing = sorted((c for c in report.candidates if c.passed), key=lambda c: c.median_ms)
+    if len(passing) < 2:
+        return
+    close = [c for c in passing[:CONFIRM] if c.median_ms <= CLOSE * passing[0].median_ms]
+    if len(close) < 2:
+        return
+    for cand in reversed(close):
+        _, median, _, error = _in_subprocess(directory, cand.engine, cand.precision, sets[:1], threads, runs)
+        if not error and median < cand.median_ms:
+            cand.median_ms = median
+    if progress:
+        progress("re-timed " + ", ".join(f"{c.name} {c.median_ms:.3f} ms" for c in close))
+
+
+def describe_failures(report: TuneReport) -> list[str]:
+    """One line per failing candidate: which outputs and by how much."""
+    return [f"{c.name}: {c.verdict()}" for c in report.candidates if not c.passed]
+
+
+__all__ = ["Candidate", "TuneReport", "candidates", "describe_failures", "judge", "read_input_sets", "tune"]

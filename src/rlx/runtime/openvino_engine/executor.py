@@ -1,0 +1,211 @@
+"""Runs a Program on OpenVINO: rlx's ONNX emission read from memory, weights as shared constants.
+
+The ONNX graph is emitted with its weights declared as graph inputs (no weight bytes in it), read
+by OpenVINO's ONNX front-end from memory (``Core.read_model`` on the serialized bytes; no file is
+written), and every weight input is then replaced by a ``Constant`` that points at the engine's own
+array (``shared_memory=True``), so the compiled models of several bindings share one host copy of
+the weights.
+
+A dynamic program is emitted once with symbolic extents and compiled once; every input-shape
+binding then reuses that compiled model. Where OpenVINO cannot compile the dynamic graph, each
+binding gets a static compilation of its own, as on the onnxruntime engine.
+
+OpenVINO's CPU plugin runs in bfloat16 by default on CPUs that have it (AMX, AVX-512 BF16): the
+engine always sets ``INFERENCE_PRECISION_HINT`` itself, to f32 unless a lower precision is asked
+for, so a model loaded with ``precision="f32"`` computes in float32 everywhere.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from rlx.errors import RlxError, UsageError
+from rlx.exporters.onnx import check_coverage, to_onnx
+from rlx.exporters.onnx.registry import EmitError
+from rlx.ir import dtypes
+from rlx.ir.program import Program, Ref, Value
+from rlx.runtime.openvino_engine import require_openvino
+from rlx.runtime.openvino_engine.hints import HINTS, check_precision
+
+BF16 = dtypes.to_numpy("bf16")
+
+
+class OvEngine:
+    """A program's weights and OpenVINO settings, shared by the compiled model of every binding."""
+
+    name = "openvino"
+
+    def __init__(
+        self,
+        program: Program,
+        weights: Mapping[str, np.ndarray],
+        *,
+        threads: int | None = None,
+        precision: str = "f32",
+        dynamic: bool = True,
+    ) -> None:
+        """``threads``: OpenVINO's inference threads (``None``: its default, one per physical core);
+        ``precision``: ``f32`` / ``bf16`` / ``f16``, OpenVINO's inference-precision hint (refused
+        where this CPU lacks it); ``dynamic=False``: compile each input-shape binding on its own
+        (static shapes) instead of one compiled model for all of them."""
+        self._ov = require_openvino()
+        try:
+            check_coverage(program)
+        except EmitError as e:
+            raise UsageError(f"{e}; run this model with backend='numpy'") from None
+        check_precision(precision)
+        if threads is not None and threads < 1:
+            raise UsageError(f"threads must be at least 1, got {threads}")
+        if not isinstance(dynamic, bool):
+            raise UsageError(f"dynamic must be True or False, got {dynamic!r}")
+        self._source = program
+        self.threads = threads
+        self.precision = precision
+        self.dynamic = dynamic
+        self._arrays = {w.name: np.asarray(weights[w.name], order="C") for w in program.weights}
+        self._core = self._ov.Core()
+        self.compilations = 0
+        self._lock = threading.Lock()  # guards the compilation count
+        self._shared_lock = threading.Lock()  # one thread compiles the dynamic model
+        self._shared: Any = None  # the compiled dynamic model, once built
+        self._shared_failed = False
+
+    @property
+    def source(self) -> Program:
+        return self._source
+
+    def config(self) -> dict[str, Any]:
+        """The compile_model properties: precision, latency (one stream), threads."""
+        cfg: dict[str, Any] = {"INFERENCE_PRECISION_HINT": HINTS[self.precision], "PERFORMANCE_HINT": "LATENCY"}
+        if self.threads is not None:
+            cfg["INFERENCE_NUM_THREADS"] = self.threads
+        return cfg
+
+    def compile(self, program: Program) -> OvExecutor:
+        if self._source.is_dynamic and self.dynamic and not program.is_dynamic:
+            shared = self._compiled_source()
+            if shared is not None:  # one compiled model serves every binding
+                return OvExecutor(program, shared)
+        return OvExecutor(program, self._compile_program(program))
+
+    def _compiled_source(self) -> Any:
+        with self._shared_lock:
+            if self._shared is None and not self._shared_failed:
+                try:
+                    self._shared = self._compile_program(self._source)
+                except RlxError:  # a graph OpenVINO cannot shape dynamically: one compilation per binding
+                    self._shared_failed = True
+            return self._shared
+
+    def _compile_program(self, program: Program) -> Any:
+        model = self.ov_model(program)
+        try:
+            compiled = self._core.compile_model(model, "CPU", self.config())
+        except Exception as e:
+            raise RlxError(f"OpenVINO could not compile {program.name}: {_first_line(e)}") from e
+        with self._lock:
+            self.compilations += 1
+        return compiled
+
+    def ov_model(self, program: Program) -> Any:
+        """The OpenVINO model of ``program`` with the weights as shared constants (not compiled)."""
+        import onnx
+
+        scalars = {w.name: self._arrays[w.name] for w in program.weights if not w.shape}
+        proto = to_onnx(program, scalars, io_bf16_as_f32=True, external_weights=True, pooling_nan=True,
+                        weight_values=self._arrays)  # fmt: skip
+        graph = proto.graph
+        # The graph's inputs are the program's, in order (a bfloat16 one renamed: it crosses as float32).
+        renamed = {i.name: v.name for i, v in zip(graph.input, program.inputs) if i.name != v.name}
+        external = [t for t in graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL]
+        kept = [t for t in graph.initializer if t.data_location != onnx.TensorProto.EXTERNAL]
+        del graph.initializer[:]
+        graph.initializer.extend(kept)
+        for t in external:  # weights enter as inputs, become shared constants below
+            graph.input.append(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
+        try:
+            model = self._core.read_model(proto.SerializeToString())
+        except Exception as e:
+            raise RlxError(f"OpenVINO could not read {program.name}'s ONNX graph: {_first_line(e)}") from e
+        ov = self._ov
+        for param in list(model.get_parameters()):
+            name = param.output(0).get_any_name()
+            if name in renamed:  # the executor feeds inputs by the program's names
+                param.output(0).get_tensor().add_names({renamed[name]})
+            if name not in self._arrays:
+                continue
+            arr = self._arrays[name]
+            const = ov.op.Constant(_shared_tensor(ov, arr), shared_memory=True)
+            param.output(0).replace(const.output(0))
+            model.remove_parameter(param)
+        model.validate_nodes_and_infer_types()
+        return model
+
+
+def _shared_tensor(ov: Any, arr: np.ndarray) -> Any:
+    """An OpenVINO tensor over ``arr``'s memory (read-only, memory-mapped weights included; this
+    constructor does not ask for a writeable array, OpenVINO never writes a constant)."""
+    if arr.dtype == BF16:  # numpy has no bfloat16 of its own: the bits, typed as OpenVINO's bf16
+        return ov.Tensor(arr.view(np.uint16), list(arr.shape), ov.Type.bf16)
+    kind = ov.Type.boolean if arr.dtype == np.bool_ else ov.Type(arr.dtype)
+    return ov.Tensor(arr, list(arr.shape), kind)
+
+
+class OvExecutor:
+    """One static-shaped Program on a compiled OpenVINO model (its own, or the dynamic one shared
+    by every binding); one infer request per calling thread."""
+
+    def __init__(self, program: Program, compiled: Any) -> None:
+        self.program = program
+        self._compiled = compiled
+        names = [v.name for v in program.inputs]
+        position = {n: k for k, n in enumerate(names)}
+        self._feed: list[int] = []
+        for port in compiled.inputs:
+            found = [n for n in port.get_names() if n in position]
+            if not found:
+                raise RlxError(
+                    f"OpenVINO's model of {program.name} has an input {port.get_any_name()!r} it does not declare"
+                )
+            self._feed.append(position[found[0]])
+        self._bf16_inputs = {k for k, v in enumerate(program.inputs) if v.dtype == "bf16"}
+        self._want = [dtypes.to_numpy(v.dtype) for v in _output_values(program)]
+        self._local = threading.local()
+
+    def _request(self) -> Any:
+        request = getattr(self._local, "request", None)
+        if request is None:
+            request = self._local.request = self._compiled.create_infer_request()
+        return request
+
+    def run(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        """Run on arrays already checked against the program's inputs (in order)."""
+        feed = {}
+        for port, k in enumerate(self._feed):
+            arr = inputs[k]
+            feed[port] = arr.astype(np.float32) if k in self._bf16_inputs else arr
+        try:
+            results = self._request().infer(feed, share_inputs=True, share_outputs=False)
+        except Exception as e:
+            raise RlxError(f"runtime error in OpenVINO running {self.program.name}: {_first_line(e)}") from e
+        out = []
+        for arr, want in zip(results.to_tuple(), self._want):
+            arr = np.asarray(arr)
+            if arr.dtype != want:  # bfloat16 outputs cross as float32 (exactly); OpenVINO's bool/u8 outputs
+                arr = arr.astype(want)
+            out.append(arr)
+        return out
+
+
+def _output_values(program: Program) -> list[Value]:
+    values = program.values()
+    return [values[o.name] if isinstance(o, Ref) else Value("", (), o.dtype) for o in program.outputs]
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__

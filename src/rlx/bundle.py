@@ -96,7 +96,9 @@ def read_bundle(bundle_dir: str | Path) -> tuple[Program, dict[str, np.ndarray],
     if not bundle_dir.is_dir():
         raise BundleError(f"{bundle_dir}: not a directory; pass the bundle directory written by `rlx import`")
     paths = {name: inside(bundle_dir, name) for name in BUNDLE_FILES}
-    program = Program.from_json(read_json(paths["program.json"]), "program.json")
+    doc = read_json(paths["program.json"])
+    check_program_fields(doc, paths["program.json"])
+    program = Program.from_json(doc, "program.json")
     validate(program, "program.json")
     meta = read_json(paths["meta.json"])
     check_meta(meta, program, paths["meta.json"])
@@ -110,6 +112,31 @@ def read_bundle(bundle_dir: str | Path) -> tuple[Program, dict[str, np.ndarray],
         )
     weights = bind_weights(program, tensors, paths["weights.safetensors"])
     return program, weights, meta
+
+
+# The optional top-level fields of program.json and the JSON type each must have when present
+# (Program.from_json iterates them: an int there would escape as a TypeError).
+PROGRAM_FIELD_TYPES: dict[str, type] = {
+    "guards": list,
+    "symbols": list,
+    "data_symbols": list,
+    "state": list,
+    "input_updates": list,
+    "value_map": dict,
+    "source_histogram": dict,
+}
+
+
+def check_program_fields(doc: Any, path: Path) -> None:
+    """program.json is an object whose optional fields have the JSON types rlx writes."""
+    if not isinstance(doc, dict):
+        raise BundleError(f"{path}: expected a JSON object, found {type(doc).__name__}")
+    for key, typ in PROGRAM_FIELD_TYPES.items():
+        value = doc.get(key)
+        if value is not None and not isinstance(value, typ):
+            raise BundleError(
+                f"{path}: field {key!r} must be a {'list' if typ is list else 'object'}, found {type(value).__name__}"
+            )
 
 
 def inside(directory: Path, name: str) -> Path:

@@ -12,6 +12,7 @@ torch is never imported on this path.
 from __future__ import annotations
 
 import importlib.util
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -24,10 +25,12 @@ from rlx.ir import dtypes
 from rlx.ir.program import Lit, Program, Ref, Value
 from rlx.ir.symbolic import Sym, eval_shape
 from rlx.onnx_import import reader
+from rlx.onnx_import.boundary import naming, ort_errors, ort_refusal
 from rlx.onnx_import.reader import OnnxGraph
 from rlx.onnx_import.registry import REGISTRY, OnnxBuilder, check_coverage, ident
 
 VERIFY_MODES = ("auto", "onnxruntime", "none")
+MAX_EXAMPLE_ELEMENTS = 2**28  # per input: 1 GiB of f32, far beyond any example a parity check needs
 
 
 def lower_graph(graph: OnnxGraph) -> tuple[Program, dict[str, np.ndarray]]:
@@ -83,6 +86,11 @@ def _example_inputs(graph: OnnxGraph, given: Sequence[Any] | Mapping[str, Any] |
     out = {}
     for name, shape, dtype in graph.inputs:
         concrete = eval_shape(shape, hints)
+        if math.prod(concrete) > MAX_EXAMPLE_ELEMENTS:
+            raise UsageError(
+                f"input {name!r} has shape {list(concrete)}, too large for a made-up example input; "
+                "pass example_inputs= (or --verify none)"
+            )
         np_type = dtypes.to_numpy(dtype)
         if dtypes.is_float(dtype) or dtypes.is_complex(dtype):
             out[name] = rng.standard_normal(concrete).astype(np_type)
@@ -97,15 +105,21 @@ def has_onnxruntime() -> bool:
     return importlib.util.find_spec("onnxruntime") is not None
 
 
-def run_onnxruntime(proto: Any, inputs: Mapping[str, np.ndarray]) -> list[np.ndarray]:
-    """The model's outputs from onnxruntime (CPU), in graph output order."""
+def run_onnxruntime(proto: Any, inputs: Mapping[str, np.ndarray], where: str = "model") -> list[np.ndarray]:
+    """The model's outputs from onnxruntime (CPU), in graph output order. onnxruntime's own errors
+    (a model it refuses: ``InvalidGraph``, ``InvalidArgument``, ``Fail`` …) come back as one
+    ``SchemaError`` line naming ``where``."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
     options.log_severity_level = 3
     options.intra_op_num_threads = 1
-    session = ort.InferenceSession(proto.SerializeToString(), options, providers=["CPUExecutionProvider"])
-    return [np.asarray(o) for o in session.run(None, dict(inputs))]
+    try:
+        session = ort.InferenceSession(proto.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        outputs = session.run(None, dict(inputs))
+    except ort_errors() as e:
+        raise ort_refusal(where, e) from None
+    return [np.asarray(o) for o in outputs]
 
 
 def from_onnx(
@@ -120,16 +134,17 @@ def from_onnx(
     backend: str = "numpy",
     on_step: Any = None,
     freeze_inputs: Mapping[str, Any] | None = None,
+    base_dir: str | Path | None = None,
 ) -> Any:
     """Convert an ONNX model (a path or an ``onnx.ModelProto``) into ``out_dir``.
 
     ``verify``: True / "auto" checks parity against onnxruntime when it is installed (a note in the
     report otherwise), "onnxruntime" requires it, False / "none" skips the check. ``freeze_inputs``
     fixes inputs to values (they become weights): shape parameters a model takes as inputs.
+    ``base_dir``: the directory a ``ModelProto``'s external data files are in (a path's own directory
+    by default); external data is read only from inside it, symlinks resolved.
     """
-    from rlx.convert import _check_emit, _Steps, finish_program, write_and_verify
-    from rlx.report import write_report
-    from rlx.util import StagedDir
+    from rlx.convert import _check_emit, _Steps
 
     mode = "auto" if verify is True else "none" if verify is False else verify
     if mode not in VERIFY_MODES:
@@ -138,10 +153,33 @@ def from_onnx(
         raise UsageError("--verify onnxruntime needs the onnxruntime package: pip install onnxruntime")
     _check_emit(emit, emit_style, backend)
     steps = _Steps(on_step)
-    proto = steps("read", lambda: reader.load_proto(model))
+    proto = steps("read", lambda: reader.load_proto(model, base_dir))
+    where = str(model) if isinstance(model, (str, Path)) else reader.model_name(proto)
+    with naming(where):
+        return _convert(proto, where, out_dir, example_inputs, mode, force, emit, emit_style, backend, steps,
+                        freeze_inputs)  # fmt: skip
+
+
+def _convert(
+    proto: Any,
+    where: str,
+    out_dir: str | Path,
+    example_inputs: Sequence[Any] | Mapping[str, Any] | None,
+    mode: str,
+    force: bool,
+    emit: Sequence[str],
+    emit_style: str,
+    backend: str,
+    steps: Any,
+    freeze_inputs: Mapping[str, Any] | None,
+) -> Any:
+    from rlx.convert import finish_program, write_and_verify
+    from rlx.report import write_report
+    from rlx.util import StagedDir
+
     shapes = reader.example_shapes(example_inputs, [i.name for i in proto.graph.input])
     frozen = {k: np.asarray(v) for k, v in (freeze_inputs or {}).items()}
-    graph = reader.read(proto, shapes, frozen)
+    graph = reader.read(proto, shapes, frozen, name=where)
     with StagedDir(out_dir, force=force) as staged:
         program, weights = steps("lower", lambda: _lower(graph, finish_program))
         _save_model(proto, staged.path / "model.onnx")
@@ -150,7 +188,7 @@ def from_onnx(
         if mode != "none":
             if has_onnxruntime():
                 inputs = _example_inputs(graph, example_inputs)
-                outputs = steps("onnxruntime", lambda: run_onnxruntime(proto, {**inputs, **frozen}))
+                outputs = steps("onnxruntime", lambda: run_onnxruntime(proto, {**inputs, **frozen}, where))
                 reference = {f"in::{k}": v for k, v in {**inputs, **frozen}.items()}
                 reference.update({f"out::{i}": v for i, v in enumerate(outputs)})
                 safetensors_io.write(staged.path / "reference.safetensors", reference)

@@ -98,14 +98,9 @@ def _check_entry(path: Path, name: str, info: object, data_len: int) -> tuple[st
         raise WeightsError(f"{where}: data_offsets must be [begin, end]")
     begin, end = offsets
     token = ST_TO_TOKEN[st]
-    # numpy refuses a shape whose extents, zeros left out, overflow its index type, even with no
-    # data: [0, 2**63, 2**63] needs 0 bytes but cannot be made. Bound that product too.
-    extent = 1
-    for d in shape:
-        extent *= max(d, 1)
-        if extent > MAX_EXTENT:
-            raise WeightsError(f"{where}: shape {shape} is too large (its non-zero extents exceed {MAX_EXTENT})"[:300])
     nbytes = dtypes.to_numpy(token).itemsize
+    if 0 in shape:
+        nbytes = 0
     for d in shape:  # multiply with an early exit so a hostile shape cannot overflow or allocate
         nbytes *= d
         if nbytes > data_len:
@@ -114,6 +109,13 @@ def _check_entry(path: Path, name: str, info: object, data_len: int) -> tuple[st
         raise WeightsError(f"{where}: byte range [{begin}, {end}) lies outside the file's {data_len} data bytes")
     if end - begin != nbytes:
         raise WeightsError(f"{where}: shape {shape} of {st} needs {nbytes} bytes, header gives {end - begin}")
+    # numpy refuses a shape whose extents, zeros left out, overflow its index type, even with no
+    # data: [0, 2**63, 2**63] needs 0 bytes but cannot be made. Bound that product too.
+    extent = 1
+    for d in shape:
+        extent *= max(d, 1)
+        if extent > MAX_EXTENT:
+            raise WeightsError(f"{where}: shape {shape} is too large (its non-zero extents exceed {MAX_EXTENT})"[:300])
     return token, tuple(shape), begin, end
 
 

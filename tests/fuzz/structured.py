@@ -355,7 +355,7 @@ def mutate_onnx(m: Any, r: random.Random, workdir: Path) -> tuple[Any, dict[str,
                 pick = r.randrange(5)
                 if pick == 0:
                     a.type = r.choice([AttributeProto.FLOAT, AttributeProto.INT, AttributeProto.STRING,
-                                       AttributeProto.INTS, AttributeProto.TENSOR, AttributeProto.GRAPH, 0, 99])  # fmt: skip
+                                       AttributeProto.INTS, AttributeProto.TENSOR, AttributeProto.GRAPH, 0])  # fmt: skip
                 elif pick == 1:
                     a.ClearField("i")
                     a.type = AttributeProto.FLOAT

@@ -43,6 +43,30 @@ def naming(where: str) -> Iterator[None]:
         raise
 
 
+def invalid_text(message: Any, path: str = "") -> str | None:
+    """The first string field of a protobuf message that is not valid UTF-8 (protobuf hands such a
+    field back as ``bytes``, which every name-handling step would trip over), as a dotted path."""
+    for fd, value in message.ListFields():
+        if fd.type not in (fd.TYPE_MESSAGE, fd.TYPE_STRING):
+            continue  # numbers and bytes (raw_data, float_data …): nothing to check, maybe large
+        repeated = fd.is_repeated if hasattr(fd, "is_repeated") else fd.label == fd.LABEL_REPEATED
+        items = list(value) if repeated else [value]
+        if fd.type == fd.TYPE_MESSAGE:
+            for k, item in enumerate(items):
+                found = invalid_text(item, f"{path}{fd.name}{f'[{k}]' if repeated else ''}.")
+                if found:
+                    return found
+        elif fd.type == fd.TYPE_STRING and any(isinstance(v, bytes) for v in items):
+            return f"{path}{fd.name}"
+    return None
+
+
+def check_text(proto: Any, where: str) -> None:
+    bad = invalid_text(proto)
+    if bad:
+        raise SchemaError(f"{where}: field {bad} is not valid UTF-8 text; the file is damaged")
+
+
 # ── onnxruntime ──────────────────────────────────────────────────────────────
 def ort_errors() -> tuple[type[BaseException], ...]:
     """The exception types onnxruntime raises for a model it refuses or cannot run (its pybind
@@ -95,9 +119,9 @@ def _graph_tensors(g: Any, prefix: str) -> Iterator[tuple[Any, str]]:
 
 
 def _node_tensors(node: Any, prefix: str) -> Iterator[tuple[Any, str]]:
-    name = node.name or node.op_type
+    name = one_line(node.name or node.op_type, 120)
     for a in node.attribute:
-        where = f"{prefix}node {name} attribute {a.name}"
+        where = f"{prefix}node {name} attribute {one_line(a.name, 80)}"
         if a.HasField("t"):
             yield a.t, where
         for t in a.tensors:

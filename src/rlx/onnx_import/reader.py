@@ -19,7 +19,7 @@ import numpy as np
 
 from rlx.errors import SchemaError, UnsupportedOpError, UsageError
 from rlx.ir.symbolic import Dim, Sym, Symbol
-from rlx.onnx_import.boundary import load_external_data, one_line
+from rlx.onnx_import.boundary import check_text, load_external_data, one_line
 from rlx.onnx_import.registry import OnnxNode
 
 MIN_OPSET = 7
@@ -105,6 +105,7 @@ def load_proto(model: Any, base_dir: str | Path | None = None) -> Any:
     data outside the protobuf is refused). A ``ModelProto`` passed in is never modified."""
     onnx = onnx_module()
     if isinstance(model, onnx.ModelProto):
+        check_text(model, "model")
         return load_external_data(model, base_dir, model_name(model))
     if not isinstance(model, (str, os.PathLike)):
         raise UsageError(f"expected a path to an .onnx file or an onnx.ModelProto, found {type(model).__name__}")
@@ -120,6 +121,7 @@ def load_proto(model: Any, base_dir: str | Path | None = None) -> Any:
     except Exception as e:  # DecodeError, RuntimeWarning-as-error, …: the onnx package's boundary
         raise SchemaError(f"{path}: not a valid ONNX protobuf ({type(e).__name__}: {one_line(e, 120)})") from None
     _check_proto(proto, str(path))
+    check_text(proto, str(path))
     return load_external_data(proto, path.parent if base_dir is None else base_dir, str(path))
 
 
@@ -340,20 +342,25 @@ def _attrs(node: Any) -> dict[str, Any]:
     return out
 
 
+def _label(n: Any, k: int | None = None) -> str:
+    """How messages name a node: its name (one line), else its op type and index."""
+    return one_line(n.name or (n.op_type if k is None else f"{n.op_type}_{k}"), 120)
+
+
 def _producers(raw: list[Any], known: set[str], where: str) -> dict[str, int]:
     """Value name → the index of the node producing it; every value produced once and defined before use."""
     producer: dict[str, int] = {}
     for k, n in enumerate(raw):
         for o in n.output:
             if o and (o in producer or o in known):
-                raise SchemaError(f"{where}: value {o!r} is produced twice (node {n.name or n.op_type})")
+                raise SchemaError(f"{where}: value {o!r} is produced twice (node {_label(n)})")
             if o:
                 producer[o] = k
     for k, n in enumerate(raw):
         for i in n.input:
             if i and i not in producer and i not in known:
                 raise SchemaError(
-                    f"{where}: node {n.name or f'{n.op_type}_{k}'} ({n.op_type}) reads {i!r}, which nothing produces"
+                    f"{where}: node {_label(n, k)} ({one_line(n.op_type, 60)}) reads {i!r}, which nothing produces"
                 )
     return producer
 
@@ -376,9 +383,7 @@ def _ordered_nodes(g: Any, opsets: dict[str, int], known: set[str], where: str) 
                 stack.append((k, pos + 1))
                 dep = producer[ins[pos]]
                 if state[dep] == 1:
-                    raise SchemaError(
-                        f"{where}: the graph has a cycle through node {raw[dep].name or raw[dep].op_type}"
-                    )
+                    raise SchemaError(f"{where}: the graph has a cycle through node {_label(raw[dep])}")
                 if state[dep] == 0:
                     state[dep] = 1
                     stack.append((dep, 0))

@@ -354,12 +354,9 @@ def cmd_build(args: argparse.Namespace) -> int:
 
 # ── run ──────────────────────────────────────────────────────────────────────
 def _read_npy(name: str, file: str) -> np.ndarray:
-    try:
-        return np.load(file, allow_pickle=False)
-    except FileNotFoundError:
-        raise InputError(f"input {name!r}: {file}: no such file") from None
-    except (ValueError, OSError) as e:
-        raise InputError(f"input {name!r}: {file} is not a readable .npy file: {e}") from None
+    from rlx.npy_io import read_npy  # header checked before allocating; every failure one InputError line
+
+    return read_npy(file, f"input {name!r}")
 
 
 def cmd_run(args: argparse.Namespace) -> int:

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-FORMATS = ("onnx", "program.json", "meta.json", "safetensors", "reference", "torch-ir")
+FORMATS = ("onnx", "program.json", "meta.json", "safetensors", "reference", "npy-input", "torch-ir")
 MEMORY_LIMIT = 4 * 1024**3  # address space of the child, bytes
 CASE_TIMEOUT_S = 10.0
 
@@ -190,6 +190,48 @@ def mutate_safetensors(raw: bytes, r: random.Random) -> bytes:
             if not isinstance(header, dict):
                 return st_join(header, payload, r)
     return st_join(header, payload, r)
+
+
+# ── .npy inputs (`rlx run -i NAME=FILE.npy`) ──────────────────────────────────
+def mutate_npy(raw: bytes, r: random.Random) -> bytes:
+    """A damaged or hostile .npy: header dict fields (descr, shape, fortran_order), its length and
+    version bytes, the data's length, and bit flips."""
+    magic, rest = raw[:8], raw[8:]
+    (hlen,) = struct.unpack("<H", rest[:2])
+    header, data = rest[2 : 2 + hlen].decode("latin1"), rest[2 + hlen :]
+    for _ in range(r.randint(1, 3)):
+        action = r.randrange(9)
+        if action == 0:
+            header = re_sub_field(header, "shape", r.choice(["()", "(0,)", "(2**63,)", "(-1, 8)", "(3, 8)", "(2, 8, 1)",
+                                                             "(9999999999999,)", "'x'", "(1.5,)", "(" * 200]))  # fmt: skip
+        elif action == 1:
+            header = re_sub_field(header, "descr", r.choice(["'<f8'", "'>f4'", "'|O'", "'<U3'", "'|b1'", "'V8'",
+                                                             "[('a', '<f4')]", "'<f2'", "'x'", "3"]))  # fmt: skip
+        elif action == 2:
+            header = re_sub_field(header, "fortran_order", r.choice(["True", "None", "1", "'x'"]))
+        elif action == 3:
+            data = data[: r.randrange(len(data) + 1)]
+        elif action == 4:
+            data += bytes(r.randrange(1, 16))
+        elif action == 5:
+            magic = magic[:6] + bytes([r.choice([1, 2, 3, 0, 9]), 0])
+        elif action == 6:
+            header = header[: r.randrange(len(header) + 1)]
+        elif action == 7 and data:
+            k = r.randrange(len(data))
+            data = data[:k] + bytes([data[k] ^ 0xFF]) + data[k + 1 :]
+        else:
+            k = r.randrange(len(header))
+            header = header[:k] + chr(r.randrange(32, 127)) + header[k + 1 :]
+    head = header.encode("latin1", "replace")
+    hl = len(head) if r.random() > 0.05 else r.choice([0, 65535, len(head) + 3])
+    return magic + struct.pack("<H", hl) + head + data
+
+
+def re_sub_field(header: str, key: str, value: str) -> str:
+    import re
+
+    return re.sub(rf"'{key}': (\([^)]*\)|'[^']*'|[^,}}]+)", f"'{key}': {value}", header, count=1)
 
 
 # ── ONNX ─────────────────────────────────────────────────────────────────────
@@ -583,6 +625,30 @@ def case(fmt: str, seed: int, base: Base, work: Path) -> Callable[[], None]:
         raw = (onnx_out / "reference.safetensors").read_bytes()
         (ref / "reference.safetensors").write_bytes(mutate_safetensors(raw, r))
         return lambda: rlx.verify_bundle(onnx_out, ref / "reference.safetensors")
+    if fmt == "npy-input":
+        import io
+        from contextlib import redirect_stderr, redirect_stdout
+
+        from rlx.cli import main
+        from rlx.errors import RlxError
+
+        d = fresh(work, "npy")
+        d.mkdir()
+        buf = io.BytesIO()
+        np.save(buf, np.random.default_rng(seed).standard_normal((2, 3, 8)).astype(np.float32))
+        (d / "x.npy").write_bytes(mutate_npy(buf.getvalue(), r))
+
+        def run_cli() -> None:
+            err = io.StringIO()
+            with redirect_stderr(err), redirect_stdout(io.StringIO()):
+                code = main(["run", str(onnx_out), "-i", f"x={d / 'x.npy'}"])
+            text = err.getvalue().strip()
+            if code != 0 and (code != 2 or "\n" in text or "internal error" in text or not text.startswith("rlx: ")):
+                raise AssertionError(f"rlx run exited {code}: {text[:300]}")
+            if code:  # refused in one line, as it should be: count it as such
+                raise RlxError(text.removeprefix("rlx: "))
+
+        return run_cli
     if fmt == "torch-ir":
         src = base.dir / "torch_out"
         if not src.exists():

@@ -317,3 +317,39 @@ def test_constant_attribute_with_external_data_is_checked_too(tmp_path, monkeypa
     monkeypatch.chdir(tmp_path)
     refused(lambda: rlx.from_onnx(m, tmp_path / "o", base_dir=tmp_path), SchemaError, "attribute value", "absolute")
     assert os.path.isabs("/etc/hostname")
+
+
+# ── .npy inputs (`rlx run -i NAME=FILE.npy`) ─────────────────────────────────
+def npy_bytes(header: str, data: bytes) -> bytes:
+    head = header.encode("latin1")
+    return b"\x93NUMPY\x01\x00" + struct.pack("<H", len(head)) + head + data
+
+
+@pytest.mark.parametrize(
+    "header, data, why",
+    [
+        ("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 8", b"\0" * 64, "not a readable .npy"),  # TokenError
+        ("{'descr': '<f4', 'fortran_order': False, 'shape': (9999999999999,), }", b"\0" * 64, "declares"),  # 36 TiB
+        ("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 8), }", b"\0" * 60, "damaged"),  # short
+        ("{'descr': '|O', 'fortran_order': False, 'shape': (2, 8), }", b"\0" * 128, "objects"),
+        ("{'descr': 'x', 'fortran_order': False, 'shape': (2, 8), }", b"\0" * 64, "not a readable .npy"),
+        ("", b"", "not a readable .npy"),
+    ],
+    ids=["token-error", "huge-shape", "short", "object", "bad-descr", "empty"],
+)
+def test_damaged_npy_input_is_one_line(tmp_path, capsys, bundle, header, data, why):
+    from rlx.npy_io import read_npy
+
+    path = tmp_path / "x.npy"
+    path.write_bytes(npy_bytes(header, data))
+    refused(lambda: read_npy(path, "input 'x'"), RlxError, "input 'x'", "x.npy", why)
+    assert main(["run", str(bundle), "-i", f"x={path}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("rlx: input 'x'") and "\n" not in err and "internal error" not in err
+
+
+def test_valid_npy_input_runs(tmp_path, capsys, bundle):
+    x = R.standard_normal((2, 8)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    assert main(["run", str(bundle), "-i", f"x={tmp_path / 'x.npy'}", "-o", str(tmp_path / "o")]) == 0
+    np.testing.assert_allclose(np.load(tmp_path / "o" / "out0.npy"), x @ W + np.arange(4), rtol=1e-5, atol=1e-5)

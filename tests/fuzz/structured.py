@@ -611,7 +611,8 @@ def case(fmt: str, seed: int, base: Base, work: Path) -> Callable[[], None]:
         return lambda: rlx.from_onnx(mutated, out, **kwargs)
     if fmt in ("program.json", "meta.json", "safetensors"):
         b = fresh(work, "b")
-        shutil.copytree(onnx_out / "bundle", b)
+        bundles = [onnx_out / "bundle", base.dir / "torch_out" / "bundle"]  # an MLP; a transformer (more Calls)
+        shutil.copytree(r.choice([d for d in bundles if d.is_dir()]), b)
         if fmt == "safetensors":
             raw = (b / "weights.safetensors").read_bytes()
             (b / "weights.safetensors").write_bytes(mutate_safetensors(raw, r))
@@ -684,12 +685,14 @@ def classify(fn: Callable[[], None]) -> dict[str, Any]:
         result: dict[str, Any] = {"status": "ok"}
     except RlxError as e:
         msg = str(e)
-        if not msg or "\n" in msg or "\r" in msg:
+        if _memory_error_in_chain(e):  # a blow-up the limit stopped, then reported as a refusal
+            result = {"status": "memory", "error": type(e).__name__, "message": msg[:300]}
+        elif not msg or "\n" in msg or "\r" in msg:
             result = {"status": "raw", "error": f"{type(e).__name__} (not one line)", "message": msg[:2000]}
         else:
             result = {"status": "rlx", "error": type(e).__name__, "message": msg[:300]}
     except MemoryError:
-        result = {"status": "raw", "error": "MemoryError", "message": ""}
+        result = {"status": "memory", "error": "MemoryError", "message": ""}
     except Exception as e:
         tb = traceback.extract_tb(e.__traceback__)
         site = next((f"{Path(f.filename).name}:{f.lineno}" for f in reversed(tb) if "/rlx/" in f.filename),
@@ -697,6 +700,17 @@ def classify(fn: Callable[[], None]) -> dict[str, Any]:
         result = {"status": "raw", "error": type(e).__name__, "message": str(e)[:300], "site": site}
     result["elapsed"] = round(time.perf_counter() - t0, 3)
     return result
+
+
+def _memory_error_in_chain(e: BaseException) -> bool:
+    seen: set[int] = set()
+    cur: BaseException | None = e
+    while cur is not None and id(cur) not in seen:
+        if isinstance(cur, MemoryError):
+            return True
+        seen.add(id(cur))
+        cur = cur.__cause__ or cur.__context__
+    return "MemoryError" in str(e) or "Unable to allocate" in str(e)
 
 
 def child(fmt: str, start: int, count: int, base_dir: Path, out: Path) -> None:

@@ -353,3 +353,32 @@ def test_valid_npy_input_runs(tmp_path, capsys, bundle):
     np.save(tmp_path / "x.npy", x)
     assert main(["run", str(bundle), "-i", f"x={tmp_path / 'x.npy'}", "-o", str(tmp_path / "o")]) == 0
     np.testing.assert_allclose(np.load(tmp_path / "o" / "out0.npy"), x @ W + np.arange(4), rtol=1e-5, atol=1e-5)
+
+
+# ── program.json: arguments that would make a kernel allocate gigabytes ──────
+@pytest.mark.parametrize("op, field, value", [("Slice", "axis", 2**31), ("Reduce", "axes", [2**31]),
+                                              ("Softmax", "axis", -(2**40))])  # fmt: skip
+def test_axis_far_out_of_range_is_refused_before_running(tmp_path, op, field, value):
+    """Found by the fuzzer: Slice axis 2**31 passed validation and the kernel built an index that
+    long (19 GB resident before the machine's OOM killer stopped it)."""
+    nodes = [
+        helper.make_node("Slice", ["x", "st", "en", "ax"], ["s"]),
+        helper.make_node("ReduceSum", ["s", "rax"], ["r"], keepdims=1),
+        helper.make_node("Softmax", ["r"], ["y"], axis=1),
+    ]
+    inits = {"st": np.array([1]), "en": np.array([3]), "ax": np.array([1]), "rax": np.array([0])}
+    g = helper.make_graph(
+        nodes,
+        "axes",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 6])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2])],
+        [numpy_helper.from_array(a.astype(np.int64), k) for k, a in inits.items()],
+    )
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
+    rlx.from_onnx(m, tmp_path / "o")
+    b = tmp_path / "o" / "bundle"
+    doc = json.loads((b / "program.json").read_text())
+    target = next(i for i in doc["instrs"] if i["op"] == op)
+    target["args"][field] = value
+    (b / "program.json").write_text(json.dumps(doc))
+    refused(lambda: rlx.load(b), SchemaError, "program.json", "out of range")

@@ -382,3 +382,19 @@ def test_axis_far_out_of_range_is_refused_before_running(tmp_path, op, field, va
     target["args"][field] = value
     (b / "program.json").write_text(json.dumps(doc))
     refused(lambda: rlx.load(b), SchemaError, "program.json", "out of range")
+
+
+def test_value_larger_than_memory_is_refused_at_load(tmp_path, bundle):
+    """A program.json can declare a value of 2**36 elements (256 GiB of f32) that validation
+    allows; loading refuses it instead of letting the run be killed by the OOM killer."""
+    from rlx.runtime.model import physical_memory
+
+    memory = physical_memory()
+    if memory is None or memory >= 2**38:
+        pytest.skip("this machine has the memory (or does not say how much)")
+    b = tmp_path / "b"
+    shutil.copytree(bundle, b)
+    doc = json.loads((b / "program.json").read_text())
+    doc["instrs"][0]["shape"] = [2**18, 2**18]
+    (b / "program.json").write_text(json.dumps(doc))
+    refused(lambda: rlx.load(b), BundleError, "GiB", "memory", doc["instrs"][0]["result"])

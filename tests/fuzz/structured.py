@@ -794,31 +794,36 @@ def run_cases(fmt: str, start: int, count: int, base_dir: Path, log: Path, *, ch
             else:
                 done[row["seed"]] = row
                 started = None
+        chunk_counts: dict[str, int] = {}
+        chunk_problems: list[dict[str, Any]] = []
         for s, row in done.items():
             status = row["status"]
             if status == "ok" or status == "rlx":
                 if row.get("elapsed", 0) > CASE_TIMEOUT_S:
                     status = "slow"
-                    problems.append({"format": fmt, "seed": s, "status": "slow", "elapsed": row["elapsed"]})
+                    chunk_problems.append({"format": fmt, "seed": s, "status": "slow", "elapsed": row["elapsed"]})
             else:
-                problems.append({"format": fmt, **row})
-            counts[status] = counts.get(status, 0) + 1
+                chunk_problems.append({"format": fmt, **row})
+            chunk_counts[status] = chunk_counts.get(status, 0) + 1
         if started is not None:  # the child died or hung on this seed
             kind = "hang" if proc.returncode in (-9,) and time.monotonic() - last_change > CASE_TIMEOUT_S else "crash"
-            problems.append({"format": fmt, "seed": started, "status": kind, "returncode": proc.returncode,
-                             "stderr": stderr})  # fmt: skip
-            counts[kind] = counts.get(kind, 0) + 1
+            chunk_problems.append({"format": fmt, "seed": started, "status": kind, "returncode": proc.returncode,
+                                   "stderr": stderr})  # fmt: skip
+            chunk_counts[kind] = chunk_counts.get(kind, 0) + 1
+        with open(log, "a", encoding="utf-8") as f:  # as it goes, so an interrupted run still reports
+            f.write(json.dumps({"format": fmt, "chunk": seed, "cases": sum(chunk_counts.values()),
+                                "counts": chunk_counts, "problems": chunk_problems[:100]}) + "\n")  # fmt: skip
+        problems += chunk_problems
+        for k, v in chunk_counts.items():
+            counts[k] = counts.get(k, 0) + v
+        if started is not None:
             seed = started + 1
         elif not lines and proc.returncode:
             raise RuntimeError(f"fuzz child for {fmt} failed to start (exit {proc.returncode}): {stderr}")
         else:
             seed += n
         part.unlink(missing_ok=True)
-    summary = Summary(fmt, sum(counts.values()), counts, problems)
-    with open(log, "a", encoding="utf-8") as f:
-        f.write(json.dumps({"format": fmt, "start": start, "cases": summary.cases, "counts": counts,
-                            "problems": problems[:200]}) + "\n")  # fmt: skip
-    return summary
+    return Summary(fmt, sum(counts.values()), counts, problems)
 
 
 def describe(p: dict[str, Any]) -> str:

@@ -420,11 +420,9 @@ def _fmt_hist(title: str, hist: dict[str, int]) -> list[str]:
 
 
 def _inspect_bundle(path: Path) -> None:
-    from rlx.bundle import read_json
-    from rlx.ir.program import Program
+    from rlx.bundle import read_program
 
-    program = Program.from_json(read_json(path / "program.json"), str(path / "program.json"))
-    meta = read_json(path / "meta.json")
+    program, meta = read_program(path)  # both files checked, as loading them would
     n_params = sum(_weight_numel(w.name, w.shape) for w in program.weights)
     n_bytes = (path / "weights.safetensors").stat().st_size if (path / "weights.safetensors").exists() else 0
     source = meta.get("source", {}) if isinstance(meta, dict) else {}

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-FORMATS = ("onnx", "program.json", "meta.json", "safetensors", "reference", "npy-input", "torch-ir")
+FORMATS = ("onnx", "program.json", "meta.json", "safetensors", "reference", "npy-input", "inspect", "torch-ir")
 MEMORY_LIMIT = 4 * 1024**3  # address space of the child, bytes
 CASE_TIMEOUT_S = 10.0
 
@@ -628,28 +628,21 @@ def case(fmt: str, seed: int, base: Base, work: Path) -> Callable[[], None]:
         return lambda: rlx.verify_bundle(onnx_out, ref / "reference.safetensors")
     if fmt == "npy-input":
         import io
-        from contextlib import redirect_stderr, redirect_stdout
-
-        from rlx.cli import main
-        from rlx.errors import RlxError
 
         d = fresh(work, "npy")
         d.mkdir()
         buf = io.BytesIO()
         np.save(buf, np.random.default_rng(seed).standard_normal((2, 3, 8)).astype(np.float32))
         (d / "x.npy").write_bytes(mutate_npy(buf.getvalue(), r))
-
-        def run_cli() -> None:
-            err = io.StringIO()
-            with redirect_stderr(err), redirect_stdout(io.StringIO()):
-                code = main(["run", str(onnx_out), "-i", f"x={d / 'x.npy'}"])
-            text = err.getvalue().strip()
-            if code != 0 and (code != 2 or "\n" in text or "internal error" in text or not text.startswith("rlx: ")):
-                raise AssertionError(f"rlx run exited {code}: {text[:300]}")
-            if code:  # refused in one line, as it should be: count it as such
-                raise RlxError(text.removeprefix("rlx: "))
-
-        return run_cli
+        return lambda: run_cli(["run", str(onnx_out), "-i", f"x={d / 'x.npy'}"])
+    if fmt == "inspect":  # `rlx inspect` of a bundle with a mutated program.json or meta.json
+        d = fresh(work, "insp")
+        shutil.copytree(
+            r.choice([p for p in (onnx_out / "bundle", base.dir / "torch_out" / "bundle") if p.is_dir()]), d
+        )
+        name = r.choice(["program.json", "meta.json"])
+        (d / name).write_text(json.dumps(mutate_json(json.loads((d / name).read_text()), r)))
+        return lambda: run_cli(["inspect", str(d)])
     if fmt == "torch-ir":
         src = base.dir / "torch_out"
         if not src.exists():
@@ -674,6 +667,25 @@ def case(fmt: str, seed: int, base: Base, work: Path) -> Callable[[], None]:
 
         return build
     raise ValueError(f"unknown format {fmt!r}")
+
+
+def run_cli(argv: list[str]) -> None:
+    """``rlx ARGV`` as a user runs it: exit 0, or exit 2 with one ``rlx: …`` line that is not an
+    internal error (raised here as an RlxError so it counts as a refusal)."""
+    import io
+    from contextlib import redirect_stderr, redirect_stdout
+
+    from rlx.cli import main
+    from rlx.errors import RlxError
+
+    err = io.StringIO()
+    with redirect_stderr(err), redirect_stdout(io.StringIO()):
+        code = main(argv)
+    text = err.getvalue().strip()
+    if code != 0 and (code != 2 or "\n" in text or "internal error" in text or not text.startswith("rlx: ")):
+        raise AssertionError(f"rlx {argv[0]} exited {code}: {text[:300]}")
+    if code:
+        raise RlxError(text.removeprefix("rlx: "))
 
 
 def classify(fn: Callable[[], None]) -> dict[str, Any]:

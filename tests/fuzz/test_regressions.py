@@ -398,3 +398,25 @@ def test_value_larger_than_memory_is_refused_at_load(tmp_path, bundle):
     doc["instrs"][0]["shape"] = [2**18, 2**18]
     (b / "program.json").write_text(json.dumps(doc))
     refused(lambda: rlx.load(b), BundleError, "GiB", "memory", doc["instrs"][0]["result"])
+
+
+# ── `rlx inspect` reads the same checked files as `rlx.load` ────────────────
+@pytest.mark.parametrize(
+    "name, field, value, why",
+    [("meta.json", "source", ["x"], "'source' must be an object"), ("meta.json", "outputs", 1.5, "'outputs'"),
+     ("program.json", "source_histogram", {"aten.add": [1]}, "source_histogram"),
+     ("program.json", "state", [{"name": "nope", "output": 0, "key": "k"}], "state")],
+)  # fmt: skip
+def test_inspect_refuses_damaged_bundle_files(tmp_path, capsys, bundle, name, field, value, why):
+    """Found by the fuzzer: `rlx inspect` parsed program.json without validating it and trusted
+    meta.json's field types ('internal error: AttributeError/TypeError/KeyError')."""
+    b = tmp_path / "b"
+    shutil.copytree(bundle, b)
+    doc = json.loads((b / name).read_text())
+    doc[field] = value
+    (b / name).write_text(json.dumps(doc))
+    assert main(["inspect", str(b)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("rlx: ") and "\n" not in err and "internal error" not in err and why in err
+    with pytest.raises(RlxError):
+        rlx.load(b)

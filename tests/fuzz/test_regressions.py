@@ -420,3 +420,12 @@ def test_inspect_refuses_damaged_bundle_files(tmp_path, capsys, bundle, name, fi
     assert err.startswith("rlx: ") and "\n" not in err and "internal error" not in err and why in err
     with pytest.raises(RlxError):
         rlx.load(b)
+
+
+def test_graph_output_with_an_empty_name(tmp_path):
+    """Found by the fuzzer (onnx seed 59456): an output named '' that a node 'produces' (ONNX's
+    empty name means 'no output') reached lowering and escaped as KeyError('')."""
+    m = mlp(2)
+    m.graph.node[1].output[0] = ""
+    m.graph.output[0].name = ""
+    refused(lambda: rlx.from_onnx(m, tmp_path / "o"), SchemaError, "no name", "reg_graph")

@@ -179,10 +179,12 @@ def read(
         shape, dtype = _value_type(vi, symbols, (example_shapes or {}).get(vi.name))
         inputs.append((vi.name, shape, dtype))
     nodes = _ordered_nodes(g, opsets, set(initializers) | {i[0] for i in inputs}, where)
-    produced = {o for n in nodes for o in n.outputs} | set(initializers) | {i[0] for i in inputs}
+    produced = {o for n in nodes for o in n.outputs if o} | set(initializers) | {i[0] for i in inputs}
     outputs = [o.name for o in g.output]
     for o in g.output:
         _value_type(o, {}, None, output=True)
+        if not o.name:
+            raise SchemaError(f"{where}: a graph output has no name")
         if o.name not in produced:
             raise SchemaError(f"{where}: graph output {o.name!r} is never produced")
     return OnnxGraph(

@@ -51,6 +51,17 @@ def test_slice(base, tmp_path, fmt):
     assert seen["rlx"] > 0  # the mutations reach the checks (a slice that never fails tests nothing)
 
 
+# Seeds that raised a raw exception before their fix (each also has a test in test_regressions.py).
+FOUND = [("onnx", 1624), ("onnx", 59456)]
+
+
+@pytest.mark.parametrize("fmt, seed", FOUND, ids=[f"{f}-{s}" for f, s in FOUND])
+def test_seeds_that_found_bugs(base, tmp_path, fmt, seed):
+    warnings.simplefilter("ignore")
+    row = {"format": fmt, "seed": seed, **S.classify(S.case(fmt, seed, base, tmp_path))}
+    assert row["status"] in ("ok", "rlx"), S.describe(row)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("cases", [LONG_CASES])
 @pytest.mark.parametrize("fmt", S.FORMATS)

@@ -26,7 +26,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("rlx.kernels",),
     ("rlx.interpret",),
     ("rlx.passes",),
-    ("rlx.frontends.aten", "rlx.frontends.onnx", "rlx.exporters"),
+    ("rlx.frontends", "rlx.frontends.aten", "rlx.frontends.onnx", "rlx.exporters"),
     ("rlx.frontends.torch",),  # capture with torch.export, then the aten front-end
     ("rlx.runtime",),
     ("rlx.app",),
@@ -104,7 +104,9 @@ def _owner(module: str) -> str:
     best = ""
     for rank in LAYERS:
         for pkg in rank:
-            if (module == pkg or module.startswith(pkg + ".")) and len(pkg) > len(best):
+            # "rlx" is the package's own __init__ only: a new top-level module must be given a layer.
+            matches = module == pkg or (pkg != "rlx" and module.startswith(pkg + "."))
+            if matches and len(pkg) > len(best):
                 best = pkg
     assert best, f"{module} is in no layer: add it to LAYERS"
     return best

@@ -377,12 +377,9 @@ def cmd_build(args: argparse.Namespace) -> int:
 
 # ── run ──────────────────────────────────────────────────────────────────────
 def _read_npy(name: str, file: str) -> np.ndarray:
-    try:
-        return np.load(file, allow_pickle=False)
-    except FileNotFoundError:
-        raise InputError(f"input {name!r}: {file}: no such file") from None
-    except (ValueError, OSError) as e:
-        raise InputError(f"input {name!r}: {file} is not a readable .npy file: {e}") from None
+    from rlx.formats.npy_io import read_npy  # header checked before allocating; every failure one InputError line
+
+    return read_npy(file, f"input {name!r}")
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -447,11 +444,9 @@ def _fmt_hist(title: str, hist: dict[str, int]) -> list[str]:
 
 
 def _inspect_bundle(path: Path) -> None:
-    from rlx.formats.bundle import read_json
-    from rlx.ir.program import Program
+    from rlx.formats.bundle import read_program
 
-    program = Program.from_json(read_json(path / "program.json"), str(path / "program.json"))
-    meta = read_json(path / "meta.json")
+    program, meta = read_program(path)  # both files checked, as loading them would
     n_params = sum(_weight_numel(w.name, w.shape) for w in program.weights)
     n_bytes = (path / "weights.safetensors").stat().st_size if (path / "weights.safetensors").exists() else 0
     source = meta.get("source", {}) if isinstance(meta, dict) else {}

@@ -12,15 +12,17 @@ torch is never imported on this path.
 from __future__ import annotations
 
 import importlib.util
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from rlx.errors import UsageError
+from rlx.errors import SchemaError, UsageError
 from rlx.formats import safetensors_io
 from rlx.frontends.onnx import reader
+from rlx.frontends.onnx.boundary import naming, one_line
 from rlx.frontends.onnx.reader import OnnxGraph
 from rlx.frontends.onnx.registry import REGISTRY, OnnxBuilder, check_coverage, ident
 from rlx.ir import dtypes
@@ -28,6 +30,10 @@ from rlx.ir.program import Lit, Program, Ref, Value
 from rlx.ir.symbolic import Sym, eval_shape
 
 VERIFY_MODES = ("auto", "onnxruntime", "none")
+MAX_EXAMPLE_ELEMENTS = 2**28  # per input: 1 GiB of f32, far beyond any example a parity check needs
+
+if TYPE_CHECKING:
+    from rlx.app.pipeline import OutputOptions, Steps
 
 
 def lower_graph(graph: OnnxGraph) -> tuple[Program, dict[str, np.ndarray]]:
@@ -83,6 +89,11 @@ def _example_inputs(graph: OnnxGraph, given: Sequence[Any] | Mapping[str, Any] |
     out = {}
     for name, shape, dtype in graph.inputs:
         concrete = eval_shape(shape, hints)
+        if math.prod(concrete) > MAX_EXAMPLE_ELEMENTS:
+            raise UsageError(
+                f"input {name!r} has shape {list(concrete)}, too large for a made-up example input; "
+                "pass example_inputs= (or --verify none)"
+            )
         np_type = dtypes.to_numpy(dtype)
         if dtypes.is_float(dtype) or dtypes.is_complex(dtype):
             out[name] = rng.standard_normal(concrete).astype(np_type)
@@ -93,19 +104,48 @@ def _example_inputs(graph: OnnxGraph, given: Sequence[Any] | Mapping[str, Any] |
     return out
 
 
+def ort_errors() -> tuple[type[BaseException], ...]:
+    """The exception types onnxruntime raises for a model it refuses or cannot run (its pybind
+    classes: ``Fail``, ``InvalidArgument``, ``InvalidGraph``, ``NotImplemented``,
+    ``RuntimeException`` …, all subclasses of ``RuntimeError`` or ``Exception``)."""
+    try:
+        from onnxruntime.capi import onnxruntime_pybind11_state as state
+    except ImportError:  # pragma: no cover - a build without the pybind state module
+        return (RuntimeError,)
+    found = [getattr(state, n) for n in dir(state) if isinstance(getattr(state, n), type)]
+    errors = tuple(t for t in found if issubclass(t, Exception))
+    # Feeding inputs numpy cannot convert raises plain RuntimeError/ValueError/TypeError there.
+    return (*errors, RuntimeError, ValueError, TypeError)
+
+
+def ort_refusal(where: str, e: BaseException) -> SchemaError:
+    """onnxruntime refused or failed on the model: rlx read it, but its parity reference cannot be
+    computed, which almost always means the file breaks an ONNX rule onnxruntime enforces."""
+    return SchemaError(
+        f"{where}: onnxruntime cannot run the model for the parity check ({type(e).__name__}: {one_line(e)}); "
+        "fix the model or pass verify=False (--verify none) to skip the check"
+    )
+
+
 def has_onnxruntime() -> bool:
     return importlib.util.find_spec("onnxruntime") is not None
 
 
-def run_onnxruntime(proto: Any, inputs: Mapping[str, np.ndarray]) -> list[np.ndarray]:
-    """The model's outputs from onnxruntime (CPU), in graph output order."""
+def run_onnxruntime(proto: Any, inputs: Mapping[str, np.ndarray], where: str = "model") -> list[np.ndarray]:
+    """The model's outputs from onnxruntime (CPU), in graph output order. onnxruntime's own errors
+    (a model it refuses: ``InvalidGraph``, ``InvalidArgument``, ``Fail`` …) come back as one
+    ``SchemaError`` line naming ``where``."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
     options.log_severity_level = 3
     options.intra_op_num_threads = 1
-    session = ort.InferenceSession(proto.SerializeToString(), options, providers=["CPUExecutionProvider"])
-    return [np.asarray(o) for o in session.run(None, dict(inputs))]
+    try:
+        session = ort.InferenceSession(proto.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        outputs = session.run(None, dict(inputs))
+    except ort_errors() as e:
+        raise ort_refusal(where, e) from None
+    return [np.asarray(o) for o in outputs]
 
 
 def from_onnx(
@@ -120,16 +160,17 @@ def from_onnx(
     backend: str = "numpy",
     on_step: Any = None,
     freeze_inputs: Mapping[str, Any] | None = None,
+    base_dir: str | Path | None = None,
 ) -> Any:
     """Convert an ONNX model (a path or an ``onnx.ModelProto``) into ``out_dir``.
 
     ``verify``: True / "auto" checks parity against onnxruntime when it is installed (a note in the
     report otherwise), "onnxruntime" requires it, False / "none" skips the check. ``freeze_inputs``
     fixes inputs to values (they become weights): shape parameters a model takes as inputs.
+    ``base_dir``: the directory a ``ModelProto``'s external data files are in (a path's own directory
+    by default); external data is read only from inside it, symlinks resolved.
     """
-    from rlx.app.pipeline import OutputOptions, Steps, finish_program, write_and_verify
-    from rlx.app.report import write_report
-    from rlx.formats.atomic import StagedDir
+    from rlx.app.pipeline import OutputOptions, Steps
 
     mode = "auto" if verify is True else "none" if verify is False else verify
     if mode not in VERIFY_MODES:
@@ -139,10 +180,30 @@ def from_onnx(
     options = OutputOptions(tuple(emit), emit_style, backend)
     options.check()
     steps = Steps(on_step)
-    proto = steps("read", lambda: reader.load_proto(model))
+    proto = steps("read", lambda: reader.load_proto(model, base_dir))
+    where = str(model) if isinstance(model, (str, Path)) else reader.model_name(proto)
+    with naming(where):
+        return _convert(proto, where, out_dir, example_inputs, mode, force, options, steps, freeze_inputs)
+
+
+def _convert(
+    proto: Any,
+    where: str,
+    out_dir: str | Path,
+    example_inputs: Sequence[Any] | Mapping[str, Any] | None,
+    mode: str,
+    force: bool,
+    options: OutputOptions,
+    steps: Steps,
+    freeze_inputs: Mapping[str, Any] | None,
+) -> Any:
+    from rlx.app.pipeline import finish_program, write_and_verify
+    from rlx.app.report import write_report
+    from rlx.formats.atomic import StagedDir
+
     shapes = reader.example_shapes(example_inputs, [i.name for i in proto.graph.input])
     frozen = {k: np.asarray(v) for k, v in (freeze_inputs or {}).items()}
-    graph = reader.read(proto, shapes, frozen)
+    graph = reader.read(proto, shapes, frozen, name=where)
     with StagedDir(out_dir, force=force) as staged:
         program, weights = steps("lower", lambda: _lower(graph, finish_program))
         _save_model(proto, staged.path / "model.onnx")
@@ -151,7 +212,7 @@ def from_onnx(
         if mode != "none":
             if has_onnxruntime():
                 inputs = _example_inputs(graph, example_inputs)
-                outputs = steps("onnxruntime", lambda: run_onnxruntime(proto, {**inputs, **frozen}))
+                outputs = steps("onnxruntime", lambda: run_onnxruntime(proto, {**inputs, **frozen}, where))
                 reference = {f"in::{k}": v for k, v in {**inputs, **frozen}.items()}
                 reference.update({f"out::{i}": v for i, v in enumerate(outputs)})
                 safetensors_io.write(staged.path / "reference.safetensors", reference)

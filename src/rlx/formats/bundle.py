@@ -96,10 +96,7 @@ def read_bundle(bundle_dir: str | Path) -> tuple[Program, dict[str, np.ndarray],
     if not bundle_dir.is_dir():
         raise BundleError(f"{bundle_dir}: not a directory; pass the bundle directory written by `rlx import`")
     paths = {name: inside(bundle_dir, name) for name in BUNDLE_FILES}
-    program = Program.from_json(read_json(paths["program.json"]), "program.json")
-    validate(program, "program.json", rules=True)
-    meta = read_json(paths["meta.json"])
-    check_meta(meta, program, paths["meta.json"])
+    program, meta = read_program(bundle_dir)
     tensors, _ = safetensors_io.read(paths["weights.safetensors"])
     extra = sorted(set(tensors) - {w.key for w in program.weights} - {s.key for s in program.state})
     if extra:
@@ -113,6 +110,63 @@ def read_bundle(bundle_dir: str | Path) -> tuple[Program, dict[str, np.ndarray],
     # whose declared dtype disagrees with the file is reported as that, not as its first reader.
     check_program(program, "program.json")
     return program, weights, meta
+
+
+# The optional top-level fields of program.json and the JSON type each must have when present
+# (Program.from_json iterates them: an int there would escape as a TypeError).
+PROGRAM_FIELD_TYPES: dict[str, type] = {
+    "guards": list,
+    "symbols": list,
+    "data_symbols": list,
+    "state": list,
+    "input_updates": list,
+    "value_map": dict,
+    "source_histogram": dict,
+}
+
+
+def check_program_fields(doc: Any, path: Path) -> None:
+    """program.json is an object whose optional fields have the JSON types rlx writes."""
+    if not isinstance(doc, dict):
+        raise BundleError(f"{path}: expected a JSON object, found {type(doc).__name__}")
+    check_field_types(doc, PROGRAM_FIELD_TYPES, path)
+    hist = doc.get("source_histogram") or {}
+    if not all(type(n) is int for n in hist.values()):
+        raise BundleError(f"{path}: field 'source_histogram' must map op names to counts (ints)")
+
+
+def check_field_types(doc: dict[str, Any], types: Mapping[str, type], path: Path) -> None:
+    for key, typ in types.items():
+        value = doc.get(key)
+        if value is not None and not isinstance(value, typ):
+            want = (
+                "a list" if typ is list else "an object" if typ is dict else "a string" if typ is str else typ.__name__
+            )
+            raise BundleError(f"{path}: field {key!r} must be {want}, found {type(value).__name__}")
+
+
+# meta.json's optional fields and their JSON types (readers such as `rlx inspect` use them).
+META_FIELD_TYPES: dict[str, type] = {
+    "model_name": str,
+    "outputs": list,
+    "symbols": list,
+    "source": dict,
+    "state": list,
+    "rlx_version": str,
+}
+
+
+def read_program(bundle_dir: Path) -> tuple[Program, dict[str, Any]]:
+    """A bundle's program.json and meta.json, each checked and checked against the other (what
+    ``rlx inspect`` shows; ``read_bundle`` adds the weights)."""
+    program_path, meta_path = inside(bundle_dir, "program.json"), inside(bundle_dir, "meta.json")
+    doc = read_json(program_path)
+    check_program_fields(doc, program_path)
+    program = Program.from_json(doc, "program.json")
+    validate(program, "program.json", rules=True)
+    meta = read_json(meta_path)
+    check_meta(meta, program, meta_path)
+    return program, meta
 
 
 def inside(directory: Path, name: str) -> Path:
@@ -129,11 +183,14 @@ def check_meta(meta: Any, program: Program, source: Path) -> None:
     if not isinstance(meta, dict) or meta.get("format") != BUNDLE_FORMAT:
         raise BundleError(f"{source}: not an rlx bundle meta.json (format must be {BUNDLE_FORMAT!r})")
     if meta.get("version") != BUNDLE_VERSION:
-        raise BundleError(f"{source}: this rlx reads bundle version {BUNDLE_VERSION}, found {meta.get('version')!r}")
+        raise BundleError(
+            f"{source}: this rlx reads bundle version {BUNDLE_VERSION}, found {meta.get('version')!r}"[:300]
+        )
+    check_field_types(meta, META_FIELD_TYPES, source)
     inputs = meta.get("inputs")
     declared = [{"name": v.name, "shape": [dim_json(d) for d in v.shape], "dtype": v.dtype} for v in program.inputs]
     if inputs != declared:
-        raise BundleError(f"{source}: inputs {inputs!r} do not match program.json's {declared!r}")
+        raise BundleError(f"{source}: inputs {repr(inputs)[:200]} do not match program.json's {repr(declared)[:200]}")
 
 
 def bind_weights(program: Program, tensors: Mapping[str, np.ndarray], source: Path | str) -> dict[str, np.ndarray]:

@@ -28,6 +28,7 @@ ST_TO_TOKEN = {
 }  # fmt: skip
 TOKEN_TO_ST = {v: k for k, v in ST_TO_TOKEN.items()}
 MAX_HEADER_BYTES = 100 * 1024 * 1024
+MAX_EXTENT = 2**48  # product of a shape's non-zero extents (numpy's limit is 2**63 - 1)
 
 
 def read(path: str | Path) -> tuple[dict[str, np.ndarray], dict[str, str]]:
@@ -98,6 +99,8 @@ def _check_entry(path: Path, name: str, info: object, data_len: int) -> tuple[st
     begin, end = offsets
     token = ST_TO_TOKEN[st]
     nbytes = dtypes.to_numpy(token).itemsize
+    if 0 in shape:
+        nbytes = 0
     for d in shape:  # multiply with an early exit so a hostile shape cannot overflow or allocate
         nbytes *= d
         if nbytes > data_len:
@@ -106,6 +109,13 @@ def _check_entry(path: Path, name: str, info: object, data_len: int) -> tuple[st
         raise WeightsError(f"{where}: byte range [{begin}, {end}) lies outside the file's {data_len} data bytes")
     if end - begin != nbytes:
         raise WeightsError(f"{where}: shape {shape} of {st} needs {nbytes} bytes, header gives {end - begin}")
+    # numpy refuses a shape whose extents, zeros left out, overflow its index type, even with no
+    # data: [0, 2**63, 2**63] needs 0 bytes but cannot be made. Bound that product too.
+    extent = 1
+    for d in shape:
+        extent *= max(d, 1)
+        if extent > MAX_EXTENT:
+            raise WeightsError(f"{where}: shape {shape} is too large (its non-zero extents exceed {MAX_EXTENT})"[:300])
     return token, tuple(shape), begin, end
 
 

@@ -157,7 +157,7 @@ def evaluate(expr: str, bindings: Mapping[str, int]) -> Any:
                 )
             return bindings[node.id]
         if isinstance(node, ast.BinOp):
-            return _BINOPS[type(node.op)](ev(node.left), ev(node.right))
+            return _binop(expr, node.op, ev(node.left), ev(node.right))
         if isinstance(node, ast.UnaryOp):
             v = ev(node.operand)
             return -v if isinstance(node.op, ast.USub) else (not v if isinstance(node.op, ast.Not) else v)
@@ -167,10 +167,32 @@ def evaluate(expr: str, bindings: Mapping[str, int]) -> Any:
             vals = [ev(v) for v in node.values]
             return all(vals) if isinstance(node.op, ast.And) else any(vals)
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):  # parse() admits no other callee
-            return _FUNCS[node.func.id](*[ev(a) for a in node.args])
+            args = [ev(a) for a in node.args]
+            try:
+                return _FUNCS[node.func.id](*args)
+            except (ZeroDivisionError, OverflowError, TypeError, ValueError) as e:
+                # A damaged file can hand Max() no argument, FloorDiv a zero, floor() an inf.
+                raise SchemaError(f"symbolic size {expr}: {node.func.id}{tuple(args)} fails ({e})"[:300]) from None
         raise SchemaError(f"cannot evaluate {ast.dump(node)}")
 
     return ev(parse(expr))
+
+
+MAX_EXPONENT = 64  # sizes are products of extents; a larger power is a damaged file (and 2**10**9 never ends)
+
+
+def _binop(expr: str, op: ast.operator, a: Any, b: Any) -> Any:
+    """One arithmetic step of a size expression; a division by zero, a huge power or an overflow
+    is the file's fault and says which expression did it (sizes come from files: Reshape
+    ``allowzero`` with a -1 over a zero extent divides by zero)."""
+    if isinstance(op, ast.Pow) and (abs(b) > MAX_EXPONENT if isinstance(b, (int, float)) else True):
+        raise SchemaError(f"symbolic size {expr}: exponent {b!r} is out of range"[:300])
+    try:
+        return _BINOPS[type(op)](a, b)
+    except ZeroDivisionError:
+        raise SchemaError(f"symbolic size {expr}: division by zero (with {a} / {b})"[:300]) from None
+    except (OverflowError, TypeError, ValueError) as e:
+        raise SchemaError(f"symbolic size {expr}: cannot compute {a!r} {type(op).__name__} {b!r} ({e})"[:300]) from None
 
 
 def _compare(left: Any, rest: list[tuple[ast.cmpop, Any]]) -> bool:

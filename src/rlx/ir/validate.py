@@ -99,7 +99,7 @@ def _check_low_bit(call: Call, dtype: str, known: dict[str, Value], where: str) 
 
 def _check_call(call: Call, shape: Shape, dtype: str, known: dict[str, Value], where: str) -> None:
     """Cheap structural checks of a call against its declared result."""
-    problem = _function_problem(call, dtype) or _shape_problem(call, shape, known)
+    problem = _function_problem(call, dtype) or _axis_problem(call, shape, known) or _shape_problem(call, shape, known)
     if problem:
         raise SchemaError(f"{where}: {problem}")
 
@@ -118,6 +118,21 @@ def _function_problem(call: Call, dtype: str) -> str | None:
         return f"unknown special function {call.fn!r} of {1 if call.y is None else 2} operand(s)"
     if isinstance(call, C.Reduce) and call.fn not in C.REDUCE_FNS:
         return f"unknown reduction {call.fn!r}"
+    return None
+
+
+def _axis_problem(call: Call, shape: Shape, known: dict[str, Value]) -> str | None:
+    """An ``axis``/``axes`` argument far outside every rank the call sees: a damaged program (a
+    kernel given axis 2**31 builds an index of that length before failing: gigabytes)."""
+    axes = [getattr(call, f) for f in ("axis", "axes") if hasattr(call, f)]
+    flat = [a for v in axes for a in (v if isinstance(v, tuple) else (v,)) if a is not None]
+    if not flat:
+        return None
+    rank = max([len(shape), *(len(known[r.name].shape) for r in call.refs() if r.name in known)], default=0)
+    bound = max(rank, 1)
+    bad = [a for a in flat if not isinstance(a, int) or not -bound - 1 <= a <= bound]
+    if bad:
+        return f"axis {bad[0]!r} is out of range for rank {rank}"
     return None
 
 

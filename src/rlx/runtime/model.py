@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import os
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
@@ -15,6 +17,7 @@ from rlx.formats.bundle import read_bundle
 from rlx.ir import dtypes
 from rlx.ir.program import Program, Value, specialize
 from rlx.ir.rng import DEFAULT_SEED, RNG_STATE, fork_state, seed_state
+from rlx.ir.symbolic import static_shape
 from rlx.runtime.binding import bind_symbols
 from rlx.runtime.engines import Executor, create_engine
 
@@ -274,6 +277,34 @@ def unflatten(tree: Any, flat: list[Any]) -> Any:
     raise BundleError(f"output structure has an unknown node {sorted(tree)}")
 
 
+def physical_memory() -> int | None:
+    """Bytes of RAM on this machine (None where the OS does not say)."""
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def check_memory(program: Program, where: Path) -> None:
+    """Refuse, before any allocation, a program with a value of known size larger than this
+    machine's memory: a damaged or hostile program.json can declare one that still passes
+    validation (a ``Full`` of 2**34 elements), and allocating it would not fail cleanly but get
+    the process killed once the pages are touched."""
+    limit = physical_memory()
+    if limit is None:
+        return
+    for v in program.values().values():
+        shape = static_shape(v.shape)
+        if shape is None:
+            continue  # sized at run time, when the inputs bind its symbols
+        nbytes = math.prod(shape) * dtypes.to_numpy(v.dtype).itemsize
+        if nbytes > limit:
+            raise BundleError(
+                f"{where}: value {v.name!r} ({v.dtype}{list(v.shape)}) needs {nbytes / 2**30:.1f} GiB, more than "
+                f"this machine's {limit / 2**30:.1f} GiB of memory; the program is damaged or not for this machine"
+            )
+
+
 def load(
     bundle_dir: str | Path,
     *,
@@ -306,6 +337,7 @@ def load(
     numpy engine runs. An explicit ``backend`` always wins.
     """
     program, weights, meta = read_bundle(bundle_dir)
+    check_memory(program, Path(bundle_dir))
     note = ""
     if backend is None:
         from rlx.runtime.tuning import tuned_choice

@@ -8,6 +8,7 @@ its declared type or shape, and value types other than tensors (sequence, option
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -17,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from rlx.errors import SchemaError, UnsupportedOpError, UsageError
+from rlx.frontends.onnx.boundary import check_text, load_external_data, one_line
 from rlx.frontends.onnx.registry import OnnxNode
 from rlx.ir.symbolic import Dim, Sym, Symbol
 
@@ -95,27 +97,37 @@ class OnnxGraph:
         return dict(sorted(hist.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
-def load_proto(model: Any) -> Any:
-    """A ``ModelProto`` from a path (external data resolved next to it) or a ``ModelProto``."""
+def load_proto(model: Any, base_dir: str | Path | None = None) -> Any:
+    """A ``ModelProto`` from a path or a ``ModelProto``, with its external data read in.
+
+    External data is read only from inside the model's directory (symlinks resolved): a file's
+    own directory, or for a ``ModelProto`` the ``base_dir`` given (without one, a model that keeps
+    data outside the protobuf is refused). A ``ModelProto`` passed in is never modified."""
     onnx = onnx_module()
     if isinstance(model, onnx.ModelProto):
-        return model
+        check_text(model, "model")
+        return load_external_data(model, base_dir, model_name(model))
+    if not isinstance(model, (str, os.PathLike)):
+        raise UsageError(f"expected a path to an .onnx file or an onnx.ModelProto, found {type(model).__name__}")
     path = Path(model)
     if not path.is_file():
         raise UsageError(f"{path}: no such file; pass an .onnx model")
     try:
-        proto = onnx.load_model_from_string(path.read_bytes())
-    except Exception as e:  # DecodeError, RuntimeWarning-as-error, …
-        raise SchemaError(f"{path}: not a valid ONNX protobuf ({type(e).__name__}: {str(e)[:120]})") from None
+        raw = path.read_bytes()
+    except OSError as e:
+        raise UsageError(f"{path}: cannot read: {one_line(e)}") from None
+    try:
+        proto = onnx.load_model_from_string(raw)
+    except Exception as e:  # DecodeError, RuntimeWarning-as-error, …: the onnx package's boundary
+        raise SchemaError(f"{path}: not a valid ONNX protobuf ({type(e).__name__}: {one_line(e, 120)})") from None
     _check_proto(proto, str(path))
-    from onnx.external_data_helper import uses_external_data
+    check_text(proto, str(path))
+    return load_external_data(proto, path.parent if base_dir is None else base_dir, str(path))
 
-    if any(uses_external_data(t) for t in proto.graph.initializer):
-        try:  # onnx checks that every location stays inside the model's directory
-            proto = onnx.load_model(str(path), load_external_data=True)
-        except Exception as e:
-            raise SchemaError(f"{path}: cannot read its external data: {str(e)[:200]}") from None
-    return proto
+
+def model_name(proto: Any) -> str:
+    """How messages name a ``ModelProto`` that has no file: its graph's name, on one line."""
+    return one_line(proto.graph.name, 80) or "model"
 
 
 def _check_proto(proto: Any, where: str) -> None:
@@ -124,15 +136,21 @@ def _check_proto(proto: Any, where: str) -> None:
 
 
 def read(
-    model: Any, example_shapes: dict[str, tuple[int, ...]] | None = None, freeze: dict[str, np.ndarray] | None = None
+    model: Any,
+    example_shapes: dict[str, tuple[int, ...]] | None = None,
+    freeze: dict[str, np.ndarray] | None = None,
+    base_dir: str | Path | None = None,
+    name: str | None = None,
 ) -> OnnxGraph:
-    """Load, check, inline and order a model (``model`` is a path or a ``ModelProto``).
+    """Load, check, inline and order a model (``model`` is a path or a ``ModelProto``; ``base_dir``:
+    where a ``ModelProto``'s external data lives).
 
     ``freeze`` fixes inputs to given values: they become initializers, so shape parameters fed as
-    inputs (axes, target shapes, pads) are known while converting."""
+    inputs (axes, target shapes, pads) are known while converting. ``name``: how messages name the
+    model (default: its path, or its graph's name)."""
     onnx = onnx_module()
-    proto = load_proto(model)
-    where = str(model) if not isinstance(model, onnx.ModelProto) else (proto.graph.name or "model")
+    proto = load_proto(model, base_dir)
+    where = name or (str(model) if not isinstance(model, onnx.ModelProto) else model_name(proto))
     _check_proto(proto, where)
     proto = _upgrade(proto, where)
     opsets = _opsets(proto, where)
@@ -142,7 +160,7 @@ def read(
 
             proto = inliner.inline_local_functions(proto)
         except Exception as e:
-            raise SchemaError(f"{where}: cannot inline its local functions: {str(e)[:200]}") from None
+            raise SchemaError(f"{where}: cannot inline its local functions: {one_line(e)}") from None
     proto = expand_schema_functions(proto, where)
     declared = _declared_types(proto)
     g = proto.graph
@@ -161,10 +179,12 @@ def read(
         shape, dtype = _value_type(vi, symbols, (example_shapes or {}).get(vi.name))
         inputs.append((vi.name, shape, dtype))
     nodes = _ordered_nodes(g, opsets, set(initializers) | {i[0] for i in inputs}, where)
-    produced = {o for n in nodes for o in n.outputs} | set(initializers) | {i[0] for i in inputs}
+    produced = {o for n in nodes for o in n.outputs if o} | set(initializers) | {i[0] for i in inputs}
     outputs = [o.name for o in g.output]
     for o in g.output:
         _value_type(o, {}, None, output=True)
+        if not o.name:
+            raise SchemaError(f"{where}: a graph output has no name")
         if o.name not in produced:
             raise SchemaError(f"{where}: graph output {o.name!r} is never produced")
     return OnnxGraph(
@@ -191,7 +211,7 @@ def _upgrade(proto: Any, where: str) -> Any:
         return version_converter.convert_version(proto, MIN_OPSET)
     except Exception as e:
         raise SchemaError(
-            f"{where}: opset {version} could not be converted to opset {MIN_OPSET}: {str(e)[:150]}"
+            f"{where}: opset {version} could not be converted to opset {MIN_OPSET}: {one_line(e, 150)}"
         ) from None
 
 
@@ -254,7 +274,9 @@ def _initializer(t: Any) -> np.ndarray:
     try:
         arr = numpy_helper.to_array(t)
     except Exception as e:
-        raise SchemaError(f"{where}: data does not match its type {dtype} and shape {list(dims)} ({e})") from None
+        raise SchemaError(
+            f"{where}: data does not match its type {dtype} and shape {list(dims)} ({one_line(e)})"
+        ) from None
     if tuple(arr.shape) != dims:
         raise SchemaError(f"{where}: data has shape {list(arr.shape)}, declared {list(dims)}")
     return np.array(arr, dtype=_np_type(dtype), order="C")
@@ -305,17 +327,26 @@ def _attrs(node: Any) -> dict[str, Any]:
 
     out = {}
     for a in node.attribute:
+        where = f"node {one_line(node.name or node.op_type, 80)} ({one_line(node.op_type, 40)}) attribute {a.name!r}"
         if a.ref_attr_name:
-            raise SchemaError(f"node {node.name or node.op_type}: attribute {a.name} refers to a function attribute")
-        v = helper.get_attribute_value(a)
-        if a.type == a.TENSOR:
-            v = numpy_helper.to_array(v)
-        elif isinstance(v, bytes):
+            raise SchemaError(f"{where} refers to a function attribute")
+        try:  # the onnx package's boundary: an attribute whose type and value disagree
+            v = helper.get_attribute_value(a)
+            if a.type == a.TENSOR:
+                v = numpy_helper.to_array(v)  # external data was read in (or refused) by load_proto
+        except Exception as e:
+            raise SchemaError(f"{where}: cannot read its value ({type(e).__name__}: {one_line(e, 120)})") from None
+        if isinstance(v, bytes):
             v = v.decode("utf-8", "replace")
         elif isinstance(v, list) and v and isinstance(v[0], bytes):
             v = [x.decode("utf-8", "replace") for x in v]
         out[a.name] = v
     return out
+
+
+def _label(n: Any, k: int | None = None) -> str:
+    """How messages name a node: its name (one line), else its op type and index."""
+    return one_line(n.name or (n.op_type if k is None else f"{n.op_type}_{k}"), 120)
 
 
 def _producers(raw: list[Any], known: set[str], where: str) -> dict[str, int]:
@@ -324,14 +355,14 @@ def _producers(raw: list[Any], known: set[str], where: str) -> dict[str, int]:
     for k, n in enumerate(raw):
         for o in n.output:
             if o and (o in producer or o in known):
-                raise SchemaError(f"{where}: value {o!r} is produced twice (node {n.name or n.op_type})")
+                raise SchemaError(f"{where}: value {o!r} is produced twice (node {_label(n)})")
             if o:
                 producer[o] = k
     for k, n in enumerate(raw):
         for i in n.input:
             if i and i not in producer and i not in known:
                 raise SchemaError(
-                    f"{where}: node {n.name or f'{n.op_type}_{k}'} ({n.op_type}) reads {i!r}, which nothing produces"
+                    f"{where}: node {_label(n, k)} ({one_line(n.op_type, 60)}) reads {i!r}, which nothing produces"
                 )
     return producer
 
@@ -354,9 +385,7 @@ def _ordered_nodes(g: Any, opsets: dict[str, int], known: set[str], where: str) 
                 stack.append((k, pos + 1))
                 dep = producer[ins[pos]]
                 if state[dep] == 1:
-                    raise SchemaError(
-                        f"{where}: the graph has a cycle through node {raw[dep].name or raw[dep].op_type}"
-                    )
+                    raise SchemaError(f"{where}: the graph has a cycle through node {_label(raw[dep])}")
                 if state[dep] == 0:
                     state[dep] = 1
                     stack.append((dep, 0))
@@ -367,7 +396,7 @@ def _ordered_nodes(g: Any, opsets: dict[str, int], known: set[str], where: str) 
     names: set[str] = set()
     for k in order:
         n = raw[k]
-        name = n.name or f"{n.op_type}_{k}"
+        name = one_line(n.name or f"{n.op_type}_{k}", 200)  # names reach messages, which are one line
         while name in names:
             name += "_"
         names.add(name)
@@ -461,7 +490,7 @@ def _expand_round(proto: Any, indices: list[int], where: str) -> Any | None:
     try:
         inlined = inliner.inline_local_functions(model)
     except Exception as e:
-        raise SchemaError(f"{where}: cannot expand ONNX function bodies: {str(e)[:200]}") from None
+        raise SchemaError(f"{where}: cannot expand ONNX function bodies: {one_line(e)}") from None
     del inlined.opset_import[:]
     inlined.opset_import.extend(i for i in proto.opset_import)
     return inlined

@@ -26,6 +26,7 @@ from typing import Any, overload
 import numpy as np
 
 from rlx.errors import LoweringError, RlxError, UnsupportedOpError
+from rlx.frontends.onnx.boundary import one_line
 from rlx.ir import dtypes
 from rlx.ir.calls import Cast, Concat, Expand
 from rlx.ir.program import Call, Instr, Lit, Operand, Program, Ref, Value, Weight
@@ -112,7 +113,8 @@ def check_coverage(nodes: Sequence[OnnxNode]) -> None:
     for n in nodes:
         if n.key not in REGISTRY:
             domain = n.domain or "ai.onnx"
-            missing.setdefault(f"{n.op_type} (domain {domain}, opset {n.opset})", []).append(n.name)
+            key = f"{one_line(n.op_type, 80)} (domain {one_line(domain, 80)}, opset {n.opset})"  # a file's text
+            missing.setdefault(key, []).append(n.name)
     if missing:
         parts = []
         for op, names in sorted(missing.items()):
@@ -420,7 +422,9 @@ class OnnxBuilder:
         except RlxError:
             raise
         except Exception as e:  # whatever a handler trips over, the user needs the node it happened at
-            raise LoweringError(f"node {node.name} ({node.op_type}): cannot lower: {type(e).__name__}: {e}") from e
+            raise LoweringError(
+                f"node {node.name} ({node.op_type}): cannot lower: {type(e).__name__}: {one_line(e)}"
+            ) from e
         results = list(result) if isinstance(result, (list, tuple)) else [result]
         for k, out in enumerate(node.outputs):
             if not out:

@@ -97,7 +97,7 @@ def read_bundle(bundle_dir: str | Path) -> tuple[Program, dict[str, np.ndarray],
         raise BundleError(f"{bundle_dir}: not a directory; pass the bundle directory written by `rlx import`")
     paths = {name: inside(bundle_dir, name) for name in BUNDLE_FILES}
     program = Program.from_json(read_json(paths["program.json"]), "program.json")
-    validate(program, "program.json", rules=True)
+    inferred = validate(program, "program.json", rules=True)
     meta = read_json(paths["meta.json"])
     check_meta(meta, program, paths["meta.json"])
     tensors, _ = safetensors_io.read(paths["weights.safetensors"])
@@ -111,7 +111,7 @@ def read_bundle(bundle_dir: str | Path) -> tuple[Program, dict[str, np.ndarray],
     weights = bind_weights(program, tensors, paths["weights.safetensors"])
     # Every declared shape and dtype against its Call's rule; after the weights, so a weight
     # whose declared dtype disagrees with the file is reported as that, not as its first reader.
-    check_program(program, "program.json")
+    check_program(program, "program.json", inferred)
     return program, weights, meta
 
 

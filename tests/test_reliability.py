@@ -46,7 +46,7 @@ def test_failed_import_leaves_existing_output_untouched(mlp_out, monkeypatch, fa
     def fail(*args, **kwargs):
         raise failure
 
-    monkeypatch.setattr("rlx.app.convert.write_bundle", fail)
+    monkeypatch.setattr("rlx.app.pipeline.write_bundle", fail)
     model, inputs = load_example("mlp").get_model()
     with pytest.raises(expected) as info:
         rlx.from_torch(model, inputs, mlp_out, force=True)

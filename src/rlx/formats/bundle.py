@@ -19,6 +19,7 @@ from rlx.formats.atomic import atomic_write_text
 from rlx.ir import dtypes
 from rlx.ir.program import Lit, Program, Ref, dumps_json
 from rlx.ir.rng import with_rng_state
+from rlx.ir.rules import TensorType
 from rlx.ir.symbolic import dim_json
 from rlx.ir.validate import check_program, validate
 from rlx.version import __version__
@@ -96,7 +97,7 @@ def read_bundle(bundle_dir: str | Path) -> tuple[Program, dict[str, np.ndarray],
     if not bundle_dir.is_dir():
         raise BundleError(f"{bundle_dir}: not a directory; pass the bundle directory written by `rlx import`")
     paths = {name: inside(bundle_dir, name) for name in BUNDLE_FILES}
-    program, meta = read_program(bundle_dir)
+    program, meta, inferred = read_checked_program(bundle_dir)
     tensors, _ = safetensors_io.read(paths["weights.safetensors"])
     extra = sorted(set(tensors) - {w.key for w in program.weights} - {s.key for s in program.state})
     if extra:
@@ -108,7 +109,7 @@ def read_bundle(bundle_dir: str | Path) -> tuple[Program, dict[str, np.ndarray],
     weights = bind_weights(program, tensors, paths["weights.safetensors"])
     # Every declared shape and dtype against its Call's rule; after the weights, so a weight
     # whose declared dtype disagrees with the file is reported as that, not as its first reader.
-    check_program(program, "program.json")
+    check_program(program, "program.json", inferred)
     return program, weights, meta
 
 
@@ -159,14 +160,20 @@ META_FIELD_TYPES: dict[str, type] = {
 def read_program(bundle_dir: Path) -> tuple[Program, dict[str, Any]]:
     """A bundle's program.json and meta.json, each checked and checked against the other (what
     ``rlx inspect`` shows; ``read_bundle`` adds the weights)."""
+    program, meta, _ = read_checked_program(bundle_dir)
+    return program, meta
+
+
+def read_checked_program(bundle_dir: Path) -> tuple[Program, dict[str, Any], list[TensorType | None]]:
+    """``read_program`` plus the result types the Call rules gave (``check_program`` reuses them)."""
     program_path, meta_path = inside(bundle_dir, "program.json"), inside(bundle_dir, "meta.json")
     doc = read_json(program_path)
     check_program_fields(doc, program_path)
     program = Program.from_json(doc, "program.json")
-    validate(program, "program.json", rules=True)
+    inferred = validate(program, "program.json", rules=True)
     meta = read_json(meta_path)
     check_meta(meta, program, meta_path)
-    return program, meta
+    return program, meta, inferred
 
 
 def inside(directory: Path, name: str) -> Path:

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 from rlx.errors import SchemaError, UnsupportedOpError
 from rlx.ir import calls as C
 from rlx.ir import dtypes
 from rlx.ir.program import Call, Instr, Program, Ref, Value
-from rlx.ir.rules import DtypeRuleError, RuleError, Types, describe, infer, mismatch, operand_types
+from rlx.ir.rules import DtypeRuleError, RuleError, TensorType, Types, describe, infer, mismatch, operand_types
 from rlx.ir.symbolic import Shape, static_shape
 
 MAX_ELEMENTS = 2**36  # per value; far beyond any real model, small enough to refuse absurd headers
@@ -17,14 +18,15 @@ MAX_ELEMENTS = 2**36  # per value; far beyond any real model, small enough to re
 LOW_BIT_CALLS = (C.Cast, C.Bitcast, C.Reshape, C.Permute, C.Expand, C.Slice, C.Concat, C.IndexSelect, C.Flip, C.Fused)
 
 
-def validate(program: Program, source: str = "program", *, rules: bool = False) -> None:
+def validate(program: Program, source: str = "program", *, rules: bool = False) -> list[TensorType | None]:
     """Raise ``SchemaError`` naming the first instruction that breaks an invariant. With ``rules``,
     each instruction's declared shape is also checked against its Call's rule before the next
     instruction is looked at, so a damaged extent is blamed on the instruction that declares it,
-    not on the first one that reads it (dtypes: ``check_program``)."""
+    not on the first one that reads it (dtypes: ``check_program``, given the rule types returned)."""
     known = program.values()
     t = operand_types(known)
     hints = _hints(program)
+    inferred: list[TensorType | None] = []
     defined = {v.name for v in program.inputs} | {w.name for w in program.weights}
     if len(defined) != len(program.inputs) + len(program.weights):
         raise SchemaError(f"{source}: an input and a weight share a name")
@@ -45,24 +47,27 @@ def validate(program: Program, source: str = "program", *, rules: bool = False) 
             )
         _check_call(ins.call, ins.shape, ins.dtype, known, where)
         _check_low_bit(ins.call, ins.dtype, known, where)
-        problem = _rule_problem(ins, t, hints, dtypes=False) if rules else None
+        problem = _rule_problem(ins, t, hints, dtypes=False, out=inferred) if rules else None
         if problem:
             raise SchemaError(_located(where, problem))
         defined.add(ins.result)
     for k, o in enumerate(program.outputs):
         if isinstance(o, Ref) and o.name not in defined:
             raise SchemaError(f"{source}: outputs[{k}] names undefined value {o.name!r}")
+    return inferred
 
 
-def check_program(program: Program, source: str = "program") -> None:
+def check_program(program: Program, source: str = "program", inferred: Sequence[TensorType | None] = ()) -> None:
     """Check every instruction's declared result shape and dtype against its Call's rule
     (``rlx.ir.rules``); raise ``SchemaError`` naming the first instruction that disagrees. Loading
     a bundle runs this, so a damaged or hand-edited program.json is refused before any kernel runs.
-    Run after ``validate`` (which guarantees every operand is defined)."""
+    Run after ``validate``, which guarantees every operand is defined (and with ``rules`` returns the
+    rule types, ``inferred``, so they are not computed twice)."""
     t = operand_types(program.values())
     hints = _hints(program)
     for k, ins in enumerate(program.instrs):
-        problem = _rule_problem(ins, t, hints, dtypes=True)
+        known = inferred[k] if k < len(inferred) else None
+        problem = _rule_problem(ins, t, hints, dtypes=True, rule=known)
         if problem:
             raise SchemaError(_located(f"{source}: instrs[{k}] ({ins.result} = {ins.call.op})", problem))
 
@@ -75,14 +80,27 @@ def _located(where: str, problem: str) -> str:
     return f"{where} {problem}" if problem.startswith("declares") else f"{where}: {problem}"
 
 
-def _rule_problem(ins: Instr, t: Types, hints: dict[str, int], dtypes: bool) -> str | None:
-    """Why ``ins`` disagrees with its Call's rule (``dtypes=False``: its shape only), or None."""
-    try:
-        rule = infer(ins.call, t)
-    except DtypeRuleError as e:
-        return str(e) if dtypes else None
-    except RuleError as e:
-        return str(e)
+def _rule_problem(
+    ins: Instr,
+    t: Types,
+    hints: dict[str, int],
+    dtypes: bool,
+    rule: TensorType | None = None,
+    out: list[TensorType | None] | None = None,
+) -> str | None:
+    """Why ``ins`` disagrees with its Call's rule (``dtypes=False``: its shape only), or None;
+    the rule's type is appended to ``out`` (None where only a dtype requirement failed)."""
+    if rule is None:
+        try:
+            rule = infer(ins.call, t)
+        except DtypeRuleError as e:
+            if out is not None:
+                out.append(None)
+            return str(e) if dtypes else None
+        except RuleError as e:
+            return str(e)
+    if out is not None:
+        out.append(rule)
     if mismatch(ins.shape, ins.dtype if dtypes else rule.dtype, rule, hints):
         return f"{describe(ins.shape, ins.dtype, rule)}; the file is damaged or was edited: convert the model again"
     return None

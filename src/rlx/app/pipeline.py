@@ -128,7 +128,7 @@ def finish_program(program: Program) -> Program:
     """Run the default passes over a freshly lowered program, then verify the result."""
     for run_pass in BUILD_PASSES:
         program = run_pass(program)
-    validate(program)
+    validate(program, rules=True)  # every instruction against its Call's shape rule, as rlx.load will
     return program
 
 

@@ -268,15 +268,8 @@ def _trilinear(node: Node, b: Builder, xs: list[Ref], expands: list[list[int]], 
     rank = b.rank(factors[0])
     if any(b.rank(f) != rank for f in factors):
         raise LoweringError(f"node {node.id}: _trilinear inputs must have the same rank once expanded")
-    full = tuple(_broadcast_dim(node, [b.shape(f)[i] for f in factors]) for i in range(rank))
+    full = broadcast(*(b.shape(f) for f in factors))
     first = b.emit(Binary("mul", factors[0], factors[1]), full, dtype)
     product = b.emit(Binary("mul", first, factors[2]), full, dtype)
     axes = tuple(sorted({d % rank for d in sumdim}))
     return reduce_value(b, "sum", product, axes, False, dtype) if axes else product
-
-
-def _broadcast_dim(node: Node, dims: list[Dim]) -> Dim:
-    sized = {d for d in dims if d != 1}
-    if len(sized) > 1:
-        raise LoweringError(f"node {node.id}: _trilinear extents {dims} do not broadcast")
-    return sized.pop() if sized else 1

@@ -11,7 +11,7 @@ from rlx.errors import LoweringError
 from rlx.formats.torch_ir import Node
 from rlx.frontends.aten.movement import reshape_to, take_slice
 from rlx.frontends.aten.registry import Builder, lowers
-from rlx.frontends.aten.shapes import norm_axis
+from rlx.frontends.aten.shapes import broadcast, norm_axis
 from rlx.ir import symbolic
 from rlx.ir.calls import Arange, Binary, Concat, Expand, Full, IndexSelect, Permute, Reduce, Reshape, Slice, Unary
 from rlx.ir.program import Operand, Ref
@@ -83,11 +83,6 @@ def _weight_norm_dim(node: Node, b: Builder, v: Ref, index: int, name: str, defa
     return -1 if dim == -1 else norm_axis(dim, b.rank(v))
 
 
-def _broadcast(a: tuple, c: tuple) -> tuple:
-    a, c = (1,) * (len(c) - len(a)) + tuple(a), (1,) * (len(a) - len(c)) + tuple(c)
-    return tuple(y if x == 1 else x for x, y in zip(a, c))
-
-
 @lowers("aten.norm_except_dim")
 def norm_except_dim(node: Node, b: Builder) -> Operand:
     v = b.input(node, 0)
@@ -105,7 +100,7 @@ def weight_norm(node: Node, b: Builder) -> Operand:
     out = node.meta
     v, g = b.cast(b.input(node, 0), out.dtype), b.cast(b.input(node, 1, "g"), out.dtype)
     norm = _norm_except_dim(b, v, 2.0, _weight_norm_dim(node, b, v, 2, "dim", 0))
-    scale = b.emit(Binary("div", g, norm), _broadcast(b.shape(g), b.shape(norm)), out.dtype)
+    scale = b.emit(Binary("div", g, norm), broadcast(b.shape(g), b.shape(norm)), out.dtype)
     return b.emit_like(Binary("mul", v, scale), out)
 
 

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 from rlx.errors import LoweringError
 from rlx.formats.torch_ir import Node
+from rlx.ir import rules
 from rlx.ir.symbolic import Dim, Sym
 
 
@@ -23,11 +24,9 @@ def static_dim(d: Dim, what: str, node: Node | None = None) -> int:
 
 
 def norm_axis(axis: int, rank: int) -> int:
-    """A possibly negative axis as a non-negative one (rank 0 accepts 0 and −1, as torch does)."""
-    r = max(rank, 1)
-    if not -r <= axis < r:
-        raise LoweringError(f"axis {axis} is out of range for rank {rank}")
-    return axis % r
+    """A possibly negative axis as a non-negative one (rank 0 accepts 0 and −1, as torch does): the
+    Call rules' own normalisation (``rlx.ir.rules``), refusing with a ``LoweringError``."""
+    return rules.norm_axis(axis, rank, LoweringError)
 
 
 def norm_axes(axes: int | Sequence[int] | None, rank: int) -> tuple[int, ...]:
@@ -86,10 +85,9 @@ def expand_shape(x_shape: Sequence[int], target: Sequence[int]) -> tuple[int, ..
 
 
 def broadcast(*shapes: Sequence[Dim]) -> tuple[Dim, ...]:
-    """The shape ``shapes`` broadcast to, as PyTorch broadcasts (trailing axes aligned, 1 stretches)."""
-    rank = max(len(s) for s in shapes)
-    padded = [(1,) * (rank - len(s)) + tuple(s) for s in shapes]
-    return tuple(next((d for d in dims if d != 1), 1) for dims in zip(*padded))
+    """The shape ``shapes`` broadcast to, as PyTorch broadcasts (trailing axes aligned, 1 stretches):
+    the Call rules' broadcasting (``rlx.ir.rules``), so a lowering and the rule checking it agree."""
+    return rules.broadcast(*shapes, error=LoweringError)
 
 
 def ints(v: int | Sequence[int], n: int) -> tuple[int, ...]:

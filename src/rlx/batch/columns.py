@@ -150,7 +150,7 @@ def _uniform_to_numpy(arr: Any) -> np.ndarray | None:
     pa = pyarrow()
     n = len(arr)
     if isinstance(arr.type, pa.FixedShapeTensorType):
-        return arr.to_numpy_ndarray()
+        return _tensor_to_numpy(arr)
     dims: list[int] = []
     while pa.types.is_list(arr.type) or pa.types.is_large_list(arr.type) or pa.types.is_fixed_size_list(arr.type):
         if arr.null_count:
@@ -167,6 +167,21 @@ def _uniform_to_numpy(arr: Any) -> np.ndarray | None:
     if arr.null_count or isinstance(arr.type, pa.BaseExtensionType) or leaf_dtype(arr.type) is None:
         return None
     return arr.to_numpy(zero_copy_only=False).reshape(n, *dims)
+
+
+def _tensor_to_numpy(arr: Any) -> np.ndarray | None:
+    """A fixed-shape tensor column as (n, *shape); None when its values hold nulls (found row by row then)."""
+    pa = pyarrow()
+    t = arr.type
+    if arr.storage.flatten().null_count:
+        return None
+    if t.value_type == pa.bool_():  # Arrow's tensor conversion has no bool: go through uint8, same layout
+        as_bytes = pa.fixed_shape_tensor(pa.uint8(), t.shape, dim_names=t.dim_names, permutation=t.permutation)
+        storage = arr.storage.cast(pa.list_(pa.uint8(), t.storage_type.list_size))
+        return pa.ExtensionArray.from_storage(as_bytes, storage).to_numpy_ndarray().astype(bool)
+    if leaf_dtype(t.value_type) is None:
+        return None
+    return arr.to_numpy_ndarray()
 
 
 def _rows_one_by_one(arr: Any, dtype: np.dtype) -> Rows:

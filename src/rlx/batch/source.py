@@ -9,6 +9,7 @@ file is held at a time: memory stays bounded whatever the dataset's size.
 from __future__ import annotations
 
 import os
+from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -109,6 +110,9 @@ class Source:
 def _column_problem(part: Part, sig: Signature, columns: list[str]) -> tuple[str | None, str | None]:
     have = part.reader.schema()
     for column in columns:
+        if part.reader.duplicates.get(column, 1) > 1:
+            return f"column {column!r} appears {part.reader.duplicates[column]} times; rename all but one", column
+    for column in columns:
         if column not in have:
             return f"no column {column!r} (it has {', '.join(have) or 'none'})", column
     for spec in sig.inputs:
@@ -165,7 +169,9 @@ class ParquetReader:
         meta = pyarrow().parquet.read_metadata(path)
         self.rows = meta.num_rows
         self.group_starts = np.cumsum([0] + [meta.row_group(g).num_rows for g in range(meta.num_row_groups)])
-        self._schema = {f.name: (leaf_dtype(f.type), str(f.type)) for f in meta.schema.to_arrow_schema()}
+        fields = list(meta.schema.to_arrow_schema())
+        self._schema = {f.name: (leaf_dtype(f.type), str(f.type)) for f in fields}
+        self.duplicates = _duplicates([f.name for f in fields])
 
     def schema(self) -> dict[str, tuple[np.dtype | None, str]]:
         return self._schema
@@ -241,12 +247,16 @@ def parquet_source(paths: Sequence[str | os.PathLike[str]]) -> Source:
 class ArraysReader:
     """Columns that are numpy arrays (rows along axis 0) or Arrow arrays of one length."""
 
-    def __init__(self, path: str, columns: Mapping[str, Any]) -> None:
+    def __init__(self, path: str, columns: Mapping[str, Any], duplicates: dict[str, int] | None = None) -> None:
+        for name, col in columns.items():
+            if getattr(col, "ndim", 1) == 0:
+                raise DataError(f"{path}: column {name!r} is a single value, not rows (an array of at least 1 axis)")
         lengths = {name: len(col) for name, col in columns.items()}
         if len(set(lengths.values())) > 1:
-            raise UsageError(f"{path}: columns differ in length: " + ", ".join(f"{k} {n}" for k, n in lengths.items()))
+            raise DataError(f"{path}: columns differ in length: " + ", ".join(f"{k} {n}" for k, n in lengths.items()))
         self.columns = dict(columns)
         self.rows = next(iter(lengths.values()), 0)
+        self.duplicates = duplicates or {}
 
     def schema(self) -> dict[str, tuple[np.dtype | None, str]]:
         out = {}
@@ -266,32 +276,47 @@ class ArraysReader:
 def numpy_source(path: str | os.PathLike[str], sig: Signature) -> Source:
     """A .npy file (rows of the model's one input) or a .npz file (one array per column)."""
     path = Path(path)
+    if path.suffix == ".npy" and len(sig.inputs) != 1:
+        names = ", ".join(i.name for i in sig.inputs)
+        raise UsageError(f"{path}: a .npy file feeds one input, the model has {names}; use a .npz")
+    if not path.is_file():
+        raise UsageError(f"{path}: no such file")
     try:
         if path.suffix == ".npy":
-            if len(sig.inputs) != 1:
-                names = ", ".join(i.name for i in sig.inputs)
-                raise UsageError(f"{path}: a .npy file feeds one input, the model has {names}; use a .npz")
             # mmap: rows are paged in as blocks are read, never the whole file at once.
             columns = {sig.inputs[0].column: np.load(path, mmap_mode="r", allow_pickle=False)}
         else:
             with np.load(path, allow_pickle=False) as npz:  # a zip: each array is read whole when opened
                 columns = {name: npz[name] for name in npz.files}
-    except FileNotFoundError:
-        raise UsageError(f"{path}: no such file") from None
-    except (OSError, ValueError) as e:
-        raise DataError(f"{path}: not a readable {path.suffix} file: {_one_line(e)}") from None
+    except Exception as e:  # noqa: BLE001
+        # numpy parses the header with Python's tokenizer and reads zips with zipfile/zlib: a damaged
+        # file raises any of ValueError, SyntaxError, TokenError, EOFError, BadZipFile, zlib.error,
+        # MemoryError... All of them mean the same to a user.
+        why = _one_line(e) if isinstance(e, (OSError, ValueError)) else f"{type(e).__name__}: {_one_line(e)}"
+        raise DataError(f"{path}: not a readable {path.suffix} file: {why}") from None
     return memory_source(columns, str(path))
+
+
+def _duplicates(names: Sequence[str]) -> dict[str, int]:
+    """Column names that appear more than once, with their counts."""
+    counts = Counter(names)
+    return {name: n for name, n in counts.items() if n > 1}
 
 
 def memory_source(data: Any, path: str = MEMORY) -> Source:
     """Arrays by column name, or an Arrow table / record batch."""
+    duplicates: dict[str, int] = {}
     if hasattr(data, "column_names") and hasattr(data, "column"):
-        columns = {name: data.column(name) for name in data.column_names}
+        names = list(data.column_names)
+        duplicates = _duplicates(names)
+        columns: dict[str, Any] = {}
+        for k, name in enumerate(names):  # by position: a duplicated name cannot be looked up
+            columns.setdefault(name, data.column(k))
     elif isinstance(data, Mapping):
         columns = {str(k): v if is_arrowish(v) else np.asarray(v) for k, v in data.items()}
     else:
         raise UsageError(f"data must be arrays by column name or an Arrow table, not {type(data).__name__}")
-    reader = ArraysReader(path, columns)
+    reader = ArraysReader(path, columns, duplicates)
     return Source([Part(path, 0, reader.rows, reader)], list(columns))
 
 

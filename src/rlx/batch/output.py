@@ -346,7 +346,8 @@ class OutputDir:
         self.shards: dict[str, dict[str, Any]] = {}
         self.had_manifest = False
         self.redone: list[str] = []  # listed shards that failed verification (redone by this run)
-        self.removed: list[str] = []  # files of rlx's naming not vouched for, removed
+        self.removed: list[str] = []  # files of rlx's naming the manifest did not list, removed
+        self.failed: set[str] = set()  # listed shards (names without suffix) that failed verification
 
     def open(self) -> None:
         if self.path.exists() and not self.path.is_dir():
@@ -409,6 +410,7 @@ class OutputDir:
                 self.shards[name] = dict(entry)
             else:
                 self.redone.append(f"{name} ({problem})")
+                self.failed.add(name.removesuffix(".parquet"))
 
     def done(self, start: int, stop: int) -> bool:
         return shard_name(start, stop) in self.shards
@@ -430,7 +432,8 @@ class OutputDir:
                 pass
             except OSError as e:
                 raise OutputError(f"{path}: cannot remove it: {_one_line(e)}") from None
-            if TEMPORARY.fullmatch(path.name) is None and LOCK_ASIDE.fullmatch(path.name) is None:
+            stray = path.name.rsplit(".", 1)[0] not in self.failed  # not a shard being redone, nor its record
+            if stray and TEMPORARY.fullmatch(path.name) is None and LOCK_ASIDE.fullmatch(path.name) is None:
                 self.removed.append(str(path.relative_to(self.path)))
         _fsync_dir(self.path)
         self._write_manifest(complete=False)

@@ -71,9 +71,15 @@ class ShardResult:
 
 
 def block_table(
-    predicted: Predicted, block_start: int, columns: Mapping[str, Any], kept: Iterable[str], sig: Signature
+    predicted: Predicted,
+    block_start: int,
+    columns: Mapping[str, Any],
+    kept: Iterable[str],
+    sig: Signature,
+    where: str = "input",
 ) -> Any:
-    """The output rows of one block: row index, carried columns, then the model's outputs."""
+    """The output rows of one block: row index, carried columns, then the model's outputs (``where``: the
+    file the block comes from, for errors)."""
     pa = pyarrow()
     rows = predicted.rows
     arrays = {ROW_INDEX: pa.array([block_start + i for i in rows], type=pa.int64())}
@@ -83,8 +89,8 @@ def block_table(
             arrays[name] = col if hasattr(col, "type") else encode(col, ragged=False)
         except pa.ArrowException as e:  # not an I/O error: the column's values or types
             raise DataError(
-                f"rows {block_start}..{block_start + max(rows, default=0)}, carried column {name!r}: "
-                f"cannot be written to Parquet ({_one_line(e)}); leave it out with --keep"
+                f"{where}: carried column {name!r} cannot be written to Parquet ({_one_line(e)}); "
+                "leave it out with --keep"
             ) from None
     for o in sig.outputs:
         arrays[o.name] = encode(predicted.outputs[o.name], o.ragged)
@@ -131,7 +137,7 @@ class ShardWriter:
         self.buffer: list[Any] = []
         self.rows = 0
 
-    def write(self, table: Any) -> None:
+    def write(self, table: Any, where: str = "input") -> None:
         if table.num_rows == 0:
             return
         pa = pyarrow()
@@ -145,7 +151,8 @@ class ShardWriter:
             raise OutputError(f"{self.tmp.parent}: cannot write {self.path.name}: {_one_line(e)}") from None
         except pa.ArrowException as e:  # a type Parquet cannot hold, or rows whose types changed between files
             raise DataError(
-                f"rows {self.start}..{self.stop - 1}: cannot be written to Parquet: {_one_line(e)}"
+                f"{where}: dataset rows {self.start}..{self.stop - 1} cannot be written to Parquet "
+                f"({_one_line(e)}); leave odd carried columns out with --keep"
             ) from None
         self.rows += table.num_rows
         if sum(t.num_rows for t in self.buffer) >= ROW_GROUP_ROWS:

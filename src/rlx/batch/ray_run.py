@@ -142,7 +142,11 @@ class RowPredictor:
         tables = []
         for block in source.blocks(0, source.total_rows, grid_size(self.sig, self.batch_size)):
             predicted = self.predictor.block(block)
-            tables.append(block_table(predicted, block.start, block.columns or {}, kept, self.sig).drop([ROW_INDEX]))
+            tables.append(
+                block_table(predicted, block.start, block.columns or {}, kept, self.sig, "<ray batch>").drop(
+                    [ROW_INDEX]
+                )
+            )
         return pyarrow().concat_tables(tables)
 
 

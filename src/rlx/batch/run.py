@@ -108,7 +108,9 @@ class Session:
                 predicted = self.predictor.block(block)
                 skipped += predicted.skipped
                 if predicted.rows:
-                    writer.write(block_table(predicted, block.start, block.columns or {}, self.kept, self.sig))
+                    where = block.locate(0)[0]
+                    table = block_table(predicted, block.start, block.columns or {}, self.kept, self.sig, where)
+                    writer.write(table, where)
             skipped_sha256 = write_skipped_sidecar(out_dir, start, stop, skipped)
             written = writer.commit()
         except BaseException:

@@ -213,9 +213,17 @@ def encode(values: np.ndarray | list[np.ndarray], ragged: bool) -> Any:
         if values.ndim == 1 and not ragged:
             return pa.array(values)
         if not ragged and values.dtype != bool:
-            return pa.FixedShapeTensorArray.from_numpy_ndarray(np.ascontiguousarray(values))
+            return pa.FixedShapeTensorArray.from_numpy_ndarray(_c_order(values))
         rows = list(values)
     return _nested_lists(rows, variable=ragged)
+
+
+def _c_order(values: np.ndarray) -> np.ndarray:
+    """Row-major with canonical strides: numpy calls an array of a length-1 axis contiguous whatever that
+    axis's stride (``x[None]`` has stride 0), and Arrow's tensor conversion refuses such strides."""
+    values = np.ascontiguousarray(values)
+    canonical = tuple(values.itemsize * int(np.prod(values.shape[i + 1 :])) for i in range(values.ndim))
+    return values if values.strides == canonical else values.copy()
 
 
 def _arrow_friendly(values: np.ndarray) -> np.ndarray:

@@ -178,7 +178,8 @@ class ShardWriter:
             os.replace(self.tmp, self.path)
         except OSError as e:
             raise OutputError(f"{self.tmp.parent}: cannot write {self.path.name}: {_one_line(e)}") from None
-        _fsync_dir(self.path.parent)
+        # The directory is synced once, when the run finishes: a rename lost in a crash before that
+        # leaves a shard missing, which the next run's verification finds and redoes.
         return self.path.name, size, digest
 
     def abort(self) -> None:
@@ -497,6 +498,8 @@ class OutputDir:
         # The per-shard records stay (under "_", unseen by readers): a rerun rebuilds this file from them.
         atomic_write(self.path / SKIPPED, "".join(lines))
         self._write_manifest(complete=True, total_rows=total_rows)
+        _fsync_dir(self.path / SKIPPED_DIR)
+        _fsync_dir(self.path)
 
     def _write_manifest(self, complete: bool, **extra: Any) -> None:
         body = {"format": FORMAT, "version": VERSION, "job": self.job, "complete": complete, **extra}
@@ -603,7 +606,6 @@ def atomic_write(path: Path, text: str) -> None:
     except OSError as e:
         tmp.unlink(missing_ok=True)
         raise OutputError(f"{path}: cannot write: {_one_line(e)}") from None
-    _fsync_dir(path.parent)
 
 
 def _one_line(e: BaseException) -> str:

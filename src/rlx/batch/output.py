@@ -313,7 +313,10 @@ def _parse_lock(raw: bytes) -> dict[str, Any] | None:
         body = json.loads(raw)
     except (ValueError, UnicodeDecodeError):
         return None
-    if not isinstance(body, dict) or not isinstance(body.get("pid"), int) or isinstance(body.get("pid"), bool):
+    if not isinstance(body, dict):
+        return None
+    pid = body.get("pid")
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0 or not isinstance(body.get("host"), str):
         return None
     return body
 
@@ -323,7 +326,7 @@ def _stale(holder: Mapping[str, Any]) -> bool:
     if holder.get("host") != socket.gethostname():
         return False
     pid = holder["pid"]
-    if pid <= 0 or not _alive(pid):
+    if not _alive(pid):
         return True
     started = holder.get("process_started")
     now = _process_started(pid)

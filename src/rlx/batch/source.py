@@ -180,7 +180,7 @@ class ParquetReader:
         """(row in file, rows, columns or None, problem) for rows ``first … stop - 1``, row group by row group."""
         try:
             file = pyarrow().parquet.ParquetFile(self.path)
-        except (OSError, ValueError) as e:  # changed or removed since its footer was read
+        except (OSError, ValueError, pyarrow().ArrowException) as e:  # changed or removed since its footer was read
             yield first, stop - first, None, f"cannot open: {_one_line(e)}"
             return
         try:
@@ -203,7 +203,11 @@ class ParquetReader:
                         cols = {name: batch.column(name).slice(lo - at, hi - lo) for name in columns}
                         yield lo, hi - lo, cols, None
                     at += batch.num_rows
-            except (OSError, ValueError) as e:  # a corrupt page: the rest of this row group is lost
+            except (
+                OSError,
+                ValueError,
+                pyarrow().ArrowException,
+            ) as e:  # a corrupt page: the rest of the row group is lost
                 lo = max(at, first)
                 yield lo, min(g_stop, stop) - lo, None, f"cannot read row group {g}: {_one_line(e)}"
 
@@ -233,7 +237,7 @@ def parquet_source(paths: Sequence[str | os.PathLike[str]]) -> Source:
     for path in _parquet_files(paths):
         try:
             reader: Any = ParquetReader(path)
-        except (OSError, ValueError) as e:
+        except (OSError, ValueError, pyarrow().ArrowException) as e:  # a damaged footer raises any Arrow error
             # Its row count is unknown, so it adds no rows; the run stops on it, or `skip` records it.
             parts.append(Part(path, start, 0, None, f"not a readable Parquet file: {_one_line(e)}"))
             continue

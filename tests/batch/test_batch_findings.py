@@ -203,3 +203,40 @@ def test_tiny_shards_write_every_row(two_heads, tmp_path, capsys):
     assert code == 0
     assert pq.read_table(tmp_path / "out").column("row_index").to_pylist() == list(range(N))
     assert json.loads((tmp_path / "out" / "_manifest.json").read_text())["total_rows"] == N
+
+
+# ── carried columns whose type differs between files (fuzzer, seed 1004124: exit 0, unreadable output) ──
+CARRIED_TYPES = {
+    "null then string": (pa.nulls(3), pa.array(["a", "b", "c"]), pa.string()),
+    "int32 then int64": (pa.array([1, 2, 3], pa.int32()), pa.array([4, 5, 6], pa.int64()), pa.int64()),
+    "string then null": (pa.array(["a", None, "c"]), pa.nulls(3), pa.string()),
+    "struct then list": (pa.array([{"a": 1}] * 3), pa.array([[None]] * 3), None),
+}
+
+
+@pytest.mark.parametrize("case", list(CARRIED_TYPES), ids=list(CARRIED_TYPES))
+def test_a_carried_column_gets_one_type_in_every_shard_or_is_refused(two_heads, tmp_path, case):
+    first, second, unified = CARRIED_TYPES[case]
+    (tmp_path / "data").mkdir()
+    x = features(6)
+    for k, carried in enumerate((first, second)):
+        table = pa.table({"features": pa.array(list(x[3 * k : 3 * k + 3])), "note": carried})
+        pq.write_table(table, tmp_path / "data" / f"p{k}.parquet")
+    run = lambda **kw: rlx.batch.run(two_heads[1], tmp_path / "data", tmp_path / "out", shard_rows=3, **kw)  # noqa: E731
+    if unified is None:
+        with pytest.raises(DataError) as err:
+            run()
+        assert str(err.value).startswith(
+            f"{tmp_path / 'data' / 'p1.parquet'}: rows 0..2 (dataset row 3), column 'note': "
+        )
+        assert "a carried column needs one type in every file (or leave it out with --keep)" in str(err.value)
+        summary = run(on_error="skip")
+        assert (summary.written, summary.skipped) == (3, 3)
+    else:
+        summary = run()
+        assert summary.written == 6
+    table = pq.read_table(tmp_path / "out")  # every shard has one schema: the directory reads as one table
+    assert table.column("row_index").to_pylist() == list(range(summary.written))
+    if unified is not None:
+        assert table.schema.field("note").type == unified
+        assert table.column("note").to_pylist() == first.cast(unified).to_pylist() + second.cast(unified).to_pylist()

@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from rlx.batch.columns import encode, pyarrow, take
+from rlx.batch.columns import Segments, encode, pyarrow, take
 from rlx.batch.predict import Predicted, Skip
 from rlx.batch.spec import ROW_INDEX, Signature
 from rlx.errors import DataError, OutputError, UsageError
@@ -77,15 +77,20 @@ def block_table(
     kept: Iterable[str],
     sig: Signature,
     where: str = "input",
+    types: Mapping[str, Any] | None = None,
 ) -> Any:
     """The output rows of one block: row index, carried columns, then the model's outputs (``where``: the
-    file the block comes from, for errors)."""
+    file the block comes from, for errors; ``types``: carried columns cast to one type in every shard)."""
     pa = pyarrow()
     rows = predicted.rows
     arrays = {ROW_INDEX: pa.array([block_start + i for i in rows], type=pa.int64())}
     for name in kept:
         try:
-            col = take(columns[name], rows)
+            col = columns[name]
+            target = (types or {}).get(name)
+            if target is not None:
+                col = Segments([c.cast(target) for c in col]) if isinstance(col, Segments) else col.cast(target)
+            col = take(col, rows)
             arrays[name] = col if hasattr(col, "type") else encode(col, ragged=False)
         except pa.ArrowException as e:  # not an I/O error: the column's values or types
             raise DataError(
@@ -365,6 +370,9 @@ class OutputDir:
             raise UsageError(f"{self.path} exists and is not a directory; choose another output")
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:  # a parent that is a file, or not writable
+            raise OutputError(f"{self.path.parent}: cannot create: {_one_line(e)}; choose another output") from None
+        try:
             os.mkdir(self.path)
             self.created = True
         except FileExistsError:

@@ -109,7 +109,10 @@ class Session:
                 skipped += predicted.skipped
                 if predicted.rows:
                     where = block.locate(0)[0]
-                    table = block_table(predicted, block.start, block.columns or {}, self.kept, self.sig, where)
+                    table = block_table(
+                        predicted, block.start, block.columns or {}, self.kept, self.sig, where,
+                        self.source.carried_types,
+                    )  # fmt: skip
                     writer.write(table, where)
             skipped_sha256 = write_skipped_sidecar(out_dir, start, stop, skipped)
             written = writer.commit()

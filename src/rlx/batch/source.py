@@ -73,6 +73,7 @@ class Source:
         self.parts = parts
         self.all_columns = all_columns
         self.read_columns: list[str] = []
+        self.carried_types: dict[str, Any] = {}  # carried columns whose files differ in type → the unified type
 
     @property
     def total_rows(self) -> int:
@@ -87,7 +88,30 @@ class Source:
         for part in self.parts:
             if part.problem is None:
                 part.problem, part.problem_column = _column_problem(part, sig, self.read_columns)
+        self.carried_types = {c: t for c in dict.fromkeys(kept) if (t := self._carried_type(c)) is not None}
         return kept
+
+    def _carried_type(self, column: str) -> Any:
+        """The one Arrow type a carried column gets in every shard, so the output reads as one table:
+        the files' types unified (null → any, int32 → int64, ...); a file whose type cannot be unified
+        with the first file's is marked. None for a single part (its own type is the type)."""
+        pa = pyarrow()
+        typed = [(p, p.reader.arrow_type(column)) for p in self.parts if p.problem is None]
+        typed = [(p, t) for p, t in typed if t is not None]
+        if len({str(t) for _, t in typed}) <= 1:
+            return None
+        unified = typed[0][1]
+        for part, t in typed[1:]:
+            try:
+                schemas = [pa.schema([pa.field(column, unified)]), pa.schema([pa.field(column, t)])]
+                unified = pa.unify_schemas(schemas, promote_options="permissive").field(column).type
+            except (pa.ArrowException, TypeError, ValueError):
+                part.problem_column = column
+                part.problem = (
+                    f"holds {t} values here but {typed[0][1]} in {typed[0][0].path}; a carried column needs "
+                    "one type in every file (or leave it out with --keep)"
+                )
+        return unified
 
     def blocks(self, start: int, stop: int, grid: int) -> Iterator[Block]:
         """Rows ``start … stop - 1`` in blocks that never cross a multiple of ``grid``."""
@@ -171,10 +195,14 @@ class ParquetReader:
         self.group_starts = np.cumsum([0] + [meta.row_group(g).num_rows for g in range(meta.num_row_groups)])
         fields = list(meta.schema.to_arrow_schema())
         self._schema = {f.name: (leaf_dtype(f.type), str(f.type)) for f in fields}
+        self._types = {f.name: f.type for f in fields}
         self.duplicates = _duplicates([f.name for f in fields])
 
     def schema(self) -> dict[str, tuple[np.dtype | None, str]]:
         return self._schema
+
+    def arrow_type(self, column: str) -> Any:
+        return self._types.get(column)
 
     def read(self, first: int, stop: int, chunk: int, columns: list[str]) -> Iterator[tuple[int, int, Any, Any]]:
         """(row in file, rows, columns or None, problem) for rows ``first … stop - 1``, row group by row group."""
@@ -270,6 +298,10 @@ class ArraysReader:
             else:
                 out[name] = (leaf_dtype(col.type), str(col.type))
         return out
+
+    def arrow_type(self, column: str) -> Any:
+        col = self.columns.get(column)
+        return None if col is None or isinstance(col, np.ndarray) else col.type
 
     def read(self, first: int, stop: int, chunk: int, columns: list[str]) -> Iterator[tuple[int, int, Any, Any]]:
         for lo in range(first, stop, chunk):

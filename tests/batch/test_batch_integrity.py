@@ -23,6 +23,11 @@ from rlx.batch.run import Session
 from rlx.cli import main
 from rlx.errors import OutputError, UsageError
 
+try:
+    import pandas
+except ImportError:  # pandas is one more reader to check, not a requirement
+    pandas = None
+
 N, BATCH, SHARD = 300, 50, 100  # three shards
 NULL_ROW = 130  # a null row in the second shard: skipped, so shards have skipped-rows records too
 
@@ -65,6 +70,8 @@ def assert_same_as_clean(out: Path, clean: Path) -> None:
     table = ds.dataset(out, format="parquet").to_table()
     assert table.equals(pq.read_table(clean))
     assert table.column("row_index").to_pylist() == [i for i in range(N) if i != NULL_ROW]
+    if pandas is not None:
+        assert pandas.read_parquet(out)["row_index"].tolist() == [i for i in range(N) if i != NULL_ROW]
     assert sorted(p.name for p in out.iterdir()) == sorted(p.name for p in clean.iterdir())
     assert not (out / LOCK).exists()
 

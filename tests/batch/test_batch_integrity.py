@@ -347,7 +347,7 @@ def permission_denied(*args, **kwargs):
     raise PermissionError(13, "Permission denied")
 
 
-@pytest.mark.parametrize("where", ["mkdir", "lock", "shard", "manifest"])
+@pytest.mark.parametrize("where", ["mkdir", "lock", "lock-write", "shard", "manifest"])
 def test_an_unwritable_output_directory_is_one_line(two_heads, data, tmp_path, monkeypatch, where):
     """A read-only directory (simulated: tests may run as root, whom permissions do not stop)."""
     out = tmp_path / "out"
@@ -358,6 +358,8 @@ def test_an_unwritable_output_directory_is_one_line(two_heads, data, tmp_path, m
         monkeypatch.setattr(
             os, "open", lambda p, flags, *a: permission_denied() if str(p).endswith(LOCK) else real_open(p, flags, *a)
         )
+    elif where == "lock-write":
+        monkeypatch.setattr(os, "write", permission_denied)
     elif where == "shard":
         monkeypatch.setattr(pq, "ParquetWriter", permission_denied)
     else:

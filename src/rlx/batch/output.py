@@ -267,6 +267,9 @@ class Lock:
             try:
                 os.write(fd, mine)
                 os.fsync(fd)
+            except OSError as e:  # a full disk: no half-written lock stays to block the next run
+                self.path.unlink(missing_ok=True)
+                raise OutputError(f"{self.out}: cannot write {LOCK}: {_one_line(e)}") from None
             finally:
                 os.close(fd)
             self.held = mine

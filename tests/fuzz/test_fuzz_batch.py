@@ -576,3 +576,31 @@ def test_fuzz_batch_short(bundles, fast, tmp_path):
 @pytest.mark.parametrize("cases", [LONG_CASES])
 def test_fuzz_batch_long(bundles, fast, tmp_path, cases):
     fuzz(range(LONG_FIRST_SEED, LONG_FIRST_SEED + cases), bundles, tmp_path)
+
+
+# ── command lines ────────────────────────────────────────────────────────────
+FLAG_VALUES = ["0", "-1", "-5", "1", "3", "2147483648", "1e3", "0x10", "", " ", "nan", "١٢", "features=id", "x"]
+FLAGS = ["--batch-size", "--shard-rows", "--workers", "--column", "--keep", "--engine", "--on-error"]
+
+
+def test_fuzz_batch_command_lines(bundles, fast, tmp_path, capsys):
+    """Random `rlx batch` arguments: exit 0, or 2 with one line that is not an internal error."""
+    from rlx.cli import main
+
+    np.save(tmp_path / "x.npy", np.random.default_rng(0).standard_normal((5, 6)).astype(np.float32))
+    outcomes: dict[int, int] = {}
+    for seed in range(SHORT_CASES // 2):
+        rng = np.random.default_rng(seed)
+        argv = ["batch", str(bundles[str(rng.choice(["rows", "ids"]))]), "-i", str(tmp_path / "x.npy")]
+        argv += ["-o", str(tmp_path / f"out{seed}")]
+        for _ in range(int(rng.integers(0, 4))):
+            argv += [str(rng.choice(FLAGS)), str(rng.choice(FLAG_VALUES))]
+        code = main(argv)
+        err = capsys.readouterr().err
+        assert code in (0, 2), f"seed {seed}: {argv}: exit {code}"
+        assert code == 0 or (err.count("\n") == 1 and "internal error" not in err), f"seed {seed}: {argv}: {err}"
+        if code == 0:
+            got = pq.read_table(tmp_path / f"out{seed}").column("row_index").to_pylist()
+            assert got == list(range(5)), f"seed {seed}: {argv}: rows {got}"
+        outcomes[code] = outcomes.get(code, 0) + 1
+    assert outcomes.get(0, 0) > 5 and outcomes.get(2, 0) > 5, outcomes

@@ -240,3 +240,15 @@ def test_a_carried_column_gets_one_type_in_every_shard_or_is_refused(two_heads, 
     if unified is not None:
         assert table.schema.field("note").type == unified
         assert table.column("note").to_pylist() == first.cast(unified).to_pylist() + second.cast(unified).to_pylist()
+
+
+def test_a_one_row_shard_of_a_static_model_is_written(static, tmp_path):
+    """Fuzzer seeds 3 and 86: one row's output, ``out[None]``, has a zero stride Arrow's tensors refused."""
+    model, bundle = static
+    x = np.random.default_rng(3).standard_normal((3, 2, 5)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    summary = rlx.batch.run(bundle, tmp_path / "x.npy", tmp_path / "out", shard_rows=1, batch_size=1)
+    assert (summary.written, summary.shards_written) == (3, 3)
+    got = pq.read_table(tmp_path / "out").column("output").combine_chunks().to_numpy_ndarray()
+    want = np.stack([torch_outputs(model, row)["output"] for row in x])
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)

@@ -252,3 +252,23 @@ def test_a_one_row_shard_of_a_static_model_is_written(static, tmp_path):
     got = pq.read_table(tmp_path / "out").column("output").combine_chunks().to_numpy_ndarray()
     want = np.stack([torch_outputs(model, row)["output"] for row in x])
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "error",
+    [pa.ArrowNotImplementedError("Integers not in cstdint are not implemented"), pa.ArrowInvalid("bad"),
+     pa.ArrowTypeError("bad"), OSError("Couldn't deserialize thrift")],
+    ids=lambda e: type(e).__name__,
+)  # fmt: skip
+def test_any_arrow_error_from_a_damaged_footer_is_one_line(two_heads, tmp_path, monkeypatch, error):
+    """Fuzzer seed 773: a flipped footer byte made read_metadata raise ArrowNotImplementedError, uncaught."""
+    pq.write_table(pa.table({"features": pa.array(list(features(4)))}), tmp_path / "d.parquet")
+
+    def damaged(*args, **kwargs):
+        raise error
+
+    monkeypatch.setattr(pq, "read_metadata", damaged)
+    with pytest.raises(DataError) as err:
+        rlx.batch.run(two_heads[1], tmp_path / "d.parquet", tmp_path / "out")
+    assert str(err.value).startswith(f"{tmp_path / 'd.parquet'}: not a readable Parquet file: ")
+    assert "\n" not in str(err.value)

@@ -17,7 +17,7 @@ import os
 import shutil
 import sys
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,6 +39,10 @@ from rlx.errors import RlxError  # noqa: E402
 SHORT_CASES = 200
 LONG_CASES = int(os.environ.get("RLX_FUZZ_BATCH_CASES", "100000"))
 LONG_FIRST_SEED = 1_000_000  # the long run does not repeat the short slice
+# Seeds that once failed, replayed in the short slice: 3, 86 (a zero-stride output of one row), 773 (a
+# damaged Parquet footer raising ArrowNotImplementedError), 1349 (NaN outputs, a fuzzer bug), 1004124 (a
+# carried column of different types in two files: exit 0, output unreadable).
+REGRESSION_SEEDS = (773, 1349, 1004124)
 
 
 # ── models ───────────────────────────────────────────────────────────────────
@@ -547,7 +551,7 @@ def run_case(seed: int, bundles: dict[str, Path], root: Path) -> str:
         raise AssertionError(f"{case}: raw {type(e).__name__}: {e}\n{traceback.format_exc()}") from None
 
 
-def fuzz(seeds: range, bundles: dict[str, Path], tmp_path: Path) -> dict[str, int]:
+def fuzz(seeds: Sequence[int], bundles: dict[str, Path], tmp_path: Path) -> dict[str, int]:
     outcomes: dict[str, int] = {}
     failures: list[str] = []
     for seed in seeds:
@@ -565,7 +569,7 @@ def fuzz(seeds: range, bundles: dict[str, Path], tmp_path: Path) -> dict[str, in
 
 def test_fuzz_batch_short(bundles, fast, tmp_path):
     seed = os.environ.get("RLX_FUZZ_BATCH_SEED")
-    seeds = range(int(seed), int(seed) + 1) if seed else range(SHORT_CASES)
+    seeds = [int(seed)] if seed else [*range(SHORT_CASES), *REGRESSION_SEEDS]
     outcomes = fuzz(seeds, bundles, tmp_path)
     if not seed:  # the slice reaches both ends: runs that succeed and inputs that are refused
         assert outcomes.get("ok", 0) > 20 and outcomes.get("DataError", 0) > 5, outcomes

@@ -272,3 +272,22 @@ def test_any_arrow_error_from_a_damaged_footer_is_one_line(two_heads, tmp_path, 
         rlx.batch.run(two_heads[1], tmp_path / "d.parquet", tmp_path / "out")
     assert str(err.value).startswith(f"{tmp_path / 'd.parquet'}: not a readable Parquet file: ")
     assert "\n" not in str(err.value)
+
+
+def test_a_row_group_holding_fewer_rows_than_its_footer_lists_is_named(two_heads, tmp_path, monkeypatch):
+    """Fuzzer seed 1016005: a damaged file whose row group read as 0 rows, its footer 4; the run exited 0
+    having written 4 of 8 rows. Simulated here: the reader stops after the first batch of each group."""
+    path = tmp_path / "d.parquet"
+    pq.write_table(pa.table({"features": pa.array(list(features(8)))}), path, row_group_size=4)
+    real = pq.ParquetFile.iter_batches
+
+    def short(self, *args, **kwargs):
+        yield next(iter(real(self, *args, **kwargs)))
+
+    monkeypatch.setattr(pq.ParquetFile, "iter_batches", short)
+    with pytest.raises(DataError) as err:
+        rlx.batch.run(two_heads[1], path, tmp_path / "out", batch_size=2)
+    assert str(err.value) == f"{path}: rows 2..3: row group 0 holds 2 rows, its footer lists 4"
+    summary = rlx.batch.run(two_heads[1], path, tmp_path / "out", batch_size=2, on_error="skip")
+    assert (summary.written, summary.skipped) == (4, 4)
+    assert pq.read_table(tmp_path / "out").column("row_index").to_pylist() == [0, 1, 4, 5]

@@ -41,8 +41,9 @@ LONG_CASES = int(os.environ.get("RLX_FUZZ_BATCH_CASES", "100000"))
 LONG_FIRST_SEED = 1_000_000  # the long run does not repeat the short slice
 # Seeds that once failed, replayed in the short slice: 3, 86 (a zero-stride output of one row), 773 (a
 # damaged Parquet footer raising ArrowNotImplementedError), 1349 (NaN outputs, a fuzzer bug), 1004124 (a
-# carried column of different types in two files: exit 0, output unreadable).
-REGRESSION_SEEDS = (773, 1349, 1004124)
+# carried column of different types in two files: exit 0, output unreadable), 1016005 (a flipped byte: a
+# row group's pages held no rows, its footer 4, and the run exited 0 with 4 of 8 rows).
+REGRESSION_SEEDS = (773, 1349, 1004124, 1016005)
 
 
 # ── models ───────────────────────────────────────────────────────────────────

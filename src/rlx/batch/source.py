@@ -191,8 +191,11 @@ class ParquetReader:
         # The footer only; the file is opened again while its rows are read, so a dataset of
         # thousands of files never holds thousands of open files.
         meta = pyarrow().parquet.read_metadata(path)
+        group_rows = [meta.row_group(g).num_rows for g in range(meta.num_row_groups)]
+        if any(n < 0 for n in group_rows) or sum(group_rows) != meta.num_rows:  # a damaged footer
+            raise ValueError(f"its footer lists {meta.num_rows} rows, its row groups {group_rows}")
         self.rows = meta.num_rows
-        self.group_starts = np.cumsum([0] + [meta.row_group(g).num_rows for g in range(meta.num_row_groups)])
+        self.group_starts = np.cumsum([0, *group_rows])
         fields = list(meta.schema.to_arrow_schema())
         self._schema = {f.name: (leaf_dtype(f.type), str(f.type)) for f in fields}
         self._types = {f.name: f.type for f in fields}
@@ -223,21 +226,24 @@ class ParquetReader:
             g_start, g_stop = int(self.group_starts[g]), int(self.group_starts[g + 1])
             if g_stop <= first or g_start >= stop:
                 continue
-            at = g_start
+            at, problem = g_start, None
             try:
                 for batch in file.iter_batches(batch_size=chunk, row_groups=[g], columns=columns):
-                    lo, hi = max(at, first), min(at + batch.num_rows, stop)
+                    lo, hi = max(at, first), min(at + batch.num_rows, stop, g_stop)
                     if lo < hi:
                         cols = {name: batch.column(name).slice(lo - at, hi - lo) for name in columns}
                         yield lo, hi - lo, cols, None
                     at += batch.num_rows
-            except (
-                OSError,
-                ValueError,
-                pyarrow().ArrowException,
-            ) as e:  # a corrupt page: the rest of the row group is lost
-                lo = max(at, first)
-                yield lo, min(g_stop, stop) - lo, None, f"cannot read row group {g}: {_one_line(e)}"
+                    if at >= g_stop:  # rows past the footer's count (a damaged file) are not the group's
+                        break
+                if at < g_stop:  # a damaged file whose pages hold fewer rows than its footer lists
+                    problem = f"row group {g} holds {at - g_start} rows, its footer lists {g_stop - g_start}"
+            except (OSError, ValueError, pyarrow().ArrowException) as e:  # a corrupt page
+                problem = f"cannot read row group {g}: {_one_line(e)}"
+            if problem is not None:  # the rest of this row group is lost
+                lo = max(min(at, g_stop), first)
+                if lo < min(g_stop, stop):
+                    yield lo, min(g_stop, stop) - lo, None, problem
 
 
 def _parquet_files(paths: Sequence[str | os.PathLike[str]]) -> list[str]:

@@ -12,7 +12,7 @@ import json
 import math
 import sys
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -29,6 +29,27 @@ EXIT_OK, EXIT_PARITY, EXIT_USAGE = 0, 1, 2
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:  # argparse exits 2 as well; keep our one-line format
         raise UsageError(f"{self.prog}: {message} (see --help)")
+
+
+MAX_COUNT = 2**31 - 1  # beyond this a count is a typo, and numpy/pyarrow/onnxruntime sizes overflow
+MAX_THREADS = 4096
+
+
+def count(minimum: int = 1, maximum: int = MAX_COUNT) -> Callable[[str], int]:
+    """An argparse ``type=``: a whole number in ``minimum … maximum``, else one line (exit 2) naming the argument."""
+
+    def parse(text: str) -> int:
+        value: int | None
+        try:
+            value = int(text.strip(), 10)
+        except ValueError:
+            value = None
+        if value is None or not minimum <= value <= maximum:
+            raise argparse.ArgumentTypeError(f"must be a whole number from {minimum} to {maximum:,}, not {text!r}")
+        return value
+
+    parse.__name__ = "count"  # argparse names the type in some messages
+    return parse
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -116,7 +137,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--precision", choices=PRECISIONS, help="f32 (default), bf16/f16 (openvino), int8 (onnxruntime)")
     run.add_argument(
         "--threads",
-        type=int,
+        type=count(maximum=MAX_THREADS),
         help="onnxruntime's intra-op threads (default: one per core); numpy: threads for large steps (default 1)",
     )
     run.add_argument("--seed", type=int, default=0, help="where a model with random ops starts drawing (default 0)")
@@ -128,7 +149,7 @@ def _parser() -> argparse.ArgumentParser:
 
     dbg = sub.add_parser("debug", help="find the first aten node whose result diverges from PyTorch (needs torch)")
     dbg.add_argument("out", help="an output directory of `rlx import`")
-    dbg.add_argument("--top", type=int, default=15, help="rows in the table (worst first)")
+    dbg.add_argument("--top", type=count(), default=15, help="rows in the table (worst first)")
     dbg.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
 
     rep = sub.add_parser("report", help="rebuild OUT/report.html")
@@ -143,7 +164,7 @@ def _parser() -> argparse.ArgumentParser:
     bat.add_argument("--input", "-i", required=True, nargs="+", action="extend", metavar="DATA",
                      help="Parquet files or directories, or one .npy/.npz file")  # fmt: skip
     bat.add_argument("--output", "-o", required=True, help="output directory (a rerun resumes it)")
-    bat.add_argument("--batch-size", type=int, default=256, help="rows per model call (default 256)")
+    bat.add_argument("--batch-size", type=count(), default=256, help="rows per model call (default 256)")
     bat.add_argument("--column", action="append", default=[], metavar="INPUT=COLUMN",
                      help="read model input INPUT from data column COLUMN (repeatable; default: same name)")  # fmt: skip
     bat.add_argument("--keep", action="append", metavar="COLUMN",
@@ -151,10 +172,10 @@ def _parser() -> argparse.ArgumentParser:
     bat.add_argument("--engine", choices=("numpy", "jax"), default="numpy", help="runtime backend (default numpy)")
     bat.add_argument("--on-error", choices=("stop", "skip"), default="stop",
                      help="stop at the first bad row (default), or skip bad rows into OUT/_skipped.jsonl")  # fmt: skip
-    bat.add_argument("--shard-rows", type=int, default=65_536, help="input rows per output shard (default 65536)")
+    bat.add_argument("--shard-rows", type=count(), default=65_536, help="input rows per output shard (default 65536)")
     bat.add_argument("--ray", action="store_true", help="run shards on Ray workers (needs rlx[ray])")
     bat.add_argument("--address", help="Ray cluster address (default: start a local one)")
-    bat.add_argument("--workers", type=int, default=2, help="Ray workers (default 2)")
+    bat.add_argument("--workers", type=count(maximum=MAX_THREADS), default=2, help="Ray workers (default 2)")
     bat.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
 
     ver = sub.add_parser("verify", help="re-run parity of an OUT directory or bundle against its reference")
@@ -167,12 +188,14 @@ def _parser() -> argparse.ArgumentParser:
     ben.add_argument(
         "--engines", help="comma-separated engines (default: every installed one of numpy, jax, onnxruntime)"
     )
-    ben.add_argument("--batch", type=int, help="resize the dynamic batch axis (axis 0) of the inputs to N")
+    ben.add_argument("--batch", type=count(), help="resize the dynamic batch axis (axis 0) of the inputs to N")
     ben.add_argument(
-        "--threads", type=int, help="threads per engine (onnxruntime intra-op; BLAS and large steps for numpy)"
+        "--threads",
+        type=count(maximum=MAX_THREADS),
+        help="threads per engine (onnxruntime intra-op; BLAS and large steps for numpy)",
     )
-    ben.add_argument("--runs", type=int, default=30, help="timed runs per engine (default 30)")
-    ben.add_argument("--warmup", type=int, default=3, help="untimed runs first (default 3)")
+    ben.add_argument("--runs", type=count(), default=30, help="timed runs per engine (default 30)")
+    ben.add_argument("--warmup", type=count(minimum=0), default=3, help="untimed runs first (default 3)")
     ben.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
 
     tun = sub.add_parser(

@@ -150,7 +150,7 @@ def _uniform_to_numpy(arr: Any) -> np.ndarray | None:
     pa = pyarrow()
     n = len(arr)
     if isinstance(arr.type, pa.FixedShapeTensorType):
-        return arr.to_numpy_ndarray()
+        return _tensor_to_numpy(arr)
     dims: list[int] = []
     while pa.types.is_list(arr.type) or pa.types.is_large_list(arr.type) or pa.types.is_fixed_size_list(arr.type):
         if arr.null_count:
@@ -167,6 +167,21 @@ def _uniform_to_numpy(arr: Any) -> np.ndarray | None:
     if arr.null_count or isinstance(arr.type, pa.BaseExtensionType) or leaf_dtype(arr.type) is None:
         return None
     return arr.to_numpy(zero_copy_only=False).reshape(n, *dims)
+
+
+def _tensor_to_numpy(arr: Any) -> np.ndarray | None:
+    """A fixed-shape tensor column as (n, *shape); None when its values hold nulls (found row by row then)."""
+    pa = pyarrow()
+    t = arr.type
+    if arr.storage.flatten().null_count:
+        return None
+    if t.value_type == pa.bool_():  # Arrow's tensor conversion has no bool: go through uint8, same layout
+        as_bytes = pa.fixed_shape_tensor(pa.uint8(), t.shape, dim_names=t.dim_names, permutation=t.permutation)
+        storage = arr.storage.cast(pa.list_(pa.uint8(), t.storage_type.list_size))
+        return pa.ExtensionArray.from_storage(as_bytes, storage).to_numpy_ndarray().astype(bool)
+    if leaf_dtype(t.value_type) is None:
+        return None
+    return arr.to_numpy_ndarray()
 
 
 def _rows_one_by_one(arr: Any, dtype: np.dtype) -> Rows:
@@ -198,9 +213,17 @@ def encode(values: np.ndarray | list[np.ndarray], ragged: bool) -> Any:
         if values.ndim == 1 and not ragged:
             return pa.array(values)
         if not ragged and values.dtype != bool:
-            return pa.FixedShapeTensorArray.from_numpy_ndarray(np.ascontiguousarray(values))
+            return pa.FixedShapeTensorArray.from_numpy_ndarray(_c_order(values))
         rows = list(values)
     return _nested_lists(rows, variable=ragged)
+
+
+def _c_order(values: np.ndarray) -> np.ndarray:
+    """Row-major with canonical strides: numpy calls an array of a length-1 axis contiguous whatever that
+    axis's stride (``x[None]`` has stride 0), and Arrow's tensor conversion refuses such strides."""
+    values = np.ascontiguousarray(values)
+    canonical = tuple(values.itemsize * int(np.prod(values.shape[i + 1 :])) for i in range(values.ndim))
+    return values if values.strides == canonical else values.copy()
 
 
 def _arrow_friendly(values: np.ndarray) -> np.ndarray:

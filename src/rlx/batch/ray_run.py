@@ -61,6 +61,9 @@ class ShardWorker:
             "rows": np.array([r.rows for r in results] + [0] * bool(failure), dtype=np.int64),
             "skipped": np.array([r.skipped for r in results] + [0] * bool(failure), dtype=np.int64),
             "file": np.array([r.file or "" for r in results] + [""] * bool(failure), dtype=object),
+            "bytes": np.array([r.bytes for r in results] + [0] * bool(failure), dtype=np.int64),
+            "sha256": np.array([r.sha256 or "" for r in results] + [""] * bool(failure), dtype=object),
+            "skipped_sha256": np.array([r.skipped_sha256 or "" for r in results] + [""] * bool(failure), dtype=object),
             "error": np.array([""] * len(results) + [failure] * bool(failure), dtype=object),
         }
 
@@ -114,8 +117,9 @@ def _run_shards(ray: ModuleType, job: Job, todo: list[tuple[int, int]], workers:
             kind, _, message = row["error"].partition(":")
             raise getattr(errors, kind, RlxError)(message)
         yield ShardResult(
-            int(row["start"]), int(row["stop"]), int(row["rows"]), int(row["skipped"]), row["file"] or None
-        )
+            int(row["start"]), int(row["stop"]), int(row["rows"]), int(row["skipped"]), row["file"] or None,
+            int(row["bytes"]), row["sha256"] or None, row["skipped_sha256"] or None,
+        )  # fmt: skip
 
 
 class RowPredictor:
@@ -138,7 +142,11 @@ class RowPredictor:
         tables = []
         for block in source.blocks(0, source.total_rows, grid_size(self.sig, self.batch_size)):
             predicted = self.predictor.block(block)
-            tables.append(block_table(predicted, block.start, block.columns or {}, kept, self.sig).drop([ROW_INDEX]))
+            tables.append(
+                block_table(predicted, block.start, block.columns or {}, kept, self.sig, "<ray batch>").drop(
+                    [ROW_INDEX]
+                )
+            )
         return pyarrow().concat_tables(tables)
 
 

@@ -53,15 +53,23 @@ class BatchSummary:
     seconds: float
     processed: int = 0  # rows this run read (reused shards not counted)
     columns: list[str] = field(default_factory=list)
+    shards_redone: list[str] = field(default_factory=list)  # listed by the manifest but failed verification
+    removed: list[str] = field(default_factory=list)  # rlx-named files the manifest did not vouch for
 
     @property
     def rows_per_second(self) -> float:
         return self.processed / self.seconds if self.seconds > 0 else 0.0
 
     def line(self) -> str:
+        repaired = ""
+        if self.shards_redone:
+            repaired += f", {len(self.shards_redone)} failed verification and redone (first: {self.shards_redone[0]})"
+        if self.removed:
+            repaired += f", {len(self.removed)} stray files removed"
         return (
             f"{self.written:,} rows written, {self.skipped:,} skipped, {self.shards_written} shards written, "
-            f"{self.shards_reused} reused, {self.seconds:.2f} s ({self.rows_per_second:,.0f} rows/s) -> {self.output}"
+            f"{self.shards_reused} reused{repaired}, {self.seconds:.2f} s ({self.rows_per_second:,.0f} rows/s) "
+            f"-> {self.output}"
         )
 
 
@@ -69,8 +77,9 @@ class Session:
     """A job opened in one process: the model loaded once, the data's files listed and checked."""
 
     def __init__(self, job: Job, model: Model | None = None) -> None:
-        if job.batch_size < 1:
-            raise UsageError(f"batch size must be at least 1, not {job.batch_size}")
+        for what, value in (("batch size", job.batch_size), ("shard rows", job.shard_rows)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise UsageError(f"{what} must be a whole number of at least 1, not {value!r}")
         pyarrow()  # outputs are Parquet: say which extra is missing before loading anything
         self.job = job
         self.model = model or load(job.bundle, backend=job.engine)
@@ -99,13 +108,19 @@ class Session:
                 predicted = self.predictor.block(block)
                 skipped += predicted.skipped
                 if predicted.rows:
-                    writer.write(block_table(predicted, block.start, block.columns or {}, self.kept, self.sig))
-            write_skipped_sidecar(out_dir, start, stop, skipped)
-            file = writer.commit()
+                    where = block.locate(0)[0]
+                    table = block_table(
+                        predicted, block.start, block.columns or {}, self.kept, self.sig, where,
+                        self.source.carried_types,
+                    )  # fmt: skip
+                    writer.write(table, where)
+            skipped_sha256 = write_skipped_sidecar(out_dir, start, stop, skipped)
+            written = writer.commit()
         except BaseException:
             writer.abort()
             raise
-        return ShardResult(start, stop, writer.rows, sum(s.count for s in skipped), file)
+        file, size, sha256 = written if written is not None else (None, 0, None)
+        return ShardResult(start, stop, writer.rows, sum(s.count for s in skipped), file, size, sha256, skipped_sha256)
 
     def fingerprint(self) -> dict[str, Any]:
         """What a rerun must share with the run it resumes: same bundle, data, columns and batching."""
@@ -226,20 +241,24 @@ def drive(session: Session, execute: Any, progress: bool | None) -> BatchSummary
     unreadable = session.unreadable()
     out = OutputDir(session.job.output, session.fingerprint())
     shards = session.shards()
-    todo = [(a, b) for a, b in shards if not out.done(a, b)]
-    bar = Progress(session.source.total_rows, progress)
-    bar.skip(sum(b - a for a, b in shards) - sum(b - a for a, b in todo))
-    out.prepare()
+    out.open()  # the directory exists and this run holds its lock
+    failed = True
     try:
-        for result in execute(todo):
-            out.record(result)
-            bar.advance(result.stop - result.start)
-        out.finish(unreadable, session.source.total_rows)
-    except BaseException:
-        out.clean_up_after_failure()
-        raise
+        out.verify(shards)
+        out.prepare()
+        todo = [(a, b) for a, b in shards if not out.done(a, b)]
+        bar = Progress(session.source.total_rows, progress)
+        bar.skip(sum(b - a for a, b in shards) - sum(b - a for a, b in todo))
+        try:
+            for result in execute(todo):
+                out.record(result)
+                bar.advance(result.stop - result.start)
+            out.finish(unreadable, session.source.total_rows)
+        finally:
+            bar.close()
+        failed = False
     finally:
-        bar.close()
+        out.close(failed)
     done = out.shards.values()
     return BatchSummary(
         output=str(out.path),
@@ -251,6 +270,8 @@ def drive(session: Session, execute: Any, progress: bool | None) -> BatchSummary
         seconds=time.perf_counter() - started,
         processed=sum(b - a for a, b in todo),
         columns=[ROW_INDEX, *session.kept, *(o.name for o in session.sig.outputs)],
+        shards_redone=out.redone,
+        removed=out.removed,
     )
 
 

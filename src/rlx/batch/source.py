@@ -9,6 +9,7 @@ file is held at a time: memory stays bounded whatever the dataset's size.
 from __future__ import annotations
 
 import os
+from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -72,6 +73,7 @@ class Source:
         self.parts = parts
         self.all_columns = all_columns
         self.read_columns: list[str] = []
+        self.carried_types: dict[str, Any] = {}  # carried columns whose files differ in type → the unified type
 
     @property
     def total_rows(self) -> int:
@@ -86,7 +88,30 @@ class Source:
         for part in self.parts:
             if part.problem is None:
                 part.problem, part.problem_column = _column_problem(part, sig, self.read_columns)
+        self.carried_types = {c: t for c in dict.fromkeys(kept) if (t := self._carried_type(c)) is not None}
         return kept
+
+    def _carried_type(self, column: str) -> Any:
+        """The one Arrow type a carried column gets in every shard, so the output reads as one table:
+        the files' types unified (null → any, int32 → int64, ...); a file whose type cannot be unified
+        with the first file's is marked. None for a single part (its own type is the type)."""
+        pa = pyarrow()
+        typed = [(p, p.reader.arrow_type(column)) for p in self.parts if p.problem is None]
+        typed = [(p, t) for p, t in typed if t is not None]
+        if len({str(t) for _, t in typed}) <= 1:
+            return None
+        unified = typed[0][1]
+        for part, t in typed[1:]:
+            try:
+                schemas = [pa.schema([pa.field(column, unified)]), pa.schema([pa.field(column, t)])]
+                unified = pa.unify_schemas(schemas, promote_options="permissive").field(column).type
+            except (pa.ArrowException, TypeError, ValueError):
+                part.problem_column = column
+                part.problem = (
+                    f"holds {t} values here but {typed[0][1]} in {typed[0][0].path}; a carried column needs "
+                    "one type in every file (or leave it out with --keep)"
+                )
+        return unified
 
     def blocks(self, start: int, stop: int, grid: int) -> Iterator[Block]:
         """Rows ``start … stop - 1`` in blocks that never cross a multiple of ``grid``."""
@@ -108,6 +133,9 @@ class Source:
 
 def _column_problem(part: Part, sig: Signature, columns: list[str]) -> tuple[str | None, str | None]:
     have = part.reader.schema()
+    for column in columns:
+        if part.reader.duplicates.get(column, 1) > 1:
+            return f"column {column!r} appears {part.reader.duplicates[column]} times; rename all but one", column
     for column in columns:
         if column not in have:
             return f"no column {column!r} (it has {', '.join(have) or 'none'})", column
@@ -163,18 +191,27 @@ class ParquetReader:
         # The footer only; the file is opened again while its rows are read, so a dataset of
         # thousands of files never holds thousands of open files.
         meta = pyarrow().parquet.read_metadata(path)
+        group_rows = [meta.row_group(g).num_rows for g in range(meta.num_row_groups)]
+        if any(n < 0 for n in group_rows) or sum(group_rows) != meta.num_rows:  # a damaged footer
+            raise ValueError(f"its footer lists {meta.num_rows} rows, its row groups {group_rows}")
         self.rows = meta.num_rows
-        self.group_starts = np.cumsum([0] + [meta.row_group(g).num_rows for g in range(meta.num_row_groups)])
-        self._schema = {f.name: (leaf_dtype(f.type), str(f.type)) for f in meta.schema.to_arrow_schema()}
+        self.group_starts = np.cumsum([0, *group_rows])
+        fields = list(meta.schema.to_arrow_schema())
+        self._schema = {f.name: (leaf_dtype(f.type), str(f.type)) for f in fields}
+        self._types = {f.name: f.type for f in fields}
+        self.duplicates = _duplicates([f.name for f in fields])
 
     def schema(self) -> dict[str, tuple[np.dtype | None, str]]:
         return self._schema
+
+    def arrow_type(self, column: str) -> Any:
+        return self._types.get(column)
 
     def read(self, first: int, stop: int, chunk: int, columns: list[str]) -> Iterator[tuple[int, int, Any, Any]]:
         """(row in file, rows, columns or None, problem) for rows ``first … stop - 1``, row group by row group."""
         try:
             file = pyarrow().parquet.ParquetFile(self.path)
-        except (OSError, ValueError) as e:  # changed or removed since its footer was read
+        except (OSError, ValueError, pyarrow().ArrowException) as e:  # changed or removed since its footer was read
             yield first, stop - first, None, f"cannot open: {_one_line(e)}"
             return
         try:
@@ -189,17 +226,24 @@ class ParquetReader:
             g_start, g_stop = int(self.group_starts[g]), int(self.group_starts[g + 1])
             if g_stop <= first or g_start >= stop:
                 continue
-            at = g_start
+            at, problem = g_start, None
             try:
                 for batch in file.iter_batches(batch_size=chunk, row_groups=[g], columns=columns):
-                    lo, hi = max(at, first), min(at + batch.num_rows, stop)
+                    lo, hi = max(at, first), min(at + batch.num_rows, stop, g_stop)
                     if lo < hi:
                         cols = {name: batch.column(name).slice(lo - at, hi - lo) for name in columns}
                         yield lo, hi - lo, cols, None
                     at += batch.num_rows
-            except (OSError, ValueError) as e:  # a corrupt page: the rest of this row group is lost
-                lo = max(at, first)
-                yield lo, min(g_stop, stop) - lo, None, f"cannot read row group {g}: {_one_line(e)}"
+                    if at >= g_stop:  # rows past the footer's count (a damaged file) are not the group's
+                        break
+                if at < g_stop:  # a damaged file whose pages hold fewer rows than its footer lists
+                    problem = f"row group {g} holds {at - g_start} rows, its footer lists {g_stop - g_start}"
+            except (OSError, ValueError, pyarrow().ArrowException) as e:  # a corrupt page
+                problem = f"cannot read row group {g}: {_one_line(e)}"
+            if problem is not None:  # the rest of this row group is lost
+                lo = max(min(at, g_stop), first)
+                if lo < min(g_stop, stop):
+                    yield lo, min(g_stop, stop) - lo, None, problem
 
 
 def _parquet_files(paths: Sequence[str | os.PathLike[str]]) -> list[str]:
@@ -227,7 +271,7 @@ def parquet_source(paths: Sequence[str | os.PathLike[str]]) -> Source:
     for path in _parquet_files(paths):
         try:
             reader: Any = ParquetReader(path)
-        except (OSError, ValueError) as e:
+        except (OSError, ValueError, pyarrow().ArrowException) as e:  # a damaged footer raises any Arrow error
             # Its row count is unknown, so it adds no rows; the run stops on it, or `skip` records it.
             parts.append(Part(path, start, 0, None, f"not a readable Parquet file: {_one_line(e)}"))
             continue
@@ -241,12 +285,16 @@ def parquet_source(paths: Sequence[str | os.PathLike[str]]) -> Source:
 class ArraysReader:
     """Columns that are numpy arrays (rows along axis 0) or Arrow arrays of one length."""
 
-    def __init__(self, path: str, columns: Mapping[str, Any]) -> None:
+    def __init__(self, path: str, columns: Mapping[str, Any], duplicates: dict[str, int] | None = None) -> None:
+        for name, col in columns.items():
+            if getattr(col, "ndim", 1) == 0:
+                raise DataError(f"{path}: column {name!r} is a single value, not rows (an array of at least 1 axis)")
         lengths = {name: len(col) for name, col in columns.items()}
         if len(set(lengths.values())) > 1:
-            raise UsageError(f"{path}: columns differ in length: " + ", ".join(f"{k} {n}" for k, n in lengths.items()))
+            raise DataError(f"{path}: columns differ in length: " + ", ".join(f"{k} {n}" for k, n in lengths.items()))
         self.columns = dict(columns)
         self.rows = next(iter(lengths.values()), 0)
+        self.duplicates = duplicates or {}
 
     def schema(self) -> dict[str, tuple[np.dtype | None, str]]:
         out = {}
@@ -257,6 +305,10 @@ class ArraysReader:
                 out[name] = (leaf_dtype(col.type), str(col.type))
         return out
 
+    def arrow_type(self, column: str) -> Any:
+        col = self.columns.get(column)
+        return None if col is None or isinstance(col, np.ndarray) else col.type
+
     def read(self, first: int, stop: int, chunk: int, columns: list[str]) -> Iterator[tuple[int, int, Any, Any]]:
         for lo in range(first, stop, chunk):
             hi = min(lo + chunk, stop)
@@ -266,32 +318,47 @@ class ArraysReader:
 def numpy_source(path: str | os.PathLike[str], sig: Signature) -> Source:
     """A .npy file (rows of the model's one input) or a .npz file (one array per column)."""
     path = Path(path)
+    if path.suffix == ".npy" and len(sig.inputs) != 1:
+        names = ", ".join(i.name for i in sig.inputs)
+        raise UsageError(f"{path}: a .npy file feeds one input, the model has {names}; use a .npz")
+    if not path.is_file():
+        raise UsageError(f"{path}: no such file")
     try:
         if path.suffix == ".npy":
-            if len(sig.inputs) != 1:
-                names = ", ".join(i.name for i in sig.inputs)
-                raise UsageError(f"{path}: a .npy file feeds one input, the model has {names}; use a .npz")
             # mmap: rows are paged in as blocks are read, never the whole file at once.
             columns = {sig.inputs[0].column: np.load(path, mmap_mode="r", allow_pickle=False)}
         else:
             with np.load(path, allow_pickle=False) as npz:  # a zip: each array is read whole when opened
                 columns = {name: npz[name] for name in npz.files}
-    except FileNotFoundError:
-        raise UsageError(f"{path}: no such file") from None
-    except (OSError, ValueError) as e:
-        raise DataError(f"{path}: not a readable {path.suffix} file: {_one_line(e)}") from None
+    except Exception as e:  # noqa: BLE001
+        # numpy parses the header with Python's tokenizer and reads zips with zipfile/zlib: a damaged
+        # file raises any of ValueError, SyntaxError, TokenError, EOFError, BadZipFile, zlib.error,
+        # MemoryError... All of them mean the same to a user.
+        why = _one_line(e) if isinstance(e, (OSError, ValueError)) else f"{type(e).__name__}: {_one_line(e)}"
+        raise DataError(f"{path}: not a readable {path.suffix} file: {why}") from None
     return memory_source(columns, str(path))
+
+
+def _duplicates(names: Sequence[str]) -> dict[str, int]:
+    """Column names that appear more than once, with their counts."""
+    counts = Counter(names)
+    return {name: n for name, n in counts.items() if n > 1}
 
 
 def memory_source(data: Any, path: str = MEMORY) -> Source:
     """Arrays by column name, or an Arrow table / record batch."""
+    duplicates: dict[str, int] = {}
     if hasattr(data, "column_names") and hasattr(data, "column"):
-        columns = {name: data.column(name) for name in data.column_names}
+        names = list(data.column_names)
+        duplicates = _duplicates(names)
+        columns: dict[str, Any] = {}
+        for k, name in enumerate(names):  # by position: a duplicated name cannot be looked up
+            columns.setdefault(name, data.column(k))
     elif isinstance(data, Mapping):
         columns = {str(k): v if is_arrowish(v) else np.asarray(v) for k, v in data.items()}
     else:
         raise UsageError(f"data must be arrays by column name or an Arrow table, not {type(data).__name__}")
-    reader = ArraysReader(path, columns)
+    reader = ArraysReader(path, columns, duplicates)
     return Source([Part(path, 0, reader.rows, reader)], list(columns))
 
 

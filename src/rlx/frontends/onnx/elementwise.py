@@ -350,7 +350,7 @@ def cast_to(b: OnnxBuilder, v: Env | Lit, dtype: str, name: str = "x") -> Out:
     if isinstance(v, np.ndarray):
         if v.dtype == object:
             if dtypes.is_int(dtype):
-                return v  # symbolic extents stay integers
+                return b.tag_ints(v, dtype)  # symbolic extents stay integers, of the width asked for
             return cast_to(b, b.operand(v, name), dtype)
         with np.errstate(all="ignore"):
             return v.astype(dtypes.to_numpy(dtype))

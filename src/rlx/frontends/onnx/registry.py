@@ -151,6 +151,9 @@ class OnnxBuilder:
         self._emitted: list[Instr] = []
         self._materialized: dict[int, Operand] = {}  # id(array) → its weight / literal
         self._keep_alive: list[np.ndarray] = []  # the arrays keyed by id() above stay alive
+        # Shape arithmetic is an object array of int | Sym, which has no integer width of its own:
+        # the ONNX type of one that is not int64 (``Shape → Cast(to=int32)``), keyed like the above.
+        self._int_types: dict[int, str] = {}
 
     # ── control-flow bodies ──────────────────────────────────────────────────
     def lower_body(self, node: OnnxNode, graph: Any, inputs: Sequence[Env]) -> list[Env]:
@@ -257,7 +260,7 @@ class OnnxBuilder:
 
     def dtype(self, x: Operand | Known) -> str:
         if isinstance(x, np.ndarray):
-            return "i64" if x.dtype == object else dtypes.from_numpy(x.dtype)
+            return self._int_types.get(id(x), "i64") if x.dtype == object else dtypes.from_numpy(x.dtype)
         return x.dtype if isinstance(x, Lit) else self.info[x.name].dtype
 
     def rank(self, x: Operand | Known) -> int:
@@ -287,17 +290,27 @@ class OnnxBuilder:
         self._keep_alive.append(v)
         return op
 
+    def tag_ints(self, arr: Known, dtype: str) -> Known:
+        """The symbolic integer array ``arr`` typed as ``dtype`` (a copy: ``arr`` keeps its type)."""
+        if self.dtype(arr) == dtype:
+            return arr
+        out = arr.copy()
+        self._int_types[id(out)] = dtype
+        self._keep_alive.append(out)
+        return out
+
     def _materialize(self, arr: np.ndarray, name: str) -> Operand:
         if arr.dtype == object:
+            tok = self.dtype(arr)
             values = arr.reshape(-1).tolist()
             if all(isinstance(d, int) for d in values):
-                return self._materialize(np.asarray(values, np.int64).reshape(arr.shape), name)
+                return self._materialize(np.asarray(values, dtypes.to_numpy(tok)).reshape(arr.shape), name)
             if arr.ndim == 0:
-                return Lit(values[0], "i64")
+                return Lit(values[0], tok)
             parts = tuple(
                 self.as_ref(Lit(d, "i64") if isinstance(d, Sym) else Lit(int(d), "i64"), (1,)) for d in values
             )
-            flat = self.emit(Concat(parts, 0), (len(values),), "i64")
+            flat = self.cast(self.emit(Concat(parts, 0), (len(values),), "i64"), tok)
             return flat if arr.ndim == 1 else self.reshape(flat, arr.shape)
         tok = dtypes.from_numpy(arr.dtype)
         if arr.ndim == 0:
@@ -427,6 +440,8 @@ class OnnxBuilder:
             if isinstance(value, Ref):
                 value = self._rename(value, out, node)
             want = declared.get(out)
+            if isinstance(value, np.ndarray) and value.dtype == object and want is not None and dtypes.is_int(want):
+                value = self.tag_ints(value, want)  # folded shape arithmetic has the width ONNX declares
             got = self.dtype(value)
             if want is not None and got != want:
                 raise LoweringError(

@@ -1,0 +1,60 @@
+"""ONNX models whose inputs declare dynamic dimensions (``dim_param``): converted once, run at three
+sizes on the numpy and onnxruntime engines, at parity with onnxruntime at each size (issue 32)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import rlx
+from frontends.onnx.onnx_helpers import TensorProto, helper, model, onnx, run_onnxruntime
+
+R = np.random.default_rng(32)
+ENGINES = ("numpy", "onnxruntime")
+
+
+def assert_runs_at_sizes(
+    tmp_path: Path, m: onnx.ModelProto, feeds: list[dict[str, np.ndarray]], rtol: float = 1e-5, atol: float = 1e-5
+) -> None:
+    """Convert ``m`` once (dynamic dims left as they are), then on each engine and at each feed:
+    the same shapes, dtypes and values as onnxruntime."""
+    rlx.from_onnx(m, tmp_path / "out", example_inputs=feeds[0])
+    for engine in ENGINES:
+        loaded = rlx.load(tmp_path / "out", backend=engine)
+        for feed in feeds:
+            got = loaded.run_flat(loaded.bind((), feed))
+            want = run_onnxruntime(m, feed)
+            assert len(got) == len(want)
+            for k, (g, w) in enumerate(zip(got, want)):
+                g = np.asarray(g)
+                where = f"{engine}, output {k}, input shapes {[v.shape for v in feed.values()]}"
+                assert g.shape == w.shape and g.dtype == w.dtype, f"{where}: {g.shape} {g.dtype} != {w.shape} {w.dtype}"
+                if w.dtype.kind == "f":
+                    np.testing.assert_allclose(g, w, rtol=rtol, atol=atol, equal_nan=True, err_msg=where)
+                else:
+                    np.testing.assert_array_equal(g, w, err_msg=where)
+
+
+def feeds(make: Callable[[int], dict[str, np.ndarray]], sizes: tuple[int, ...] = (5, 8, 13)) -> list[dict[str, Any]]:
+    return [make(n) for n in sizes]
+
+
+def f32(*shape: int) -> np.ndarray:
+    return R.standard_normal(shape).astype(np.float32)
+
+
+# ── 1. Shape → Cast(to=int32): the cast has the type ONNX declares ──────────
+def test_shape_cast_int32_keeps_the_declared_type(tmp_path):
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"]),
+        helper.make_node("Cast", ["s"], ["s32"], to=TensorProto.INT32),
+        helper.make_node("Add", ["s32", "one"], ["s32p"]),  # int32 arithmetic on the sizes
+        helper.make_node("Cast", ["s32p"], ["sf"], to=TensorProto.FLOAT),
+        helper.make_node("ReduceSum", ["sf"], ["total"], keepdims=0),
+        helper.make_node("Mul", ["x", "total"], ["y"]),
+    ]
+    m = model(nodes, {"x": (TensorProto.FLOAT, ["n", 3])}, ["y", "s32", "s32p"], {"one": np.array([1], np.int32)})
+    assert_runs_at_sizes(tmp_path, m, feeds(lambda n: {"x": f32(n, 3)}))

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 
 import rlx
 from frontends.onnx.onnx_helpers import TensorProto, helper, model, onnx, run_onnxruntime
@@ -58,3 +59,42 @@ def test_shape_cast_int32_keeps_the_declared_type(tmp_path):
     ]
     m = model(nodes, {"x": (TensorProto.FLOAT, ["n", 3])}, ["y", "s32", "s32p"], {"one": np.array([1], np.int32)})
     assert_runs_at_sizes(tmp_path, m, feeds(lambda n: {"x": f32(n, 3)}))
+
+
+# ── 2. sizes known at run time: one case per lowering that needed a static extent ──
+W3 = R.standard_normal((4, 3, 3, 3)).astype(np.float32)
+W5 = R.standard_normal((4, 3, 5, 5)).astype(np.float32)
+WT = R.standard_normal((3, 2, 4, 4)).astype(np.float32)
+
+
+def image(n: int) -> dict[str, np.ndarray]:
+    return {"x": f32(1, 3, n, n + 3)}
+
+
+IMAGE = {"x": (TensorProto.FLOAT, [1, 3, "h", "w"])}
+# name → (nodes, initializers)
+WINDOW_CASES: dict[str, tuple[list[Any], dict[str, np.ndarray]]] = {
+    "conv_same_upper_stride2": ([helper.make_node("Conv", ["x", "w"], ["y"], auto_pad="SAME_UPPER", strides=[2, 2])],
+                                {"w": W3}),
+    "conv_same_lower_stride3": ([helper.make_node("Conv", ["x", "w"], ["y"], auto_pad="SAME_LOWER",
+                                                  strides=[3, 2])], {"w": W5}),
+    "conv_same_upper_stride1": ([helper.make_node("Conv", ["x", "w"], ["y"], auto_pad="SAME_UPPER")], {"w": W5}),
+    "maxpool_same_upper": ([helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[3, 3], strides=[2, 2],
+                                             auto_pad="SAME_UPPER")], {}),
+    "avgpool_same_lower": ([helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[3, 2], strides=[2, 2],
+                                             auto_pad="SAME_LOWER")], {}),
+    "avgpool_same_upper_count_pad": ([helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[3, 3],
+                                                       strides=[2, 3], auto_pad="SAME_UPPER", count_include_pad=1)],
+                                     {}),
+    "conv_transpose_same_upper": ([helper.make_node("ConvTranspose", ["x", "w"], ["y"], auto_pad="SAME_UPPER",
+                                                    strides=[2, 2])], {"w": WT}),
+    "conv_transpose_pads": ([helper.make_node("ConvTranspose", ["x", "w"], ["y"], pads=[1, 2, 0, 1], strides=[2, 3],
+                                              output_padding=[1, 0])], {"w": WT}),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", WINDOW_CASES)
+def test_window_ops_over_dynamic_spatial_sizes(tmp_path, name):
+    nodes, inits = WINDOW_CASES[name]
+    m = model(nodes, IMAGE, ["y"], inits)
+    assert_runs_at_sizes(tmp_path, m, feeds(image))

@@ -26,7 +26,7 @@ from typing import Any, overload
 import numpy as np
 
 from rlx.errors import LoweringError, RlxError, UnsupportedOpError
-from rlx.ir import dtypes
+from rlx.ir import dtypes, symbolic
 from rlx.ir.calls import Cast, Concat, Expand
 from rlx.ir.program import Call, Instr, Lit, Operand, Program, Ref, Value, Weight
 from rlx.ir.symbolic import Dim, Shape, Sym, Symbol, is_static
@@ -509,41 +509,30 @@ def static_dim(node: OnnxNode, d: Dim, what: str) -> int:
     return int(d)
 
 
-# ── shape arithmetic over ints and symbols ───────────────────────────────────
-def _wrap(d: Dim) -> str:
-    return str(d) if isinstance(d, int) or d.expr.isidentifier() else f"({d.expr})"
+# ── shape arithmetic over ints and symbols (one copy: rlx.ir.symbolic) ──────
+def _truncdiv(a: Dim, b: Dim) -> Dim:
+    if isinstance(a, int) and isinstance(b, int):  # exact on ints of any size
+        return int(a / b) if abs(a) < 2**52 and abs(b) < 2**52 else -(-a // b) if (a < 0) != (b < 0) else a // b
+    return symbolic.floordiv(a, b)  # extents are non-negative: truncating and flooring agree
 
 
-_DIM_OPS: dict[str, Callable[[int, int], Any]] = {
-    "add": lambda a, b: a + b,
-    "sub": lambda a, b: a - b,
-    "mul": lambda a, b: a * b,
-    "floordiv": lambda a, b: a // b,
-    "truncdiv": lambda a, b: (
-        int(a / b) if abs(a) < 2**52 and abs(b) < 2**52 else -(-a // b) if (a < 0) != (b < 0) else a // b
-    ),
-    "mod": lambda a, b: a % b,
-    "max": max,
-    "min": min,
+_DIM_OPS: dict[str, Callable[[Dim, Dim], Dim]] = {
+    "add": symbolic.add,
+    "sub": symbolic.sub,
+    "mul": symbolic.mul,
+    "floordiv": symbolic.floordiv,
+    "truncdiv": _truncdiv,
+    "mod": symbolic.mod,
+    "max": symbolic.maximum,
+    "min": symbolic.minimum,
 }
-_DIM_FMT = {"add": "{} + {}", "sub": "{} - {}", "mul": "{}*{}", "floordiv": "{}//{}", "truncdiv": "{}//{}",
-            "mod": "{} % {}", "max": "Max({}, {})", "min": "Min({}, {})"}  # fmt: skip
 
 
 def dim_op(fn: str, a: Any, b: Any) -> Any:
-    """``fn(a, b)`` on ints (exact) or symbolic extents (an expression; extents are non-negative, so
-    truncating and flooring division agree)."""
-    if isinstance(a, Sym) or isinstance(b, Sym):
-        if fn == "mul" and (a == 1 or b == 1):
-            return b if a == 1 else a
-        if fn in ("add", "sub") and b == 0:
-            return a
-        if fn == "add" and a == 0:
-            return b
-        if fn in ("floordiv", "truncdiv") and b == 1:
-            return a
-        return Sym(_DIM_FMT[fn].format(_wrap(a), _wrap(b)))
-    return _DIM_OPS[fn](int(a), int(b))
+    """``fn(a, b)`` on ints (exact) or symbolic extents (an expression)."""
+    a = a if isinstance(a, Sym) else int(a)
+    b = b if isinstance(b, Sym) else int(b)
+    return _DIM_OPS[fn](a, b)
 
 
 def broadcast(*shapes: Sequence[Dim]) -> tuple[Dim, ...]:

@@ -98,3 +98,24 @@ def test_window_ops_over_dynamic_spatial_sizes(tmp_path, name):
     nodes, inits = WINDOW_CASES[name]
     m = model(nodes, IMAGE, ["y"], inits)
     assert_runs_at_sizes(tmp_path, m, feeds(image))
+
+
+def _pad(mode: str, pads: list[int]) -> list[Any]:
+    return [helper.make_node("Pad", ["x", "p"], ["y"], mode=mode)], {"p": np.array(pads, np.int64)}
+
+
+# Pads (begin of each axis, then end) over [1, 3, h, w]: reflect/edge/wrap on the dynamic axes, crops too.
+PAD_CASES = {
+    "reflect": ("reflect", [0, 0, 2, 3, 0, 0, 4, 1]),
+    "edge": ("edge", [0, 1, 3, 0, 0, 0, 1, 4]),
+    "wrap": ("wrap", [0, 0, 1, 2, 0, 0, 3, 0]),
+    "reflect_crop": ("reflect", [0, 0, -1, 2, 0, 0, 3, -2]),
+}
+
+
+@pytest.mark.parametrize("name", PAD_CASES)
+def test_pad_modes_over_dynamic_axes(tmp_path, name):
+    mode, pads = PAD_CASES[name]
+    nodes, inits = _pad(mode, pads)
+    m = model(nodes, IMAGE, ["y"], inits)
+    assert_runs_at_sizes(tmp_path, m, feeds(image))

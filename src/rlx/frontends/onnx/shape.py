@@ -528,11 +528,11 @@ def _pad_mode(b: OnnxBuilder, x: Ref, axis: int, lo: int, hi: int, mode: str, no
     if lo == 0 and hi == 0:
         return x
     size = b.shape(x)[axis]
-    if not isinstance(size, int):
-        raise LoweringError(f"node {node.name} (Pad): {mode} padding of a dynamic axis is not supported")
     if lo < 0 or hi < 0:
-        x = slice_axis(b, x, axis, max(0, -lo), size - max(0, -hi))
+        x = slice_axis(b, x, axis, max(0, -lo), dim_op("sub", size, max(0, -hi)))
         return _pad_mode(b, x, axis, max(lo, 0), max(hi, 0), mode, node)
+    if not isinstance(size, int):
+        return _pad_dynamic(b, x, axis, size, lo, hi, mode, node)
 
     def piece(indices: list[int]) -> Ref | None:
         if not indices:
@@ -560,6 +560,36 @@ def _pad_mode(b: OnnxBuilder, x: Ref, axis: int, lo: int, hi: int, mode: str, no
         raise LoweringError(f"node {node.name} (Pad): mode {mode!r} is not supported")
     parts = [p for p in (piece(before), x, piece(after)) if p is not None]
     return concat(b, parts, axis)
+
+
+def _pad_dynamic(b: OnnxBuilder, x: Ref, axis: int, size: Sym, lo: int, hi: int, mode: str, node: OnnxNode) -> Ref:
+    """reflect / edge / wrap padding of an axis whose extent is known at run time: slices at
+    symbolic offsets (flipped for reflect, broadcast for edge), valid while each pad is shorter than
+    the axis (reflect; at most as long for wrap), as onnxruntime requires."""
+
+    def part(start: Dim, stop: Dim, n: int, flip: bool = False, repeat: bool = False) -> Ref | None:
+        if n == 0:
+            return None
+        y = slice_axis(b, x, axis, start, stop)
+        if flip:
+            y = b.emit(Flip(y, (axis,)), b.shape(y), b.dtype(y))
+        if repeat:
+            shape = list(b.shape(y))
+            shape[axis] = n
+            y = b.emit(Expand(y, tuple(shape)), tuple(shape), b.dtype(y))
+        return y
+
+    last = dim_op("sub", size, 1)
+    if mode == "edge":
+        before, after = part(0, 1, lo, repeat=True), part(last, size, hi, repeat=True)
+    elif mode == "reflect":  # x[lo], …, x[1] | x | x[size-2], …, x[size-1-hi]
+        before = part(1, lo + 1, lo, flip=True)
+        after = part(dim_op("sub", last, hi), last, hi, flip=True)
+    elif mode == "wrap":
+        before, after = part(dim_op("sub", size, lo), size, lo), part(0, hi, hi)
+    else:
+        raise LoweringError(f"node {node.name} (Pad): mode {mode!r} is not supported")
+    return concat(b, [p for p in (before, x, after) if p is not None], axis)
 
 
 def _space_depth(b: OnnxBuilder, x: Ref, view: tuple[Dim, ...], perm: tuple[int, ...], out: tuple[Dim, ...]) -> Ref:

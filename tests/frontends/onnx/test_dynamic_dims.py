@@ -119,3 +119,52 @@ def test_pad_modes_over_dynamic_axes(tmp_path, name):
     nodes, inits = _pad(mode, pads)
     m = model(nodes, IMAGE, ["y"], inits)
     assert_runs_at_sizes(tmp_path, m, feeds(image))
+
+
+# ── Resize over dynamic spatial axes: scales, sizes from the graph, every mode and transform ──
+def _resize(mode: str, ctm: str, scales: list[float] | None = None, **attrs: Any) -> tuple[list[Any], dict[str, Any]]:
+    """Resize x[1, 3, h, w] by ``scales``, or (None) to the sizes of a second input y[1, 3, H, W] read from
+    the graph (Shape → Concat), as detector necks do."""
+    if scales is not None:
+        node = helper.make_node("Resize", ["x", "", "scales"], ["y"], mode=mode, coordinate_transformation_mode=ctm,
+                                **attrs)  # fmt: skip
+        return [node], {"scales": np.array(scales, np.float32)}
+    nodes = [
+        helper.make_node("Shape", ["like"], ["hw"], start=2),
+        helper.make_node("Concat", ["nc", "hw"], ["sizes"], axis=0),
+        helper.make_node("Resize", ["x", "", "", "sizes"], ["y"], mode=mode, coordinate_transformation_mode=ctm,
+                         **attrs),
+    ]  # fmt: skip
+    return nodes, {"nc": np.array([1, 3], np.int64)}
+
+
+RESIZE_CASES = {
+    "nearest_asymmetric_floor_x2": _resize("nearest", "asymmetric", [1, 1, 2, 2], nearest_mode="floor"),
+    "nearest_half_pixel_default_x1.5": _resize("nearest", "half_pixel", [1, 1, 1.5, 0.5]),
+    "nearest_round_prefer_ceil_x3": _resize("nearest", "half_pixel", [1, 1, 3, 2], nearest_mode="round_prefer_ceil"),
+    "nearest_ceil_tf_half_pixel": _resize("nearest", "tf_half_pixel_for_nn", [1, 1, 2, 0.75], nearest_mode="ceil"),
+    "linear_half_pixel_x2": _resize("linear", "half_pixel", [1, 1, 2, 2]),
+    "linear_pytorch_half_pixel_down": _resize("linear", "pytorch_half_pixel", [1, 1, 0.5, 0.6]),
+    "linear_align_corners_x2": _resize("linear", "align_corners", [1, 1, 2, 1.7]),
+    "linear_asymmetric": _resize("linear", "asymmetric", [1, 1, 2.5, 2]),
+    "linear_half_pixel_symmetric": _resize("linear", "half_pixel_symmetric", [1, 1, 1.6, 2]),
+    "cubic_half_pixel_x2": _resize("cubic", "half_pixel", [1, 1, 2, 2]),
+    "cubic_exclude_outside_a-0.5": _resize("cubic", "half_pixel", [1, 1, 1.5, 0.8], exclude_outside=1,
+                                           cubic_coeff_a=-0.5),
+    "nearest_sizes_from_graph": _resize("nearest", "asymmetric", None, nearest_mode="floor"),
+    "linear_sizes_from_graph": _resize("linear", "half_pixel", None),
+    "cubic_sizes_from_graph_align": _resize("cubic", "align_corners", None),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", RESIZE_CASES)
+def test_resize_over_dynamic_spatial_axes(tmp_path, name):
+    nodes, inits = RESIZE_CASES[name]
+    inputs = dict(IMAGE)
+    if "like" in nodes[0].input:
+        inputs["like"] = (TensorProto.FLOAT, [1, 3, "H", "W"])
+        make = lambda n: {**image(n), "like": f32(1, 3, 2 * n - 3, n + 1)}  # noqa: E731
+    else:
+        make = image
+    m = model(nodes, inputs, ["y"], inits, opset=19)
+    assert_runs_at_sizes(tmp_path, m, feeds(make), rtol=1e-4, atol=1e-5)

@@ -168,3 +168,32 @@ def test_resize_over_dynamic_spatial_axes(tmp_path, name):
         make = image
     m = model(nodes, inputs, ["y"], inits, opset=19)
     assert_runs_at_sizes(tmp_path, m, feeds(make), rtol=1e-4, atol=1e-5)
+
+
+# ── recurrences: unrolled over a static sequence, over a dynamic batch ───────
+@pytest.mark.parametrize(("op", "states"), [("LSTM", True), ("GRU", False), ("RNN", True)])
+def test_recurrent_over_a_dynamic_batch(tmp_path, op, states):
+    gates, hidden, width, seq = {"RNN": 1, "GRU": 3, "LSTM": 4}[op], 6, 4, 5
+    inits = {
+        "W": R.standard_normal((2, gates * hidden, width)).astype(np.float32) * 0.5,
+        "R": R.standard_normal((2, gates * hidden, hidden)).astype(np.float32) * 0.5,
+        "B": R.standard_normal((2, 2 * gates * hidden)).astype(np.float32) * 0.5,
+    }
+    inputs = {"x": (TensorProto.FLOAT, [seq, "batch", width])}
+    names = ["x", "W", "R", "B", ""]
+    if states:  # state inputs, as voice-activity detectors carry them between chunks
+        inputs["h0"] = (TensorProto.FLOAT, [2, "batch", hidden])
+        names.append("h0")
+        if op == "LSTM":
+            inputs["c0"] = (TensorProto.FLOAT, [2, "batch", hidden])
+            names.append("c0")
+    outs = ["y", "y_h"] + (["y_c"] if op == "LSTM" else [])
+    node = helper.make_node(op, names, outs, hidden_size=hidden, direction="bidirectional")
+    m = model([node], inputs, outs, inits, opset=14)
+
+    def make(n: int) -> dict[str, np.ndarray]:
+        feed = {"x": f32(seq, n, width)}
+        feed.update({k: f32(2, n, hidden) for k in inputs if k != "x"})
+        return feed
+
+    assert_runs_at_sizes(tmp_path, m, feeds(make, (1, 3, 7)), rtol=1e-4, atol=1e-5)

@@ -21,6 +21,7 @@ import numpy as np
 from rlx.errors import UsageError
 from rlx.formats import safetensors_io
 from rlx.frontends.onnx import reader
+from rlx.frontends.onnx.input_shapes import fix_input_shapes
 from rlx.frontends.onnx.reader import OnnxGraph
 from rlx.frontends.onnx.registry import REGISTRY, OnnxBuilder, check_coverage, ident
 from rlx.ir import dtypes
@@ -120,12 +121,15 @@ def from_onnx(
     backend: str = "numpy",
     on_step: Any = None,
     freeze_inputs: Mapping[str, Any] | None = None,
+    input_shapes: Mapping[str, Sequence[int | None]] | None = None,
 ) -> Any:
     """Convert an ONNX model (a path or an ``onnx.ModelProto``) into ``out_dir``.
 
     ``verify``: True / "auto" checks parity against onnxruntime when it is installed (a note in the
     report otherwise), "onnxruntime" requires it, False / "none" skips the check. ``freeze_inputs``
     fixes inputs to values (they become weights): shape parameters a model takes as inputs.
+    ``input_shapes`` fixes chosen input dimensions (``{"x": (1, 3, None, None)}``: None keeps an
+    axis dynamic), as onnxruntime's ``make_dynamic_shape_fixed`` does.
     """
     from rlx.app.pipeline import OutputOptions, Steps, finish_program, write_and_verify
     from rlx.app.report import write_report
@@ -140,6 +144,8 @@ def from_onnx(
     options.check()
     steps = Steps(on_step)
     proto = steps("read", lambda: reader.load_proto(model))
+    if input_shapes:
+        proto = fix_input_shapes(proto, input_shapes, str(model) if isinstance(model, (str, Path)) else "model")
     shapes = reader.example_shapes(example_inputs, [i.name for i in proto.graph.input])
     frozen = {k: np.asarray(v) for k, v in (freeze_inputs or {}).items()}
     graph = reader.read(proto, shapes, frozen)

@@ -12,6 +12,9 @@ import pytest
 
 import rlx
 from frontends.onnx.onnx_helpers import TensorProto, helper, model, onnx, run_onnxruntime
+from rlx.cli import main
+from rlx.errors import RlxError, UsageError
+from rlx.ir.symbolic import Sym
 
 R = np.random.default_rng(32)
 ENGINES = ("numpy", "onnxruntime")
@@ -197,3 +200,63 @@ def test_recurrent_over_a_dynamic_batch(tmp_path, op, states):
         return feed
 
     assert_runs_at_sizes(tmp_path, m, feeds(make, (1, 3, 7)), rtol=1e-4, atol=1e-5)
+
+
+# ── 3. fixing chosen dimensions while converting ─────────────────────────────
+def _upsample_like() -> onnx.ModelProto:
+    """x[1, 3, h, w] resized to like[1, 3, h, w]'s extents doubled: two inputs tied by their dim_params."""
+    nodes = [
+        helper.make_node("Add", ["x", "like"], ["s"]),
+        helper.make_node("Resize", ["s", "", "scales"], ["y"], mode="linear"),
+    ]
+    inputs = {"x": (TensorProto.FLOAT, [1, 3, "h", "w"]), "like": (TensorProto.FLOAT, [1, 3, "h", "w"])}
+    return model(nodes, inputs, ["y"], {"scales": np.array([1, 1, 2, 2], np.float32)}, opset=19)
+
+
+def test_input_shapes_fix_chosen_dims_and_keep_the_rest(tmp_path):
+    m = _upsample_like()
+    rlx.from_onnx(m, tmp_path / "out", input_shapes={"x": (1, 3, None, 6)})
+    loaded = rlx.load(tmp_path / "out")
+    assert [s.name for s in loaded.program.symbols] == ["h"]  # w fixed on both inputs (the same dim_param)
+    assert [v.shape[3] for v in loaded.program.inputs] == [6, 6]
+    for engine in ENGINES:
+        run = rlx.load(tmp_path / "out", backend=engine)
+        for h in (2, 5, 9):
+            feed = {"x": f32(1, 3, h, 6), "like": f32(1, 3, h, 6)}
+            got = run.run_flat(run.bind((), feed))[0]
+            np.testing.assert_allclose(np.asarray(got), run_onnxruntime(m, feed)[0], rtol=1e-5, atol=1e-5)
+    with pytest.raises(RlxError):  # the fixed axis is checked at run time
+        loaded.run_flat(loaded.bind((), {"x": f32(1, 3, 4, 7), "like": f32(1, 3, 4, 7)}))
+
+
+def test_input_shape_on_the_command_line(tmp_path, capsys):
+    path = tmp_path / "m.onnx"
+    onnx.save_model(_upsample_like(), str(path))
+    assert main(["import", str(path), "-o", str(tmp_path / "all"), "--input-shape", "x=1,3,4,?"]) == 0
+    assert rlx.load(tmp_path / "all").program.inputs[1].shape == (1, 3, 4, Sym("w"))
+    assert main(["import", str(path), "-o", str(tmp_path / "fixed"), "--input-shape", "x=1,3,4,5",
+                 "--input-shape", "like=?,?,?,5"]) == 0  # fmt: skip
+    assert not rlx.load(tmp_path / "fixed").program.symbols
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("x=1,3,a,?", "expected NAME=D0,D1"),
+        ("images=1,3,4,4", "not a tensor input (inputs: like, x)"),
+        ("x=1,3,4", "3 dimensions, the model declares 4"),
+        ("x=2,3,?,?", "axis 0: the model fixes it to 1, not 2"),
+    ],
+)
+def test_bad_input_shape_is_one_line(tmp_path, capsys, spec, message):
+    path = tmp_path / "m.onnx"
+    onnx.save_model(_upsample_like(), str(path))
+    assert main(["import", str(path), "-o", str(tmp_path / "out"), "--input-shape", spec]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("rlx: ") and "\n" not in err and message in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_tied_dims_given_two_sizes_are_refused():
+    with pytest.raises(UsageError, match="'h' two sizes, 4 and 5"):
+        rlx.from_onnx(_upsample_like(), "unused", input_shapes={"x": (1, 3, 4, None), "like": (1, 3, 5, None)})

@@ -89,6 +89,9 @@ WINDOW_CASES: dict[str, tuple[list[Any], dict[str, np.ndarray]]] = {
     "avgpool_same_upper_count_pad": ([helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[3, 3],
                                                        strides=[2, 3], auto_pad="SAME_UPPER", count_include_pad=1)],
                                      {}),
+    "eye_like_k": ([helper.make_node("Reshape", ["x", "hw"], ["x2"]),  # [h·w, 3]
+                    helper.make_node("EyeLike", ["x2"], ["e"], k=-1),
+                    helper.make_node("Mul", ["x2", "e"], ["y"])], {"hw": np.array([-1, 0], np.int64)}),
     "conv_transpose_same_upper": ([helper.make_node("ConvTranspose", ["x", "w"], ["y"], auto_pad="SAME_UPPER",
                                                     strides=[2, 2])], {"w": WT}),
     "conv_transpose_pads": ([helper.make_node("ConvTranspose", ["x", "w"], ["y"], pads=[1, 2, 0, 1], strides=[2, 3],
@@ -260,3 +263,26 @@ def test_bad_input_shape_is_one_line(tmp_path, capsys, spec, message):
 def test_tied_dims_given_two_sizes_are_refused():
     with pytest.raises(UsageError, match="'h' two sizes, 4 and 5"):
         rlx.from_onnx(_upsample_like(), "unused", input_shapes={"x": (1, 3, 4, None), "like": (1, 3, 5, None)})
+
+
+# ── 4. model inputs used as shape parameters, without freeze_inputs ─────────
+PARAM_CASES = {  # name → (node, the parameter input's values tried at each size)
+    "trilu_upper_k": (helper.make_node("Trilu", ["x", "p"], ["y"], upper=1), [0, 2, -3]),
+    "trilu_lower_k": (helper.make_node("Trilu", ["x", "p"], ["y"], upper=0), [1, -1, 5]),
+    "cumsum_axis": (helper.make_node("CumSum", ["x", "p"], ["y"]), [0, 1, -1]),
+    "cumsum_axis_reverse_exclusive": (helper.make_node("CumSum", ["x", "p"], ["y"], reverse=1, exclusive=1),
+                                      [2, -2, 1]),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", PARAM_CASES)
+def test_shape_parameter_inputs_stay_inputs(tmp_path, name):
+    node, values = PARAM_CASES[name]
+    inputs = {"x": (TensorProto.FLOAT, [2, "n", "m"]), "p": (TensorProto.INT64, [])}
+    m = model([node], inputs, ["y"], opset=18)
+    rlx.from_onnx(m, tmp_path / "out", example_inputs={"x": f32(2, 3, 4), "p": np.array(values[0])})
+    assert [v.name for v in rlx.load(tmp_path / "out").program.inputs] == ["x", "p"]  # not frozen
+    sizes = [(3, 4), (5, 2), (6, 6)]
+    assert_runs_at_sizes(
+        tmp_path / "again", m, [{"x": f32(2, *s), "p": np.array(v, np.int64)} for s, v in zip(sizes, values)]
+    )

@@ -622,13 +622,17 @@ def space_to_depth(node: OnnxNode, b: OnnxBuilder) -> Env:
 def trilu(node: OnnxNode, b: OnnxBuilder) -> Env:
     x = b.ref(node, 0)
     shape = b.shape(x)
-    kv = b.const(node, 1)
-    k = 0 if kv is None else int(np.asarray(kv).item())
+    given = b.get(node, 1)
+    k: Operand = Lit(0, "i64")
+    if isinstance(given, np.ndarray):
+        k = b.operand(given.reshape(()), node.inputs[1])
+    elif given is not None:  # a model input: the mask is computed at run time, the shape is x's
+        k = b.reshape(b.cast(given, "i64"), ())
     rows, cols = shape[-2], shape[-1]
     r = b.reshape(b.emit(Arange(0, rows, 1, "i64"), (rows,), "i64"), (rows, 1))
     c = b.emit(Arange(0, cols, 1, "i64"), (cols,), "i64")
     diff = emit_binary(b, "sub", c, r)  # j - i
-    keep = emit_binary(b, "ge" if node.attr("upper", 1) else "le", diff, Lit(k, "i64"))
+    keep = emit_binary(b, "ge" if node.attr("upper", 1) else "le", diff, b.cast(k, "i64"))
     zero = b.lit(0, b.dtype(x))
     return b.emit(Where(keep, x, zero), shape, b.dtype(x))
 
@@ -639,7 +643,11 @@ def eye_like(node: OnnxNode, b: OnnxBuilder) -> Env:
     dtype = ELEM_TYPES[node.attr("dtype")] if node.attr("dtype") is not None else b.in_dtype(node, 0)
     if isinstance(rows, int) and isinstance(cols, int):
         return np.eye(rows, cols, node.attr("k", 0), dtype=dtypes.to_numpy(dtype))
-    raise LoweringError(f"node {node.name} (EyeLike): dynamic shapes are not supported")
+    # A dynamic extent: the ones where j - i == k, computed at run time.
+    r = b.reshape(b.emit(Arange(0, rows, 1, "i64"), (rows,), "i64"), (rows, 1))
+    c = b.emit(Arange(0, cols, 1, "i64"), (cols,), "i64")
+    on = emit_binary(b, "eq", emit_binary(b, "sub", c, r), Lit(int(node.attr("k", 0)), "i64"))
+    return b.cast(on, dtype)
 
 
 @onnx_op("OneHot")

@@ -286,3 +286,24 @@ def test_shape_parameter_inputs_stay_inputs(tmp_path, name):
     assert_runs_at_sizes(
         tmp_path / "again", m, [{"x": f32(2, *s), "p": np.array(v, np.int64)} for s, v in zip(sizes, values)]
     )
+
+
+# ── an If on the sizes (a decoder that squeezes a unit axis): decided at the example, guarded ──
+def test_if_on_a_size_comparison_takes_the_example_branch_and_guards_it(tmp_path):
+    one = helper.make_tensor("one", TensorProto.INT64, [1], [1])
+    squeeze = helper.make_graph([helper.make_node("Squeeze", ["x", "last"], ["out"])], "then", [],
+                                [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)])  # fmt: skip
+    keep = helper.make_graph([helper.make_node("Identity", ["x"], ["out"])], "else", [],
+                             [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)])  # fmt: skip
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"], start=-1),
+        helper.make_node("Constant", [], ["c1"], value=one),
+        helper.make_node("Equal", ["s", "c1"], ["is_one"]),
+        helper.make_node("If", ["is_one"], ["y"], then_branch=squeeze, else_branch=keep),
+    ]
+    m = model(nodes, {"x": (TensorProto.FLOAT, ["n", "t"])}, ["y"], {"last": np.array([-1], np.int64)}, opset=18)
+    assert_runs_at_sizes(tmp_path, m, [{"x": f32(n, 1)} for n in (1, 4, 6)])
+    loaded = rlx.load(tmp_path / "out")
+    assert loaded.program.guards == ["Eq(t, 1)"]
+    with pytest.raises(RlxError, match="guard Eq"):  # the other branch has another shape: refused, not wrong
+        loaded(f32(3, 2))

@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, overload
 
 import numpy as np
@@ -353,8 +353,8 @@ class OnnxBuilder:
                 continue
             seen.add(name)
             ins = by_result.get(name)
-            if ins is None or not is_static(ins.shape):
-                return None  # a model input (or a dynamic shape): not known while converting
+            if ins is None or not is_static(ins.shape) or _reads_symbols(ins.call):
+                return None  # a model input (or a dynamic shape or size): not known while converting
             needed.append(ins)
             stack.extend(r.name for r in ins.call.refs())
         from rlx.interpret import evaluate
@@ -477,6 +477,18 @@ class OnnxBuilder:
             ins.append(f"{name}{_fmt(self.shape(v))}" if v is not None else (name or "_"))
         outs = [f"{o}{_fmt(self.shape(self.env[o]))} {self.dtype(self.env[o])}" for o in node.outputs if o in self.env]
         return f"{node.domain or 'ai.onnx'}.{node.op_type} ({', '.join(ins)}) -> {', '.join(outs)}"
+
+
+def _reads_symbols(call: Call) -> bool:
+    """Whether a field of ``call`` is a symbolic extent (or a literal of one): its value is only
+    known once the sizes are."""
+
+    def symbolic(v: Any) -> bool:
+        if isinstance(v, tuple):
+            return any(symbolic(x) for x in v)
+        return isinstance(v, Sym) or (isinstance(v, Lit) and isinstance(v.value, Sym))
+
+    return any(symbolic(getattr(call, f.name)) for f in fields(call))
 
 
 def _fmt(shape: Sequence[Dim]) -> str:

@@ -4,42 +4,18 @@ sizes on the numpy and onnxruntime engines, at parity with onnxruntime at each s
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
 import rlx
-from frontends.onnx.onnx_helpers import TensorProto, helper, model, onnx, run_onnxruntime
+from frontends.onnx.onnx_helpers import ENGINES, TensorProto, assert_runs_at_sizes, helper, model, onnx, run_onnxruntime
 from rlx.cli import main
 from rlx.errors import RlxError, UsageError
 from rlx.ir.symbolic import Sym
 
 R = np.random.default_rng(32)
-ENGINES = ("numpy", "onnxruntime")
-
-
-def assert_runs_at_sizes(
-    tmp_path: Path, m: onnx.ModelProto, feeds: list[dict[str, np.ndarray]], rtol: float = 1e-5, atol: float = 1e-5
-) -> None:
-    """Convert ``m`` once (dynamic dims left as they are), then on each engine and at each feed:
-    the same shapes, dtypes and values as onnxruntime."""
-    rlx.from_onnx(m, tmp_path / "out", example_inputs=feeds[0])
-    for engine in ENGINES:
-        loaded = rlx.load(tmp_path / "out", backend=engine)
-        for feed in feeds:
-            got = loaded.run_flat(loaded.bind((), feed))
-            want = run_onnxruntime(m, feed)
-            assert len(got) == len(want)
-            for k, (g, w) in enumerate(zip(got, want)):
-                g = np.asarray(g)
-                where = f"{engine}, output {k}, input shapes {[v.shape for v in feed.values()]}"
-                assert g.shape == w.shape and g.dtype == w.dtype, f"{where}: {g.shape} {g.dtype} != {w.shape} {w.dtype}"
-                if w.dtype.kind == "f":
-                    np.testing.assert_allclose(g, w, rtol=rtol, atol=atol, equal_nan=True, err_msg=where)
-                else:
-                    np.testing.assert_array_equal(g, w, err_msg=where)
 
 
 def feeds(make: Callable[[int], dict[str, np.ndarray]], sizes: tuple[int, ...] = (5, 8, 13)) -> list[dict[str, Any]]:

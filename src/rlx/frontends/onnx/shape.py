@@ -29,7 +29,7 @@ from rlx.frontends.onnx.registry import (
     onnx_op,
     static_dim,
 )
-from rlx.ir import dtypes
+from rlx.ir import dtypes, symbolic
 from rlx.ir.calls import (
     Arange,
     Concat,
@@ -140,10 +140,13 @@ def range_(node: OnnxNode, b: OnnxBuilder) -> Env:
     start, limit, delta = (np.asarray(b.const(node, k)).item() for k in range(3))
     tok = b.in_dtype(node, 0)
     if any(isinstance(v, Sym) for v in (start, limit, delta)):
-        if delta != 1:
-            raise LoweringError(f"node {node.name} (Range): a symbolic range needs step 1")
-        n = dim_op("max", dim_op("sub", limit, start), 0)
-        return b.emit(Arange(start, limit, 1, tok), (n,), tok)
+        if not isinstance(delta, int) or delta <= 0 or not dtypes.is_int(tok):
+            raise LoweringError(
+                f"node {node.name} (Range): a range over symbolic bounds needs a positive static integer step, "
+                f"found {delta}"
+            )
+        n = symbolic.maximum(symbolic.ceildiv(symbolic.sub(limit, start), delta), 0)
+        return b.emit(Arange(start, limit, delta, tok), (n,), tok)
     n = max(int(math.ceil((limit - start) / delta)), 0)
     if n <= 64 and dtypes.is_int(tok):
         return (start + delta * np.arange(n)).astype(dtypes.to_numpy(tok))

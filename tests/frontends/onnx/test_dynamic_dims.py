@@ -3,6 +3,7 @@ sizes on the numpy and onnxruntime engines, at parity with onnxruntime at each s
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -283,3 +284,33 @@ def test_if_on_a_size_comparison_takes_the_example_branch_and_guards_it(tmp_path
     assert loaded.program.guards == ["Eq(t, 1)"]
     with pytest.raises(RlxError, match="guard Eq"):  # the other branch has another shape: refused, not wrong
         loaded(f32(3, 2))
+
+
+# ── the generated package and the JAX engine run the same bundle at other sizes ──
+@pytest.mark.parametrize("name", ["resize_cubic_sizes_from_graph", "pad_reflect_conv_same"])
+def test_generated_package_runs_at_sizes(tmp_path, name, monkeypatch):
+    if name.startswith("resize"):
+        nodes, inits = RESIZE_CASES["cubic_sizes_from_graph_align"]
+        inputs = {**IMAGE, "like": (TensorProto.FLOAT, [1, 3, "H", "W"])}
+        make = lambda n: {**image(n), "like": f32(1, 3, 2 * n - 3, n + 1)}  # noqa: E731
+    else:
+        pad_nodes, pad_inits = _pad("reflect", [0, 0, 2, 3, 0, 0, 4, 1])
+        conv_nodes, conv_inits = WINDOW_CASES["conv_same_upper_stride2"]
+        nodes = [*pad_nodes, helper.make_node("Conv", ["y", "w"], ["z"], auto_pad="SAME_UPPER", strides=[2, 2])]
+        inputs, inits, make = IMAGE, {**pad_inits, **conv_inits}, image
+    m = model(nodes, inputs, [nodes[-1].output[0]], inits, opset=19)
+    rlx.from_onnx(m, tmp_path / "out", example_inputs=make(5), emit=("bundle", "package"))
+    monkeypatch.syspath_prepend(str(tmp_path / "out" / "rlx_test_graph"))
+    monkeypatch.delitem(sys.modules, "rlx_test_graph", raising=False)
+    import rlx_test_graph
+
+    try:
+        forward = rlx_test_graph.load()
+        for n in (5, 8, 13):
+            feed = make(n)
+            got = forward(*feed.values())
+            got = got[0] if isinstance(got, (list, tuple)) else got
+            np.testing.assert_allclose(np.asarray(got), run_onnxruntime(m, feed)[0], rtol=1e-4, atol=1e-5)
+    finally:
+        for mod in [k for k in sys.modules if k.split(".")[0] == "rlx_test_graph"]:
+            del sys.modules[mod]

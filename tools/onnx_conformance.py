@@ -100,7 +100,7 @@ def compare(got: Any, want: Any, rtol: float, atol: float) -> str:
     return "" if np.array_equal(got, want) else "values differ"
 
 
-def run_rlx(case: Any) -> Outcome:
+def run_rlx(case: Any, freeze: bool = True) -> Outcome:
     from rlx.errors import LoweringError, RlxError
 
     op = case_op(case)
@@ -124,7 +124,7 @@ def run_rlx(case: Any) -> Outcome:
                 break
             except LoweringError as e:
                 m = re.search(r"input \d+ \('([^']*)'\) must be known", str(e))
-                if not m:
+                if not m or not freeze:
                     raise
                 if m.group(1) in feed and m.group(1) not in frozen:
                     frozen[m.group(1)] = feed[m.group(1)]
@@ -260,10 +260,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--write-known-failures", action="store_true")
     p.add_argument("--failures", action="store_true", help="list every failing case with its reason")
+    p.add_argument(
+        "--no-freeze", action="store_true", help="never freeze inputs: shape parameters must stay run-time inputs"
+    )
     args = p.parse_args(argv)
     t0 = time.perf_counter()
     cases = collect(args.pattern)
-    rlx = [run_rlx(c) for c in cases]
+    rlx = [run_rlx(c, freeze=not args.no_freeze) for c in cases]
     ort = None if args.no_ort else [run_ort(c) for c in cases]
     import gen_docs  # beside this file: renders the counts as the docs show them
 

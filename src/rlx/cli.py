@@ -99,6 +99,13 @@ def _parser() -> argparse.ArgumentParser:
         metavar="NAME:AXIS[=SYMBOL[:MIN:MAX]]",
         help="make an input axis dynamic (repeatable; the same SYMBOL ties axes together)",
     )
+    imp.add_argument(
+        "--input-shape",
+        action="append",
+        default=[],
+        metavar="NAME=D0,D1,...",
+        help="ONNX: fix an input's dimensions while converting, ? keeps one dynamic (repeatable), e.g. x=1,3,?,?",
+    )
     imp.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
 
     bld = sub.add_parser("build", help="lower an exported directory (torch-ir.json + weights) without torch")
@@ -326,6 +333,8 @@ def cmd_import(args: argparse.Namespace) -> int:
 
     if args.verify == "onnxruntime":
         raise UsageError("--verify onnxruntime applies to .onnx models; a PyTorch model is checked against PyTorch")
+    if args.input_shape:
+        raise UsageError("--input-shape applies to .onnx models; a PyTorch model's shapes are its example inputs'")
     _say(f"rlx {__version__}: importing {args.model_file} (decomposition {args.decomposition})")
     dynamic = [parse_dynamic(d) for d in args.dynamic]
     model, inputs, kwargs, dynamic_shapes = load_model_file(args.model_file)
@@ -357,9 +366,11 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 def _import_onnx(args: argparse.Namespace, emit: tuple[str, ...]) -> int:
     from rlx.app.onnx_convert import from_onnx
+    from rlx.frontends.onnx.input_shapes import parse_input_shape
 
     if args.dynamic:
         raise UsageError("--dynamic applies to PyTorch models; an ONNX model's dim_param axes are dynamic already")
+    input_shapes = dict(parse_input_shape(t) for t in args.input_shape)
     _say(f"rlx {__version__}: importing {args.model_file} (ONNX)")
     labels = {"read": "read the ONNX model", "lower": "lowered to the rlx program", "write": f"wrote {args.out}",
               "onnxruntime": "ran onnxruntime for the reference", "verify": "checked parity against onnxruntime"}  # fmt: skip
@@ -371,6 +382,7 @@ def _import_onnx(args: argparse.Namespace, emit: tuple[str, ...]) -> int:
         force=args.force,
         emit_style=args.emit_style,
         on_step=lambda name, secs: _say(f"  {labels.get(name, name):<40} {secs:7.2f} s"),
+        input_shapes=input_shapes,
     )
     _say("")
     _say(report.summary())

@@ -23,6 +23,7 @@ from rlx.errors import SchemaError, UsageError
 from rlx.formats import safetensors_io
 from rlx.frontends.onnx import reader
 from rlx.frontends.onnx.boundary import naming, one_line
+from rlx.frontends.onnx.input_shapes import fix_input_shapes
 from rlx.frontends.onnx.reader import OnnxGraph
 from rlx.frontends.onnx.registry import REGISTRY, OnnxBuilder, check_coverage, ident
 from rlx.ir import dtypes
@@ -161,6 +162,7 @@ def from_onnx(
     on_step: Any = None,
     freeze_inputs: Mapping[str, Any] | None = None,
     base_dir: str | Path | None = None,
+    input_shapes: Mapping[str, Sequence[int | None]] | None = None,
 ) -> Any:
     """Convert an ONNX model (a path or an ``onnx.ModelProto``) into ``out_dir``.
 
@@ -169,6 +171,8 @@ def from_onnx(
     fixes inputs to values (they become weights): shape parameters a model takes as inputs.
     ``base_dir``: the directory a ``ModelProto``'s external data files are in (a path's own directory
     by default); external data is read only from inside it, symlinks resolved.
+    ``input_shapes`` fixes chosen input dimensions (``{"x": (1, 3, None, None)}``: None keeps an
+    axis dynamic), as onnxruntime's ``make_dynamic_shape_fixed`` does.
     """
     from rlx.app.pipeline import OutputOptions, Steps
 
@@ -182,6 +186,8 @@ def from_onnx(
     steps = Steps(on_step)
     proto = steps("read", lambda: reader.load_proto(model, base_dir))
     where = str(model) if isinstance(model, (str, Path)) else reader.model_name(proto)
+    if input_shapes:
+        proto = fix_input_shapes(proto, input_shapes, where)
     with naming(where):
         return _convert(proto, where, out_dir, example_inputs, mode, force, options, steps, freeze_inputs)
 

@@ -284,6 +284,71 @@ def mod(a: Dim, b: Dim) -> Dim:
     return Sym(f"{_wrap(a)} % {_wrap(b)}")
 
 
+def sub(a: Dim, b: Dim) -> Dim:
+    if isinstance(a, int) and isinstance(b, int):
+        return a - b
+    if b == 0:
+        return a
+    return Sym(f"{_wrap(a)} - {_wrap(b)}")
+
+
+def floordiv(a: Dim, b: Dim) -> Dim:
+    if isinstance(a, int) and isinstance(b, int):
+        return a // b
+    if b == 1:
+        return a
+    return Sym(f"{_wrap(a)}//{_wrap(b)}")
+
+
+def ceildiv(a: Dim, b: Dim) -> Dim:
+    if isinstance(a, int) and isinstance(b, int):
+        return -(-a // b)
+    if b == 1:
+        return a
+    return Sym(f"CeilDiv({a}, {b})")
+
+
+def maximum(a: Dim, b: Dim) -> Dim:
+    if isinstance(a, int) and isinstance(b, int):
+        return max(a, b)
+    return a if a == b else Sym(f"Max({a}, {b})")
+
+
+def minimum(a: Dim, b: Dim) -> Dim:
+    if isinstance(a, int) and isinstance(b, int):
+        return min(a, b)
+    return a if a == b else Sym(f"Min({a}, {b})")
+
+
+def scale_floor(d: Dim, scale: float) -> Dim:
+    """``floor(d * scale)``, an output extent from a scale factor (Resize, Upsample)."""
+    if isinstance(d, int):
+        return math.floor(d * scale)
+    if float(scale).is_integer():
+        return mul(d, int(scale))
+    return Sym(f"floor({_wrap(d)}*{float(scale)!r})")
+
+
+def conv_out(size: Dim, kernel: int, stride: int, dilation: int, pad: Dim, ceil: bool = False) -> Dim:
+    """The output extent of a window op: ``(size + pad - span) / stride + 1``, rounded down (up with
+    ``ceil``), where ``pad`` is the total padding of the axis and ``span = (kernel - 1)·dilation + 1``."""
+    num = sub(add(size, pad), (kernel - 1) * dilation + 1)
+    return add((ceildiv if ceil else floordiv)(num, stride), 1)
+
+
+def same_pads(size: Dim, kernel: int, stride: int, dilation: int, upper: bool) -> tuple[Dim, Dim]:
+    """(before, after) padding of ``auto_pad`` SAME_UPPER / SAME_LOWER (TensorFlow's "SAME"): the
+    output has ``ceil(size / stride)`` elements; the odd one of an odd total goes after (UPPER) or
+    before (LOWER)."""
+    span = (kernel - 1) * dilation + 1
+    total = maximum(sub(add(mul(sub(ceildiv(size, stride), 1), stride), span), size), 0)
+    if stride == 1:  # the total is span - 1 whatever the size: keep it an int
+        total = span - 1
+    small = floordiv(total, 2)
+    big = sub(total, small)
+    return (small, big) if upper else (big, small)
+
+
 def numel(shape: Sequence[Dim]) -> Dim:
     out: Dim = 1
     for d in shape:

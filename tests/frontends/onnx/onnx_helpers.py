@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -12,6 +13,7 @@ onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
+import rlx  # noqa: E402
 from rlx.app.onnx_convert import lower_graph, run_onnxruntime  # noqa: E402
 from rlx.app.pipeline import finish_program  # noqa: E402
 from rlx.formats.bundle import bind_weights  # noqa: E402
@@ -90,3 +92,28 @@ def assert_matches_ort(
 
 def token(arr: np.ndarray) -> str:
     return dtypes.from_numpy(arr.dtype)
+
+
+ENGINES = ("numpy", "onnxruntime")
+
+
+def assert_runs_at_sizes(
+    tmp_path: Path, m: onnx.ModelProto, feeds: list[dict[str, np.ndarray]], rtol: float = 1e-5, atol: float = 1e-5
+) -> None:
+    """Convert ``m`` once (dynamic dims left as they are), then on each engine and at each feed:
+    the same shapes, dtypes and values as onnxruntime."""
+    rlx.from_onnx(m, tmp_path / "out", example_inputs=feeds[0])
+    for engine in ENGINES:
+        loaded = rlx.load(tmp_path / "out", backend=engine)
+        for feed in feeds:
+            got = loaded.run_flat(loaded.bind((), feed))
+            want = run_onnxruntime(m, feed)
+            assert len(got) == len(want)
+            for k, (g, w) in enumerate(zip(got, want)):
+                g = np.asarray(g)
+                where = f"{engine}, output {k}, input shapes {[v.shape for v in feed.values()]}"
+                assert g.shape == w.shape and g.dtype == w.dtype, f"{where}: {g.shape} {g.dtype} != {w.shape} {w.dtype}"
+                if w.dtype.kind == "f":
+                    np.testing.assert_allclose(g, w, rtol=rtol, atol=atol, equal_nan=True, err_msg=where)
+                else:
+                    np.testing.assert_array_equal(g, w, err_msg=where)

@@ -113,7 +113,7 @@ def sort(node: Node, b: Builder) -> Operand | tuple[Operand, Operand]:
 
 def _lower_middle(n: Dim) -> Dim:
     """``(n - 1) // 2``: the 0-based rank of the lower median."""
-    return (n - 1) // 2 if isinstance(n, int) else Sym(f"(({n.expr}) - 1) // 2")
+    return symbolic.floordiv(symbolic.sub(n, 1), 2)
 
 
 def _kth_index(b: Builder, x: Ref, axis: int, rank: Dim) -> Ref:

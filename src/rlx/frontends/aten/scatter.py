@@ -108,7 +108,7 @@ def slice_scatter(node: Node, b: Builder) -> Operand:
     elif start is None:
         start = 0
     elif isinstance(start, int) and start < 0:  # symbolic extent: wrap now, clamp at 0
-        start = Sym(f"Max({symbolic.add(size, start)}, 0)") if isinstance(size, Sym) else max(size + start, 0)
+        start = symbolic.maximum(symbolic.add(size, start), 0)
     elif not isinstance(start, (int, Sym)):
         raise LoweringError(f"node {node.id}: slice_scatter start {start!r} is not supported")
     if not isinstance(step, int):

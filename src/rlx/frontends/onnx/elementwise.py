@@ -19,7 +19,7 @@ from rlx.frontends.onnx.registry import Env, OnnxBuilder, OnnxNode, Out, broadca
 from rlx.ir import dtypes
 from rlx.ir.calls import Binary, Bitcast, Clamp, LeakyRelu, Unary, Where
 from rlx.ir.program import Lit, Operand, Ref
-from rlx.ir.symbolic import static_shape
+from rlx.ir.symbolic import Sym, static_shape
 
 _PREDICATES = {"eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor"}
 
@@ -33,6 +33,10 @@ _FOLD: dict[str, Callable[..., Any]] = {
 }  # fmt: skip
 _DIM_FNS = {"add": "add", "sub": "sub", "mul": "mul", "trunc_divide": "truncdiv", "remainder": "mod",
             "maximum": "max", "minimum": "min"}  # fmt: skip
+
+
+_SYM_PREDICATES = {"eq": "Eq({}, {})", "ne": "Ne({}, {})", "lt": "({}) < ({})", "le": "({}) <= ({})",
+                   "gt": "({}) > ({})", "ge": "({}) >= ({})"}  # fmt: skip
 
 
 def fold(fn: str, x: np.ndarray, y: np.ndarray) -> np.ndarray | None:
@@ -66,6 +70,12 @@ def binary(b: OnnxBuilder, fn: str, xv: Env, yv: Env, x_name: str = "x", y_name:
         folded = fold(fn, xv, yv)
         if folded is not None:
             return folded
+        if fn in _SYM_PREDICATES and (xv.dtype == object or yv.dtype == object) and max(xv.size, yv.size) <= 16:
+            # a comparison of sizes: a boolean expression over the symbols (an If over it picks its branch
+            # at the example's sizes and guards the choice)
+            form = _SYM_PREDICATES[fn]
+            sym = np.frompyfunc(lambda p, q: Sym(form.format(p, q)), 2, 1)(xv, yv)
+            return b.tag_ints(np.asarray(sym, dtype=object), "bool")
     x, y = b.operand(xv, x_name), b.operand(yv, y_name)
     return emit_binary(b, fn, x, y)
 
@@ -350,7 +360,7 @@ def cast_to(b: OnnxBuilder, v: Env | Lit, dtype: str, name: str = "x") -> Out:
     if isinstance(v, np.ndarray):
         if v.dtype == object:
             if dtypes.is_int(dtype):
-                return v  # symbolic extents stay integers
+                return b.tag_ints(v, dtype)  # symbolic extents stay integers, of the width asked for
             return cast_to(b, b.operand(v, name), dtype)
         with np.errstate(all="ignore"):
             return v.astype(dtypes.to_numpy(dtype))

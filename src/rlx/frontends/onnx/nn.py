@@ -8,6 +8,7 @@ pooling, −inf for max pooling) in front of the Call.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -26,7 +27,7 @@ from rlx.frontends.onnx.registry import (
     static_dim,
 )
 from rlx.frontends.onnx.shape import permute, slice_axis
-from rlx.ir import dtypes
+from rlx.ir import dtypes, symbolic
 from rlx.ir.calls import (
     ArgReduce,
     AvgPool,
@@ -89,45 +90,46 @@ def gemm(node: OnnxNode, b: OnnxBuilder) -> Env:
 # ── convolution ──────────────────────────────────────────────────────────────
 def _pads(
     node: OnnxNode, in_sizes: list[Dim], kernel: list[int], strides: list[int], dilations: list[int]
-) -> list[tuple[int, int]]:
+) -> list[tuple[Dim, Dim]]:
     n = len(kernel)
     auto = node.attr("auto_pad", "NOTSET")
-    if auto in ("SAME_UPPER", "SAME_LOWER"):
-        out = []
-        for size, k, s, d in zip(in_sizes, kernel, strides, dilations):
-            if not isinstance(size, int):
-                raise LoweringError(f"node {node.name} ({node.op_type}): auto_pad {auto} needs static spatial sizes")
-            total = max((-(-size // s) - 1) * s + (k - 1) * d + 1 - size, 0)
-            small = total // 2
-            out.append((small, total - small) if auto == "SAME_UPPER" else (total - small, small))
-        return out
+    if auto in ("SAME_UPPER", "SAME_LOWER"):  # symbolic over a dynamic extent when a stride is > 1
+        upper = auto == "SAME_UPPER"
+        return [symbolic.same_pads(size, k, s, d, upper) for size, k, s, d in zip(in_sizes, kernel, strides, dilations)]
     if auto == "VALID":
         return [(0, 0)] * n
     pads = node.attr("pads", [0] * (2 * n))
     return [(int(pads[i]), int(pads[i + n])) for i in range(n)]
 
 
+def _even(pads: list[tuple[Dim, Dim]], kernel: list[int]) -> list[int] | None:
+    """The padding per axis when the window Calls' own fits (static, the same on both sides, at most
+    half a window), else None."""
+    out = [lo for (lo, hi), k in zip(pads, kernel) if isinstance(lo, int) and lo == hi and lo <= k // 2]
+    return out if len(out) == len(pads) else None
+
+
+def _static_pads(node: OnnxNode, pads: list[tuple[Dim, Dim]]) -> list[tuple[int, int]]:
+    return [(static_dim(node, lo, "the padding"), static_dim(node, hi, "the padding")) for lo, hi in pads]
+
+
 def _window_attrs(
     node: OnnxNode, kernel: list[int], in_sizes: list[Dim]
-) -> tuple[list[int], list[int], list[tuple[int, int]]]:
+) -> tuple[list[int], list[int], list[tuple[Dim, Dim]]]:
     n = len(kernel)
     strides = [int(s) for s in node.attr("strides", [1] * n)]
     dilations = [int(d) for d in node.attr("dilations", [1] * n)]
     return strides, dilations, _pads(node, in_sizes, kernel, strides, dilations)
 
 
-def _explicit_pad(b: OnnxBuilder, x: Ref, pads: list[tuple[int, int]], value: float | int) -> Ref:
+def _explicit_pad(b: OnnxBuilder, x: Ref, pads: Sequence[tuple[Dim, Dim]], value: float | int) -> Ref:
     pairs = ((0, 0), (0, 0), *pads)
-    shape = tuple(dim_op("add", d, lo + hi) for d, (lo, hi) in zip(b.shape(x), pairs))
+    shape = tuple(symbolic.add(symbolic.add(d, lo), hi) for d, (lo, hi) in zip(b.shape(x), pairs))
     return b.emit(Pad(x, pairs, value), shape, b.dtype(x))
 
 
 def _conv_out(size: Dim, k: int, s: int, d: int, lo: int, hi: int, ceil: bool = False) -> Dim:
-    span = (k - 1) * d + 1
-    num = dim_op("sub", dim_op("add", size, lo + hi), span)
-    if ceil:
-        num = dim_op("add", num, s - 1)
-    return dim_op("add", dim_op("floordiv", num, s), 1)
+    return symbolic.conv_out(size, k, s, d, lo + hi, ceil)
 
 
 @onnx_op("Conv")
@@ -138,14 +140,15 @@ def conv(node: OnnxNode, b: OnnxBuilder) -> Env:
     kernel = [static_dim(node, k, "the kernel size") for k in wshape[2:]]
     shape = b.shape(x)
     strides, dilations, pads = _window_attrs(node, kernel, list(shape[2:]))
-    if any(lo != hi for lo, hi in pads):
-        x, pads = _explicit_pad(b, x, pads, 0), [(0, 0)] * len(pads)
+    even: list[int] = [lo for lo, hi in pads if isinstance(lo, int) and lo == hi]
+    if len(even) < len(pads):
+        x, even = _explicit_pad(b, x, pads, 0), [0] * len(pads)
         shape = b.shape(x)
     out = (shape[0], wshape[0]) + tuple(
-        _conv_out(sz, k, s, d, lo, hi) for sz, k, s, d, (lo, hi) in zip(shape[2:], kernel, strides, dilations, pads)
+        _conv_out(sz, k, s, d, p, p) for sz, k, s, d, p in zip(shape[2:], kernel, strides, dilations, even)
     )
     bias_ref = None if bias is None else b.as_ref(bias)
-    call = Conv(x, w, bias_ref, tuple(strides), tuple(lo for lo, _ in pads), tuple(dilations),
+    call = Conv(x, w, bias_ref, tuple(strides), tuple(even), tuple(dilations),
                 int(node.attr("group", 1)), False, (0,) * len(kernel))  # fmt: skip
     return b.emit(call, out, b.dtype(x))
 
@@ -161,19 +164,26 @@ def conv_transpose(node: OnnxNode, b: OnnxBuilder) -> Env:
     strides = [int(s) for s in node.attr("strides", [1] * n)]
     dilations = [int(d) for d in node.attr("dilations", [1] * n)]
     out_pad = [int(p) for p in node.attr("output_padding", [0] * n)]
-    static_sizes = static_shape(shape[2:])
-    if static_sizes is None:
-        raise LoweringError(f"node {node.name} (ConvTranspose): dynamic spatial sizes are not supported")
-    sizes = list(static_sizes)
+    sizes = list(shape[2:])
     channels = static_dim(node, wshape[1], "the weight's output channels") * groups
-    full = [s * (i - 1) + op + (k - 1) * d + 1 for i, s, op, k, d in zip(sizes, strides, out_pad, kernel, dilations)]
+    tail = [op + (k - 1) * d + 1 for op, k, d in zip(out_pad, kernel, dilations)]
+    full = [symbolic.add(symbolic.mul(s, symbolic.sub(i, 1)), t) for i, s, t in zip(sizes, strides, tail)]
     auto = node.attr("auto_pad", "NOTSET")
+    pads: list[tuple[int, int]]
+    if node.attr("output_shape") is not None:
+        static_full = static_shape(full)
+        if static_full is None:
+            raise LoweringError(
+                f"node {node.name} (ConvTranspose): output_shape over dynamic spatial sizes is not supported; "
+                "fix the input's size with input_shapes / --input-shape"
+            )
+        target = [int(t) for t in node.attr("output_shape")[-n:]]
+        totals = [f - t for f, t in zip(static_full, target)]
+    elif auto in ("SAME_UPPER", "SAME_LOWER"):  # the output is size·stride: the total is the same at any size
+        totals = [t - s for t, s in zip(tail, strides)]
     if node.attr("output_shape") is not None or auto in ("SAME_UPPER", "SAME_LOWER"):
-        target = node.attr("output_shape")
-        target = [int(t) for t in target[-n:]] if target is not None else [i * s for i, s in zip(sizes, strides)]
         pads = []
-        for f, t in zip(full, target):
-            total = f - t
+        for total in totals:
             if auto == "SAME_UPPER":
                 pads.append((total // 2, total - total // 2))
             else:
@@ -189,8 +199,8 @@ def conv_transpose(node: OnnxNode, b: OnnxBuilder) -> Env:
     for axis, ((lo, hi), f) in enumerate(zip(pads, full), start=2):
         if lo < 0 or hi < 0:
             y = _explicit_pad(b, y, [(max(-lo, 0), max(-hi, 0)) if a == axis - 2 else (0, 0) for a in range(n)], 0)
-            lo, hi, f = max(lo, 0), max(hi, 0), f + max(-lo, 0) + max(-hi, 0)
-        y = slice_axis(b, y, axis, lo, f - hi)
+            lo, hi, f = max(lo, 0), max(hi, 0), symbolic.add(f, max(-lo, 0) + max(-hi, 0))
+        y = slice_axis(b, y, axis, lo, symbolic.sub(f, hi))
     if bias is not None:
         y = emit_binary(b, "add", y, b.reshape(bias, (channels,) + (1,) * n))
     return y
@@ -201,10 +211,10 @@ def _pool_prep(node: OnnxNode, b: OnnxBuilder, fill: float) -> tuple[Ref, list[i
     x = b.ref(node, 0)
     kernel = [int(k) for k in node.attr("kernel_shape")]
     strides, dilations, pads = _window_attrs(node, kernel, list(b.shape(x)[2:]))
-    uneven = any(lo != hi or lo > k // 2 for (lo, hi), k in zip(pads, kernel))
-    if uneven:
-        x, pads = _explicit_pad(b, x, pads, fill), [(0, 0)] * len(pads)
-    return x, kernel, strides, dilations, [lo for lo, _ in pads]
+    even = _even(pads, kernel)
+    if even is None:
+        x, even = _explicit_pad(b, x, pads, fill), [0] * len(pads)
+    return x, kernel, strides, dilations, even
 
 
 def _pool_shape(
@@ -255,11 +265,10 @@ def avg_pool(node: OnnxNode, b: OnnxBuilder) -> Env:
     ceil = bool(node.attr("ceil_mode", 0))
     include = bool(node.attr("count_include_pad", 0))
     if any(d != 1 for d in dilations):  # AvgPool has no dilation: a window sum over a window count
-        total, count = _window_sum(node, b, x0, kernel, strides, dilations, pads, ceil, include)
+        total, count = _window_sum(node, b, x0, kernel, strides, dilations, _static_pads(node, pads), ceil, include)
         return emit_binary(b, "div", total, count)
-    even = all(lo == hi and lo <= k // 2 for (lo, hi), k in zip(pads, kernel))
-    if even:
-        p = [lo for lo, _ in pads]
+    p = _even(pads, kernel)
+    if p is not None:
         shape = _pool_shape(b, x0, kernel, strides, dilations, p, ceil)
         return b.emit(AvgPool(x0, tuple(kernel), tuple(strides), tuple(p), ceil, include, None), shape, b.dtype(x0))
     # Uneven padding: pool the zero-padded input, then divide by the count of real elements.
@@ -331,7 +340,9 @@ def lp_pool(node: OnnxNode, b: OnnxBuilder) -> Env:
     p = float(node.attr("p", 2))
     dt = b.dtype(x)
     powered = emit_binary(b, "pow", unary(b, "abs", x), b.lit(p, dt))
-    total, _ = _window_sum(node, b, powered, kernel, strides, dilations, pads, bool(node.attr("ceil_mode", 0)), True)
+    total, _ = _window_sum(
+        node, b, powered, kernel, strides, dilations, _static_pads(node, pads), bool(node.attr("ceil_mode", 0)), True
+    )
     return emit_binary(b, "pow", total, b.lit(1.0 / p, dt))
 
 

@@ -20,6 +20,7 @@ from rlx.frontends.onnx.registry import Env, OnnxBuilder, OnnxNode, onnx_op, sta
 from rlx.frontends.onnx.shape import concat, permute, slice_axis
 from rlx.ir.calls import Clamp
 from rlx.ir.program import Operand, Ref
+from rlx.ir.symbolic import Dim
 
 Activation = Callable[[OnnxBuilder, Ref], Ref]
 
@@ -169,7 +170,7 @@ def take_ref(b: OnnxBuilder, x: Ref, k: int) -> Ref:
     return b.as_ref(b.operand(take(b, x, 0, k)))
 
 
-def _check_lengths(node: OnnxNode, b: OnnxBuilder, seq: int, batch: int) -> None:
+def _check_lengths(node: OnnxNode, b: OnnxBuilder, seq: int) -> None:
     if not node.has_input(4):
         return
     lens = b.const(node, 4)
@@ -179,7 +180,7 @@ def _check_lengths(node: OnnxNode, b: OnnxBuilder, seq: int, batch: int) -> None
         )
 
 
-def _initial(b: OnnxBuilder, node: OnnxNode, index: int, k: int, batch: int, hidden: int, dt: str) -> Operand:
+def _initial(b: OnnxBuilder, node: OnnxNode, index: int, k: int, batch: Dim, hidden: int, dt: str) -> Operand:
     if node.has_input(index):
         return take_ref(b, b.ref(node, index), k)
     return b.as_ref(b.lit(0, dt), (batch, hidden))
@@ -191,10 +192,11 @@ def recurrent(node: OnnxNode, b: OnnxBuilder) -> list[Env | None]:
     layout = node.attr("layout", 0)
     if layout:
         x = permute(b, x, (1, 0, 2))
-    seq, batch = (static_dim(node, s, "the sequence length") for s in b.shape(x)[:2])
+    # Unrolled: the sequence length must be known while converting; the batch may be dynamic.
+    seq, batch = static_dim(node, b.shape(x)[0], "the sequence length"), b.shape(x)[1]
     if seq > MAX_UNROLL:
         raise LoweringError(f"node {node.name} ({node.op_type}): {seq} steps; too long to unroll")
-    _check_lengths(node, b, seq, batch)
+    _check_lengths(node, b, seq)
     direction = node.attr("direction", "forward")
     n_dirs = 2 if direction == "bidirectional" else 1
     hidden = int(node.attr("hidden_size") or static_dim(node, b.in_shape(node, 2)[-1], "hidden_size"))

@@ -12,7 +12,7 @@ from rlx.frontends.onnx.elementwise import emit_binary, unary
 from rlx.frontends.onnx.registry import Env, OnnxBuilder, OnnxNode, dim_op, norm_axis, onnx_op, static_dim
 from rlx.frontends.onnx.shape import flip, slice_axis
 from rlx.ir import dtypes
-from rlx.ir.calls import ArgReduce, ArgTopK, CumReduce, Gather, Reduce
+from rlx.ir.calls import ArgReduce, ArgTopK, CumReduce, Gather, Pad, Reduce, Where
 from rlx.ir.program import Operand, Ref
 
 
@@ -133,21 +133,39 @@ onnx_op("ArgMin")(_arg("argmin"))
 def _scan(fn: str):  # noqa: ANN202
     def handler(node: OnnxNode, b: OnnxBuilder) -> Env:
         x = b.ref(node, 0)
-        axis = norm_axis(int(np.asarray(b.const(node, 1)).reshape(-1)[0]), b.rank(x))
-        reverse, exclusive = node.attr("reverse", 0), node.attr("exclusive", 0)
-        y = flip(b, x, (axis,)) if reverse else x
-        if exclusive:  # shift by one along the axis, starting from the identity
-            size = b.shape(y)[axis]
-            pairs = tuple((1, 0) if a == axis else (0, 0) for a in range(b.rank(y)))
-            from rlx.ir.calls import Pad
-
-            padded = b.emit(Pad(y, pairs, 0 if fn == "sum" else 1), tuple(
-                dim_op("add", d, 1) if a == axis else d for a, d in enumerate(b.shape(y))), b.dtype(y))  # fmt: skip
-            y = slice_axis(b, padded, axis, 0, size)
-        s = b.emit(CumReduce(fn, y, axis), b.shape(y), b.dtype(y))
-        return flip(b, s, (axis,)) if reverse else s
+        rank = b.rank(x)
+        given = b.required(node, 1)
+        if isinstance(given, np.ndarray):
+            return _scan_axis(node, b, fn, x, norm_axis(int(np.asarray(given).reshape(-1)[0]), rank))
+        # The axis is a model input: the result has the input's shape whichever axis it names, so
+        # scan along each and keep the one it names (onnxruntime requires it in [-rank, rank)).
+        axis = b.reshape(b.cast(given, "i64"), ())
+        axis = emit_binary(b, "remainder", axis, b.lit(rank, "i64"))
+        y: Ref | None = None
+        for a in reversed(range(rank)):
+            s = _scan_axis(node, b, fn, x, a)
+            y = (
+                s
+                if y is None
+                else b.emit(Where(emit_binary(b, "eq", axis, b.lit(a, "i64")), s, y), b.shape(x), b.dtype(x))
+            )
+        assert y is not None
+        return y
 
     return handler
+
+
+def _scan_axis(node: OnnxNode, b: OnnxBuilder, fn: str, x: Ref, axis: int) -> Ref:
+    reverse, exclusive = node.attr("reverse", 0), node.attr("exclusive", 0)
+    y = flip(b, x, (axis,)) if reverse else x
+    if exclusive:  # shift by one along the axis, starting from the identity
+        size = b.shape(y)[axis]
+        pairs = tuple((1, 0) if a == axis else (0, 0) for a in range(b.rank(y)))
+        padded = b.emit(Pad(y, pairs, 0 if fn == "sum" else 1), tuple(
+            dim_op("add", d, 1) if a == axis else d for a, d in enumerate(b.shape(y))), b.dtype(y))  # fmt: skip
+        y = slice_axis(b, padded, axis, 0, size)
+    s = b.emit(CumReduce(fn, y, axis), b.shape(y), b.dtype(y))
+    return flip(b, s, (axis,)) if reverse else s
 
 
 onnx_op("CumSum")(_scan("sum"))

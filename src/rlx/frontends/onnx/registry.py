@@ -20,14 +20,14 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, overload
 
 import numpy as np
 
 from rlx.errors import LoweringError, RlxError, UnsupportedOpError
 from rlx.frontends.onnx.boundary import one_line
-from rlx.ir import dtypes
+from rlx.ir import dtypes, rules, symbolic
 from rlx.ir.calls import Cast, Concat, Expand
 from rlx.ir.program import Call, Instr, Lit, Operand, Program, Ref, Value, Weight
 from rlx.ir.rules import emit_problem, operand_types
@@ -154,6 +154,9 @@ class OnnxBuilder:
         self._emitted: list[Instr] = []
         self._materialized: dict[int, Operand] = {}  # id(array) → its weight / literal
         self._keep_alive: list[np.ndarray] = []  # the arrays keyed by id() above stay alive
+        # Shape arithmetic is an object array of int | Sym, which has no integer width of its own:
+        # the ONNX type of one that is not int64 (``Shape → Cast(to=int32)``), keyed like the above.
+        self._int_types: dict[int, str] = {}
 
     # ── control-flow bodies ──────────────────────────────────────────────────
     def lower_body(self, node: OnnxNode, graph: Any, inputs: Sequence[Env]) -> list[Env]:
@@ -260,7 +263,7 @@ class OnnxBuilder:
 
     def dtype(self, x: Operand | Known) -> str:
         if isinstance(x, np.ndarray):
-            return "i64" if x.dtype == object else dtypes.from_numpy(x.dtype)
+            return self._int_types.get(id(x), "i64") if x.dtype == object else dtypes.from_numpy(x.dtype)
         return x.dtype if isinstance(x, Lit) else self.info[x.name].dtype
 
     def rank(self, x: Operand | Known) -> int:
@@ -290,17 +293,27 @@ class OnnxBuilder:
         self._keep_alive.append(v)
         return op
 
+    def tag_ints(self, arr: Known, dtype: str) -> Known:
+        """The symbolic integer array ``arr`` typed as ``dtype`` (a copy: ``arr`` keeps its type)."""
+        if self.dtype(arr) == dtype:
+            return arr
+        out = arr.copy()
+        self._int_types[id(out)] = dtype
+        self._keep_alive.append(out)
+        return out
+
     def _materialize(self, arr: np.ndarray, name: str) -> Operand:
         if arr.dtype == object:
+            tok = self.dtype(arr)
             values = arr.reshape(-1).tolist()
             if all(isinstance(d, int) for d in values):
-                return self._materialize(np.asarray(values, np.int64).reshape(arr.shape), name)
+                return self._materialize(np.asarray(values, dtypes.to_numpy(tok)).reshape(arr.shape), name)
             if arr.ndim == 0:
-                return Lit(values[0], "i64")
+                return Lit(values[0], tok)
             parts = tuple(
                 self.as_ref(Lit(d, "i64") if isinstance(d, Sym) else Lit(int(d), "i64"), (1,)) for d in values
             )
-            flat = self.emit(Concat(parts, 0), (len(values),), "i64")
+            flat = self.cast(self.emit(Concat(parts, 0), (len(values),), "i64"), tok)
             return flat if arr.ndim == 1 else self.reshape(flat, arr.shape)
         tok = dtypes.from_numpy(arr.dtype)
         if arr.ndim == 0:
@@ -343,8 +356,8 @@ class OnnxBuilder:
                 continue
             seen.add(name)
             ins = by_result.get(name)
-            if ins is None or not is_static(ins.shape):
-                return None  # a model input (or a dynamic shape): not known while converting
+            if ins is None or not is_static(ins.shape) or _reads_symbols(ins.call):
+                return None  # a model input (or a dynamic shape or size): not known while converting
             needed.append(ins)
             stack.extend(r.name for r in ins.call.refs())
         from rlx.interpret import evaluate
@@ -439,6 +452,8 @@ class OnnxBuilder:
             if isinstance(value, Ref):
                 value = self._rename(value, out, node)
             want = declared.get(out)
+            if isinstance(value, np.ndarray) and value.dtype == object and want is not None and dtypes.is_int(want):
+                value = self.tag_ints(value, want)  # folded shape arithmetic has the width ONNX declares
             got = self.dtype(value)
             if want is not None and got != want:
                 raise LoweringError(
@@ -476,6 +491,18 @@ class OnnxBuilder:
         return f"{node.domain or 'ai.onnx'}.{node.op_type} ({', '.join(ins)}) -> {', '.join(outs)}"
 
 
+def _reads_symbols(call: Call) -> bool:
+    """Whether a field of ``call`` is a symbolic extent (or a literal of one): its value is only
+    known once the sizes are."""
+
+    def symbolic(v: Any) -> bool:
+        if isinstance(v, tuple):
+            return any(symbolic(x) for x in v)
+        return isinstance(v, Sym) or (isinstance(v, Lit) and isinstance(v.value, Sym))
+
+    return any(symbolic(getattr(call, f.name)) for f in fields(call))
+
+
 def _fmt(shape: Sequence[Dim]) -> str:
     return "[" + ",".join(str(d) for d in shape) + "]"
 
@@ -506,62 +533,37 @@ def static_dim(node: OnnxNode, d: Dim, what: str) -> int:
     return int(d)
 
 
-# ── shape arithmetic over ints and symbols ───────────────────────────────────
-def _wrap(d: Dim) -> str:
-    return str(d) if isinstance(d, int) or d.expr.isidentifier() else f"({d.expr})"
+# ── shape arithmetic over ints and symbols (one copy: rlx.ir.symbolic) ──────
+def _truncdiv(a: Dim, b: Dim) -> Dim:
+    if isinstance(a, int) and isinstance(b, int):  # exact on ints of any size
+        return int(a / b) if abs(a) < 2**52 and abs(b) < 2**52 else -(-a // b) if (a < 0) != (b < 0) else a // b
+    return symbolic.floordiv(a, b)  # extents are non-negative: truncating and flooring agree
 
 
-_DIM_OPS: dict[str, Callable[[int, int], Any]] = {
-    "add": lambda a, b: a + b,
-    "sub": lambda a, b: a - b,
-    "mul": lambda a, b: a * b,
-    "floordiv": lambda a, b: a // b,
-    "truncdiv": lambda a, b: (
-        int(a / b) if abs(a) < 2**52 and abs(b) < 2**52 else -(-a // b) if (a < 0) != (b < 0) else a // b
-    ),
-    "mod": lambda a, b: a % b,
-    "max": max,
-    "min": min,
+_DIM_OPS: dict[str, Callable[[Dim, Dim], Dim]] = {
+    "add": symbolic.add,
+    "sub": symbolic.sub,
+    "mul": symbolic.mul,
+    "floordiv": symbolic.floordiv,
+    "truncdiv": _truncdiv,
+    "mod": symbolic.mod,
+    "max": symbolic.maximum,
+    "min": symbolic.minimum,
 }
-_DIM_FMT = {"add": "{} + {}", "sub": "{} - {}", "mul": "{}*{}", "floordiv": "{}//{}", "truncdiv": "{}//{}",
-            "mod": "{} % {}", "max": "Max({}, {})", "min": "Min({}, {})"}  # fmt: skip
 
 
 def dim_op(fn: str, a: Any, b: Any) -> Any:
-    """``fn(a, b)`` on ints (exact) or symbolic extents (an expression; extents are non-negative, so
-    truncating and flooring division agree)."""
-    if isinstance(a, Sym) or isinstance(b, Sym):
-        if fn == "mul" and (a == 1 or b == 1):
-            return b if a == 1 else a
-        if fn in ("add", "sub") and b == 0:
-            return a
-        if fn == "add" and a == 0:
-            return b
-        if fn in ("floordiv", "truncdiv") and b == 1:
-            return a
-        return Sym(_DIM_FMT[fn].format(_wrap(a), _wrap(b)))
-    return _DIM_OPS[fn](int(a), int(b))
+    """``fn(a, b)`` on ints (exact) or symbolic extents (an expression)."""
+    a = a if isinstance(a, Sym) else int(a)
+    b = b if isinstance(b, Sym) else int(b)
+    return _DIM_OPS[fn](a, b)
 
 
 def broadcast(*shapes: Sequence[Dim]) -> tuple[Dim, ...]:
-    """numpy broadcasting of shapes whose extents may be symbolic."""
-    rank = max((len(s) for s in shapes), default=0)
-    out: list[Dim] = []
-    for axis in range(rank):
-        dims = [s[axis - rank + len(s)] for s in shapes if axis - rank + len(s) >= 0]
-        not_one = [d for d in dims if d != 1]
-        if not not_one:
-            out.append(1)
-            continue
-        static = [d for d in not_one if isinstance(d, int)]
-        if len(set(static)) > 1:
-            raise LoweringError(f"shapes {[list(s) for s in shapes]} do not broadcast")
-        out.append(static[0] if static else not_one[0])
-    return tuple(out)
+    """numpy broadcasting of shapes whose extents may be symbolic: the Call rules' own
+    (``rlx.ir.rules``), refusing with a ``LoweringError``."""
+    return rules.broadcast(*shapes, error=LoweringError)
 
 
 def norm_axis(axis: int, rank: int) -> int:
-    r = max(rank, 1)
-    if not -r <= axis < r:
-        raise LoweringError(f"axis {axis} is out of range for rank {rank}")
-    return axis % r
+    return rules.norm_axis(axis, rank, LoweringError)

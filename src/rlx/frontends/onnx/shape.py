@@ -29,7 +29,7 @@ from rlx.frontends.onnx.registry import (
     onnx_op,
     static_dim,
 )
-from rlx.ir import dtypes
+from rlx.ir import dtypes, symbolic
 from rlx.ir.calls import (
     Arange,
     Concat,
@@ -140,10 +140,13 @@ def range_(node: OnnxNode, b: OnnxBuilder) -> Env:
     start, limit, delta = (np.asarray(b.const(node, k)).item() for k in range(3))
     tok = b.in_dtype(node, 0)
     if any(isinstance(v, Sym) for v in (start, limit, delta)):
-        if delta != 1:
-            raise LoweringError(f"node {node.name} (Range): a symbolic range needs step 1")
-        n = dim_op("max", dim_op("sub", limit, start), 0)
-        return b.emit(Arange(start, limit, 1, tok), (n,), tok)
+        if not isinstance(delta, int) or delta <= 0 or not dtypes.is_int(tok):
+            raise LoweringError(
+                f"node {node.name} (Range): a range over symbolic bounds needs a positive static integer step, "
+                f"found {delta}"
+            )
+        n = symbolic.maximum(symbolic.ceildiv(symbolic.sub(limit, start), delta), 0)
+        return b.emit(Arange(start, limit, delta, tok), (n,), tok)
     n = max(int(math.ceil((limit - start) / delta)), 0)
     if n <= 64 and dtypes.is_int(tok):
         return (start + delta * np.arange(n)).astype(dtypes.to_numpy(tok))
@@ -528,11 +531,11 @@ def _pad_mode(b: OnnxBuilder, x: Ref, axis: int, lo: int, hi: int, mode: str, no
     if lo == 0 and hi == 0:
         return x
     size = b.shape(x)[axis]
-    if not isinstance(size, int):
-        raise LoweringError(f"node {node.name} (Pad): {mode} padding of a dynamic axis is not supported")
     if lo < 0 or hi < 0:
-        x = slice_axis(b, x, axis, max(0, -lo), size - max(0, -hi))
+        x = slice_axis(b, x, axis, max(0, -lo), dim_op("sub", size, max(0, -hi)))
         return _pad_mode(b, x, axis, max(lo, 0), max(hi, 0), mode, node)
+    if not isinstance(size, int):
+        return _pad_dynamic(b, x, axis, size, lo, hi, mode, node)
 
     def piece(indices: list[int]) -> Ref | None:
         if not indices:
@@ -560,6 +563,36 @@ def _pad_mode(b: OnnxBuilder, x: Ref, axis: int, lo: int, hi: int, mode: str, no
         raise LoweringError(f"node {node.name} (Pad): mode {mode!r} is not supported")
     parts = [p for p in (piece(before), x, piece(after)) if p is not None]
     return concat(b, parts, axis)
+
+
+def _pad_dynamic(b: OnnxBuilder, x: Ref, axis: int, size: Sym, lo: int, hi: int, mode: str, node: OnnxNode) -> Ref:
+    """reflect / edge / wrap padding of an axis whose extent is known at run time: slices at
+    symbolic offsets (flipped for reflect, broadcast for edge), valid while each pad is shorter than
+    the axis (reflect; at most as long for wrap), as onnxruntime requires."""
+
+    def part(start: Dim, stop: Dim, n: int, flip: bool = False, repeat: bool = False) -> Ref | None:
+        if n == 0:
+            return None
+        y = slice_axis(b, x, axis, start, stop)
+        if flip:
+            y = b.emit(Flip(y, (axis,)), b.shape(y), b.dtype(y))
+        if repeat:
+            shape = list(b.shape(y))
+            shape[axis] = n
+            y = b.emit(Expand(y, tuple(shape)), tuple(shape), b.dtype(y))
+        return y
+
+    last = dim_op("sub", size, 1)
+    if mode == "edge":
+        before, after = part(0, 1, lo, repeat=True), part(last, size, hi, repeat=True)
+    elif mode == "reflect":  # x[lo], …, x[1] | x | x[size-2], …, x[size-1-hi]
+        before = part(1, lo + 1, lo, flip=True)
+        after = part(dim_op("sub", last, hi), last, hi, flip=True)
+    elif mode == "wrap":
+        before, after = part(dim_op("sub", size, lo), size, lo), part(0, hi, hi)
+    else:
+        raise LoweringError(f"node {node.name} (Pad): mode {mode!r} is not supported")
+    return concat(b, [p for p in (before, x, after) if p is not None], axis)
 
 
 def _space_depth(b: OnnxBuilder, x: Ref, view: tuple[Dim, ...], perm: tuple[int, ...], out: tuple[Dim, ...]) -> Ref:
@@ -592,13 +625,17 @@ def space_to_depth(node: OnnxNode, b: OnnxBuilder) -> Env:
 def trilu(node: OnnxNode, b: OnnxBuilder) -> Env:
     x = b.ref(node, 0)
     shape = b.shape(x)
-    kv = b.const(node, 1)
-    k = 0 if kv is None else int(np.asarray(kv).item())
+    given = b.get(node, 1)
+    k: Operand = Lit(0, "i64")
+    if isinstance(given, np.ndarray):
+        k = b.operand(given.reshape(()), node.inputs[1])
+    elif given is not None:  # a model input: the mask is computed at run time, the shape is x's
+        k = b.reshape(b.cast(given, "i64"), ())
     rows, cols = shape[-2], shape[-1]
     r = b.reshape(b.emit(Arange(0, rows, 1, "i64"), (rows,), "i64"), (rows, 1))
     c = b.emit(Arange(0, cols, 1, "i64"), (cols,), "i64")
     diff = emit_binary(b, "sub", c, r)  # j - i
-    keep = emit_binary(b, "ge" if node.attr("upper", 1) else "le", diff, Lit(k, "i64"))
+    keep = emit_binary(b, "ge" if node.attr("upper", 1) else "le", diff, b.cast(k, "i64"))
     zero = b.lit(0, b.dtype(x))
     return b.emit(Where(keep, x, zero), shape, b.dtype(x))
 
@@ -609,7 +646,11 @@ def eye_like(node: OnnxNode, b: OnnxBuilder) -> Env:
     dtype = ELEM_TYPES[node.attr("dtype")] if node.attr("dtype") is not None else b.in_dtype(node, 0)
     if isinstance(rows, int) and isinstance(cols, int):
         return np.eye(rows, cols, node.attr("k", 0), dtype=dtypes.to_numpy(dtype))
-    raise LoweringError(f"node {node.name} (EyeLike): dynamic shapes are not supported")
+    # A dynamic extent: the ones where j - i == k, computed at run time.
+    r = b.reshape(b.emit(Arange(0, rows, 1, "i64"), (rows,), "i64"), (rows, 1))
+    c = b.emit(Arange(0, cols, 1, "i64"), (cols,), "i64")
+    on = emit_binary(b, "eq", emit_binary(b, "sub", c, r), Lit(int(node.attr("k", 0)), "i64"))
+    return b.cast(on, dtype)
 
 
 @onnx_op("OneHot")

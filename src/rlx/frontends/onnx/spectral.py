@@ -3,7 +3,8 @@
 ONNX carries complex values as a trailing axis of (real, imaginary) pairs. A DFT along one axis is
 linear in the real and the imaginary parts, so it is four real matrices taken from ``numpy.fft``
 applied to the unit vectors (forward, inverse, one-sided and real-inverse transforms alike, with
-``dft_length`` padding or cropping); the signal length along the axis must be static.
+``dft_length`` padding or cropping); the transformed axis must be static. STFT frames a signal of any
+length: the frame count is symbolic when the length is.
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ from rlx.frontends.onnx.elementwise import emit_binary
 from rlx.frontends.onnx.nn import matmul
 from rlx.frontends.onnx.registry import Env, OnnxBuilder, OnnxNode, norm_axis, onnx_op, static_dim
 from rlx.frontends.onnx.shape import permute
-from rlx.ir import dtypes
-from rlx.ir.calls import IndexSelect
+from rlx.ir import dtypes, symbolic
+from rlx.ir.calls import Arange, IndexSelect
 from rlx.ir.program import Ref
 
 MAX_DFT_LENGTH = 8192  # the dense matrices are length²
@@ -98,19 +99,26 @@ def dft_(node: OnnxNode, b: OnnxBuilder) -> Env:
 @onnx_op("STFT")
 def stft(node: OnnxNode, b: OnnxBuilder) -> Env:
     x = b.ref(node, 0)  # [batch, length, 1 or 2]
+    if b.rank(x) == 2:  # [batch, length]: a real signal without its trailing axis (torch.onnx writes these)
+        x = b.reshape(x, (*b.shape(x), 1))
     step = int(np.asarray(b.required_const(node, 1)).reshape(-1)[0])
     window = b.optional(node, 2)
     frame_len_v = b.const(node, 3)
-    length = static_dim(node, b.shape(x)[1], "the signal length")
+    length = b.shape(x)[1]
     if frame_len_v is not None:
         frame = int(np.asarray(frame_len_v).reshape(-1)[0])
     elif window is not None:
         frame = static_dim(node, b.shape(window)[0], "the window length")
     else:
         raise LoweringError(f"node {node.name} (STFT): needs a window or a frame_length")
-    frames = (length - frame) // step + 1
-    index = np.arange(frames)[:, None] * step + np.arange(frame)[None, :]
-    idx = b.as_ref(b.operand(index.astype(np.int64), "stft_frames"))
+    frames = symbolic.add(symbolic.floordiv(symbolic.sub(length, frame), step), 1)
+    if isinstance(frames, int):
+        index = np.arange(frames)[:, None] * step + np.arange(frame)[None, :]
+        idx = b.as_ref(b.operand(index.astype(np.int64), "stft_frames"))
+    else:  # a signal length known at run time: the frame starts are an Arange over the frame count
+        starts = b.emit(Arange(0, symbolic.mul(frames, step), step, "i64"), (frames,), "i64")
+        offsets = b.operand(np.arange(frame, dtype=np.int64)[None, :], "stft_offsets")
+        idx = emit_binary(b, "add", b.reshape(starts, (frames, 1)), offsets)
     shape = b.shape(x)
     framed = b.emit(IndexSelect(x, 1, idx), (shape[0], frames, frame, shape[2]), b.dtype(x))
     if window is not None:

@@ -7,9 +7,11 @@ them to its namespace and overrides a definition only where it needs another alg
 """
 
 # The families, in one explicit list: importing each registers its definitions.
-from . import creation, elementwise, linalg, movement, nn, ordering, random, reduce, selection, special, spectral
+from . import creation, elementwise, linalg, movement, nn, ordering, random, reduce  # isort: split
+
+from . import resample, selection, special, spectral
 from .registry import KERNELS, Kernel, engine_kernels, kernel
 
-FAMILIES = (creation, elementwise, linalg, movement, nn, ordering, random, reduce, selection, special, spectral)
+FAMILIES = (creation, elementwise, linalg, movement, nn, ordering, random, reduce, resample, selection, special, spectral)  # fmt: skip
 
 __all__ = ["FAMILIES", "KERNELS", "Kernel", "engine_kernels", "kernel"]

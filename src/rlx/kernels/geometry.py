@@ -10,6 +10,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+# An extent per spatial axis: sizes, and the Call fields kernel, stride, padding, dilation.
+Ints = tuple[int, ...]
+
 
 def conv_out_size(size: int, k: int, s: int, p: int, d: int, ceil_mode: bool = False) -> int:
     """PyTorch's output extent for conv/pool windows (with its ceil_mode rule)."""
@@ -20,39 +23,21 @@ def conv_out_size(size: int, k: int, s: int, p: int, d: int, ceil_mode: bool = F
     return max(out, 0)
 
 
-def conv_output_shape(
-    x_shape: tuple[int, ...],
-    w_shape: tuple[int, ...],
-    stride: tuple[int, ...],
-    padding: tuple[int, ...],
-    dilation: tuple[int, ...],
-) -> tuple[int, ...]:
+def conv_output_shape(x_shape: Ints, w_shape: Ints, stride: Ints, padding: Ints, dilation: Ints) -> Ints:
     """The result shape of a forward convolution (PyTorch's extent rule per spatial axis)."""
     spatial = zip(x_shape[2:], w_shape[2:], stride, padding, dilation)
     return (x_shape[0], w_shape[0]) + tuple(conv_out_size(*geometry) for geometry in spatial)
 
 
-def pool_output(
-    shape: tuple[int, ...],
-    kernel: tuple[int, ...],
-    stride: tuple[int, ...],
-    padding: tuple[int, ...],
-    dilation: tuple[int, ...],
-    ceil_mode: bool,
-) -> tuple[int, ...]:
+def pool_output(shape: Ints, kernel: Ints, stride: Ints, padding: Ints, dilation: Ints, ceil_mode: bool) -> Ints:
     """Output extents of pooling over the trailing ``len(kernel)`` axes of ``shape`` (PyTorch's rule)."""
     sizes = shape[len(shape) - len(kernel) :]
     return tuple(conv_out_size(*axis, ceil_mode) for axis in zip(sizes, kernel, stride, padding, dilation))
 
 
 def pool_geometry(
-    shape: tuple[int, ...],
-    kernel: tuple[int, ...],
-    stride: tuple[int, ...],
-    padding: tuple[int, ...],
-    dilation: tuple[int, ...],
-    ceil_mode: bool,
-) -> tuple[tuple[int, ...], list[tuple[int, int]]]:
+    shape: Ints, kernel: Ints, stride: Ints, padding: Ints, dilation: Ints, ceil_mode: bool
+) -> tuple[Ints, list[tuple[int, int]]]:
     """Output extents and per-axis (left, right) explicit padding, for runtimes whose pooling takes
     pads (ONNX): the right padding grows so ceil_mode's last partial window fits."""
     out = pool_output(shape, kernel, stride, padding, dilation, ceil_mode)
@@ -65,12 +50,7 @@ def pool_geometry(
 
 
 def pool_windows(
-    shape: tuple[int, ...],
-    kernel: tuple[int, ...],
-    stride: tuple[int, ...],
-    padding: tuple[int, ...],
-    dilation: tuple[int, ...],
-    ceil_mode: bool,
+    shape: Ints, kernel: Ints, stride: Ints, padding: Ints, dilation: Ints, ceil_mode: bool
 ) -> tuple[AxisWindows, ...]:
     """The clipped windows of pooling over the trailing ``len(kernel)`` axes of ``shape``: ceil_mode's
     last partial window reads padding past the input, which the buffer covers."""
@@ -79,12 +59,7 @@ def pool_windows(
 
 
 def avg_pool_divisor(
-    sizes: tuple[int, ...],
-    kernel: tuple[int, ...],
-    stride: tuple[int, ...],
-    padding: tuple[int, ...],
-    out: tuple[int, ...],
-    count_include_pad: bool,
+    sizes: Ints, kernel: Ints, stride: Ints, padding: Ints, out: Ints, count_include_pad: bool
 ) -> np.ndarray:
     """The divisor of every output window, ``[*out]`` (a static table), by PyTorch's rule: a window
     is clipped to input + padding (never ceil_mode's extra margin), and to the input itself unless
@@ -151,18 +126,13 @@ def clip_axis(size: int, kernel: int, stride: int, padding: int, dilation: int, 
 
 
 def clip_windows(
-    sizes: tuple[int, ...],
-    kernel: tuple[int, ...],
-    stride: tuple[int, ...],
-    padding: tuple[int, ...],
-    dilation: tuple[int, ...],
-    out: tuple[int, ...],
+    sizes: Ints, kernel: Ints, stride: Ints, padding: Ints, dilation: Ints, out: Ints
 ) -> tuple[AxisWindows, ...]:
     """``clip_axis`` for every spatial axis."""
     return tuple(clip_axis(*axis) for axis in zip(sizes, kernel, stride, padding, dilation, out))
 
 
-def window_positions(sizes: tuple[int, ...], windows: tuple[AxisWindows, ...]) -> np.ndarray:
+def window_positions(sizes: Ints, windows: tuple[AxisWindows, ...]) -> np.ndarray:
     """For each output window, the flat positions in the unpadded plane of its (kept) taps (−1 in
     the padding): a static table ``[*out, prod(kept taps)]``."""
     nd = len(sizes)

@@ -18,33 +18,34 @@ Kernel = Callable[..., Any]
 KERNELS: dict[str, Kernel] = {}
 
 
-def kernel(*call_names: str) -> Callable[[Kernel], Kernel]:
-    """Register ``fn`` as the shared definition of each named Call."""
+def _registrar(table: dict[str, Kernel], twice: str) -> Callable[..., Callable[[Kernel], Kernel]]:
+    """A decorator ``@d("CallA", "CallB")`` putting ``fn`` into ``table`` under each Call name; a
+    name registered twice is a bug (``twice`` says how)."""
 
-    def register(fn: Kernel) -> Kernel:
-        for name in call_names:
-            if name in KERNELS:
-                raise ValueError(f"{name} has two shared definitions ({KERNELS[name].__name__}, {fn.__name__})")
-            KERNELS[name] = fn
-        return fn
-
-    return register
-
-
-def overrides(table: dict[str, Kernel]) -> Callable[..., Callable[[Kernel], Kernel]]:
-    """A decorator registering an engine's own kernels (a different algorithm, same contract) in ``table``."""
-
-    def override(*call_names: str) -> Callable[[Kernel], Kernel]:
+    def decorator(*call_names: str) -> Callable[[Kernel], Kernel]:
         def register(fn: Kernel) -> Kernel:
             for name in call_names:
                 if name in table:
-                    raise ValueError(f"{name} is overridden twice ({table[name].__name__}, {fn.__name__})")
+                    raise ValueError(f"{name} {twice} ({table[name].__name__}, {fn.__name__})")
                 table[name] = fn
             return fn
 
         return register
 
-    return override
+    return decorator
+
+
+_shared = _registrar(KERNELS, "has two shared definitions")
+
+
+def kernel(*call_names: str) -> Callable[[Kernel], Kernel]:
+    """Register ``fn`` as the shared definition of each named Call."""
+    return _shared(*call_names)
+
+
+def overrides(table: dict[str, Kernel]) -> Callable[..., Callable[[Kernel], Kernel]]:
+    """A decorator registering an engine's own kernels (a different algorithm, same contract) in ``table``."""
+    return _registrar(table, "is overridden twice")
 
 
 def static(v: Any) -> Any:

@@ -2,7 +2,10 @@
 
 They depend only on extents, scale factors and dtypes (Call fields), so every engine builds them
 with numpy — the numpy engine per call, the JAX engine once at trace time, entering the compiled
-graph as constants — and no two engines can pick different pixels or weights.
+graph as constants — and no two engines can pick different pixels or weights. The kernels that
+apply them are ``rlx.kernels.resample``; ``fma`` and the cubic kernel (``keys_near``, ``keys_far``,
+``cubic_coefficients``) also run on grid_sample's data there, so they take the engine's namespace
+(the tables pass ``TABLES``, numpy's).
 
 
 They follow PyTorch's CPU kernels step by step, because a coordinate that lands a rounding error
@@ -25,6 +28,7 @@ Everything is vectorised over pixels; the only Python loops run over spatial axe
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -36,13 +40,26 @@ def opmath(dtype: np.dtype) -> np.dtype:
     return _F64 if dtype == _F64 else _F32
 
 
-def fma(a: np.ndarray, b: np.ndarray | np.floating[Any] | float, c: np.ndarray | np.floating[Any]) -> np.ndarray:
-    """``a·b + c`` rounded once for float32 (through float64, which holds the product exactly), as
-    the compiled kernels compute it; other dtypes round the product and the sum."""
-    a = np.asarray(a)
+def _as_computed(a: Any) -> Any:
+    return a
+
+
+# numpy rounds every operation on its own, in the order written: its rounding hooks are the plain
+# operations. An engine whose compiler contracts or reorders arithmetic (XLA) brings its own
+# (``rlx.kernels.jax.namespace``); the shared resampling kernels call only these three.
+NUMPY_ROUNDING: dict[str, Any] = {"unfused_mul": np.multiply, "exact_div": np.true_divide, "barrier": _as_computed}
+# The tables are numpy at every engine (trace-time constants under JAX).
+TABLES = SimpleNamespace(asarray=np.asarray, **NUMPY_ROUNDING)
+
+
+def fma(a: Any, b: Any, c: Any, xp: Any) -> Any:
+    """``a·b + c`` rounded once for float32 (through float64, which holds the product exactly, so
+    a compiler fusing it there changes nothing), as the compiled kernels compute it; other dtypes
+    round the product and the sum."""
+    a = xp.asarray(a)
     if a.dtype == _F32:
-        return (a.astype(_F64) * np.asarray(b, _F64) + np.asarray(c, _F64)).astype(_F32)
-    return a * b + c
+        return (a.astype(_F64) * xp.asarray(b).astype(_F64) + xp.asarray(c).astype(_F64)).astype(_F32)
+    return xp.unfused_mul(a, b) + c
 
 
 # ── Upsample ─────────────────────────────────────────────────────────────────
@@ -62,7 +79,7 @@ def source_index(scale: np.floating[Any], size_out: int, align_corners: bool, cu
     i = np.arange(size_out).astype(t)
     if align_corners:
         return scale * i
-    src = fma(i + t(0.5), scale, t(-0.5))
+    src = fma(i + t(0.5), scale, t(-0.5), TABLES)
     return src if cubic else np.where(src < 0, t(0), src)
 
 
@@ -116,24 +133,26 @@ def linear_taps(
     return np.stack([i0, i1], 1), np.stack([lam0, lam1], 1)
 
 
-def keys_near(x: np.ndarray, a: float, fused: tuple[bool, bool] = (False, False)) -> np.ndarray:
+def keys_near(x: Any, a: float, fused: tuple[bool, bool], xp: Any) -> Any:
     """Keys' cubic convolution kernel for |x| <= 1: ``u·x·x + 1`` with ``u = (a + 2)·x - (a + 3)``.
     ``fused`` says which of the two multiply-adds PyTorch's compiled kernel rounds once."""
     t = x.dtype.type
-    u = fma(x, t(a) + t(2), -(t(a) + t(3))) if fused[0] else (t(a) + t(2)) * x - (t(a) + t(3))
-    return fma(u * x, x, t(1)) if fused[1] else u * x * x + t(1)
+    mul = xp.unfused_mul
+    u = fma(x, t(a) + t(2), -(t(a) + t(3)), xp) if fused[0] else mul(x, t(a) + t(2)) - (t(a) + t(3))
+    return fma(mul(u, x), x, t(1), xp) if fused[1] else mul(mul(u, x), x) + t(1)
 
 
-def keys_far(x: np.ndarray, a: float, fused: tuple[bool, bool, bool] = (False, False, False)) -> np.ndarray:
+def keys_far(x: Any, a: float, fused: tuple[bool, bool, bool], xp: Any) -> Any:
     """… and for 1 < |x| < 2: ``((a·x - 5a)·x + 8a)·x - 4a`` (``fused``: per multiply-add)."""
     t = x.dtype.type
     a = t(a)
-    u = fma(x, a, -(t(5) * a)) if fused[0] else a * x - t(5) * a
-    u = fma(u, x, t(8) * a) if fused[1] else u * x + t(8) * a
-    return fma(u, x, -(t(4) * a)) if fused[2] else u * x - t(4) * a
+    mul = xp.unfused_mul
+    u = fma(x, a, -(t(5) * a), xp) if fused[0] else mul(x, a) - t(5) * a
+    u = fma(u, x, t(8) * a, xp) if fused[1] else mul(u, x) + t(8) * a
+    return fma(u, x, -(t(4) * a), xp) if fused[2] else mul(u, x) - t(4) * a
 
 
-def cubic_coefficients(f: np.ndarray, grid: bool = False) -> list[np.ndarray]:
+def cubic_coefficients(f: Any, xp: Any, grid: bool = False) -> list[Any]:
     """Weights (A = -0.75) of the taps at offsets -1, 0, 1, 2 from ``floor(x)``, ``f = x - floor(x)``.
     The two kernels spell them differently: grid_sample takes ``2 - f`` for the last distance where
     upsampling takes ``(1 - f) + 1``, and their compiled forms fuse different multiply-adds."""
@@ -144,10 +163,10 @@ def cubic_coefficients(f: np.ndarray, grid: bool = False) -> list[np.ndarray]:
     else:
         near, far, last = (True, False), (True, True, False), g + t(1)
     return [
-        keys_far(f + t(1), -0.75, far),
-        keys_near(f, -0.75, near),
-        keys_near(g, -0.75, near),
-        keys_far(last, -0.75, far),
+        keys_far(f + t(1), -0.75, far, xp),
+        keys_near(f, -0.75, near, xp),
+        keys_near(g, -0.75, near, xp),
+        keys_far(last, -0.75, far, xp),
     ]
 
 
@@ -159,7 +178,7 @@ def cubic_taps(
     i0 = np.minimum(floorf(real), size_in - 1)
     f = np.clip(real - i0.astype(dt), 0, 1).astype(dt)
     idx = np.clip(i0[:, None] + np.arange(-1, 3), 0, size_in - 1)
-    return idx, np.stack(cubic_coefficients(f), 1).astype(store).astype(dt)
+    return idx, np.stack(cubic_coefficients(f, TABLES), 1).astype(store).astype(dt)
 
 
 def aa_taps(
@@ -183,7 +202,7 @@ def aa_taps(
     pos = (lo[:, None] + j).astype(dt)
     x = np.abs(((pos - center[:, None]).astype(_F64) + 0.5) * np.float64(invscale)).astype(dt)
     if cubic:  # Keys with a = -0.5 (PIL's bicubic), not the -0.75 of the plain kernel
-        near, far = keys_near(x, -0.5, (True, True)), keys_far(x, -0.5, (True, True, True))
+        near, far = keys_near(x, -0.5, (True, True), TABLES), keys_far(x, -0.5, (True, True, True), TABLES)
         w = np.where(x < 1, near, np.where(x < 2, far, t(0)))
     else:
         w = np.where(x < 1, t(1) - x, t(0))

@@ -60,7 +60,7 @@ def test_model_code_is_jax(packages):
     assert "import torch" not in code and "import rlx" not in code
     assert '"jax>=' in (root / "pyproject.toml").read_text()
     ops = (root / "rlx_transformer" / "_ops" / "__init__.py").read_text()
-    assert "from .runtime.jax_engine.kernels import KERNELS" in ops
+    assert "from .kernels.jax.kernels import KERNELS" in ops
 
 
 def test_cli_build_writes_the_jax_package(tmp_path, capsys):

@@ -310,34 +310,25 @@ _SYMBOLIC_HELPERS = [
 def ops_init(kernel_names: Sequence[str], style: str = "numpy") -> str:
     """``_ops/__init__.py``: one plain function per kernel the forward calls, plus what generated
     code refers to. The kernels are the engine's table, vendored under ``_ops/kernels/``."""
-    if style == "jax":
-        head = [
-            '"""Helpers for the generated forward: the rlx JAX backend\'s kernels, callable with plain arguments."""',
-            "",
-            "import math",
-            "from types import SimpleNamespace",
-            "",
-            "from .kernels.random import fork_state, seed_state  # noqa: F401  (the generator's state, for load())",
-            "from .kernels.jax.kernels import KERNELS",
-            "from .kernels.jax.kernels import x64  # noqa: F401  (the 64-bit scope load() runs the model in)",
-            "from .formats.safetensors_io import read as read_safetensors  # noqa: F401  (used by the package's load())",
-        ]
-    else:
-        head = [
-            '"""Helpers for the generated forward: the rlx runtime\'s kernels, callable with plain arguments."""',
-            "",
-            "import math",
-            "from types import SimpleNamespace",
-            "",
-            "import ml_dtypes",
-            "",
-            "from .kernels.random import fork_state, seed_state  # noqa: F401  (the generator's state, for load())",
-            "from .kernels.numpy.kernels import KERNELS",
-            "from .formats.safetensors_io import read as read_safetensors  # noqa: F401  (used by the package's load())",
-            "",
-            "bfloat16 = ml_dtypes.bfloat16",
-            *(f"{name} = ml_dtypes.{name}" for name in _LOW_BIT_NP.values()),
-        ]
+    jax = style == "jax"
+    whose = "the rlx JAX backend's" if jax else "the rlx runtime's"
+    # The numpy style names ml_dtypes' types (bfloat16 …) for the generated casts; the JAX style
+    # names them through jnp, and runs the model in the kernels' 64-bit scope.
+    dtype_names = ["", "bfloat16 = ml_dtypes.bfloat16", *(f"{n} = ml_dtypes.{n}" for n in _LOW_BIT_NP.values())]
+    x64_line = "from .kernels.jax.kernels import x64  # noqa: F401  (the 64-bit scope load() runs the model in)"
+    head = [
+        f'"""Helpers for the generated forward: {whose} kernels, callable with plain arguments."""',
+        "",
+        "import math",
+        "from types import SimpleNamespace",
+        "",
+        *([] if jax else ["import ml_dtypes", ""]),
+        "from .kernels.random import fork_state, seed_state  # noqa: F401  (the generator's state, for load())",
+        f"from .kernels.{style}.kernels import KERNELS",
+        *([x64_line] if jax else []),
+        "from .formats.safetensors_io import read as read_safetensors  # noqa: F401  (used by the package's load())",
+        *([] if jax else dtype_names),
+    ]
     lines = [*head, "", *_SYMBOLIC_HELPERS]
     lines += [
         "",

@@ -34,7 +34,15 @@ from rlx.kernels.special import library_functions
 from rlx.optional import require
 from rlx.version import __version__
 
-INIT = '''"""{name}: a PyTorch model converted by rlx {version}; runs with numpy only."""
+# What both styles' __init__.py declare about the model (filled in by write_package).
+CONSTANTS = """WEIGHTS = Path(__file__).parent / "weights.safetensors"
+STATE = {state!r}  # buffers the model updates on every call → the tensor holding each one's initial value
+UPDATES_INPUTS = {updates_inputs!r}  # whether the model writes into some of its inputs, as PyTorch's did
+RNG = {rng!r}  # the state holding the random generator (rlx's Threefry-2x32), if the model draws
+"""
+
+INIT = (
+    '''"""{name}: a PyTorch model converted by rlx {version}; runs with numpy only."""
 
 from pathlib import Path
 
@@ -43,11 +51,9 @@ import numpy as np
 from . import model
 from ._ops import fork_state, read_safetensors, seed_state
 
-WEIGHTS = Path(__file__).parent / "weights.safetensors"
-STATE = {state!r}  # buffers the model updates on every call → the tensor holding each one's initial value
-UPDATES_INPUTS = {updates_inputs!r}  # whether the model writes into some of its inputs, as PyTorch's did
-RNG = {rng!r}  # the state holding the random generator (rlx's Threefry-2x32), if the model draws
-
+'''
+    + CONSTANTS
+    + '''
 
 class Model:
     """The converted model: ``Model()(*inputs)`` returns outputs in the original structure.
@@ -97,8 +103,10 @@ def load(weights_path=WEIGHTS, seed=None):
     draws start, as ``rlx.load(..., seed=)``; default: the stored state, seed 0)."""
     return Model(weights_path, seed)
 '''
+)
 
-JAX_INIT = '''"""{name}: a PyTorch model converted by rlx {version}; runs on JAX (one jit-compiled XLA computation)."""
+JAX_INIT = (
+    '''"""{name}: a PyTorch model converted by rlx {version}; runs on JAX (one jit-compiled XLA computation)."""
 
 from pathlib import Path
 
@@ -109,11 +117,9 @@ import numpy as np
 from . import model
 from ._ops import fork_state, read_safetensors, seed_state, x64
 
-WEIGHTS = Path(__file__).parent / "weights.safetensors"
-STATE = {state!r}  # buffers the model updates on every call → the tensor holding each one's initial value
-UPDATES_INPUTS = {updates_inputs!r}  # whether the model writes into some of its inputs, as PyTorch's did
-RNG = {rng!r}  # the state holding the random generator (rlx's Threefry-2x32), if the model draws
-
+'''
+    + CONSTANTS
+    + '''
 
 class Model:
     """The converted model: ``Model()(*inputs)`` returns outputs (jax arrays) in the original structure.
@@ -174,6 +180,7 @@ def load(weights_path=WEIGHTS, seed=None):
     random draws start, as ``rlx.load(..., seed=)``; default: the stored state, seed 0)."""
     return Model(weights_path, seed)
 '''
+)
 
 MAIN = '''"""python -m {package} --input NAME=FILE.npy ... [-o DIR]: run the model on .npy inputs."""
 

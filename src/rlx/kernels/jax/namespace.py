@@ -4,7 +4,11 @@
   and TPUs, while PyTorch keeps float32 exact (``allow_tf32`` is off by default), and so do we;
 - ``take`` / ``take_along_axis`` count negative indices from the end (as numpy does) and clamp
   an index out of range, which cannot raise inside a compiled function;
-- scans are XLA's own (``lax.cummax`` …), which accept what numpy's ``ufunc.accumulate`` does.
+- scans are XLA's own (``lax.cummax`` …), which accept what numpy's ``ufunc.accumulate`` does;
+- ``unfused_mul``, ``exact_div`` and ``barrier`` undo three ways XLA's CPU compiler rounds otherwise
+  than the order written (the resampling kernels, which follow PyTorch's roundings, call them): it
+  fuses a product into the sum it feeds (an FMA), divides by a constant as a multiplication by its
+  reciprocal, and folds two constants applied in a row (``(x + a) - b`` becomes ``x + (a - b)``).
 
 int64 and float64 need 64-bit mode: run inside ``x64()`` (the executor and the generated package do).
 """
@@ -57,6 +61,17 @@ def _take_along_axis(x: Any, index: Any, axis: int) -> Any:
     return jnp.take_along_axis(x, _wrap(index, x.shape[axis]), axis=axis, mode="clip")
 
 
+def _unfused_mul(a: Any, b: Any) -> Any:
+    """``a·b`` rounded on its own, never fused into an add or subtract that uses it, however far
+    down: the product hides behind a select XLA cannot see through (NaN·b is NaN either way)."""
+    return jnp.where(jnp.isnan(a), a, a * b)
+
+
+def _exact_div(a: Any, b: Any) -> Any:
+    """``a / b`` for a constant ``b``, correctly rounded (not ``a · (1/b)``)."""
+    return a / jnp.where(jnp.isnan(a), a, b)
+
+
 JAX = ArrayNamespace(
     "jax",
     jnp,
@@ -73,5 +88,8 @@ JAX = ArrayNamespace(
         *jnp.broadcast_arrays(re, im)
     ),  # a traced trip count is fine: XLA makes it a while loop
     special_library=lambda *fns: jax_special,
+    unfused_mul=_unfused_mul,
+    exact_div=_exact_div,
+    barrier=lax.optimization_barrier,  # later operations with constants are not folded into earlier ones
 )
 elementwise.bind(JAX)

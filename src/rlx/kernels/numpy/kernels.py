@@ -10,11 +10,11 @@ from __future__ import annotations
 from ...kernels import engine_kernels
 
 # The engine's own kernel families, in one explicit list: importing each fills OVERRIDES.
-from . import nn, resample, scatter
+from . import nn, scatter
 from .namespace import NUMPY
 from .overrides import OVERRIDES
 
-FAMILIES = (nn, resample, scatter)
+FAMILIES = (nn, scatter)
 KERNELS = engine_kernels(NUMPY, OVERRIDES)
 
 __all__ = ["FAMILIES", "KERNELS", "NUMPY", "OVERRIDES"]

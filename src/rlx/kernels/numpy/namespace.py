@@ -21,6 +21,7 @@ import numpy as np
 from ...kernels import elementwise
 from ...kernels.namespace import ArrayNamespace
 from ...kernels.precision import F32
+from ...kernels.resample_tables import NUMPY_ROUNDING
 from ...kernels.special import scipy_special
 
 _ERF_CHUNK = 1 << 16
@@ -215,6 +216,7 @@ NUMPY = ArrayNamespace(
     fori_loop=fori_loop,
     make_complex=make_complex,
     special_library=scipy_special,  # imports scipy at first use: only special-function programs need it
+    **NUMPY_ROUNDING,  # numpy rounds every operation as written
 )
 elementwise.bind(
     NUMPY,

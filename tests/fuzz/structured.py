@@ -220,7 +220,7 @@ def mutate_npy(raw: bytes, r: random.Random) -> bytes:
         elif action == 7 and data:
             k = r.randrange(len(data))
             data = data[:k] + bytes([data[k] ^ 0xFF]) + data[k + 1 :]
-        else:
+        elif header:
             k = r.randrange(len(header))
             header = header[:k] + chr(r.randrange(32, 127)) + header[k + 1 :]
     head = header.encode("latin1", "replace")

@@ -434,3 +434,22 @@ def test_graph_output_with_an_empty_name(tmp_path):
     m.graph.node[1].output[0] = ""
     m.graph.output[0].name = ""
     refused(lambda: rlx.from_onnx(m, tmp_path / "o"), SchemaError, "no name", "reg_graph")
+
+
+def test_npy_header_that_overflows_the_parser(tmp_path):
+    """Found by the fuzzer (npy-input seed 1698): a header of nested parentheses makes Python's
+    parser raise MemoryError (its stack, nothing allocated): refused as a damaged header."""
+    import io
+    import random
+
+    import structured
+
+    from rlx.npy_io import read_npy
+
+    buf = io.BytesIO()
+    np.save(buf, np.zeros((2, 3, 8), np.float32))
+    path = tmp_path / "x.npy"
+    path.write_bytes(structured.mutate_npy(buf.getvalue(), random.Random("npy-input:1698")))
+    msg = refused(lambda: read_npy(path, "input 'x'"), RlxError, "x.npy")
+    assert "deeply" in msg or "not a readable" in msg
+    assert "MemoryError" not in msg

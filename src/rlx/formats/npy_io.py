@@ -37,7 +37,10 @@ def read_npy(path: str | Path, what: str) -> np.ndarray:
             reader = _HEADER_READERS.get(version)
             if reader is None:
                 raise InputError(f"{what}: {path}: .npy format version {version} is not supported (1.0 or 2.0)")
-            shape, fortran_order, dtype = getattr(fmt, reader)(f)
+            try:
+                shape, fortran_order, dtype = getattr(fmt, reader)(f)
+            except MemoryError:  # Python's parser on a deeply nested header ('((((…'): nothing was allocated
+                raise InputError(f"{what}: {path}: its header is nested too deeply to be a .npy header") from None
             if dtype.hasobject:
                 raise InputError(f"{what}: {path}: holds Python objects ({dtype}); rlx reads numeric arrays only")
             need = math.prod(shape) * dtype.itemsize

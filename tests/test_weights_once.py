@@ -136,10 +136,13 @@ def test_capture_reads_the_module_without_copies() -> None:
         assert np.shares_memory(arr, params[key].numpy()) and not arr.flags.writeable
 
 
-def test_safetensors_write_streams() -> None:
-    """Writing does not assemble the file in memory: the peak is far below the tensors' bytes."""
+def test_safetensors_write_streams(tmp_path: Path) -> None:
+    """Writing does not assemble the file in memory: the peak is far below the tensors' bytes; and
+    it replaces the file rather than truncating it, so a hard link of the old one is untouched."""
     tensors = {f"t{k}": np.full((1024, 1024), k, np.float32) for k in range(4)}  # 16 MB
-    path = Path(os.devnull)
+    path = tmp_path / "w.safetensors"
+    safetensors_io.write(path, {"old": np.zeros(3, np.float32)})
+    os.link(path, tmp_path / "link.safetensors")
     tracemalloc.start()
     try:
         safetensors_io.write(path, tensors)
@@ -147,6 +150,9 @@ def test_safetensors_write_streams() -> None:
     finally:
         tracemalloc.stop()
     assert peak < 1_000_000
+    assert set(safetensors_io.read(tmp_path / "link.safetensors")[0]) == {"old"}
+    np.testing.assert_array_equal(safetensors_io.read(path)[0]["t3"], tensors["t3"])
+    assert sorted(os.listdir(tmp_path)) == ["link.safetensors", "w.safetensors"]
 
 
 def test_debug_without_exported_says_how_to_get_it(

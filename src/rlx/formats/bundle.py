@@ -111,7 +111,10 @@ def read_bundle(bundle_dir: str | Path) -> tuple[Program, dict[str, np.ndarray],
     check_meta(meta, program, paths["meta.json"])
     tensors, _ = safetensors_io.read(paths["weights.safetensors"])
     extra = sorted(
-        set(tensors) - {w.key for w in program.weights} - {s.key for s in program.state} - unused_weights(meta)
+        set(tensors)
+        - {w.key for w in program.weights}
+        - {s.key for s in program.state}
+        - unused_weights(meta, paths["meta.json"])
     )
     if extra:
         more = f" and {len(extra) - 3} more" if len(extra) > 3 else ""
@@ -123,12 +126,12 @@ def read_bundle(bundle_dir: str | Path) -> tuple[Program, dict[str, np.ndarray],
     return program, weights, meta
 
 
-def unused_weights(meta: Mapping[str, Any]) -> set[str]:
+def unused_weights(meta: Mapping[str, Any], source: Path) -> set[str]:
     """The tensors meta.json says the weights file holds for others (torch-ir.json) and the program
     does not read: the file is shared with the exported directory rather than written twice."""
     names = meta.get("unused_weights", [])
     if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
-        raise BundleError("meta.json: unused_weights must be a list of tensor names")
+        raise BundleError(f"{source}: unused_weights must be a list of tensor names")
     return set(names)
 
 

@@ -133,9 +133,17 @@ def write(path: str | Path, tensors: Mapping[str, np.ndarray], metadata: dict[st
         offset += arr.nbytes
     head = json.dumps(header, separators=(",", ":")).encode("utf-8")
     head += b" " * (-len(head) % 8)  # align the data section to 8 bytes, as the reference writer does
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(head)))
-        f.write(head)
-        for arr in arrays:
-            if arr.size:  # bytes in C order; a copy only of a tensor that is not C-contiguous already
-                f.write(np.ascontiguousarray(arr).reshape(-1).view(np.uint8).data)
+    # A new file renamed into place, never the old one truncated: a bundle's weights file may be a
+    # hard link of this one, and must not change under it.
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as f:
+            f.write(struct.pack("<Q", len(head)))
+            f.write(head)
+            for arr in arrays:
+                if arr.size:  # bytes in C order; a copy only of a tensor that is not C-contiguous already
+                    f.write(np.ascontiguousarray(arr).reshape(-1).view(np.uint8).data)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)

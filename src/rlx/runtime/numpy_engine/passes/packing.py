@@ -24,6 +24,9 @@ from rlx.passes.fold import FOLDED_KEY
 from rlx.passes.rewrite import Names, use_counts
 
 _FLOATS = ("f32", "f64")
+# A product by a transposed half-precision weight widens it per call anyway (numpy has no bf16
+# GEMM): reading the view instead of a folded copy saves the copy and costs nothing.
+_VIEW_FLOATS = (*_FLOATS, "f16", "bf16")
 COPY_MAX_BYTES = 2**20  # smaller weights are packed as copies (see above)
 
 
@@ -83,7 +86,8 @@ def _permutes_read_only_by_matmuls(
         if isinstance(ins.call, C.Permute)
         and ins.call.perm == (1, 0)
         and ins.call.x.name in const
-        and _packable(const[ins.call.x.name], ins.dtype)
+        and len(const[ins.call.x.name].shape) == 2
+        and const[ins.call.x.name].dtype == ins.dtype in _VIEW_FLOATS
         and ins.call.x.name in weights
         and weights[ins.call.x.name].nbytes > COPY_MAX_BYTES  # small ones: folding stores a copy
     }

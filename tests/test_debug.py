@@ -23,7 +23,7 @@ from helpers import BLOCK_TORCH, load_example
 def transformer_out(tmp_path_factory):
     out = tmp_path_factory.mktemp("dbg") / "t"
     model, inputs = load_example("transformer").get_model()
-    rlx.from_torch(model, inputs, out)
+    rlx.from_torch(model, inputs, out, keep_exported=True)
     return out
 
 
@@ -96,7 +96,11 @@ def test_debug_runs_dynamic_bundles(tmp_path):
     model, inputs = load_example("decoder_lm").get_model()
     dim = torch.export.Dim
     rlx.from_torch(
-        model, inputs, tmp_path / "o", dynamic_shapes={"input_ids": {0: dim("b", max=4), 1: dim("s", max=32)}}
+        model,
+        inputs,
+        tmp_path / "o",
+        dynamic_shapes={"input_ids": {0: dim("b", max=4), 1: dim("s", max=32)}},
+        keep_exported=True,
     )
     assert json.loads((tmp_path / "o" / "debug.json").read_text())["first_divergent"] is None
     assert main(["debug", str(tmp_path / "o")]) == 0
@@ -111,7 +115,7 @@ class Checked(torch.nn.Module):
 
 def test_graphs_with_error_check_tokens_are_debugged(tmp_path):
     a = torch.randn(4, 4, generator=torch.Generator().manual_seed(0)) + 4 * torch.eye(4)
-    report = rlx.from_torch(Checked(), (a,), tmp_path / "o")
+    report = rlx.from_torch(Checked(), (a,), tmp_path / "o", keep_exported=True)
     assert report.passed
     assert json.loads((tmp_path / "o" / "debug.json").read_text())["first_divergent"] is None
 

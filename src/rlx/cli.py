@@ -106,6 +106,12 @@ def _parser() -> argparse.ArgumentParser:
         metavar="NAME=D0,D1,...",
         help="ONNX: fix an input's dimensions while converting, ? keeps one dynamic (repeatable), e.g. x=1,3,?,?",
     )
+    imp.add_argument(
+        "--keep-exported",
+        action="store_true",
+        help="also save exported.pt2 (a second copy of the weights) and compare every node for `rlx debug` "
+        "(done anyway when parity fails)",
+    )
     imp.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
 
     bld = sub.add_parser("build", help="lower an exported directory (torch-ir.json + weights) without torch")
@@ -357,6 +363,7 @@ def cmd_import(args: argparse.Namespace) -> int:
         auto_decompose=args.auto_decompose,
         strict=args.strict,
         emit_style=args.emit_style,
+        keep_exported=args.keep_exported,
         on_step=lambda name, secs: _say(f"  {labels.get(name, name):<40} {secs:7.2f} s"),
     )
     _say("")

@@ -1,4 +1,4 @@
-"""Weight packing: weights consumed transposed are stored once, at load, GEMM-ready."""
+"""Weight packing: weights consumed transposed are read, at load, as GEMM-ready views (no copy)."""
 
 from __future__ import annotations
 
@@ -32,30 +32,44 @@ def case():
 
 def test_linear_becomes_gemm_on_one_packed_weight(case):
     assert ops(case.program).get("Linear") == 2
-    program, weights = constant_folding(pack_weights(case.program), case.weights)
+    program, weights = constant_folding(*pack_weights(case.program, case.weights))
     assert ops(program).get("Gemm") == 2 and "Linear" not in ops(program)
     packed = {i.call.w.name for i in program.instrs if i.call.op == "Gemm"}
     assert len(packed) == 1  # shared by both
     (name,) = packed
     w = weights[name]
-    assert w.shape == (8, 6) and w.flags.c_contiguous and not w.flags.writeable
+    assert w.shape == (8, 6) and w.flags.c_contiguous and not w.flags.writeable  # small: a copy
     (source,) = [v for k, v in case.weights.items() if v.shape == (6, 8)]
     np.testing.assert_array_equal(w, source.T)
     case.check(case.run_program(program, dict(weights)))
 
 
 def test_transposed_matmul_weight_is_packed_by_folding():
-    """At core level a Linear is ``mm(x, permute(W))``: folding stores the transpose contiguous."""
+    """At core level a Linear is ``mm(x, permute(W))``: folding stores a small transpose contiguous;
+    a large one (over 1 MiB) the product reads as a view of the weight, not a copy."""
     torch.manual_seed(0)
-    case = lower(nn.Linear(8, 6), (torch.randn(3, 8),), "core")
-    program, weights = pipeline.optimize(case.program, case.weights, only("constant_folding", "weight_packing"))
-    assert "Permute" not in ops(program)
-    (mm,) = [i for i in program.instrs if i.call.op == "MatMul"]
-    assert weights[mm.call.y.name].flags.c_contiguous
+    for width, out, view in ((8, 6, False), (1024, 512, True)):
+        case = lower(nn.Linear(width, out), (torch.randn(3, width),), "core")
+        program, weights = pipeline.optimize(case.program, case.weights, only("constant_folding", "weight_packing"))
+        assert "Permute" not in ops(program)
+        (mm,) = [i for i in program.instrs if i.call.op == "MatMul"]
+        (source,) = [v for k, v in case.weights.items() if v.shape == (out, width)]
+        packed = weights[mm.call.y.name]
+        assert np.shares_memory(packed, source) == view and packed.flags.c_contiguous != view
+        case.check(case.run_program(program, dict(weights)))
+
+
+def test_large_linear_weight_is_a_view():
+    torch.manual_seed(0)
+    case = lower(nn.Linear(1024, 512), (torch.randn(3, 1024),), "aten")
+    program, weights = pack_weights(case.program, case.weights)
+    (gemm,) = [i for i in program.instrs if i.call.op == "Gemm"]
+    (source,) = [v for k, v in case.weights.items() if v.shape == (512, 1024)]
+    assert np.shares_memory(weights[gemm.call.w.name], source) and not weights[gemm.call.w.name].flags.writeable
     case.check(case.run_program(program, dict(weights)))
 
 
 def test_half_precision_linear_is_left_alone():
     torch.manual_seed(0)
     case = lower(nn.Linear(8, 6).half(), (torch.randn(3, 8).half(),), "aten")
-    assert ops(pack_weights(case.program)) == ops(case.program)
+    assert ops(pack_weights(case.program, case.weights)[0]) == ops(case.program)

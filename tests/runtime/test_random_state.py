@@ -43,7 +43,7 @@ X = torch.randn(5, 6, generator=torch.Generator().manual_seed(1))
 @pytest.fixture(scope="module")
 def converted(tmp_path_factory: pytest.TempPathFactory):
     out = tmp_path_factory.mktemp("sampler")
-    report = rlx.from_torch(Sampler(), (X,), out / "np", emit=("bundle", "package"))
+    report = rlx.from_torch(Sampler(), (X,), out / "np", emit=("bundle", "package"), keep_exported=True)
     rlx.from_torch(Sampler(), (X,), out / "jx", emit=("package",), emit_style="jax", verify=False)
     return out, report
 

@@ -4,6 +4,10 @@ OUT/
   torch-ir.json  weights.safetensors  reference.safetensors   (the language-neutral export)
   bundle/        program.json  weights.safetensors  meta.json  (what the runtime loads)
   report.json    conversion summary and parity
+  exported.pt2   the ExportedProgram, for `rlx debug`: only with keep_exported or when parity fails
+
+The weights are written once: bundle/weights.safetensors is a hard link of OUT/weights.safetensors
+(a copy only where the filesystem has no hard links), straight from the module's own tensors.
 """
 
 from __future__ import annotations
@@ -104,8 +108,14 @@ def from_torch(
     emit_style: str = "numpy",
     backend: str = "numpy",
     strict: bool = False,
+    keep_exported: bool = False,
 ) -> ConvertReport:
     """Convert a PyTorch module into ``out_dir`` and (by default) check parity against PyTorch.
+
+    Memory: the weights are read from the module's own tensors (no copy) and written once; the
+    parity run uses them in place too. ``keep_exported=True`` also saves ``exported.pt2`` (the
+    ExportedProgram, weights included: a second copy on disk) and compares every node with PyTorch
+    for report.html and ``rlx debug``; when parity fails both happen anyway.
 
     ``strict=True`` exports with TorchDynamo (``torch.export.export(strict=True)``), which
     transformers' static-cache export wrappers need. Buffers the forward updates in place (a KV
@@ -157,13 +167,15 @@ def from_torch(
             staged.path / "weights.safetensors",
             notes,
         )
-        # What `rlx debug` needs later, and the per-node comparison for report.html now.
-        unsaved = save_exported(exported.exported_program, staged.path / EXPORTED_FILE)
-        if unsaved:
-            report.notes.append(f"exported.pt2 not written, so `rlx debug` cannot re-run PyTorch later: {unsaved}")
-            atomic_write_text(staged.path / "report.json", dumps_json(report.to_json()))
-        if verify:
-            steps("debug", lambda: _debug_nodes(exported, program, staged.path))
+        # What `rlx debug` needs later, and the per-node comparison for report.html now: on request,
+        # or when parity failed (the eager graph's intermediates are the most memory a conversion holds).
+        if keep_exported or not report.passed:
+            unsaved = save_exported(exported.exported_program, staged.path / EXPORTED_FILE)
+            if unsaved:
+                report.notes.append(f"exported.pt2 not written, so `rlx debug` cannot re-run PyTorch later: {unsaved}")
+                atomic_write_text(staged.path / "report.json", dumps_json(report.to_json()))
+            if verify:
+                steps("debug", lambda: _debug_nodes(exported, program, staged.path))
         write_report(staged.path)
     return report
 
@@ -260,5 +272,6 @@ def build(
 
 def debug(model: Any, example_inputs: Any, out_dir: str | Path, **convert_kwargs: Any) -> DebugReport:
     """Convert ``model`` into ``out_dir`` (as ``rlx.from_torch`` does) and debug it node by node."""
+    convert_kwargs.setdefault("keep_exported", True)  # debug_dir re-runs PyTorch from exported.pt2
     from_torch(model, example_inputs, out_dir, **convert_kwargs)
     return debug_dir(out_dir)

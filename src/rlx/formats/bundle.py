@@ -18,7 +18,7 @@ from rlx.formats import safetensors_io
 from rlx.formats.atomic import atomic_write_text
 from rlx.ir import dtypes
 from rlx.ir.program import Lit, Program, Ref, dumps_json
-from rlx.ir.rng import with_rng_state
+from rlx.ir.rng import RNG_KEY, with_rng_state
 from rlx.ir.rules import TensorType
 from rlx.ir.symbolic import dim_json
 from rlx.ir.validate import check_program, validate
@@ -62,12 +62,18 @@ def write_bundle(
     weights_file: Path | None = None,
 ) -> Path:
     """Write a bundle. ``weights`` is keyed by state_dict name; when ``weights_file`` already holds
-    exactly those tensors it is linked (or copied) instead of written again."""
+    every tensor the program needs, it is hard-linked (copied across filesystems) instead of written
+    again, and the tensors it holds that the program does not read (a buffer the lowering left
+    unused) are listed in meta.json's ``unused_weights``, so the bundle stays self-contained."""
     bundle_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_text(bundle_dir / "program.json", program.dumps())
     needed = {w.key for w in program.weights} | {s.key for s in program.state}
     target = bundle_dir / "weights.safetensors"
-    if weights_file is not None and set(weights) == needed:
+    stored = set(safetensors_io.read(weights_file)[0]) if weights_file is not None else set()
+    unused: list[str] = []
+    # the generator's initial state of a program that draws is made at load when the file lacks it
+    if weights_file is not None and needed - {RNG_KEY} <= stored:
+        unused = sorted(stored - needed)
         try:
             os.link(weights_file, target)
         except OSError:
@@ -75,7 +81,10 @@ def write_bundle(
     else:
         weights = with_rng_state(program, dict(weights))  # a generator's initial state, if it draws
         safetensors_io.write(target, {k: weights[k] for k in sorted(needed)})
-    atomic_write_text(bundle_dir / "meta.json", dumps_json(meta_json(program, source)))
+    meta = meta_json(program, source)
+    if unused:
+        meta["unused_weights"] = unused
+    atomic_write_text(bundle_dir / "meta.json", dumps_json(meta))
     return bundle_dir
 
 
@@ -99,7 +108,12 @@ def read_bundle(bundle_dir: str | Path) -> tuple[Program, dict[str, np.ndarray],
     paths = {name: inside(bundle_dir, name) for name in BUNDLE_FILES}
     program, meta, inferred = read_checked_program(bundle_dir)
     tensors, _ = safetensors_io.read(paths["weights.safetensors"])
-    extra = sorted(set(tensors) - {w.key for w in program.weights} - {s.key for s in program.state})
+    extra = sorted(
+        set(tensors)
+        - {w.key for w in program.weights}
+        - {s.key for s in program.state}
+        - unused_weights(meta, paths["meta.json"])
+    )
     if extra:
         more = f" and {len(extra) - 3} more" if len(extra) > 3 else ""
         raise BundleError(
@@ -154,6 +168,7 @@ META_FIELD_TYPES: dict[str, type] = {
     "source": dict,
     "state": list,
     "rlx_version": str,
+    "unused_weights": list,
 }
 
 
@@ -174,6 +189,15 @@ def read_checked_program(bundle_dir: Path) -> tuple[Program, dict[str, Any], lis
     meta = read_json(meta_path)
     check_meta(meta, program, meta_path)
     return program, meta, inferred
+
+
+def unused_weights(meta: Mapping[str, Any], source: Path) -> set[str]:
+    """The tensors meta.json says the weights file holds for others (torch-ir.json) and the program
+    does not read: the file is shared with the exported directory rather than written twice."""
+    names = meta.get("unused_weights", [])
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise BundleError(f"{source}: unused_weights must be a list of tensor names")
+    return set(names)
 
 
 def inside(directory: Path, name: str) -> Path:

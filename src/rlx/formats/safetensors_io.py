@@ -11,6 +11,7 @@ import json
 import mmap
 import os
 import struct
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
@@ -119,30 +120,40 @@ def _check_entry(path: Path, name: str, info: object, data_len: int) -> tuple[st
     return token, tuple(shape), begin, end
 
 
-def write(path: str | Path, tensors: dict[str, np.ndarray], metadata: dict[str, str] | None = None) -> None:
-    """Write ``tensors`` (sorted by name, so the file is deterministic) to ``path``."""
+def write(path: str | Path, tensors: Mapping[str, np.ndarray], metadata: dict[str, str] | None = None) -> None:
+    """Write ``tensors`` (sorted by name, so the file is deterministic) to ``path``, one tensor at a
+    time straight from its memory: a contiguous array (a view of a torch tensor, a memory map) is
+    never copied, so writing costs no more memory than the largest non-contiguous tensor."""
     header: dict[str, object] = {}
     if metadata:
         header["__metadata__"] = dict(metadata)
     offset = 0
-    blobs = []
+    arrays = []
     for name in sorted(tensors):
-        arr = np.asarray(tensors[name], order="C")  # ascontiguousarray would make 0-d arrays 1-d
+        arr = np.asarray(tensors[name])
         token = dtypes.from_numpy(arr.dtype)
         if token not in TOKEN_TO_ST:
             raise WeightsError(f"{path}: tensor {name!r} is {token}, which safetensors has no name for")
-        data = arr.tobytes()
         header[name] = {
             "dtype": TOKEN_TO_ST[token],
             "shape": list(arr.shape),
-            "data_offsets": [offset, offset + len(data)],
+            "data_offsets": [offset, offset + arr.nbytes],
         }
-        blobs.append(data)
-        offset += len(data)
+        arrays.append(arr)
+        offset += arr.nbytes
     head = json.dumps(header, separators=(",", ":")).encode("utf-8")
     head += b" " * (-len(head) % 8)  # align the data section to 8 bytes, as the reference writer does
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(head)))
-        f.write(head)
-        for blob in blobs:
-            f.write(blob)
+    # A new file renamed into place, never the old one truncated: a bundle's weights file may be a
+    # hard link of this one, and must not change under it.
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as f:
+            f.write(struct.pack("<Q", len(head)))
+            f.write(head)
+            for arr in arrays:
+                if arr.size:  # bytes in C order; a copy only of a tensor that is not C-contiguous already
+                    f.write(np.ascontiguousarray(arr).reshape(-1).view(np.uint8).data)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)

@@ -31,6 +31,7 @@ from rlx.formats.atomic import atomic_write_text
 from rlx.formats.torch_ir import DtypeArg, Input, Node, Output, ScalarMeta, TensorMeta, TorchIR, TorchWeight
 from rlx.frontends.torch.levels import LEVELS, decompose
 from rlx.frontends.torch.tensors import tensor_to_numpy, torch_dtype_token
+from rlx.ir import dtypes
 from rlx.ir.program import Ref
 from rlx.ir.symbolic import Dim, Sym, Symbol
 
@@ -486,12 +487,29 @@ def _record_inputs(ep: ExportedProgram, rec: _Recorder) -> tuple[list[Input], li
             tensor = ep.constants.get(spec.target)
         if not isinstance(tensor, torch.Tensor):
             raise ExportError(f"weight {spec.target!r} is not a tensor (found {type(tensor).__name__})")
-        arr = tensor_to_numpy(tensor)
+        arr = weight_view(tensor)
         weights.append(
             TorchWeight(name, spec.target, tuple(arr.shape), torch_dtype_token(tensor.dtype), kinds[spec.kind.name])
         )
         tensors[spec.target] = arr
     return inputs, weights, tensors
+
+
+def weight_view(t: torch.Tensor) -> np.ndarray:
+    """A read-only numpy view of a weight's own memory (bf16 included): writing the weights file and
+    the parity run read the module's tensors directly, so conversion holds no copy of the weights.
+    Only a tensor that is not already a contiguous dense CPU tensor (a rare lifted constant, a
+    conjugated view) is copied."""
+    t = t.detach()
+    if t.device.type != "cpu" or not t.is_contiguous() or t.is_conj() or t.is_neg() or t.layout != torch.strided:
+        return tensor_to_numpy(t)
+    if t.dtype == torch.bfloat16:  # numpy has no bf16: the same bits seen as ml_dtypes.bfloat16
+        arr = t.view(torch.int16).numpy().view(dtypes.to_numpy("bf16"))
+    else:
+        torch_dtype_token(t.dtype)
+        arr = t.numpy()
+    arr.flags.writeable = False  # the module's memory: nothing in rlx may write into it
+    return arr
 
 
 def _record_outputs(ep: ExportedProgram, rec: _Recorder) -> tuple[list[Output], dict[str, int]]:

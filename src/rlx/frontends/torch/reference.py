@@ -33,8 +33,8 @@ def save_exported(ep: ExportedProgram, path: Path) -> str | None:
 def load_exported(path: Path) -> ExportedProgram:
     if not path.is_file():
         raise BundleError(
-            f"{path}: missing; `rlx import` saves it for `rlx debug` unless torch could not serialise the "
-            "program (see report.json notes)"
+            f"{path}: missing; re-run `rlx import MODEL -o {path.parent} --force --keep-exported` "
+            "(rlx.from_torch(..., keep_exported=True)) to save it for `rlx debug`"
         )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -29,7 +29,10 @@ import dataclasses
 from collections.abc import Callable
 from typing import NamedTuple
 
+import numpy as np
+
 from rlx.ir import calls as C
+from rlx.ir import dtypes
 from rlx.ir.program import Call, Instr, Lit, Operand, Program, Ref, Value
 from rlx.ir.symbolic import Shape, is_static, static_shape
 from rlx.passes.rewrite import Names, rename_all, use_counts
@@ -242,6 +245,12 @@ class _Projection(NamedTuple):
     width: int
 
 
+# The merged matrix is a copy of its members (they stay views of the mapped weights file): beyond
+# this size a GEMM keeps BLAS busy on its own, and the copy would make a loaded model hold those
+# weights twice.
+MAX_MERGED_BYTES = 16 * 2**20
+
+
 def _gemm_siblings(program: Program) -> Program:
     """Gemms of one input by different weight matrices (the q, k and v projections) → one Gemm by the
     weights side by side, and a slice of its result for each. The concatenated weight and bias are
@@ -252,7 +261,8 @@ def _gemm_siblings(program: Program) -> Program:
     names = Names(program)
     replace: dict[str, list[Instr]] = {}
     for (_, act, dtype), members in _sibling_groups(program, values).items():
-        if len(members) < 2:
+        merged_bytes = members[0].k * sum(m.width for m in members) * np.dtype(dtypes.to_numpy(dtype)).itemsize
+        if len(members) < 2 or merged_bytes > MAX_MERGED_BYTES:
             continue
         first = members[0].ins
         new: list[Instr] = []

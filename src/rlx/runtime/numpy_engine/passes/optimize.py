@@ -54,15 +54,21 @@ PASSES: dict[str, Pass] = {
             doc="compute weight/constant-only instructions once, at load",
         ),
         Pass("alias", remove_aliases, doc="drop no-op reshapes, casts, permutes, slices; collapse reshape chains"),
-        Pass("weight_packing", pack_weights, doc="store weights consumed transposed as GEMM-ready matrices"),
+        Pass(
+            "weight_packing",
+            run_with_weights=pack_weights,
+            doc="read weights consumed transposed as GEMM-ready views (no copy)",
+        ),
         Pass("fusion", fuse, doc="BatchNorm into conv, matmul + bias + activation, elementwise chains (+ softmax)"),
         Pass("dead_code", dead_code_elimination, doc="drop instructions and weights nothing reads"),
         Pass("buffer_reuse", reuse_buffers, doc="write large results into the storage of dead values"),
     )
 }
 # The order they run in (a name may appear twice).
+# Packing runs before the first folding too, so a transposed weight becomes a view of the weight
+# rather than the C-contiguous copy folding would store.
 ORDER = (
-    "constant_folding", "alias", "weight_packing", "constant_folding", "fusion", "alias", "constant_folding",
+    "weight_packing", "constant_folding", "alias", "weight_packing", "constant_folding", "fusion", "alias", "constant_folding",
     "dead_code", "buffer_reuse",
 )  # fmt: skip
 PASS_NAMES = tuple(PASSES)

@@ -1,0 +1,199 @@
+"""Models as large as the machine (issue 33): weights written once, kept in their dtype, read from
+the module without copies, loaded memory-mapped; conversion memory bounded."""
+
+from __future__ import annotations
+
+import json
+import mmap
+import os
+import subprocess
+import sys
+import tracemalloc
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import rlx
+from rlx.cli import main
+from rlx.formats import safetensors_io
+from rlx.runtime.numpy_engine.passes import optimize as pipeline
+
+
+class Net(torch.nn.Module):
+    """Linear layers (packed at load) around a norm, plus a buffer the forward never reads (as
+    Llama's ``original_inv_freq``): the weights file holds it, the program does not."""
+
+    def __init__(self, width: int = 64, depth: int = 3) -> None:
+        super().__init__()
+        self.layers = torch.nn.ModuleList(torch.nn.Linear(width, width) for _ in range(depth))
+        self.norm = torch.nn.LayerNorm(width)
+        self.register_buffer("unused", torch.arange(4.0))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            x = torch.nn.functional.silu(layer(x))
+        return self.norm(x)
+
+
+def weight_bytes(model: torch.nn.Module) -> int:
+    return sum(t.numel() * t.element_size() for t in model.state_dict().values())
+
+
+def disk_bytes(out: Path) -> int:
+    """Bytes of the files under ``out``, each inode once."""
+    seen: set[tuple[int, int]] = set()
+    total = 0
+    for f in out.rglob("*"):
+        st = f.stat()
+        if f.is_file() and (st.st_dev, st.st_ino) not in seen:
+            seen.add((st.st_dev, st.st_ino))
+            total += st.st_size
+    return total
+
+
+@pytest.fixture(scope="module")
+def converted(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Net, torch.Tensor]:
+    torch.manual_seed(0)
+    model, x = Net(640).eval(), torch.randn(3, 640)  # 1.6 MB matrices: packed as views
+    out = tmp_path_factory.mktemp("once") / "o"
+    assert rlx.from_torch(model, (x,), out).passed
+    return out, model, x
+
+
+def test_weights_are_written_once(converted: tuple[Path, Net, torch.Tensor]) -> None:
+    out, model, x = converted
+    shared, bundled = out / "weights.safetensors", out / "bundle" / "weights.safetensors"
+    assert shared.stat().st_ino == bundled.stat().st_ino  # one file, two names
+    assert not (out / "exported.pt2").exists()
+    assert "debug.json" not in os.listdir(out)  # the per-node pass runs only on request or on failure
+    reference = (out / "reference.safetensors").stat().st_size
+    json_bytes = sum(f.stat().st_size for f in out.rglob("*.json")) + (out / "report.html").stat().st_size
+    assert disk_bytes(out) - reference - json_bytes <= 1.05 * weight_bytes(model)
+    # The unused buffer stays in the shared file (torch-ir.json declares it); meta.json names it.
+    meta = json.loads((out / "bundle" / "meta.json").read_text())
+    assert meta["unused_weights"] == ["unused"]
+    got = rlx.load(out)(x.numpy())
+    np.testing.assert_allclose(got, model(x).detach().numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_undeclared_extra_tensors_are_still_refused(converted: tuple[Path, Net, torch.Tensor], tmp_path: Path) -> None:
+    out, _, _ = converted
+    bundle = tmp_path / "b"
+    bundle.mkdir()
+    for name in ("program.json", "weights.safetensors"):
+        (bundle / name).write_bytes((out / "bundle" / name).read_bytes())
+    meta = json.loads((out / "bundle" / "meta.json").read_text())
+    del meta["unused_weights"]
+    (bundle / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(rlx.RlxError, match="'unused' are not used by the program"):
+        rlx.load(bundle)
+
+
+def test_load_is_memory_mapped(converted: tuple[Path, Net, torch.Tensor]) -> None:
+    """Loaded weights are read-only views of the mapped file, and so are the packed ([in, out])
+    matrices the numpy engine multiplies by: a loaded model holds no second copy of its weights."""
+    out, model, _ = converted
+    loaded = rlx.load(out)
+
+    def mapped(a: np.ndarray) -> bool:
+        base: object = a
+        while isinstance(base, np.ndarray):
+            base = base.base
+        return isinstance(base.obj if isinstance(base, memoryview) else base, mmap.mmap)
+
+    assert all(mapped(a) and not a.flags.writeable for a in loaded.weights.values())
+    # What the numpy engine runs with after its load-time passes (packing, folding, fusion).
+    program, weights = pipeline.optimize(loaded.program, loaded.weights)
+    used = [weights[w.name] for w in program.weights]
+    assert sum(a.nbytes for a in used if not mapped(a)) <= 0.05 * weight_bytes(model)
+    products = [i.call for i in program.instrs if i.call.op in ("Gemm", "MatMul")]
+    assert len(products) == 3
+    for c in products:
+        w = weights[c.w.name if c.op == "Gemm" else c.y.name]
+        assert w.shape == (640, 640) and w.flags.f_contiguous and mapped(w)  # the transposed view
+
+
+def test_bf16_stays_bf16(tmp_path: Path) -> None:
+    torch.manual_seed(1)
+    model, x = Net(32).to(torch.bfloat16).eval(), torch.randn(2, 32, dtype=torch.bfloat16)
+    report = rlx.from_torch(model, (x,), tmp_path / "o")
+    assert report.passed and report.param_bytes == weight_bytes(model)
+    header_len = int.from_bytes((tmp_path / "o" / "weights.safetensors").read_bytes()[:8], "little")
+    header = json.loads((tmp_path / "o" / "weights.safetensors").read_bytes()[8 : 8 + header_len])
+    assert {v["dtype"] for k, v in header.items() if k != "__metadata__"} == {"BF16"}
+    assert {str(a.dtype) for a in rlx.load(tmp_path / "o").weights.values()} == {"bfloat16"}
+
+
+def test_capture_reads_the_module_without_copies() -> None:
+    from rlx.frontends.torch import capture
+
+    model = Net(16).eval()
+    exported = capture(model, (torch.randn(2, 16),))
+    params = model.state_dict()
+    for key, arr in exported.weights.items():
+        assert np.shares_memory(arr, params[key].numpy()) and not arr.flags.writeable
+
+
+def test_safetensors_write_streams(tmp_path: Path) -> None:
+    """Writing does not assemble the file in memory: the peak is far below the tensors' bytes; and
+    it replaces the file rather than truncating it, so a hard link of the old one is untouched."""
+    tensors = {f"t{k}": np.full((1024, 1024), k, np.float32) for k in range(4)}  # 16 MB
+    path = tmp_path / "w.safetensors"
+    safetensors_io.write(path, {"old": np.zeros(3, np.float32)})
+    os.link(path, tmp_path / "link.safetensors")
+    tracemalloc.start()
+    try:
+        safetensors_io.write(path, tensors)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 1_000_000
+    assert set(safetensors_io.read(tmp_path / "link.safetensors")[0]) == {"old"}
+    np.testing.assert_array_equal(safetensors_io.read(path)[0]["t3"], tensors["t3"])
+    assert sorted(os.listdir(tmp_path)) == ["link.safetensors", "w.safetensors"]
+
+
+def test_debug_without_exported_says_how_to_get_it(
+    converted: tuple[Path, Net, torch.Tensor], capsys: pytest.CaptureFixture[str]
+) -> None:
+    out, _, _ = converted
+    assert main(["debug", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("rlx: ") and "--keep-exported" in err and "\n" not in err
+
+
+def test_keep_exported_saves_the_program_and_the_node_comparison(tmp_path: Path) -> None:
+    model, x = Net(16).eval(), torch.randn(2, 16)
+    assert rlx.from_torch(model, (x,), tmp_path / "o", keep_exported=True).passed
+    assert (tmp_path / "o" / "exported.pt2").is_file()
+    assert json.loads((tmp_path / "o" / "debug.json").read_text())["first_divergent"] is None
+    assert main(["debug", str(tmp_path / "o")]) == 0
+
+
+_CHILD = """
+import resource, sys, torch
+sys.path.insert(0, {tests!r})
+from test_weights_once import Net
+torch.manual_seed(0)
+model, x = Net(1024, 10).eval(), torch.randn(4, 1024)
+model(x)
+base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+import rlx
+assert rlx.from_torch(model, (x,), {out!r}).passed
+rlx.load({out!r})(x.numpy())
+print(base * 1024, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+"""
+
+
+def test_conversion_memory_is_bounded(tmp_path: Path) -> None:
+    """Converting a 42 MB model with verification, then loading and running it, costs under 1.5×
+    its weights (+ rlx's imports) beyond the model itself (6.9× before the weights were read in place)."""
+    code = _CHILD.format(tests=str(Path(__file__).parent), out=str(tmp_path / "o"))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    base, peak = map(int, proc.stdout.split()[-2:])  # ru_maxrss: KiB on Linux
+    weights = 10 * (1024 * 1024 + 1024) * 4
+    assert peak - base <= 1.5 * weights + 130e6, f"{(peak - base) / 1e6:.0f} MB"  # 290 MB before

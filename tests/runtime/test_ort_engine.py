@@ -140,6 +140,7 @@ def test_missing_onnxruntime_names_the_extra(tmp_path):
     script = block_imports("onnxruntime") + textwrap.dedent(
         """
         import rlx
+        import rlx.runtime.engines
         try:
             rlx.runtime.engines.check_engine("onnxruntime")
         except rlx.RlxError as e:

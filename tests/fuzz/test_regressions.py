@@ -444,7 +444,7 @@ def test_npy_header_that_overflows_the_parser(tmp_path):
 
     import structured
 
-    from rlx.npy_io import read_npy
+    from rlx.formats.npy_io import read_npy
 
     buf = io.BytesIO()
     np.save(buf, np.zeros((2, 3, 8), np.float32))

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("onnx")
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "tools"))  # tests/frontends/onnx -> repo root
 import onnx_conformance as conf  # noqa: E402
 
 from frontends.onnx.known_failures import KNOWN_FAILURES  # noqa: E402

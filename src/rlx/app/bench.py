@@ -15,11 +15,12 @@ import math
 import os
 import resource
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from multiprocessing import get_context
 from pathlib import Path
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -33,6 +34,7 @@ from rlx.runtime.engines import ENGINES
 
 _MODULES = {"numpy": "numpy", "jax": "jax", "onnxruntime": "onnxruntime", "openvino": "openvino"}
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+R = TypeVar("R")
 
 
 @dataclass
@@ -163,27 +165,34 @@ def _rebatch(program: Program, arrays: Mapping[str, np.ndarray], batch: int) -> 
     return out
 
 
-def _measure_in_subprocess(
-    bundle: Path, engine: str, inputs: Mapping[str, np.ndarray], threads: int | None, runs: int, warmup: int
-) -> tuple[EngineResult, list[np.ndarray] | None]:
+def in_fresh_process(threads: int | None, fn: Callable[..., R], *args: Any) -> R:
+    """``fn(*args)`` in a freshly spawned process, with the BLAS/OpenMP thread variables set to
+    ``threads`` while it starts (numpy's BLAS reads them only then); this process's are restored."""
     saved = {k: os.environ.get(k) for k in THREAD_VARIABLES}
-    if threads is not None:  # numpy's BLAS reads these when the fresh process starts
+    if threads is not None:
         os.environ.update({k: str(threads) for k in THREAD_VARIABLES})
     try:
         with ProcessPoolExecutor(max_workers=1, mp_context=get_context("spawn")) as pool:
-            return pool.submit(measure, str(bundle), engine, dict(inputs), threads, runs, warmup).result()
-    except RlxError:
-        raise
-    except Exception as e:  # a crashed worker: report the engine as failed, keep the others
-        return EngineResult(
-            engine, error=f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
-        ), None
+            return pool.submit(fn, *args).result()
     finally:
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+def _measure_in_subprocess(
+    bundle: Path, engine: str, inputs: Mapping[str, np.ndarray], threads: int | None, runs: int, warmup: int
+) -> tuple[EngineResult, list[np.ndarray] | None]:
+    try:
+        return in_fresh_process(threads, measure, str(bundle), engine, dict(inputs), threads, runs, warmup)
+    except RlxError:
+        raise
+    except Exception as e:  # a crashed worker: report the engine as failed, keep the others
+        return EngineResult(
+            engine, error=f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+        ), None
 
 
 def measure(

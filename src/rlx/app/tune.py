@@ -18,17 +18,15 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
-from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from rlx.app.bench import in_fresh_process
 from rlx.errors import InputError, RlxError, UsageError
 from rlx.formats import safetensors_io
 from rlx.formats.atomic import atomic_write_text
@@ -38,7 +36,6 @@ from rlx.runtime.tuning import ENGINE_PACKAGES, FORMAT, TUNING_FILE, bundle_dir,
 
 DEFAULT_TOLERANCE = 0.999  # cosine, per output (the Rust reference's parity threshold)
 DEFAULT_MAX_ERROR = 1e-2  # max |error| relative to max(1, max |reference|)
-THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 TIME_BUDGET_S = 1.5  # timing per candidate: at most this long (and at most `runs` calls)
 CONFIRM, CLOSE = 3, 1.3  # the fastest CONFIRM passing candidates within CLOSE x the best are re-timed
 
@@ -271,21 +268,11 @@ def measure(
 
 def _in_subprocess(bundle: Path, engine: str, precision: str, sets: list[dict[str, np.ndarray]], threads: int | None,
                    runs: int) -> tuple[float, float, list[list[np.ndarray]] | None, str]:  # fmt: skip
-    saved = {k: os.environ.get(k) for k in THREAD_VARIABLES}
-    if threads is not None:  # numpy's BLAS reads these when the fresh process starts
-        os.environ.update({k: str(threads) for k in THREAD_VARIABLES})
     try:
-        with ProcessPoolExecutor(max_workers=1, mp_context=get_context("spawn")) as pool:
-            return pool.submit(measure, str(bundle), engine, precision, sets, threads, runs).result()
+        return in_fresh_process(threads, measure, str(bundle), engine, precision, sets, threads, runs)
     except Exception as e:  # a crashed worker: this candidate failed, the others go on
         text = str(e).strip().splitlines()
         return math.nan, math.nan, None, f"{type(e).__name__}: {text[0] if text else ''}"
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def tune(

@@ -19,6 +19,7 @@ from typing import Any, NoReturn
 import numpy as np
 
 from rlx.errors import InputError, RlxError, UsageError
+from rlx.formats.layout import PROGRAM_FILE, TORCH_IR_FILE, WEIGHTS_FILE, bundle_root
 from rlx.ir.symbolic import Dim, format_shape, format_symbol, static_shape
 from rlx.runtime.engines import ENGINES, PRECISIONS, numpy_pass_names
 from rlx.version import __version__
@@ -143,7 +144,6 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--backend",
         choices=ENGINES,
-        default=None,
         help="numpy, jax (one XLA computation, needs rlx[jax]), onnxruntime (needs rlx[onnxruntime]) or openvino "
         "(needs rlx[openvino]); default: the bundle's tuning.json (`rlx tune`) where it matches this machine, else numpy",
     )
@@ -458,13 +458,11 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 # ── inspect ──────────────────────────────────────────────────────────────────
 def cmd_inspect(args: argparse.Namespace) -> int:
-    path = Path(args.path)
-    if path.is_dir() and (path / "bundle" / "program.json").is_file():
-        path = path / "bundle"
-    if path.is_dir() and (path / "program.json").is_file():
+    path = bundle_root(Path(args.path))
+    if path.is_dir() and (path / PROGRAM_FILE).is_file():
         _inspect_bundle(path)
-    elif path.is_file() and path.suffix == ".json" or (path / "torch-ir.json").is_file():
-        _inspect_torch_ir(path if path.is_file() else path / "torch-ir.json")
+    elif path.is_file() and path.suffix == ".json" or (path / TORCH_IR_FILE).is_file():
+        _inspect_torch_ir(path if path.is_file() else path / TORCH_IR_FILE)
     else:
         raise UsageError(f"{args.path}: not a bundle directory or a torch-ir.json file")
     return EXIT_OK
@@ -490,7 +488,7 @@ def _inspect_bundle(path: Path) -> None:
 
     program, meta = read_program(path)  # both files checked, as loading them would
     n_params = sum(_weight_numel(w.name, w.shape) for w in program.weights)
-    n_bytes = (path / "weights.safetensors").stat().st_size if (path / "weights.safetensors").exists() else 0
+    n_bytes = (path / WEIGHTS_FILE).stat().st_size if (path / WEIGHTS_FILE).exists() else 0
     source = meta.get("source", {}) if isinstance(meta, dict) else {}
     lines = [f"bundle {path}: model {program.name}"]
     if source.get("producer") or source.get("decomposition"):

@@ -14,8 +14,9 @@ import torch
 import rlx
 from rlx.app.tune import judge, tune
 from rlx.errors import BundleError, InputError, UsageError
+from rlx.formats.layout import TUNING_FILE
 from rlx.runtime.engines import supported_precisions
-from rlx.runtime.tuning import FORMAT, TUNING_FILE, machine
+from rlx.runtime.tuning import FORMAT, machine
 
 from helpers import load_example
 

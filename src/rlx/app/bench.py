@@ -27,6 +27,7 @@ import numpy as np
 from rlx.app.verify import compare
 from rlx.errors import RlxError, UsageError
 from rlx.formats import safetensors_io
+from rlx.formats.layout import PROGRAM_FILE, REFERENCE_FILE, input_key
 from rlx.ir import dtypes
 from rlx.ir.program import Program
 from rlx.ir.symbolic import Sym, eval_shape
@@ -120,13 +121,13 @@ def example_inputs(bundle: Path, program: Program, batch: int | None, seed: int)
     """The reference inputs next to the bundle, else random values of the declared shapes and
     dtypes; ``batch`` resizes axis 0 of the inputs where it is symbolic (rows repeated in turn)."""
     names = [v.name for v in program.inputs]
-    root = bundle.parent if (bundle / "program.json").is_file() else bundle
-    ref = root / "reference.safetensors"
+    root = bundle.parent if (bundle / PROGRAM_FILE).is_file() else bundle
+    ref = root / REFERENCE_FILE
     arrays: dict[str, np.ndarray] = {}
     if ref.is_file():
         tensors, _ = safetensors_io.read(ref)
-        if all(f"in::{n}" in tensors for n in names):
-            arrays, origin = {n: np.asarray(tensors[f"in::{n}"]) for n in names}, str(ref)
+        if all(input_key(n) in tensors for n in names):
+            arrays, origin = {n: np.asarray(tensors[input_key(n)]) for n in names}, str(ref)
     if not arrays:
         arrays, origin = _random_inputs(program, seed), f"random (seed {seed})"
     if batch is not None:

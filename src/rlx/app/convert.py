@@ -30,6 +30,18 @@ from rlx.exporters.package.package import package_name
 from rlx.formats import safetensors_io, torch_ir
 from rlx.formats.atomic import StagedDir, atomic_write_text, check_writable_target, replace_dir
 from rlx.formats.bundle import bind_weights
+from rlx.formats.layout import (
+    BUNDLE_DIR,
+    EXPORTED_FILE,
+    ONNX_DATA_FILE,
+    ONNX_FILE,
+    REFERENCE_FILE,
+    REPORT_FILE,
+    TORCH_IR_FILE,
+    WEIGHTS_FILE,
+    input_key,
+    output_key,
+)
 from rlx.formats.torch_ir import TorchIR, TorchWeight
 from rlx.frontends.aten import lower
 from rlx.ir import dtypes
@@ -126,7 +138,7 @@ def from_torch(
     (``"numpy"`` or ``"jax"``); ``backend`` the runtime the parity check runs on.
     """
     from rlx.frontends.torch import capture, write  # torch is needed only here
-    from rlx.frontends.torch.reference import EXPORTED_FILE, save_exported
+    from rlx.frontends.torch.reference import save_exported
 
     options = OutputOptions(tuple(emit), emit_style, backend)
     options.check()
@@ -154,8 +166,8 @@ def from_torch(
         write(exported, staged.path)
         reference = None
         if verify:
-            reference = {f"in::{k}": v for k, v in exported.inputs.items()}
-            reference.update({f"out::{i}": v for i, v in enumerate(exported.outputs) if v is not None})
+            reference = {input_key(k): v for k, v in exported.inputs.items()}
+            reference.update({output_key(i): v for i, v in enumerate(exported.outputs) if v is not None})
         report, program = _lower_write_verify(
             exported.ir,
             exported.weights,
@@ -164,7 +176,7 @@ def from_torch(
             Path(out_dir),
             options,
             steps,
-            staged.path / "weights.safetensors",
+            staged.path / WEIGHTS_FILE,
             notes,
         )
         # What `rlx debug` needs later, and the per-node comparison for report.html now: on request,
@@ -173,7 +185,7 @@ def from_torch(
             unsaved = save_exported(exported.exported_program, staged.path / EXPORTED_FILE)
             if unsaved:
                 report.notes.append(f"exported.pt2 not written, so `rlx debug` cannot re-run PyTorch later: {unsaved}")
-                atomic_write_text(staged.path / "report.json", dumps_json(report.to_json()))
+                atomic_write_text(staged.path / REPORT_FILE, dumps_json(report.to_json()))
             if verify:
                 steps("debug", lambda: _debug_nodes(exported, program, staged.path))
         write_report(staged.path)
@@ -207,24 +219,24 @@ def build(
     options = OutputOptions(tuple(emit), emit_style, backend)
     options.check()
     src = Path(src_dir)
-    if not (src / "torch-ir.json").is_file():
+    if not (src / TORCH_IR_FILE).is_file():
         raise UsageError(
             f"{src}: no torch-ir.json here; pass the directory `rlx import` or the reference front-end wrote"
         )
     steps = Steps(on_step)
-    ir = steps("read", lambda: torch_ir.load(src / "torch-ir.json"))
-    tensors, _ = safetensors_io.read(src / "weights.safetensors")
+    ir = steps("read", lambda: torch_ir.load(src / TORCH_IR_FILE))
+    tensors, _ = safetensors_io.read(src / WEIGHTS_FILE)
     notes = reconcile_weight_dtypes(ir, tensors)
     weights = {w.key: tensors[w.key] for w in ir.weights if w.key in tensors}
     reference = None
     if verify:
-        if not (src / "reference.safetensors").is_file():
+        if not (src / REFERENCE_FILE).is_file():
             raise UsageError(f"{src}: --verify needs reference.safetensors next to torch-ir.json")
-        reference, _ = safetensors_io.read(src / "reference.safetensors")
+        reference, _ = safetensors_io.read(src / REFERENCE_FILE)
     target = src if out_dir is None else Path(out_dir)
     in_place = target.resolve() == src.resolve()
     if in_place:
-        check_writable_target(src / "bundle", force)
+        check_writable_target(src / BUNDLE_DIR, force)
         try:
             with tempfile.TemporaryDirectory(prefix=".rlx-build.", dir=src) as tmp:
                 report, _ = _lower_write_verify(
@@ -235,7 +247,7 @@ def build(
                     src,
                     options,
                     steps,
-                    src / "weights.safetensors",
+                    src / WEIGHTS_FILE,
                     notes,
                 )
                 if "bundle" in options.emit:
@@ -243,16 +255,16 @@ def build(
                 if "package" in options.emit:  # written into the temp dir like the bundle: move it too
                     name = package_name(report.model_name)
                     replace_dir(Path(tmp) / name, src / name)
-                for onnx_file in ("model.onnx", "model.onnx.data"):  # --emit onnx
+                for onnx_file in (ONNX_FILE, ONNX_DATA_FILE):  # --emit onnx
                     if (Path(tmp) / onnx_file).is_file():
                         os.replace(Path(tmp) / onnx_file, src / onnx_file)
-                os.replace(Path(tmp) / "report.json", src / "report.json")
+                os.replace(Path(tmp) / REPORT_FILE, src / REPORT_FILE)
                 write_report(src)
         except OSError as e:
             raise OutputError(f"{src}: writing the build output failed: {e.strerror or e}") from e
         return report
     with StagedDir(target, force=force) as staged:
-        for name in ("torch-ir.json", "weights.safetensors", "reference.safetensors"):
+        for name in (TORCH_IR_FILE, WEIGHTS_FILE, REFERENCE_FILE):
             if (src / name).is_file():
                 shutil.copyfile(src / name, staged.path / name)
         report, _ = _lower_write_verify(
@@ -263,7 +275,7 @@ def build(
             target,
             options,
             steps,
-            staged.path / "weights.safetensors",
+            staged.path / WEIGHTS_FILE,
             notes,
         )
         write_report(staged.path)

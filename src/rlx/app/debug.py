@@ -24,6 +24,16 @@ from rlx.app.node_compare import DEBUG_FILE, REPRO_DIR, DebugReport, NodeReport,
 from rlx.errors import BundleError
 from rlx.formats import safetensors_io, torch_ir
 from rlx.formats.atomic import StagedDir, atomic_write_text
+from rlx.formats.layout import (
+    BUNDLE_DIR,
+    EXPORTED_FILE,
+    ONNX_FILE,
+    REFERENCE_FILE,
+    TORCH_IR_FILE,
+    WEIGHTS_FILE,
+    input_key,
+    output_key,
+)
 from rlx.formats.torch_ir import Input, Node, Output, TensorMeta, TorchIR
 from rlx.ir import dtypes
 from rlx.ir.calls import RandomBits
@@ -88,7 +98,7 @@ def write_repro(node_id: str, ir: TorchIR, torch_values: Mapping[str, Any], dire
             if not isinstance(value, np.ndarray):
                 raise BundleError(f"node {node_id}: input {a.name} is not a single tensor; cannot write a repro")
             inputs.append(Input(a.name, tuple(value.shape), dtypes.from_numpy(value.dtype)))
-            reference[f"in::{a.name}"] = value
+            reference[input_key(a.name)] = value
         elif isinstance(a, tuple):
             for x in a:
                 visit(x)
@@ -107,15 +117,15 @@ def write_repro(node_id: str, ir: TorchIR, torch_values: Mapping[str, Any], dire
             ref = f"{node.id}_out{k}"
             meta = TensorMeta(tuple(part.shape), dtypes.from_numpy(part.dtype))
             nodes.append(Node(ref, "_getitem", (Ref(node.id), k), {}, (meta,), False))
-        reference[f"out::{len(outputs)}"] = part
+        reference[output_key(len(outputs))] = part
         outputs.append(Output(ref, None, tuple(part.shape), dtypes.from_numpy(part.dtype)))
     repro = TorchIR(
         f"repro_{node_id}", inputs, [], nodes, outputs, producer=ir.producer, decomposition=ir.decomposition
     )
     with StagedDir(directory, force=True) as staged:
-        atomic_write_text(staged.path / "torch-ir.json", repro.dumps())
-        safetensors_io.write(staged.path / "weights.safetensors", {})
-        safetensors_io.write(staged.path / "reference.safetensors", reference)
+        atomic_write_text(staged.path / TORCH_IR_FILE, repro.dumps())
+        safetensors_io.write(staged.path / WEIGHTS_FILE, {})
+        safetensors_io.write(staged.path / REFERENCE_FILE, reference)
         atomic_write_text(
             staged.path / "README.md",
             f"# rlx repro: {node.op} (node {node_id})\n\nOne aten op with its inputs and PyTorch's output.\n"
@@ -139,17 +149,17 @@ def debug_dir(out_dir: str | Path) -> DebugReport:
     """Debug ``OUT`` as it is on disk: its bundle, its torch-ir.json, its saved exported program
     and its reference inputs. Writes ``OUT/debug.json`` and, if a node diverges, ``OUT/repro/``.
     An ONNX import (``OUT/model.onnx``) is compared node by node with onnxruntime instead."""
-    from rlx.frontends.torch.reference import EXPORTED_FILE, load_exported, node_values
+    from rlx.frontends.torch.reference import load_exported, node_values
 
     out = Path(out_dir)
-    if not (out / "torch-ir.json").is_file() and (out / "model.onnx").is_file():  # an ONNX import
+    if not (out / TORCH_IR_FILE).is_file() and (out / ONNX_FILE).is_file():  # an ONNX import
         from rlx.app.onnx_debug import debug_onnx_dir
 
         return debug_onnx_dir(out)
-    model = load(out / "bundle")
-    ir = torch_ir.load(out / "torch-ir.json")
-    reference, _ = safetensors_io.read(out / "reference.safetensors")
-    inputs = {v.name: reference[f"in::{v.name}"] for v in model.inputs if f"in::{v.name}" in reference}
+    model = load(out / BUNDLE_DIR)
+    ir = torch_ir.load(out / TORCH_IR_FILE)
+    reference, _ = safetensors_io.read(out / REFERENCE_FILE)
+    inputs = {v.name: reference[input_key(v.name)] for v in model.inputs if input_key(v.name) in reference}
     values = node_values(load_exported(out / EXPORTED_FILE), inputs)
     # state inputs (a KV cache, the random generator) start from their initial values
     report = compare_nodes(ir, model.program, {**model.weights, **model.state}, inputs, values)

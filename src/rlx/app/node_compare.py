@@ -18,11 +18,11 @@ from typing import Any
 import numpy as np
 
 from rlx.app.verify import OutputParity, compare
+from rlx.formats.layout import DEBUG_FILE
 from rlx.interpret import run_instructions
 from rlx.ir.program import Instr, Program, specialize
 from rlx.runtime.binding import bind_symbols
 
-DEBUG_FILE = "debug.json"
 REPRO_DIR = "repro"
 
 

@@ -21,6 +21,7 @@ import numpy as np
 
 from rlx.errors import SchemaError, UsageError
 from rlx.formats import safetensors_io
+from rlx.formats.layout import ONNX_FILE, REFERENCE_FILE, input_key, output_key
 from rlx.frontends.onnx import reader
 from rlx.frontends.onnx.boundary import naming, one_line
 from rlx.frontends.onnx.input_shapes import fix_input_shapes
@@ -212,16 +213,16 @@ def _convert(
     graph = reader.read(proto, shapes, frozen, name=where)
     with StagedDir(out_dir, force=force) as staged:
         program, weights = steps("lower", lambda: _lower(graph, finish_program))
-        _save_model(proto, staged.path / "model.onnx")
+        _save_model(proto, staged.path / ONNX_FILE)
         notes: list[str] = []
         reference = None
         if mode != "none":
             if has_onnxruntime():
                 inputs = _example_inputs(graph, example_inputs)
                 outputs = steps("onnxruntime", lambda: run_onnxruntime(proto, {**inputs, **frozen}, where))
-                reference = {f"in::{k}": v for k, v in {**inputs, **frozen}.items()}
-                reference.update({f"out::{i}": v for i, v in enumerate(outputs)})
-                safetensors_io.write(staged.path / "reference.safetensors", reference)
+                reference = {input_key(k): v for k, v in {**inputs, **frozen}.items()}
+                reference.update({output_key(i): v for i, v in enumerate(outputs)})
+                safetensors_io.write(staged.path / REFERENCE_FILE, reference)
             else:
                 notes.append("parity not checked: onnxruntime is not installed (pip install onnxruntime)")
         source = {"format": "onnx", "version": 1, "producer": graph.producer, "decomposition": "onnx",

@@ -24,10 +24,9 @@ from rlx.app.node_compare import DEBUG_FILE, DebugReport, NodeReport, run_whole
 from rlx.errors import BundleError, UsageError
 from rlx.formats import safetensors_io
 from rlx.formats.atomic import atomic_write_text
+from rlx.formats.layout import BUNDLE_DIR, ONNX_FILE, REFERENCE_FILE, parse_input_key
 from rlx.ir import dtypes
 from rlx.ir.program import Instr, Program, dumps_json
-
-MODEL_FILE = "model.onnx"
 
 
 def onnxruntime_node_values(proto: Any, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -113,13 +112,14 @@ def debug_onnx_dir(out_dir: str | Path) -> DebugReport:
     from rlx.runtime.model import load
 
     out = Path(out_dir)
-    reference_file = out / "reference.safetensors"
+    reference_file = out / REFERENCE_FILE
     if not reference_file.is_file():
         raise BundleError(f"{out}: no reference.safetensors (re-import with --verify onnxruntime)")
-    model = load(out / "bundle")
-    proto = reader.load_proto(out / MODEL_FILE)
+    model = load(out / BUNDLE_DIR)
+    proto = reader.load_proto(out / ONNX_FILE)
     reference, _ = safetensors_io.read(reference_file)
-    feeds = {k[4:]: v for k, v in reference.items() if k.startswith("in::")}  # frozen inputs included
+    # frozen inputs included
+    feeds = {name: v for k, v in reference.items() if (name := parse_input_key(k)) is not None}
     ort_values = onnxruntime_node_values(proto, feeds)
     # the nodes as the file has them (named as the reader names them): an op lowered through its
     # function body is compared on its own outputs

@@ -19,6 +19,7 @@ from rlx.errors import UsageError
 from rlx.exporters.package.package import check_style, write_package
 from rlx.formats.atomic import atomic_write_text
 from rlx.formats.bundle import bind_weights, write_bundle
+from rlx.formats.layout import BUNDLE_DIR, REPORT_FILE
 from rlx.ir.program import Program, dumps_json
 from rlx.ir.validate import validate
 from rlx.optional import require
@@ -152,7 +153,7 @@ def write_and_verify(
     (shared by every front-end: torch, torch-ir directories and ONNX)."""
     if "bundle" in options.emit:
         steps(
-            "write", lambda: write_bundle(program, weights, dest / "bundle", source=source, weights_file=weights_file)
+            "write", lambda: write_bundle(program, weights, dest / BUNDLE_DIR, source=source, weights_file=weights_file)
         )
     if "package" in options.emit:
         steps(
@@ -182,5 +183,5 @@ def write_and_verify(
         timings=steps.timings,
         notes=notes,
     )
-    atomic_write_text(dest / "report.json", dumps_json(report.to_json()))
+    atomic_write_text(dest / REPORT_FILE, dumps_json(report.to_json()))
     return report

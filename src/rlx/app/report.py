@@ -15,6 +15,7 @@ from typing import Any
 
 from rlx.errors import BundleError
 from rlx.formats.atomic import atomic_write_text
+from rlx.formats.layout import DEBUG_FILE, REPORT_FILE
 from rlx.frontends.aten.registry import find, is_noop
 
 REPORT_HTML = "report.html"
@@ -173,15 +174,15 @@ def write_report(out_dir: str | Path) -> Path:
     """(Re)build ``OUT/report.html`` from ``OUT/report.json`` and ``OUT/debug.json``."""
     out = Path(out_dir)
     try:
-        summary = json.loads((out / "report.json").read_text(encoding="utf-8"))
+        summary = json.loads((out / REPORT_FILE).read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise BundleError(f"{out}: no report.json; is this an output directory of `rlx import`?") from None
     except (OSError, json.JSONDecodeError) as e:
         raise BundleError(f"{out / 'report.json'}: unreadable: {e}") from None
     debug = None
-    if (out / "debug.json").is_file():
+    if (out / DEBUG_FILE).is_file():
         try:
-            debug = json.loads((out / "debug.json").read_text(encoding="utf-8"))
+            debug = json.loads((out / DEBUG_FILE).read_text(encoding="utf-8"))
         except (OSError, json.JSONDecodeError):
             debug = None
     path = out / REPORT_HTML

@@ -30,9 +30,10 @@ from rlx.app.bench import in_fresh_process
 from rlx.errors import InputError, RlxError, UsageError
 from rlx.formats import safetensors_io
 from rlx.formats.atomic import atomic_write_text
+from rlx.formats.layout import REFERENCE_FILE, TUNING_FILE, bundle_root, input_key, output_key
 from rlx.optional import available, require
 from rlx.runtime.engines import ENGINES, PRECISIONS, supported_precisions
-from rlx.runtime.tuning import ENGINE_PACKAGES, FORMAT, TUNING_FILE, bundle_dir, machine
+from rlx.runtime.tuning import ENGINE_PACKAGES, FORMAT, machine
 
 DEFAULT_TOLERANCE = 0.999  # cosine, per output (the Rust reference's parity threshold)
 DEFAULT_MAX_ERROR = 1e-2  # max |error| relative to max(1, max |reference|)
@@ -176,7 +177,7 @@ def read_input_sets(path: str | Path, names: Sequence[str], limit: int = 4) -> l
             sets = [{n: z[n] for n in names if n in z.files}]
     elif suffix == ".safetensors":
         tensors, _ = safetensors_io.read(path)
-        sets = [{n: np.asarray(tensors[f"in::{n}"]) for n in names if f"in::{n}" in tensors}]
+        sets = [{n: np.asarray(tensors[input_key(n)]) for n in names if input_key(n) in tensors}]
     elif suffix == ".parquet":
         pq = require("pyarrow.parquet", extra="batch", feature="--inputs FILE.parquet")
         table = pq.read_table(path, columns=[n for n in names if n in pq.read_schema(path).names])
@@ -195,15 +196,15 @@ def read_input_sets(path: str | Path, names: Sequence[str], limit: int = 4) -> l
 
 def _reference_sets(root: Path, names: Sequence[str]) -> list[tuple[str, dict[str, np.ndarray], list[np.ndarray]]]:
     """(label, inputs, PyTorch outputs) from the bundle's reference.safetensors, if it has one."""
-    for ref in (root / "reference.safetensors", root.parent / "reference.safetensors"):
+    for ref in (root / REFERENCE_FILE, root.parent / REFERENCE_FILE):
         if ref.is_file():
             tensors, _ = safetensors_io.read(ref)
-            if all(f"in::{n}" in tensors for n in names):
+            if all(input_key(n) in tensors for n in names):
                 outs, k = [], 0
-                while f"out::{k}" in tensors:
-                    outs.append(np.asarray(tensors[f"out::{k}"]))
+                while output_key(k) in tensors:
+                    outs.append(np.asarray(tensors[output_key(k)]))
                     k += 1
-                return [("reference", {n: np.asarray(tensors[f"in::{n}"]) for n in names}, outs)]
+                return [("reference", {n: np.asarray(tensors[input_key(n)]) for n in names}, outs)]
     return []
 
 
@@ -300,7 +301,7 @@ def tune(
     if threads is not None and threads < 1:
         raise UsageError(f"--threads must be at least 1, got {threads}")
     started = time.perf_counter()
-    directory = bundle_dir(bundle)
+    directory = bundle_root(Path(bundle))
     program, _, _ = read_bundle(directory)
     names = [v.name for v in program.user_inputs]
     todo = candidates(engines, precisions)

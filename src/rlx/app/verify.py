@@ -24,6 +24,7 @@ import numpy as np
 
 from rlx.errors import BundleError
 from rlx.formats import safetensors_io
+from rlx.formats.layout import REFERENCE_FILE, input_key, output_key
 from rlx.ir import dtypes
 from rlx.ir.program import Program, Ref
 from rlx.ir.rng import random_values
@@ -177,14 +178,14 @@ def check_parity(
     model: Model, reference: Mapping[str, np.ndarray], source: str = "reference.safetensors"
 ) -> ParityReport:
     """Run ``model`` on the ``in::<id>`` tensors and compare with the ``out::<index>`` tensors."""
-    missing = [n for n in model.input_names if f"in::{n}" not in reference]
+    missing = [n for n in model.input_names if input_key(n) not in reference]
     if missing:
         raise BundleError(f"{source}: no reference tensor for input(s) {', '.join(missing)} (expected keys in::<name>)")
-    flat = model.run_flat(model.bind((), {n: reference[f"in::{n}"] for n in model.input_names}))
+    flat = model.run_flat(model.bind((), {n: reference[input_key(n)] for n in model.input_names}))
     drawn = random_outputs(model.program)
     outputs = []
     for i, got in enumerate(flat):
-        ref = reference.get(f"out::{i}")
+        ref = reference.get(output_key(i))
         if ref is None:
             continue  # a non-tensor output: nothing to compare
         outputs.append(compare(i, np.asarray(got), ref, random=i in drawn))
@@ -204,7 +205,7 @@ def verify_bundle(path: str | Path, reference: str | Path | None = None) -> Pari
     path = Path(path)
     model = load(path)
     if reference is None:
-        candidates = [path / "reference.safetensors", path.parent / "reference.safetensors"]
+        candidates = [path / REFERENCE_FILE, path.parent / REFERENCE_FILE]
         reference = next((c for c in candidates if c.is_file()), None)
         if reference is None:
             raise BundleError(f"{path}: no reference.safetensors found; pass --reference FILE")

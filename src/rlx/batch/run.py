@@ -19,6 +19,7 @@ from rlx.batch.progress import Progress
 from rlx.batch.source import Source, open_source
 from rlx.batch.spec import ROW_INDEX, Signature, signature
 from rlx.errors import DataError, UsageError
+from rlx.formats.layout import META_FILE, PROGRAM_FILE, WEIGHTS_FILE, bundle_root
 from rlx.runtime import Model, load
 
 DEFAULT_BATCH_SIZE = 256
@@ -161,11 +162,11 @@ def _check_names(sig: Signature, kept: Sequence[str]) -> None:
 
 def bundle_digest(bundle: str) -> str:
     """program.json and meta.json hashed, with the weights' size (hashing large weights would be slow)."""
-    root = Path(bundle) / "bundle" if (Path(bundle) / "bundle" / "program.json").is_file() else Path(bundle)
+    root = bundle_root(Path(bundle))
     h = hashlib.sha256()
-    for name in ("program.json", "meta.json"):
+    for name in (PROGRAM_FILE, META_FILE):
         h.update((root / name).read_bytes())
-    h.update(str(_size(str(root / "weights.safetensors"))).encode())
+    h.update(str(_size(str(root / WEIGHTS_FILE))).encode())
     return h.hexdigest()[:32]
 
 

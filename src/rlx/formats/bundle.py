@@ -16,6 +16,7 @@ import numpy as np
 from rlx.errors import BundleError
 from rlx.formats import safetensors_io
 from rlx.formats.atomic import atomic_write_text
+from rlx.formats.layout import META_FILE, PROGRAM_FILE, WEIGHTS_FILE, bundle_root
 from rlx.ir import dtypes
 from rlx.ir.program import Lit, Program, Ref, dumps_json
 from rlx.ir.rng import RNG_KEY, with_rng_state
@@ -66,9 +67,9 @@ def write_bundle(
     again, and the tensors it holds that the program does not read (a buffer the lowering left
     unused) are listed in meta.json's ``unused_weights``, so the bundle stays self-contained."""
     bundle_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(bundle_dir / "program.json", program.dumps())
+    atomic_write_text(bundle_dir / PROGRAM_FILE, program.dumps())
     needed = {w.key for w in program.weights} | {s.key for s in program.state}
-    target = bundle_dir / "weights.safetensors"
+    target = bundle_dir / WEIGHTS_FILE
     stored = set(safetensors_io.read(weights_file)[0]) if weights_file is not None else set()
     unused: list[str] = []
     # the generator's initial state of a program that draws is made at load when the file lacks it
@@ -84,46 +85,44 @@ def write_bundle(
     meta = meta_json(program, source)
     if unused:
         meta["unused_weights"] = unused
-    atomic_write_text(bundle_dir / "meta.json", dumps_json(meta))
+    atomic_write_text(bundle_dir / META_FILE, dumps_json(meta))
     return bundle_dir
 
 
 def read_meta(bundle_dir: Path) -> dict[str, Any]:
-    return json.loads((bundle_dir / "meta.json").read_text(encoding="utf-8"))
+    return json.loads((bundle_dir / META_FILE).read_text(encoding="utf-8"))
 
 
 # ── reading ──────────────────────────────────────────────────────────────────
-BUNDLE_FILES = ("program.json", "meta.json", "weights.safetensors")
+BUNDLE_FILES = (PROGRAM_FILE, META_FILE, WEIGHTS_FILE)
 MAX_JSON_BYTES = 256 * 1024 * 1024
 
 
 def read_bundle(bundle_dir: str | Path) -> tuple[Program, dict[str, np.ndarray], dict[str, Any]]:
     """The program, its weights (memory-mapped) by value name, and meta.json of a bundle directory,
     every size, shape and dtype checked; nothing outside the directory is read."""
-    bundle_dir = Path(bundle_dir)
-    if (bundle_dir / "bundle" / "program.json").is_file():  # an OUT directory from `rlx import`
-        bundle_dir = bundle_dir / "bundle"
+    bundle_dir = bundle_root(Path(bundle_dir))  # an OUT directory from `rlx import` holds it in bundle/
     if not bundle_dir.is_dir():
         raise BundleError(f"{bundle_dir}: not a directory; pass the bundle directory written by `rlx import`")
     paths = {name: inside(bundle_dir, name) for name in BUNDLE_FILES}
     program, meta, inferred = read_checked_program(bundle_dir)
-    tensors, _ = safetensors_io.read(paths["weights.safetensors"])
+    tensors, _ = safetensors_io.read(paths[WEIGHTS_FILE])
     extra = sorted(
         set(tensors)
         - {w.key for w in program.weights}
         - {s.key for s in program.state}
-        - unused_weights(meta, paths["meta.json"])
+        - unused_weights(meta, paths[META_FILE])
     )
     if extra:
         more = f" and {len(extra) - 3} more" if len(extra) > 3 else ""
         raise BundleError(
-            f"{paths['weights.safetensors']}: tensor(s) {', '.join(map(repr, extra[:3]))}{more} are not used by the "
+            f"{paths[WEIGHTS_FILE]}: tensor(s) {', '.join(map(repr, extra[:3]))}{more} are not used by the "
             "program; the bundle's files do not belong together"
         )
-    weights = bind_weights(program, tensors, paths["weights.safetensors"])
+    weights = bind_weights(program, tensors, paths[WEIGHTS_FILE])
     # Every declared shape and dtype against its Call's rule; after the weights, so a weight
     # whose declared dtype disagrees with the file is reported as that, not as its first reader.
-    check_program(program, "program.json", inferred)
+    check_program(program, PROGRAM_FILE, inferred)
     return program, weights, meta
 
 
@@ -181,11 +180,11 @@ def read_program(bundle_dir: Path) -> tuple[Program, dict[str, Any]]:
 
 def read_checked_program(bundle_dir: Path) -> tuple[Program, dict[str, Any], list[TensorType | None]]:
     """``read_program`` plus the result types the Call rules gave (``check_program`` reuses them)."""
-    program_path, meta_path = inside(bundle_dir, "program.json"), inside(bundle_dir, "meta.json")
+    program_path, meta_path = inside(bundle_dir, PROGRAM_FILE), inside(bundle_dir, META_FILE)
     doc = read_json(program_path)
     check_program_fields(doc, program_path)
-    program = Program.from_json(doc, "program.json")
-    inferred = validate(program, "program.json", rules=True)
+    program = Program.from_json(doc, PROGRAM_FILE)
+    inferred = validate(program, PROGRAM_FILE, rules=True)
     meta = read_json(meta_path)
     check_meta(meta, program, meta_path)
     return program, meta, inferred

@@ -15,11 +15,11 @@ from typing import Any
 
 from rlx.errors import BundleError
 from rlx.formats.bundle import inside, read_json
+from rlx.formats.layout import TUNING_FILE, bundle_root
 from rlx.runtime.cpu import cores, cpu_model, relevant_flags
 from rlx.runtime.engines import ENGINE_PRECISIONS, ENGINES
 from rlx.version import __version__
 
-TUNING_FILE = "tuning.json"
 FORMAT = "rlx-tuning"
 # The package each engine runs on (its version is part of the machine a choice was measured on).
 ENGINE_PACKAGES = {"numpy": "numpy", "jax": "jaxlib", "onnxruntime": "onnxruntime", "openvino": "openvino"}
@@ -31,12 +31,6 @@ class Choice:
     precision: str
     threads: int | None
     path: Path  # the tuning.json it came from
-
-
-def bundle_dir(path: str | Path) -> Path:
-    """The directory holding program.json (an OUT directory from ``rlx import`` holds it in bundle/)."""
-    path = Path(path)
-    return path / "bundle" if (path / "bundle" / "program.json").is_file() else path
 
 
 def package_version(package: str) -> str | None:
@@ -79,7 +73,7 @@ def mismatch(doc: Any, where: Path) -> str:
 def tuned_choice(path: str | Path) -> tuple[Choice | None, str]:
     """The tuned choice for the bundle at ``path``, or None with the reason it does not apply
     ("" when there is no tuning.json)."""
-    directory = bundle_dir(path)
+    directory = bundle_root(Path(path))
     file = directory / TUNING_FILE
     if not file.is_file():
         return None, ""

@@ -24,12 +24,12 @@ from rlx.exporters.onnx import (
     selection,
     spectral,
 )
-from rlx.exporters.onnx.build import EXTERNAL_DATA_THRESHOLD, MODEL_FILE, check_coverage, to_onnx, write_onnx
+from rlx.exporters.onnx.build import EXTERNAL_DATA_THRESHOLD, check_coverage, to_onnx, write_onnx
 from rlx.exporters.onnx.registry import EMITTERS, NO_ONNX_FORM, OPSET, EmitError, emits
 
 FAMILIES = (elementwise, linalg, movement, nn, ordering, random, reduce, resample, scatter, selection, spectral)
 
 __all__ = [
-    "EMITTERS", "EXTERNAL_DATA_THRESHOLD", "FAMILIES", "MODEL_FILE", "NO_ONNX_FORM", "OPSET", "EmitError", "check_coverage",
+    "EMITTERS", "EXTERNAL_DATA_THRESHOLD", "FAMILIES", "NO_ONNX_FORM", "OPSET", "EmitError", "check_coverage",
     "emits", "to_onnx", "write_onnx",
 ]  # fmt: skip

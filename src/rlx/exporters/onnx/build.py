@@ -23,14 +23,13 @@ from rlx.exporters.onnx.registry import (
     T,
     require_onnx,
 )
+from rlx.formats.layout import ONNX_DATA_FILE, ONNX_FILE
 from rlx.ir import calls as C
 from rlx.ir import dtypes
 from rlx.ir.program import Instr, Lit, Program, Ref
 from rlx.ir.symbolic import Dim, Sym, static_shape
 
-MODEL_FILE = "model.onnx"
 NAN_CHECK = "rlx/nan_check"  # the output of pooling_nan="check"
-EXTERNAL_DATA_FILE = "model.onnx.data"
 EXTERNAL_DATA_THRESHOLD = 2 * 1024**3  # protobuf's limit on one message
 
 
@@ -370,12 +369,12 @@ def write_onnx(program: Program, weights: Mapping[str, np.ndarray], out_dir: str
     check it with ``onnx.checker.check_model(full_check=True)``. Returns the model's path."""
     onnx = require_onnx()
     model = to_onnx(program, weights, doc=f"converted by rlx from {program.source_format}")
-    path = Path(out_dir) / MODEL_FILE
+    path = Path(out_dir) / ONNX_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
     total = sum(int(np.asarray(weights[w.name]).nbytes) for w in program.weights if w.name in weights)
     if total > EXTERNAL_DATA_THRESHOLD:
         onnx.save_model(model, os.fspath(path), save_as_external_data=True, all_tensors_to_one_file=True,
-                        location=EXTERNAL_DATA_FILE, size_threshold=1024)  # fmt: skip
+                        location=ONNX_DATA_FILE, size_threshold=1024)  # fmt: skip
     else:
         onnx.save_model(model, os.fspath(path))
     if check:

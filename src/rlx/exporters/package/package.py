@@ -26,6 +26,7 @@ from rlx.errors import UsageError
 from rlx.exporters.package.codegen import identifier, ops_init, snake, writer
 from rlx.exporters.package.vendor import STYLES, vendor_ops
 from rlx.formats import safetensors_io
+from rlx.formats.layout import WEIGHTS_FILE
 from rlx.ir.calls import Special
 from rlx.ir.program import Program
 from rlx.ir.rng import RNG_STATE, with_rng_state
@@ -35,11 +36,14 @@ from rlx.optional import require
 from rlx.version import __version__
 
 # What both styles' __init__.py declare about the model (filled in by write_package).
-CONSTANTS = """WEIGHTS = Path(__file__).parent / "weights.safetensors"
+CONSTANTS = (
+    f'WEIGHTS = Path(__file__).parent / "{WEIGHTS_FILE}"\n'
+    + """\
 STATE = {state!r}  # buffers the model updates on every call → the tensor holding each one's initial value
 UPDATES_INPUTS = {updates_inputs!r}  # whether the model writes into some of its inputs, as PyTorch's did
 RNG = {rng!r}  # the state holding the random generator (rlx's Threefry-2x32), if the model draws
 """
+)
 
 INIT = (
     '''"""{name}: a PyTorch model converted by rlx {version}; runs with numpy only."""
@@ -275,7 +279,7 @@ def write_package(
     weights = with_rng_state(program, dict(weights))
     needed = {w.key: weights[w.key] for w in program.weights}
     needed.update({s.key: weights[s.key] for s in program.state})
-    safetensors_io.write(pkg / "weights.safetensors", needed)
+    safetensors_io.write(pkg / WEIGHTS_FILE, needed)
     (root / "pyproject.toml").write_text(
         _pyproject(name, program.name, style, _needs_scipy(program, style)), encoding="utf-8"
     )

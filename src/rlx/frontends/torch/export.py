@@ -28,6 +28,7 @@ import rlx
 from rlx.errors import ExportError, RlxError, UsageError
 from rlx.formats import safetensors_io
 from rlx.formats.atomic import atomic_write_text
+from rlx.formats.layout import REFERENCE_FILE, TORCH_IR_FILE, WEIGHTS_FILE, input_key, output_key
 from rlx.formats.torch_ir import DtypeArg, Input, Node, Output, ScalarMeta, TensorMeta, TorchIR, TorchWeight
 from rlx.frontends.torch.levels import LEVELS, decompose
 from rlx.frontends.torch.tensors import tensor_to_numpy, torch_dtype_token
@@ -303,11 +304,11 @@ def dynamic_shapes_from_cli(axes: list[tuple[str, int, str, int | None, int | No
 def write(result: Exported, out_dir: str | Path) -> None:
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out_dir / "torch-ir.json", result.ir.dumps())
-    safetensors_io.write(out_dir / "weights.safetensors", result.weights)
-    reference = {f"in::{k}": v for k, v in result.inputs.items()}
-    reference.update({f"out::{i}": v for i, v in enumerate(result.outputs) if v is not None})
-    safetensors_io.write(out_dir / "reference.safetensors", reference)
+    atomic_write_text(out_dir / TORCH_IR_FILE, result.ir.dumps())
+    safetensors_io.write(out_dir / WEIGHTS_FILE, result.weights)
+    reference = {input_key(k): v for k, v in result.inputs.items()}
+    reference.update({output_key(i): v for i, v in enumerate(result.outputs) if v is not None})
+    safetensors_io.write(out_dir / REFERENCE_FILE, reference)
 
 
 # ── graph → torch-ir ─────────────────────────────────────────────────────────

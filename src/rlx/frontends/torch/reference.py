@@ -14,8 +14,6 @@ from torch.export import ExportedProgram
 from rlx.errors import BundleError
 from rlx.frontends.torch.tensors import numpy_to_tensor, tensor_to_numpy
 
-EXPORTED_FILE = "exported.pt2"
-
 
 def save_exported(ep: ExportedProgram, path: Path) -> str | None:
     """Save ``ep`` for ``rlx debug``; returns why not when torch cannot serialise this program

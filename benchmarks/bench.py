@@ -267,7 +267,7 @@ class Engines:
                 except Exception as e:
                     print(f"  openvino {precision}: {self.name}: {type(e).__name__}: {str(e).splitlines()[0][:100]}")
             try:
-                m = rlx.load(self.out / "bundle", backend="openvino", precision=precision, threads=THREADS)
+                m = rlx.load(self.out / "bundle", engine="openvino", precision=precision, threads=THREADS)
                 out[f"rlx ov {precision}"] = lambda m=m: first_tensor(m(*self.np_inputs))
             except rlx.RlxError as e:
                 print(f"  rlx openvino {precision}: {self.name}: {e}")
@@ -284,15 +284,15 @@ class Engines:
     def _rlx_ort(self):
         """The same bundle on rlx's onnxruntime engine (None without onnxruntime)."""
         try:
-            return rlx.load(self.out / "bundle", backend="onnxruntime", threads=THREADS)
+            return rlx.load(self.out / "bundle", engine="onnxruntime", threads=THREADS)
         except rlx.RlxError as e:
             print(f"  rlx onnxruntime: {self.name}: {e}")
             return None
 
     def _rlx_jax(self):
-        """The same bundle on the JAX backend (compiled here, at load; None without jax)."""
+        """The same bundle on the JAX engine (compiled here, at load; None without jax)."""
         try:
-            return rlx.load(self.out / "bundle", backend="jax")
+            return rlx.load(self.out / "bundle", engine="jax")
         except rlx.RlxError as e:
             print(f"  rlx jax: {self.name}: {e}")
             return None

@@ -58,7 +58,7 @@ def sessions(label: str, model, inputs, out: Path, profile: bool):
 
     executor.OrtEngine.session_options = options
     try:
-        rlx_model = rlx.load(out / stem / "bundle", backend="onnxruntime", threads=bench.THREADS)
+        rlx_model = rlx.load(out / stem / "bundle", engine="onnxruntime", threads=bench.THREADS)
     finally:
         executor.OrtEngine.session_options = plain
     path = out / f"{stem}.torch.onnx"

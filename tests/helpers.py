@@ -56,17 +56,17 @@ def convert(
     kwargs: Mapping[str, Any] | None = None,
     decomposition: str = "high",
     dynamic_shapes: Any = None,
-    backend: str = "numpy",
+    engine: str = "numpy",
     engine_options: Mapping[str, Any] | None = None,
 ) -> tuple[Model, Program, Any]:
-    """Export, lower and bind: returns (runtime model on ``backend``, program, exported)."""
+    """Export, lower and bind: returns (runtime model on ``engine``, program, exported)."""
     module = as_module(fn).eval()
     exported = capture(
         module, tuple(inputs), example_kwargs=kwargs, decomposition=decomposition, dynamic_shapes=dynamic_shapes
     )
     program = build_program(exported.ir)
     weights = bind_weights(program, exported.weights, "weights")
-    model = Model(program, weights, backend=backend, engine_options=engine_options)
+    model = Model(program, weights, engine=engine, engine_options=engine_options)
     return model, program, exported
 
 
@@ -112,9 +112,9 @@ def assert_converts_and_matches(
     levels: Sequence[str] = LEVELS,
     rtol: float | None = None,
     atol: float | None = None,
-    backend: str = "numpy",
+    engine: str = "numpy",
 ) -> Program:
-    """Convert at each decomposition level, run on ``backend`` (numpy unless told), compare every
+    """Convert at each decomposition level, run on ``engine`` (numpy unless told), compare every
     output with eager torch."""
     module = as_module(fn).eval()
     with torch.no_grad():
@@ -122,7 +122,7 @@ def assert_converts_and_matches(
     want_flat, want_spec = pytree.tree_flatten(expected)
     program = None
     for level in levels:
-        model, program, _ = convert(module, inputs, kwargs=kwargs, decomposition=level, backend=backend)
+        model, program, _ = convert(module, inputs, kwargs=kwargs, decomposition=level, engine=engine)
         np_inputs = [tensor_to_numpy(t) if isinstance(t, torch.Tensor) else t for t in inputs]
         np_kwargs = {k: tensor_to_numpy(v) for k, v in (kwargs or {}).items()}
         got = model(*[a for a in np_inputs if isinstance(a, np.ndarray)], **np_kwargs)
@@ -175,7 +175,7 @@ def load_example(name: str) -> ModuleType:
 def exported_example(name: str, level: str) -> tuple[Any, Program]:
     """``examples/<name>.py`` exported in memory at ``level`` and lowered: (exported, program).
 
-    Cached per process, so test files that each need every example at every level (backends,
+    Cached per process, so test files that each need every example at every level (engines,
     generated packages) pay for one export each. Treat the result as read-only.
     """
     model, inputs = load_example(name).get_model()

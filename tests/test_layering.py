@@ -20,7 +20,7 @@ SRC = Path(__file__).resolve().parent.parent / "src" / "rlx"
 # Lowest first. Packages in one tuple share a rank and may not import each other.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("rlx.errors", "rlx.version"),
-    ("rlx.optional",),
+    ("rlx.optional", "rlx.deprecation"),
     ("rlx.ir",),
     ("rlx.formats",),
     ("rlx.kernels",),

@@ -32,6 +32,28 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{self.prog}: {message} (see --help)")
 
 
+def _add_renamed(parser: argparse.ArgumentParser, flag: str, old: str, **kwargs: Any) -> None:
+    """``flag`` and its deprecated spelling ``old`` (hidden from --help); both default to None, so
+    ``_renamed_flag`` can tell which was given."""
+    parser.add_argument(flag, default=None, **kwargs)
+    parser.add_argument(old, default=None, **{**kwargs, "help": argparse.SUPPRESS})
+
+
+def _renamed_flag(args: argparse.Namespace, flag: str, old: str, default: Any) -> Any:
+    """The value of ``flag``, taking its deprecated spelling ``old`` too (one note on stderr)."""
+    value, old_value = getattr(args, flag[2:].replace("-", "_")), getattr(args, old[2:].replace("-", "_"))
+    if old_value is None:
+        return default if value is None else value
+    if value is not None:
+        raise UsageError(f"rlx {args.command}: pass {flag} only ({old} is its deprecated spelling)")
+    print(f"rlx: {old} is deprecated; use {flag}", file=sys.stderr)
+    return old_value
+
+
+def _artifacts(args: argparse.Namespace) -> tuple[str, ...]:
+    return tuple(e.strip() for e in _renamed_flag(args, "--write", "--emit", "bundle").split(",") if e.strip())
+
+
 MAX_COUNT = 2**31 - 1  # beyond this a count is a typo, and numpy/pyarrow/onnxruntime sizes overflow
 MAX_THREADS = 4096
 
@@ -64,13 +86,15 @@ def _parser() -> argparse.ArgumentParser:
         "model_file", help="a .py file exposing `model` and `example_inputs` (or `get_model()`), or an .onnx model"
     )
     imp.add_argument("-o", "--out", required=True, help="output directory")
-    imp.add_argument("--emit", default="bundle", help="comma-separated artifacts to write: bundle, package, onnx")
-    imp.add_argument(
-        "--emit-style",
-        choices=("numpy", "jax"),
-        default="numpy",
-        help="array library of the generated package (default numpy; jax needs rlx[jax])",
+    _add_renamed(
+        imp,
+        "--write",
+        "--emit",
+        metavar="ARTIFACTS",
+        help="comma-separated artifacts to write: bundle (default), package, onnx",
     )
+    _add_renamed(imp, "--package-style", "--emit-style", choices=("numpy", "jax"),
+                 help="array library of the generated package (default numpy; jax needs rlx[jax])")  # fmt: skip
     imp.add_argument(
         "--verify",
         nargs="?",
@@ -118,18 +142,20 @@ def _parser() -> argparse.ArgumentParser:
     bld = sub.add_parser("build", help="lower an exported directory (torch-ir.json + weights) without torch")
     bld.add_argument("dir", help="directory holding torch-ir.json and weights.safetensors")
     bld.add_argument("-o", "--out", help="output directory (default: DIR itself)")
-    bld.add_argument("--emit", default="bundle", help="comma-separated artifacts to write: bundle, package, onnx")
-    bld.add_argument(
-        "--emit-style",
-        choices=("numpy", "jax"),
-        default="numpy",
-        help="array library of the generated package (default numpy; jax needs rlx[jax])",
+    _add_renamed(
+        bld,
+        "--write",
+        "--emit",
+        metavar="ARTIFACTS",
+        help="comma-separated artifacts to write: bundle (default), package, onnx",
     )
+    _add_renamed(bld, "--package-style", "--emit-style", choices=("numpy", "jax"),
+                 help="array library of the generated package (default numpy; jax needs rlx[jax])")  # fmt: skip
     bld.add_argument("--verify", action="store_true", help="check parity against DIR/reference.safetensors")
     bld.add_argument("--force", action="store_true", help="overwrite an existing bundle / output directory")
     bld.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
 
-    run = sub.add_parser("run", help="run a bundle on .npy inputs (numpy, or JAX with --backend jax)")
+    run = sub.add_parser("run", help="run a bundle on .npy inputs (numpy, or JAX with --engine jax)")
     run.add_argument("bundle", help="bundle directory (or an OUT directory from `rlx import`)")
     run.add_argument("--input", "-i", action="append", default=[], metavar="NAME=FILE.npy", help="an input array")
     run.add_argument("-o", "--out", help="directory to write outputs as out<k>.npy")
@@ -141,7 +167,9 @@ def _parser() -> argparse.ArgumentParser:
         metavar="NAME",
         help="switch one numpy optimisation pass off (repeatable): " + ", ".join(numpy_pass_names()),
     )
-    run.add_argument(
+    _add_renamed(
+        run,
+        "--engine",
         "--backend",
         choices=ENGINES,
         help="numpy, jax (one XLA computation, needs rlx[jax]), onnxruntime (needs rlx[onnxruntime]) or openvino "
@@ -182,7 +210,7 @@ def _parser() -> argparse.ArgumentParser:
                      help="read model input INPUT from data column COLUMN (repeatable; default: same name)")  # fmt: skip
     bat.add_argument("--keep", action="append", metavar="COLUMN",
                      help="input column to carry into the output (repeatable; default: every non-input column)")  # fmt: skip
-    bat.add_argument("--engine", choices=("numpy", "jax"), default="numpy", help="runtime backend (default numpy)")
+    bat.add_argument("--engine", choices=("numpy", "jax"), default="numpy", help="runtime engine (default numpy)")
     bat.add_argument("--on-error", choices=("stop", "skip"), default="stop",
                      help="stop at the first bad row (default), or skip bad rows into OUT/_skipped.jsonl")  # fmt: skip
     bat.add_argument("--shard-rows", type=count(), default=65_536, help="input rows per output shard (default 65536)")
@@ -332,9 +360,10 @@ def cmd_import(args: argparse.Namespace) -> int:
     from rlx.formats.atomic import check_writable_target
 
     check_writable_target(args.out, args.force)
-    emit = tuple(e.strip() for e in args.emit.split(",") if e.strip())
+    write = _artifacts(args)
+    style = _renamed_flag(args, "--package-style", "--emit-style", "numpy")
     if Path(args.model_file).suffix.lower() == ".onnx":  # the front-end is chosen by the file suffix
-        return _import_onnx(args, emit)
+        return _import_onnx(args, write, style)
     from rlx.app.convert import from_torch
 
     if args.verify == "onnxruntime":
@@ -356,13 +385,13 @@ def cmd_import(args: argparse.Namespace) -> int:
         args.out,
         example_kwargs=kwargs,
         verify=args.verify != "none",
-        emit=emit,
+        write=write,
         decomposition=args.decomposition,
         force=args.force,
         dynamic_shapes=dynamic_shapes,
         auto_decompose=args.auto_decompose,
         strict=args.strict,
-        emit_style=args.emit_style,
+        package_style=style,
         keep_exported=args.keep_exported,
         on_step=lambda name, secs: _say(f"  {labels.get(name, name):<40} {secs:7.2f} s"),
     )
@@ -371,7 +400,7 @@ def cmd_import(args: argparse.Namespace) -> int:
     return EXIT_OK if report.passed else EXIT_PARITY
 
 
-def _import_onnx(args: argparse.Namespace, emit: tuple[str, ...]) -> int:
+def _import_onnx(args: argparse.Namespace, write: tuple[str, ...], style: str) -> int:
     from rlx.app.onnx_convert import from_onnx
     from rlx.frontends.onnx.input_shapes import parse_input_shape
 
@@ -385,9 +414,9 @@ def _import_onnx(args: argparse.Namespace, emit: tuple[str, ...]) -> int:
         args.model_file,
         args.out,
         verify=args.verify,
-        emit=emit,
+        write=write,
         force=args.force,
-        emit_style=args.emit_style,
+        package_style=style,
         on_step=lambda name, secs: _say(f"  {labels.get(name, name):<40} {secs:7.2f} s"),
         input_shapes=input_shapes,
     )
@@ -399,17 +428,18 @@ def _import_onnx(args: argparse.Namespace, emit: tuple[str, ...]) -> int:
 def cmd_build(args: argparse.Namespace) -> int:
     from rlx.app.convert import build
 
-    emit = tuple(e.strip() for e in args.emit.split(",") if e.strip())
+    write = _artifacts(args)
+    style = _renamed_flag(args, "--package-style", "--emit-style", "numpy")
     _say(f"rlx {__version__}: building {args.dir}")
     labels = {"read": "read torch-ir.json", "lower": "lowered to the rlx program", "write": "wrote the bundle",
               "verify": "checked parity against reference.safetensors"}  # fmt: skip
     report = build(
         args.dir,
         args.out,
-        emit=emit,
+        write=write,
         verify=args.verify,
         force=args.force,
-        emit_style=args.emit_style,
+        package_style=style,
         on_step=lambda name, secs: _say(f"  {labels.get(name, name):<40} {secs:7.2f} s"),
     )
     _say("")
@@ -430,7 +460,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     model = load(
         args.bundle,
         optimize=not args.no_opt,
-        backend=args.backend,
+        engine=_renamed_flag(args, "--engine", "--backend", None),
         disable_passes=args.disable_pass,
         threads=args.threads,
         seed=args.seed,

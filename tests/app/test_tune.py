@@ -1,6 +1,6 @@
 """``rlx tune`` / ``rlx.tune``: every installed engine × precision, each in its own process, checked
 against PyTorch's outputs at the user's tolerance; the fastest passing choice in tuning.json, which
-``rlx.load`` follows when it matches this machine (and an explicit backend overrides). Also the
+``rlx.load`` follows when it matches this machine (and an explicit engine overrides). Also the
 onnxruntime engine's int8 precision, one of the candidates."""
 
 from __future__ import annotations
@@ -85,12 +85,12 @@ def test_tune_writes_the_fastest_passing_choice_and_load_follows_it(mlp, capsys)
     fastest = min((c for c in doc["candidates"] if c["passed"]), key=lambda c: c["median_ms"])
     assert (choice["engine"], choice["precision"]) == (fastest["engine"], fastest["precision"])
     model = rlx.load(out)
-    assert (model.backend, model.precision) == (choice["engine"], choice["precision"])
+    assert (model.engine.name, model.precision) == (choice["engine"], choice["precision"])
     assert model.tuning.startswith("tuned by ")
     got = model(x)
     g, w = got.astype(np.float64).ravel(), want.astype(np.float64).ravel()
     assert g @ w / (np.linalg.norm(g) * np.linalg.norm(w)) >= 0.999
-    assert rlx.load(out, backend="numpy").backend == "numpy"  # an explicit backend wins
+    assert rlx.load(out, engine="numpy").engine.name == "numpy"  # an explicit engine wins
 
 
 def test_tune_finishes_in_under_two_minutes_and_names_failures(mlp):
@@ -129,9 +129,9 @@ def test_a_tuning_from_another_machine_is_ignored(mlp, changes, why):
     out, x, _ = mlp
     _tuning(out, "onnxruntime", "f32", **changes)
     model = rlx.load(out)
-    assert model.backend == "numpy" and why in model.tuning
+    assert model.engine.name == "numpy" and why in model.tuning
     _tuning(out, "onnxruntime", "f32")
-    assert rlx.load(out).backend == "onnxruntime"
+    assert rlx.load(out).engine.name == "onnxruntime"
 
 
 def test_a_malformed_tuning_is_refused_in_one_line(mlp):
@@ -140,13 +140,13 @@ def test_a_malformed_tuning_is_refused_in_one_line(mlp):
     with pytest.raises(BundleError, match="not a tuning file written by `rlx tune`"):
         rlx.load(out)
     (out / "bundle" / TUNING_FILE).unlink()
-    assert rlx.load(out).backend == "numpy"
+    assert rlx.load(out).engine.name == "numpy"
 
 
 def test_int8_on_onnxruntime_is_close_not_exact(mlp):
     out, x, _ = mlp
-    int8 = rlx.load(out, backend="onnxruntime", precision="int8")
-    f32 = rlx.load(out, backend="onnxruntime")
+    int8 = rlx.load(out, engine="onnxruntime", precision="int8")
+    f32 = rlx.load(out, engine="onnxruntime")
     assert (int8.precision, f32.precision) == ("int8", "f32")
     g, w = int8(x).astype(np.float64).ravel(), f32(x).astype(np.float64).ravel()
     assert g @ w / (np.linalg.norm(g) * np.linalg.norm(w)) > 0.999

@@ -132,10 +132,10 @@ def fast(monkeypatch):
     cache: dict[tuple[str, str], Any] = {}
     real_load = run_module.load
 
-    def load(bundle: str, backend: str = "numpy") -> Any:
-        if (bundle, backend) not in cache:
-            cache[(bundle, backend)] = real_load(bundle, backend=backend)
-        return cache[(bundle, backend)]
+    def load(bundle: str, engine: str = "numpy") -> Any:
+        if (bundle, engine) not in cache:
+            cache[(bundle, engine)] = real_load(bundle, engine=engine)
+        return cache[(bundle, engine)]
 
     monkeypatch.setattr(run_module, "load", load)
 

@@ -91,7 +91,7 @@ def _inputs() -> list[torch.Tensor]:
 @pytest.fixture(scope="module")
 def converted(tmp_path_factory):
     out = tmp_path_factory.mktemp("dtypes") / "out"
-    report = rlx.from_torch(Mixed(), _inputs(), out, emit=("bundle", "package"))
+    report = rlx.from_torch(Mixed(), _inputs(), out, write=("bundle", "package"))
     with torch.no_grad():
         want = [tensor_to_numpy(t) for t in Mixed()(*_inputs())]
     return out, report, want
@@ -104,11 +104,11 @@ def test_bundle_declares_and_runs_the_dtypes(converted):
     assert [i["dtype"] for i in ir["inputs"]] == ["c128", "u16", "u32", "u64"]
     assert {"c128", "u32"} <= {w["dtype"] for w in ir["weights"]}
     assert [o.dtype for o in report.parity.outputs] == ["c128", "f64", "u32", "u64", "i64", "bool", "f64", "u16", "c64"]
-    for backend in ("numpy", "jax"):
-        model = rlx.load(out / "bundle", backend=backend)
+    for engine in ("numpy", "jax"):
+        model = rlx.load(out / "bundle", engine=engine)
         got = model(*[tensor_to_numpy(t) for t in _inputs()])
         for k, (g, w) in enumerate(zip(got, want)):
-            assert_arrays_match(np.asarray(g), w, f"[{backend}] output {k}")
+            assert_arrays_match(np.asarray(g), w, f"[{engine}] output {k}")
 
 
 def test_generated_package_runs_the_dtypes(converted, tmp_path):

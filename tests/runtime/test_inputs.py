@@ -60,13 +60,11 @@ def _exact_and_other_forms():
 
 
 @pytest.mark.parametrize("case,tokens", list(_exact_and_other_forms()))
-@pytest.mark.parametrize("backend", ["numpy", "onnxruntime"])
-def test_every_input_form_gives_the_same_outputs(case, tokens, backend):
-    if backend == "onnxruntime":
+@pytest.mark.parametrize("engine", ["numpy", "onnxruntime"])
+def test_every_input_form_gives_the_same_outputs(case, tokens, engine):
+    if engine == "onnxruntime":
         pytest.importorskip("onnxruntime")
-    m, _, _ = convert(
-        Two(), (torch.ones(2, 3, dtype=torch.int64), torch.ones(2, 3, dtype=torch.int64)), backend=backend
-    )
+    m, _, _ = convert(Two(), (torch.ones(2, 3, dtype=torch.int64), torch.ones(2, 3, dtype=torch.int64)), engine=engine)
     mask = np.full((2, 3), 3, np.int64)
     want = np.asarray(tokens, dtype=np.int64) * 3
     out = m(tokens, mask)

@@ -1,11 +1,11 @@
-"""The JAX backend (``backend="jax"``: one ``jax.jit`` over the whole program) against PyTorch.
+"""The JAX engine (``engine="jax"``: one ``jax.jit`` over the whole program) against PyTorch.
 
-- Every core Call (everything the numpy backend handles outside the ordering/resample/scatter
+- Every core Call (everything the numpy engine handles outside the ordering/resample/scatter
   families, which tests/runtime/test_jax_engine_families.py covers) runs in a real lowered program
   and matches eager PyTorch: values, shapes, dtypes (int64/float64/bool/f16/bf16) and NaN/inf.
-- Every example at every decomposition level matches PyTorch and the numpy backend.
+- Every example at every decomposition level matches PyTorch and the numpy engine.
 - Dynamic shapes: one compilation per binding, reused; the user's JAX settings are left alone;
-  without jax the backend says how to install it, and the numpy path never imports jax.
+  without jax the engine says how to install it, and the numpy path never imports jax.
 """
 
 from __future__ import annotations
@@ -345,7 +345,7 @@ def _params(cases):
 @pytest.mark.parametrize("name,calls,variants,inputs,dtypes,levels", _params(CASES))
 def test_calls_match_torch(name, calls, variants, inputs, dtypes, levels):
     fn, data = sweep(variants, inputs, dtypes)
-    program = assert_converts_and_matches(fn, data, levels=levels, backend="jax")
+    program = assert_converts_and_matches(fn, data, levels=levels, engine="jax")
     used = {type(ins.call) for ins in program.instrs}
     assert calls <= used, f"{name}: expected {sorted(c.__name__ for c in calls - used)} in the program"
 
@@ -353,8 +353,8 @@ def test_calls_match_torch(name, calls, variants, inputs, dtypes, levels):
 @pytest.mark.parametrize("dtype", [F32, pytest.param(BF16, marks=SLOW)])
 def test_conv_and_norm_modules(dtype):
     x = rand((2, 4, 5, 5), dtype, seed=3)
-    conv = assert_converts_and_matches(Convs([dtype]), (x,), levels=("high",), backend="jax")
-    norms = assert_converts_and_matches(Norms([dtype]), (rand((2, 6, 4, 5), dtype),), levels=("high",), backend="jax")
+    conv = assert_converts_and_matches(Convs([dtype]), (x,), levels=("high",), engine="jax")
+    norms = assert_converts_and_matches(Norms([dtype]), (rand((2, 6, 4, 5), dtype),), levels=("high",), engine="jax")
     used = {type(i.call) for p in (conv, norms) for i in p.instrs}
     assert {C.Conv, C.BatchNorm, C.GroupNorm, C.LayerNorm, C.RmsNorm} <= used
 
@@ -364,14 +364,14 @@ def test_every_core_call_is_covered():
     assert CORE_CALLS <= covered, sorted(c.__name__ for c in CORE_CALLS - covered)
 
 
-# ── examples: every level, parity with PyTorch and with the numpy backend ─────
+# ── examples: every level, parity with PyTorch and with the numpy engine ─────
 @pytest.mark.parametrize("level", LEVELS)
 @pytest.mark.parametrize("name", EXAMPLES)
 def test_examples_match_torch_and_numpy(name, level):
     exported, program = exported_example(name, level)
     weights = bind_weights(program, exported.weights, "weights")
     inputs = [exported.inputs[v.name] for v in program.inputs]
-    got = Model(program, weights, backend="jax").run_flat(inputs)
+    got = Model(program, weights, engine="jax").run_flat(inputs)
     ref = Model(program, weights).run_flat(inputs)
     wants = [w for w in exported.outputs if w is not None]
     assert len(got) == len(wants)
@@ -387,17 +387,17 @@ def test_dynamic_shapes_compile_once_per_binding():
     module, (ids,) = load_example("decoder_lm").get_model()
     dim = torch.export.Dim
     model, program, _ = convert(
-        module, (ids,), backend="jax", dynamic_shapes={"input_ids": {0: dim("batch", max=8), 1: dim("seq", max=64)}}
+        module, (ids,), engine="jax", dynamic_shapes={"input_ids": {0: dim("batch", max=8), 1: dim("seq", max=64)}}
     )
     assert program.is_dynamic
-    backend = model.engine
+    engine = model.engine
     for batch, seq in [(1, 5), (3, 17), (2, 9), (3, 17), (1, 5)]:
         x = torch.randint(0, 100, (batch, seq), generator=torch.Generator().manual_seed(seq))
         got = model(x.numpy())
         with torch.no_grad():
             want = module(x).numpy()
         assert_arrays_match(got, want, f"batch {batch} seq {seq}", rtol=1e-4, atol=1e-5)
-    assert backend.compilations == 3  # three bindings; the repeats reuse their compiled programs
+    assert engine.compilations == 3  # three bindings; the repeats reuse their compiled programs
     assert len(model._by_binding) == 3
 
 
@@ -406,7 +406,7 @@ def test_user_jax_settings_are_left_alone():
     import jax.numpy as jnp
 
     before = jax.config.jax_enable_x64
-    model, _, _ = convert(lambda x: (x * 3, x.sum()), (torch.arange(6, dtype=I64) * 2**40,), backend="jax")
+    model, _, _ = convert(lambda x: (x * 3, x.sum()), (torch.arange(6, dtype=I64) * 2**40,), engine="jax")
     got = model(np.arange(6, dtype=np.int64) * 2**40)
     assert got[0].dtype == np.int64 and got[0][5] == 15 * 2**40  # 64-bit inside rlx's own scope
     assert jax.config.jax_enable_x64 == before
@@ -418,13 +418,13 @@ def test_missing_kernel_names_the_call(monkeypatch):
     from rlx.kernels.jax.kernels import KERNELS
 
     monkeypatch.delitem(KERNELS, "Softmax")
-    with pytest.raises(UsageError, match=r"^the JAX backend has no kernel for Softmax ×1 \(first: "):
-        convert(lambda x: x.softmax(-1), (torch.randn(2, 3),), backend="jax")
+    with pytest.raises(UsageError, match=r"^the JAX engine has no kernel for Softmax ×1 \(first: "):
+        convert(lambda x: x.softmax(-1), (torch.randn(2, 3),), engine="jax")
 
 
-def test_unknown_backend():
-    with pytest.raises(UsageError, match="unknown backend 'tpu'; choose one of numpy, jax"):
-        convert(lambda x: x + 1, (torch.randn(2),), backend="tpu")
+def test_unknown_engine():
+    with pytest.raises(UsageError, match="unknown engine 'tpu'; choose one of numpy, jax"):
+        convert(lambda x: x + 1, (torch.randn(2),), engine="tpu")
 
 
 BLOCK_JAX = block_imports("torch", "jax")
@@ -436,7 +436,7 @@ def mlp_out(tmp_path_factory):
     from helpers import load_example
 
     model, inputs = load_example("mlp").get_model()
-    report = rlx.from_torch(model, inputs, out, backend="jax")  # the parity check runs on the JAX backend
+    report = rlx.from_torch(model, inputs, out, engine="jax")  # the parity check runs on the JAX engine
     assert report.parity.passed, report.parity.table()
     np.save(out / "x.npy", inputs[0].numpy())
     with torch.no_grad():
@@ -444,22 +444,22 @@ def mlp_out(tmp_path_factory):
     return out
 
 
-def test_without_jax_the_backend_says_how_to_install_it(mlp_out):
+def test_without_jax_the_engine_says_how_to_install_it(mlp_out):
     script = BLOCK_JAX + textwrap.dedent(
         f"""
         import numpy as np
         import rlx
         from rlx.cli import main
         from rlx.errors import UsageError
-        model = rlx.load({str(mlp_out)!r})  # the numpy backend never imports jax
+        model = rlx.load({str(mlp_out)!r})  # the numpy engine never imports jax
         model(np.load({str(mlp_out / "x.npy")!r}))
         assert "jax" not in sys.modules, "the numpy path imported jax"
         try:
-            rlx.load({str(mlp_out)!r}, backend="jax")
+            rlx.load({str(mlp_out)!r}, engine="jax")
             raise SystemExit("no error")
         except UsageError as e:
             assert str(e) == "the JAX engine needs jax: pip install 'rlx[jax]'", str(e)
-        rc = main(["run", {str(mlp_out)!r}, "--backend", "jax", "--input", "x={mlp_out / "x.npy"}"])
+        rc = main(["run", {str(mlp_out)!r}, "--engine", "jax", "--input", "x={mlp_out / "x.npy"}"])
         assert rc == 2, rc
         """
     )
@@ -468,10 +468,10 @@ def test_without_jax_the_backend_says_how_to_install_it(mlp_out):
     assert proc.stderr.strip() == "rlx: the JAX engine needs jax: pip install 'rlx[jax]'"
 
 
-def test_cli_run_backend_jax(mlp_out, tmp_path, capsys):
+def test_cli_run_engine_jax(mlp_out, tmp_path, capsys):
     from rlx.cli import main
 
-    rc = main(["run", str(mlp_out), "--backend", "jax", "--input", f"x={mlp_out / 'x.npy'}", "-o", str(tmp_path)])
+    rc = main(["run", str(mlp_out), "--engine", "jax", "--input", f"x={mlp_out / 'x.npy'}", "-o", str(tmp_path)])
     assert rc == 0
     assert "out0: shape [4, 10] dtype float32" in capsys.readouterr().out
     np.testing.assert_allclose(np.load(tmp_path / "out0.npy"), np.load(mlp_out / "want.npy"), rtol=1e-5, atol=1e-6)

@@ -8,9 +8,9 @@ Two layers:
   log-sum-exps to a few ulps, as XLA scans in parallel) and match PyTorch's own op on the same
   tensors, zero signs included. Upsample Calls are checked against the aten ``upsample_*`` op
   taking the same sizes and scales; top-k indices on distinct values, its values on ties.
-- Programs lowered from torch modules (one export per case) run through the JAX backend
-  (``Model(..., backend="jax")``, one ``jax.jit`` over the whole program) and are compared with
-  eager PyTorch; the same programs also run instruction by instruction with the numpy backend,
+- Programs lowered from torch modules (one export per case) run through the JAX engine
+  (``Model(..., engine="jax")``, one ``jax.jit`` over the whole program) and are compared with
+  eager PyTorch; the same programs also run instruction by instruction with the numpy engine,
   where each instruction of these Calls must give the JAX kernel's bits on its real operands.
 
 Compiling dominates the time, so the default run keeps one or two dtypes per case; ``-m slow``
@@ -167,7 +167,7 @@ def assert_same_bits(got: np.ndarray, want: np.ndarray, what: str, ulps: int = 0
 
 
 def run_jax(calls: list[Call], operands: list[list[Any]]) -> list[np.ndarray]:
-    """Every Call on its operands, all in one ``jax.jit`` (64-bit types on, as the backend runs)."""
+    """Every Call on its operands, all in one ``jax.jit`` (64-bit types on, as the engine runs)."""
     fns = [functools.partial(JAX_KERNELS[c.op], c) for c in calls]
     with jax.enable_x64(True):
         outs = jax.jit(lambda ops: [f(*o) for f, o in zip(fns, ops)])(operands)
@@ -727,13 +727,13 @@ def test_lowered_programs(fn: Callable, inputs: tuple, level: str) -> None:
     assert any(isinstance(ins.call, OURS) for ins in program.instrs)
 
     # The whole program as one jax.jit, against PyTorch.
-    model = Model(program, numpy_model.weights, backend="jax")
+    model = Model(program, numpy_model.weights, engine="jax")
     got = pytree.tree_flatten(model(*n_inputs))[0]
     assert len(got) == len(want)
     for k, (g, w) in enumerate(zip(got, want)):
         assert_arrays_match(g, tensor_to_numpy(w), f"[{level}] output {k}")
 
-    # Instruction by instruction on the numpy backend's values: our Calls give the same bits in JAX.
+    # Instruction by instruction on the numpy engine's values: our Calls give the same bits in JAX.
     env: dict[str, np.ndarray] = {v.name: a for v, a in zip(program.inputs, n_inputs)}
     env.update(numpy_model.weights)
     mine, operands = [], []

@@ -1,4 +1,4 @@
-"""The OpenVINO backend (``backend="openvino"``: rlx's ONNX emission read by OpenVINO from memory,
+"""The OpenVINO engine (``engine="openvino"``: rlx's ONNX emission read by OpenVINO from memory,
 weights as shared constants) against PyTorch.
 
 The table of cases of the JAX and onnxruntime engines (every core Call in a real lowered program:
@@ -70,7 +70,7 @@ def _ov_cases():
 @pytest.mark.parametrize("name,calls,variants,inputs,dtypes,levels", _params(list(_ov_cases())))
 def test_calls_match_torch(name, calls, variants, inputs, dtypes, levels):
     fn, data = sweep(variants, inputs, dtypes)
-    program = assert_converts_and_matches(fn, data, levels=levels, backend="openvino")
+    program = assert_converts_and_matches(fn, data, levels=levels, engine="openvino")
     used = {type(ins.call) for ins in program.instrs}
     assert calls <= used, f"{name}: expected {sorted(c.__name__ for c in calls - used)} in the program"
 
@@ -83,8 +83,8 @@ def test_known_mismatches_name_real_cases():
 @pytest.mark.parametrize("dtype", [F32, BF16])
 def test_conv_and_norm_modules(dtype):
     x = rand((2, 4, 5, 5), dtype, seed=3)
-    assert_converts_and_matches(Convs([dtype]), (x,), levels=("high",), backend="openvino")
-    assert_converts_and_matches(Norms([dtype]), (rand((2, 6, 4, 5), dtype),), levels=("high",), backend="openvino")
+    assert_converts_and_matches(Convs([dtype]), (x,), levels=("high",), engine="openvino")
+    assert_converts_and_matches(Norms([dtype]), (rand((2, 6, 4, 5), dtype),), levels=("high",), engine="openvino")
 
 
 @pytest.mark.parametrize("name", EXAMPLES)
@@ -92,8 +92,8 @@ def test_examples_match_torch_and_numpy(name):
     exported, program = exported_example(name, "high")
     weights = bind_weights(program, exported.weights, "weights")
     inputs = [exported.inputs[v.name] for v in program.inputs]
-    model = Model(program, weights, backend="openvino")
-    assert (model.backend, model.precision, model.engine.name) == ("openvino", "f32", "openvino")
+    model = Model(program, weights, engine="openvino")
+    assert (model.engine.name, model.precision, model.engine.name) == ("openvino", "f32", "openvino")
     got = model.run_flat(inputs)
     ref = Model(program, weights).run_flat(inputs)
     wants = [w for w in exported.outputs if w is not None]
@@ -109,7 +109,7 @@ def test_infinities_and_nan_through_a_linear_model():
     x[0, 1], x[2, 3], x[3, 0] = float("nan"), float("inf"), float("-inf")
     lin = torch.nn.Linear(6, 5)
     assert_converts_and_matches(lambda t: (lin(t), torch.tanh(t) * 2 - t, t.abs().sqrt()), (x,), levels=("high",),
-                                backend="openvino")  # fmt: skip
+                                engine="openvino")  # fmt: skip
 
 
 def test_dynamic_shapes_compile_once():
@@ -118,7 +118,7 @@ def test_dynamic_shapes_compile_once():
     model, program, _ = convert(
         module,
         (ids,),
-        backend="openvino",
+        engine="openvino",
         dynamic_shapes={"input_ids": {0: dim("batch", max=8), 1: dim("seq", max=64)}},
     )
     assert program.is_dynamic
@@ -134,23 +134,23 @@ def test_dynamic_shapes_compile_once():
 def transformer_out(tmp_path_factory):
     out = tmp_path_factory.mktemp("openvino") / "transformer"
     module, inputs = load_example("transformer").get_model()
-    report = rlx.from_torch(module, inputs, out, backend="openvino")  # parity checked on this engine
+    report = rlx.from_torch(module, inputs, out, engine="openvino")  # parity checked on this engine
     assert report.parity.passed, report.parity.table()
     return out, [t.numpy() for t in inputs]
 
 
 def test_threads_output_structure_and_errors(transformer_out):
     out, arrays = transformer_out
-    model = rlx.load(out, backend="openvino", threads=1)
+    model = rlx.load(out, engine="openvino", threads=1)
     ref = rlx.load(out)
-    assert model.engine.threads == 1 and ref.backend == "numpy"
+    assert model.engine.threads == 1 and ref.engine.name == "numpy"
     got, want = model(*arrays), ref(*arrays)
     assert type(got) is type(want)
     assert_arrays_match(got, want, "transformer", rtol=1e-4, atol=1e-5)
     with pytest.raises(rlx.RlxError, match="has dtype"):
         model(arrays[0].astype(np.float64), arrays[1])
     with pytest.raises(UsageError, match="threads"):
-        rlx.load(out, backend="openvino", threads=0)
+        rlx.load(out, engine="openvino", threads=0)
 
 
 @pytest.mark.parametrize("precision", ["bf16", "f16"])
@@ -158,9 +158,9 @@ def test_lower_precision_is_close_or_refused_in_one_line(transformer_out, precis
     out, arrays = transformer_out
     if precision not in supported_precisions("openvino"):
         with pytest.raises(UsageError, match=rf"^OpenVINO cannot run {precision} on this CPU \(.*\): it lacks "):
-            rlx.load(out, backend="openvino", precision=precision)
+            rlx.load(out, engine="openvino", precision=precision)
         return
-    model = rlx.load(out, backend="openvino", precision=precision)
+    model = rlx.load(out, engine="openvino", precision=precision)
     assert model.precision == precision
     got, want = model(*arrays), rlx.load(out)(*arrays)
     g, w = np.ravel(got).astype(np.float64), np.ravel(want).astype(np.float64)
@@ -170,23 +170,23 @@ def test_lower_precision_is_close_or_refused_in_one_line(transformer_out, precis
 
 
 @pytest.mark.parametrize(
-    "backend,precision,message",
+    "engine,precision,message",
     [
         (
             "openvino",
             "int8",
-            r"^the openvino engine has no int8 mode \(it runs f32, bf16, f16\); int8 runs on backend='onnxruntime'$",
+            r"^the openvino engine has no int8 mode \(it runs f32, bf16, f16\); int8 runs on engine='onnxruntime'$",
         ),
-        ("numpy", "bf16", r"^the numpy engine has no bf16 mode \(it runs f32\); bf16 runs on backend='openvino'$"),
+        ("numpy", "bf16", r"^the numpy engine has no bf16 mode \(it runs f32\); bf16 runs on engine='openvino'$"),
         ("onnxruntime", "f64", r"^unknown precision 'f64'; choose one of f32, bf16, f16, int8$"),
     ],
 )
-def test_unsupported_precision_is_one_line(transformer_out, backend, precision, message):
+def test_unsupported_precision_is_one_line(transformer_out, engine, precision, message):
     with pytest.raises(UsageError, match=message):
-        rlx.load(transformer_out[0], backend=backend, precision=precision)
+        rlx.load(transformer_out[0], engine=engine, precision=precision)
 
 
-def test_cli_run_backend_openvino(transformer_out, tmp_path, capsys):
+def test_cli_run_engine_openvino(transformer_out, tmp_path, capsys):
     from rlx.cli import main
 
     out, arrays = transformer_out
@@ -194,7 +194,7 @@ def test_cli_run_backend_openvino(transformer_out, tmp_path, capsys):
         np.save(tmp_path / f"in{k}.npy", a)
     names = rlx.load(out).input_names
     flags = [f"--input={n}={tmp_path / f'in{k}.npy'}" for k, n in enumerate(names)]
-    assert main(["run", str(out), "--backend", "openvino", *flags, "-o", str(tmp_path / "o")]) == 0
+    assert main(["run", str(out), "--engine", "openvino", *flags, "-o", str(tmp_path / "o")]) == 0
     assert "out0: shape [2, 8, 64] dtype float32" in capsys.readouterr().out
     want = rlx.load(out)(*arrays)
     np.testing.assert_allclose(
@@ -212,10 +212,10 @@ def test_openvino_is_imported_only_when_asked_for(transformer_out):
         model = rlx.load({str(out)!r})  # the numpy engine never imports openvino
         assert "openvino" not in sys.modules
         try:
-            rlx.load({str(out)!r}, backend="openvino")
+            rlx.load({str(out)!r}, engine="openvino")
             raise SystemExit("no error")
         except rlx.RlxError as e:
-            assert str(e) == "the openvino backend needs openvino: pip install 'rlx[openvino]'", str(e)
+            assert str(e) == "the openvino engine needs openvino: pip install 'rlx[openvino]'", str(e)
         """
     )
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
@@ -226,7 +226,7 @@ def test_state_and_inputs_updated_in_place(tmp_path):
     from runtime.test_state import Bump, RingCache, _steps, _torch_run
 
     rlx.from_torch(RingCache(), _steps(1)[0], tmp_path / "ring")
-    model = rlx.load(tmp_path / "ring", backend="openvino")
+    model = rlx.load(tmp_path / "ring", engine="openvino")
     for k, ((x, p), want) in enumerate(zip(_steps(8), _torch_run(8))):
         np.testing.assert_allclose(model(x.numpy(), p.numpy()), want, rtol=1e-6, err_msg=f"step {k}")
     assert int(model.state["b_steps"]) == 8
@@ -235,7 +235,7 @@ def test_state_and_inputs_updated_in_place(tmp_path):
 
     rlx.from_torch(Bump(), (torch.ones(3), torch.arange(3.0)), tmp_path / "bump")
     x = np.ones(3, np.float32)
-    doubled, total = rlx.load(tmp_path / "bump", backend="openvino")(x, np.arange(3, dtype=np.float32))
+    doubled, total = rlx.load(tmp_path / "bump", engine="openvino")(x, np.arange(3, dtype=np.float32))
     np.testing.assert_array_equal(x, [1, 2, 3])  # written back, as PyTorch's in-place add would
     np.testing.assert_array_equal(doubled, [2, 4, 6])
     assert float(total) == 3.0

@@ -1,4 +1,4 @@
-"""The onnxruntime backend (``backend="onnxruntime"``: the Program emitted as ONNX, run by one
+"""The onnxruntime engine (``engine="onnxruntime"``: the Program emitted as ONNX, run by one
 onnxruntime session per input-shape binding) against PyTorch.
 
 The same table of cases as the JAX engine (tests/runtime/test_jax_engine.py): every core Call in a
@@ -58,7 +58,7 @@ def _ort_cases():
 @pytest.mark.parametrize("name,calls,variants,inputs,dtypes,levels", _params(list(_ort_cases())))
 def test_calls_match_torch(name, calls, variants, inputs, dtypes, levels):
     fn, data = sweep(variants, inputs, dtypes)
-    program = assert_converts_and_matches(fn, data, levels=levels, backend="onnxruntime")
+    program = assert_converts_and_matches(fn, data, levels=levels, engine="onnxruntime")
     used = {type(ins.call) for ins in program.instrs}
     assert calls <= used, f"{name}: expected {sorted(c.__name__ for c in calls - used)} in the program"
 
@@ -66,7 +66,7 @@ def test_calls_match_torch(name, calls, variants, inputs, dtypes, levels):
 def test_float64_via_float32_is_float32_accurate():
     x = rand((3, 40), torch.float64, low=-0.9, high=0.9, seed=5)
     fn, data = sweep(F64_VIA_F32 + [torch.nn.functional.gelu], (lambda d: x,), (torch.float64,))
-    model, _, _ = convert(fn, data, backend="onnxruntime")
+    model, _, _ = convert(fn, data, engine="onnxruntime")
     got = model(x.numpy())
     with torch.no_grad():
         want = fn(x)
@@ -78,8 +78,8 @@ def test_float64_via_float32_is_float32_accurate():
 @pytest.mark.parametrize("dtype", [F32, BF16])
 def test_conv_and_norm_modules(dtype):
     x = rand((2, 4, 5, 5), dtype, seed=3)
-    assert_converts_and_matches(Convs([dtype]), (x,), levels=("high",), backend="onnxruntime")
-    assert_converts_and_matches(Norms([dtype]), (rand((2, 6, 4, 5), dtype),), levels=("high",), backend="onnxruntime")
+    assert_converts_and_matches(Convs([dtype]), (x,), levels=("high",), engine="onnxruntime")
+    assert_converts_and_matches(Norms([dtype]), (rand((2, 6, 4, 5), dtype),), levels=("high",), engine="onnxruntime")
 
 
 @pytest.mark.parametrize("level", LEVELS)
@@ -88,7 +88,7 @@ def test_examples_match_torch_and_numpy(name, level):
     exported, program = exported_example(name, level)
     weights = bind_weights(program, exported.weights, "weights")
     inputs = [exported.inputs[v.name] for v in program.inputs]
-    got = Model(program, weights, backend="onnxruntime").run_flat(inputs)
+    got = Model(program, weights, engine="onnxruntime").run_flat(inputs)
     ref = Model(program, weights).run_flat(inputs)
     wants = [w for w in exported.outputs if w is not None]
     assert len(got) == len(wants)
@@ -105,7 +105,7 @@ def test_dynamic_shapes_one_session_per_binding():
     model, program, _ = convert(
         module,
         (ids,),
-        backend="onnxruntime",
+        engine="onnxruntime",
         dynamic_shapes={"input_ids": {0: dim("batch", max=8), 1: dim("seq", max=64)}},
     )
     assert program.is_dynamic
@@ -123,7 +123,7 @@ def test_threads_and_output_structure(tmp_path):
 
     module, inputs = load_example("transformer").get_model()
     rlx.from_torch(module, inputs, tmp_path / "out")
-    model = rlx.load(tmp_path / "out" / "bundle", backend="onnxruntime", threads=1)
+    model = rlx.load(tmp_path / "out" / "bundle", engine="onnxruntime", threads=1)
     ref = rlx.load(tmp_path / "out" / "bundle")
     assert model.engine.threads == 1
     arrays = [t.numpy() for t in inputs]
@@ -133,7 +133,7 @@ def test_threads_and_output_structure(tmp_path):
     with pytest.raises(rlx.RlxError, match="has dtype"):
         model(arrays[0].astype(np.float64), arrays[1])
     with pytest.raises(UsageError, match="threads"):
-        rlx.load(tmp_path / "out" / "bundle", backend="onnxruntime", threads=0)
+        rlx.load(tmp_path / "out" / "bundle", engine="onnxruntime", threads=0)
 
 
 def test_missing_onnxruntime_names_the_extra(tmp_path):
@@ -171,7 +171,7 @@ def test_multi_head_attention_fusion_matches_torch(contrib):
     bool_mask[1, 0, 0] = False
     add_mask = torch.zeros(2, 1, 1, 7).masked_fill(torch.arange(7) >= 5, float("-inf"))
     inputs = (q, k, v, bool_mask, add_mask)
-    model, program, _ = convert(_sdpa_variants, inputs, backend="onnxruntime", engine_options={"contrib": contrib})
+    model, program, _ = convert(_sdpa_variants, inputs, engine="onnxruntime", engine_options={"contrib": contrib})
     with torch.no_grad():
         want = _sdpa_variants(*inputs)
     for k_, (g, w) in enumerate(zip(model(*(t.numpy() for t in inputs)), want)):
@@ -205,7 +205,7 @@ def test_causal_attention_fusion_matches_torch(contrib):
     bool_mask = torch.rand(2, 1, 6, 7, generator=torch.Generator().manual_seed(1)) > 0.3
     bool_mask[1, 0, 0, 0] = False  # with the triangle, query 0 of batch 1 may attend nowhere
     inputs = (q, k, v, kv2, bool_mask)
-    model, program, _ = convert(_decoder_sdpa_variants, inputs, backend="onnxruntime", engine_options={"contrib": contrib})  # fmt: skip
+    model, program, _ = convert(_decoder_sdpa_variants, inputs, engine="onnxruntime", engine_options={"contrib": contrib})  # fmt: skip
     with torch.no_grad():
         want = _decoder_sdpa_variants(*inputs)
     for k_, (g, w) in enumerate(zip(model(*(t.numpy() for t in inputs)), want)):
@@ -220,7 +220,7 @@ def test_causal_attention_fusion_matches_torch(contrib):
 
 def test_unknown_contrib_fusion_is_one_line():
     with pytest.raises(UsageError, match="unknown contrib fusion"):
-        convert(lambda x: x + 1, (torch.ones(2),), backend="onnxruntime", engine_options={"contrib": ("bogus",)})
+        convert(lambda x: x + 1, (torch.ones(2),), engine="onnxruntime", engine_options={"contrib": ("bogus",)})
 
 
 class ConvPools(torch.nn.Module):
@@ -255,7 +255,7 @@ def _with_nan_and_inf(x: torch.Tensor, case: str) -> torch.Tensor:
 def test_max_pool_propagates_nan_like_torch(dtype, case):
     x = rand((2, 3, 9, 9), dtype, seed=4)
     module = ConvPools(dtype)
-    model, _, _ = convert(module, (x,), backend="onnxruntime")
+    model, _, _ = convert(module, (x,), engine="onnxruntime")
     inputs = _with_nan_and_inf(x, case)
     got = model(inputs.numpy())
     with torch.no_grad():
@@ -273,7 +273,7 @@ def test_pooling_nan_switch():
     from rlx.exporters.onnx import to_onnx
 
     x = rand((2, 3, 9, 9), F32, seed=4)
-    _, program, _ = convert(ConvPools(F32), (x,), backend="onnxruntime")
+    _, program, _ = convert(ConvPools(F32), (x,), engine="onnxruntime")
     graphs = {
         mode: to_onnx(program, {}, external_weights=True, pooling_nan=mode).graph for mode in (True, False, "check")
     }
@@ -283,10 +283,10 @@ def test_pooling_nan_switch():
     assert ops["check"].count("MaxPool") == 4 and ops["check"].count("GlobalAveragePool") == 4
     assert [o.name for o in graphs["check"].output][-1] == "rlx/nan_check"
     assert "rlx/nan_check" not in [o.name for o in graphs[True].output]
-    model, _, _ = convert(ConvPools(F32), (x,), backend="onnxruntime", engine_options={"pooling_nan": False})
+    model, _, _ = convert(ConvPools(F32), (x,), engine="onnxruntime", engine_options={"pooling_nan": False})
     assert not model.executor_for([x.numpy()])._check  # onnxruntime's rule: no check, no rerun
     with pytest.raises(UsageError, match="pooling_nan"):
-        convert(ConvPools(F32), (x,), backend="onnxruntime", engine_options={"pooling_nan": "check"})
+        convert(ConvPools(F32), (x,), engine="onnxruntime", engine_options={"pooling_nan": "check"})
 
 
 class NanMakers(torch.nn.Module):
@@ -327,7 +327,7 @@ def test_max_pool_nan_made_inside_the_graph_like_torch():
     y[0, 1, 2, 3] = 0.0  # with x's value there: ±inf, NaN where x is 0 too
     x[0, 1, 2, 3] = 0.0
     module = NanMakers().eval()
-    model, program, _ = convert(module, (x, y), backend="onnxruntime")
+    model, program, _ = convert(module, (x, y), engine="onnxruntime")
     got = model(x.numpy(), y.numpy())
     with torch.no_grad():
         want = module(x, y)
@@ -342,7 +342,7 @@ def test_max_pool_nan_made_inside_the_graph_like_torch():
     clean = NanMakers().eval()
     clean.bad_conv.weight.data[1, 0, 1, 1] = 0.0
     model, _, _ = convert(lambda x: torch.nn.functional.max_pool2d(torch.relu(clean.bad_conv(x)), 2), (x,),
-                          backend="onnxruntime")  # fmt: skip
+                          engine="onnxruntime")  # fmt: skip
     nan_x = x.clone()
     nan_x[1, 2, 4, 4] = float("nan")
     for inputs in (x, nan_x):
@@ -373,7 +373,7 @@ def test_tanh_gelu_fusion_matches_torch(contrib, tmp_path):
 
     x = rand((2, 8, 16), F32, seed=7)
     module = TanhGelu()
-    model, program, _ = convert(module, (x,), backend="onnxruntime", engine_options={"contrib": contrib})
+    model, program, _ = convert(module, (x,), engine="onnxruntime", engine_options={"contrib": contrib})
     with torch.no_grad():
         want = module(x)
     for k, (g, w) in enumerate(zip(model(x.numpy()), want)):
@@ -430,7 +430,7 @@ def test_flattened_products_match_torch(dtype, case, tmp_path):
     if case == "specials":
         x, q = with_specials(x), with_specials(q)
     module = Flattened(dtype)
-    model, program, _ = convert(module, (x, q, k), backend="onnxruntime")
+    model, program, _ = convert(module, (x, q, k), engine="onnxruntime")
     with torch.no_grad():
         want = module(x, q, k)
     got = model(x.numpy(), q.numpy(), k.numpy())
@@ -468,7 +468,7 @@ def test_average_pools_of_input_elements_match_torch():
     from rlx.exporters.onnx import to_onnx
 
     x = with_specials(rand((2, 3, 9, 11), F32, seed=9))
-    model, program, _ = convert(_avg_pools, (x,), backend="onnxruntime")
+    model, program, _ = convert(_avg_pools, (x,), engine="onnxruntime")
     with torch.no_grad():
         want = _avg_pools(x)
     for k, (g, w) in enumerate(zip(model(x.numpy()), want)):
@@ -509,7 +509,7 @@ def test_group_norm_matches_torch(dtype, case):
         x[1, 4, 2, 2] = float("nan")
         x[0, 1, 0, 3] = float("inf")
     module = GroupNorms(dtype).eval()
-    model, program, _ = convert(module, (x,), backend="onnxruntime")
+    model, program, _ = convert(module, (x,), engine="onnxruntime")
     with torch.no_grad():
         want = module(x)
     for k, (g, w) in enumerate(zip(model(x.numpy()), want)):
@@ -552,7 +552,7 @@ def test_constant_attention_masks_match_torch(contrib):
     kv2 = rand((2, 2, 6, 8), F32, seed=24)
     module = ConstantMasks()
     inputs = (q, k, v, kv2)
-    model, program, _ = convert(module, inputs, backend="onnxruntime", engine_options={"contrib": contrib})
+    model, program, _ = convert(module, inputs, engine="onnxruntime", engine_options={"contrib": contrib})
     with torch.no_grad():
         want = module(*inputs)
     got = model(*(t.numpy() for t in inputs))

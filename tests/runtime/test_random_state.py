@@ -43,8 +43,8 @@ X = torch.randn(5, 6, generator=torch.Generator().manual_seed(1))
 @pytest.fixture(scope="module")
 def converted(tmp_path_factory: pytest.TempPathFactory):
     out = tmp_path_factory.mktemp("sampler")
-    report = rlx.from_torch(Sampler(), (X,), out / "np", emit=("bundle", "package"), keep_exported=True)
-    rlx.from_torch(Sampler(), (X,), out / "jx", emit=("package",), emit_style="jax", verify=False)
+    report = rlx.from_torch(Sampler(), (X,), out / "np", write=("bundle", "package"), keep_exported=True)
+    rlx.from_torch(Sampler(), (X,), out / "jx", write=("package",), package_style="jax", verify=False)
     return out, report
 
 
@@ -131,7 +131,7 @@ def test_engines_and_packages_draw_the_same_bits(converted, monkeypatch) -> None
     pytest.importorskip("jax")
     out, _ = converted
     want = _runs(rlx.load(out / "np" / "bundle"))
-    jax_engine = _runs(rlx.load(out / "np" / "bundle", backend="jax"))
+    jax_engine = _runs(rlx.load(out / "np" / "bundle", engine="jax"))
     _assert_same(want, jax_engine, "JAX engine", exact=False)
     _assert_same(want, _runs(_package(out / "np" / "rlx_sampler", "rlx_sampler", monkeypatch)), "numpy package")
     jax_package = _runs(_package(out / "jx" / "rlx_sampler", "rlx_sampler", monkeypatch))
@@ -159,7 +159,7 @@ def test_onnx_export_draws_the_same_bits(converted, tmp_path) -> None:
     onnx.checker.check_model(onnx.load(str(path)), full_check=True)
     ops = {n.op_type for n in onnx.load(str(path)).graph.node}
     assert {"BitShift", "BitwiseXor", "Range"} <= ops and not ops & {"RandomUniform", "RandomNormal"}
-    ort = rlx.load(out / "np" / "bundle", backend="onnxruntime", seed=5)
+    ort = rlx.load(out / "np" / "bundle", engine="onnxruntime", seed=5)
     _assert_same(_runs(rlx.load(out / "np" / "bundle", seed=5)), _runs(ort), "onnxruntime engine", exact=False)
 
 
@@ -220,13 +220,13 @@ def test_dynamic_shapes_draw_the_same_on_every_engine() -> None:
         return torch.nn.functional.dropout(x, 0.5, True), torch.multinomial(x.abs() + 0.1, 2)
 
     dyn = (({0: torch.export.Dim("b", max=64)},),)
-    backends = ["numpy"] + [b for b, mod in (("jax", "jax"), ("onnxruntime", "onnxruntime")) if _has(mod)]
+    engines = ["numpy"] + [b for b, mod in (("jax", "jax"), ("onnxruntime", "onnxruntime")) if _has(mod)]
     got = {}
-    for backend in backends:
-        model, _, _ = convert(fn, [torch.randn(4, 6)], dynamic_shapes=dyn, backend=backend)
-        got[backend] = [[np.asarray(o) for o in model(np.ones((n, 6), np.float32))] for n in (3, 9)]
-    for backend in backends[1:]:
-        _assert_same(got["numpy"], got[backend], backend)
+    for engine in engines:
+        model, _, _ = convert(fn, [torch.randn(4, 6)], dynamic_shapes=dyn, engine=engine)
+        got[engine] = [[np.asarray(o) for o in model(np.ones((n, 6), np.float32))] for n in (3, 9)]
+    for engine in engines[1:]:
+        _assert_same(got["numpy"], got[engine], engine)
     assert [o[0].shape for o in got["numpy"]] == [(3, 6), (9, 6)]
 
 

@@ -45,7 +45,7 @@ def _torch_run(n: int) -> list[np.ndarray]:
 def converted(tmp_path_factory: pytest.TempPathFactory):
     out = tmp_path_factory.mktemp("ring") / "out"
     module = RingCache()
-    report = rlx.from_torch(module, _steps(1)[0], out, emit=("bundle", "package"))
+    report = rlx.from_torch(module, _steps(1)[0], out, write=("bundle", "package"))
     assert report.passed
     assert float(module.cache.abs().sum()) == 0.0 and int(module.steps) == 0  # conversion left the module as it was
     return out
@@ -99,7 +99,7 @@ def test_generated_package_carries_state(converted, monkeypatch) -> None:
 
 def test_jax_engine_carries_state(converted) -> None:
     pytest.importorskip("jax")
-    model = rlx.load(converted, backend="jax")
+    model = rlx.load(converted, engine="jax")
     for k, ((x, p), want) in enumerate(zip(_steps(4), _torch_run(4))):
         np.testing.assert_allclose(model(x.numpy(), p.numpy()), want, rtol=1e-6, err_msg=f"step {k}")
 
@@ -110,19 +110,19 @@ class Bump(torch.nn.Module):
         return x * 2, y.sum()
 
 
-@pytest.mark.parametrize("backend", ["numpy", "jax", "package"])
-def test_inputs_updated_in_place_are_written_back(backend, tmp_path, monkeypatch) -> None:
-    if backend == "jax":
+@pytest.mark.parametrize("engine", ["numpy", "jax", "package"])
+def test_inputs_updated_in_place_are_written_back(engine, tmp_path, monkeypatch) -> None:
+    if engine == "jax":
         pytest.importorskip("jax")
     x0, y = torch.ones(3), torch.arange(3.0)
-    report = rlx.from_torch(Bump(), (x0, y), tmp_path / "bump", emit=("bundle", "package"))
+    report = rlx.from_torch(Bump(), (x0, y), tmp_path / "bump", write=("bundle", "package"))
     assert report.passed and torch.equal(x0, torch.ones(3))  # the conversion left the example as it was
-    if backend == "package":
+    if engine == "package":
         monkeypatch.syspath_prepend(str(tmp_path / "bump" / "rlx_bump"))
         sys.modules.pop("rlx_bump", None)
         model = importlib.import_module("rlx_bump").load()
     else:
-        model = rlx.load(tmp_path / "bump", backend=backend)
+        model = rlx.load(tmp_path / "bump", engine=engine)
     x = np.ones(3, np.float32)
     doubled, total = model(x, y.numpy())
     x_torch = torch.ones(3)

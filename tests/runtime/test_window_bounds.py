@@ -183,7 +183,7 @@ def test_efficientnet_head_end_to_end(engine):
     module, x = EfficientNetHead().eval(), torch.randn(1, 8, 4, 4)
     with torch.no_grad():
         want = module(x).numpy()
-    model, _, _ = convert(module, (x,), backend=engine)
+    model, _, _ = convert(module, (x,), engine=engine)
     got, seconds = _warm_run(model, x.numpy())
     assert_arrays_match(got, want)
     assert seconds < WARM_SECONDS, f"{engine}: {seconds:.3f} s"
@@ -205,7 +205,7 @@ RESIZES = [
 def test_resize_far_below_the_input(engine, name, fn):
     x = torch.randn(1, 2, 40, 60, generator=torch.Generator().manual_seed(0))
     want = fn(x).numpy()
-    model, _, _ = convert(fn, (x,), backend=engine)
+    model, _, _ = convert(fn, (x,), engine=engine)
     got, seconds = _warm_run(model, x.numpy())
     assert_arrays_match(got, want, rtol=1e-4, atol=1e-5)
     assert seconds < WARM_SECONDS, f"{engine}: {seconds:.3f} s"

@@ -205,7 +205,7 @@ def measure(
     result = EngineResult(engine)
     try:
         t0 = time.perf_counter()
-        model = load(bundle, backend=engine, threads=threads)
+        model = load(bundle, engine=engine, threads=threads)
         flat_inputs = model.bind((), inputs)
         outputs = model.run_flat(flat_inputs)  # the first call compiles (jax, onnxruntime)
         result.load_s = time.perf_counter() - t0

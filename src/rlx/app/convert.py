@@ -110,17 +110,20 @@ def from_torch(
     *,
     example_kwargs: Mapping[str, Any] | None = None,
     verify: bool = True,
-    emit: Sequence[str] = ("bundle",),
+    write: Sequence[str] = ("bundle",),
     decomposition: str = "high",
     force: bool = False,
     dynamic_shapes: Any = None,
     model_name: str | None = None,
     auto_decompose: bool = True,
     on_step: StepCallback | None = None,
-    emit_style: str = "numpy",
-    backend: str = "numpy",
+    package_style: str = "numpy",
+    engine: str = "numpy",
     strict: bool = False,
     keep_exported: bool = False,
+    emit: Sequence[str] | None = None,
+    emit_style: str | None = None,
+    backend: str | None = None,
 ) -> ConvertReport:
     """Convert a PyTorch module into ``out_dir`` and (by default) check parity against PyTorch.
 
@@ -134,14 +137,16 @@ def from_torch(
     cache) become the model's state: see ``Model.state``.
 
     Ops the registry lacks but torch can decompose are decomposed automatically (``auto_decompose``);
-    the report's notes list them. ``emit_style`` picks the generated package's array library
-    (``"numpy"`` or ``"jax"``); ``backend`` the runtime the parity check runs on.
+    the report's notes list them. ``write``: what to write, any of ``"bundle"``, ``"package"``,
+    ``"onnx"``; ``package_style`` picks the generated package's array library (``"numpy"`` or
+    ``"jax"``); ``engine`` the runtime the parity check runs on. ``emit=``, ``emit_style=`` and
+    ``backend=`` are the deprecated spellings of ``write=``, ``package_style=`` and ``engine=``.
     """
-    from rlx.frontends.torch import capture, write  # torch is needed only here
+    from rlx.frontends.torch import capture  # torch is needed only here
+    from rlx.frontends.torch import write as write_exported
     from rlx.frontends.torch.reference import save_exported
 
-    options = OutputOptions(tuple(emit), emit_style, backend)
-    options.check()
+    options = OutputOptions.of("rlx.from_torch", write, package_style, engine, (emit, emit_style, backend))
     steps = Steps(on_step)
     with StagedDir(out_dir, force=force) as staged:
         exported = steps(
@@ -163,7 +168,7 @@ def from_torch(
                 "auto-decomposed with torch's decompositions (or a custom op's registered implementation): "
                 + ", ".join(exported.auto_decomposed)
             )
-        write(exported, staged.path)
+        write_exported(exported, staged.path)
         reference = None
         if verify:
             reference = {input_key(k): v for k, v in exported.inputs.items()}
@@ -204,20 +209,23 @@ def build(
     src_dir: str | Path,
     out_dir: str | Path | None = None,
     *,
-    emit: Sequence[str] = ("bundle",),
+    write: Sequence[str] = ("bundle",),
     verify: bool = False,
     force: bool = False,
     on_step: StepCallback | None = None,
-    emit_style: str = "numpy",
-    backend: str = "numpy",
+    package_style: str = "numpy",
+    engine: str = "numpy",
+    emit: Sequence[str] | None = None,
+    emit_style: str | None = None,
+    backend: str | None = None,
 ) -> ConvertReport:
     """Lower an exported directory (``torch-ir.json`` + ``weights.safetensors``) without torch.
 
     Writes ``bundle/`` and ``report.json`` into ``out_dir`` (default: ``src_dir``); with a separate
-    ``out_dir`` the three source files are copied there too, so it is self-contained.
+    ``out_dir`` the three source files are copied there too, so it is self-contained. ``write``,
+    ``package_style``, ``engine`` (and their deprecated spellings) as for ``from_torch``.
     """
-    options = OutputOptions(tuple(emit), emit_style, backend)
-    options.check()
+    options = OutputOptions.of("rlx.build", write, package_style, engine, (emit, emit_style, backend))
     src = Path(src_dir)
     if not (src / TORCH_IR_FILE).is_file():
         raise UsageError(
@@ -250,12 +258,12 @@ def build(
                     src / WEIGHTS_FILE,
                     notes,
                 )
-                if "bundle" in options.emit:
-                    replace_dir(Path(tmp) / "bundle", src / "bundle")
-                if "package" in options.emit:  # written into the temp dir like the bundle: move it too
+                if "bundle" in options.write:
+                    replace_dir(Path(tmp) / BUNDLE_DIR, src / BUNDLE_DIR)
+                if "package" in options.write:  # written into the temp dir like the bundle: move it too
                     name = package_name(report.model_name)
                     replace_dir(Path(tmp) / name, src / name)
-                for onnx_file in (ONNX_FILE, ONNX_DATA_FILE):  # --emit onnx
+                for onnx_file in (ONNX_FILE, ONNX_DATA_FILE):  # --write onnx
                     if (Path(tmp) / onnx_file).is_file():
                         os.replace(Path(tmp) / onnx_file, src / onnx_file)
                 os.replace(Path(tmp) / REPORT_FILE, src / REPORT_FILE)

@@ -157,13 +157,16 @@ def from_onnx(
     example_inputs: Sequence[Any] | Mapping[str, Any] | None = None,
     verify: bool | str = True,
     force: bool = False,
-    emit: Sequence[str] = ("bundle",),
-    emit_style: str = "numpy",
-    backend: str = "numpy",
+    write: Sequence[str] = ("bundle",),
+    package_style: str = "numpy",
+    engine: str = "numpy",
     on_step: Any = None,
     freeze_inputs: Mapping[str, Any] | None = None,
     base_dir: str | Path | None = None,
     input_shapes: Mapping[str, Sequence[int | None]] | None = None,
+    emit: Sequence[str] | None = None,
+    emit_style: str | None = None,
+    backend: str | None = None,
 ) -> Any:
     """Convert an ONNX model (a path or an ``onnx.ModelProto``) into ``out_dir``.
 
@@ -173,7 +176,9 @@ def from_onnx(
     ``base_dir``: the directory a ``ModelProto``'s external data files are in (a path's own directory
     by default); external data is read only from inside it, symlinks resolved.
     ``input_shapes`` fixes chosen input dimensions (``{"x": (1, 3, None, None)}``: None keeps an
-    axis dynamic), as onnxruntime's ``make_dynamic_shape_fixed`` does.
+    axis dynamic), as onnxruntime's ``make_dynamic_shape_fixed`` does. ``write``, ``package_style``,
+    ``engine`` (and their deprecated spellings ``emit``, ``emit_style``, ``backend``) as for
+    ``rlx.from_torch``.
     """
     from rlx.app.pipeline import OutputOptions, Steps
 
@@ -182,8 +187,7 @@ def from_onnx(
         raise UsageError(f"verify={verify!r}: choose from {', '.join(VERIFY_MODES)}")
     if mode == "onnxruntime" and not has_onnxruntime():
         raise UsageError("--verify onnxruntime needs the onnxruntime package: pip install onnxruntime")
-    options = OutputOptions(tuple(emit), emit_style, backend)
-    options.check()
+    options = OutputOptions.of("rlx.from_onnx", write, package_style, engine, (emit, emit_style, backend))
     steps = Steps(on_step)
     proto = steps("read", lambda: reader.load_proto(model, base_dir))
     where = str(model) if isinstance(model, (str, Path)) else reader.model_name(proto)

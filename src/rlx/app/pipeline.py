@@ -7,7 +7,7 @@ steps they share.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from rlx.app.verify import ParityReport, check_parity
+from rlx.deprecation import renamed
 from rlx.errors import UsageError
 from rlx.exporters.package.package import check_style, write_package
 from rlx.formats.atomic import atomic_write_text
@@ -27,7 +28,7 @@ from rlx.passes import BUILD_PASSES
 from rlx.runtime.engines import check_engine
 from rlx.runtime.model import Model
 
-EMITS = ("bundle", "package", "onnx")
+ARTIFACTS = ("bundle", "package", "onnx")  # what a conversion may write (`write=`, `--write`)
 StepCallback = Callable[[str, float], None]
 
 
@@ -90,22 +91,44 @@ class ConvertReport:
 class OutputOptions:
     """What a conversion writes and how it checks it, shared by every front-end.
 
-    ``emit``: any of ``EMITS``; ``package_style``: the generated package's array library
+    ``write``: any of ``ARTIFACTS``; ``package_style``: the generated package's array library
     (``"numpy"`` or ``"jax"``); ``engine``: the runtime the parity check runs on."""
 
-    emit: tuple[str, ...] = ("bundle",)
+    write: tuple[str, ...] = ("bundle",)
     package_style: str = "numpy"
     engine: str = "numpy"
 
+    @classmethod
+    def of(
+        cls,
+        where: str,
+        write: Sequence[str],
+        package_style: str,
+        engine: str,
+        deprecated: tuple[Sequence[str] | None, str | None, str | None],
+    ) -> OutputOptions:
+        """The checked options of public function ``where``; ``deprecated``: the values of its old
+        keywords ``emit=``, ``emit_style=``, ``backend=`` (None where not passed)."""
+        emit, emit_style, backend = deprecated
+        options = cls(
+            renamed(where, "write", tuple(write), ("bundle",), "emit", None if emit is None else tuple(emit), 4),
+            renamed(where, "package_style", package_style, "numpy", "emit_style", emit_style, 4),
+            renamed(where, "engine", engine, "numpy", "backend", backend, 4),
+        )
+        options.check()
+        return options
+
     def check(self) -> None:
         """Refuse bad options before any work is done (a missing jax or onnx included)."""
-        unknown = set(self.emit) - set(EMITS)
+        unknown = set(self.write) - set(ARTIFACTS)
         if unknown:
-            raise UsageError(f"unknown --emit value(s) {', '.join(sorted(unknown))}; choose from {', '.join(EMITS)}")
-        if self.package_style != "numpy" or "package" in self.emit:
+            raise UsageError(
+                f"unknown --write value(s) {', '.join(sorted(unknown))}; choose from {', '.join(ARTIFACTS)}"
+            )
+        if self.package_style != "numpy" or "package" in self.write:
             check_style(self.package_style)
-        if "onnx" in self.emit:
-            require("onnx", extra="onnx", feature="--emit onnx")
+        if "onnx" in self.write:
+            require("onnx", extra="onnx", feature="--write onnx")
         check_engine(self.engine)
 
 
@@ -151,27 +174,27 @@ def write_and_verify(
 ) -> ConvertReport:
     """Write a lowered program's bundle / package into ``dest``, check parity, write report.json
     (shared by every front-end: torch, torch-ir directories and ONNX)."""
-    if "bundle" in options.emit:
+    if "bundle" in options.write:
         steps(
             "write", lambda: write_bundle(program, weights, dest / BUNDLE_DIR, source=source, weights_file=weights_file)
         )
-    if "package" in options.emit:
+    if "package" in options.write:
         steps(
             "package",
             lambda: write_package(program, weights, dest, decomposition=decomposition, style=options.package_style),
         )
-    if "onnx" in options.emit:
+    if "onnx" in options.write:
         from rlx.exporters.onnx import write_onnx  # needs rlx[onnx], checked by OutputOptions.check
 
         steps("onnx", lambda: write_onnx(program, bind_weights(program, weights, "weights"), dest))
     parity = None
     if reference is not None:
         bound = bind_weights(program, weights, "weights")
-        parity = steps("verify", lambda: check_parity(Model(program, bound, backend=options.engine), reference))
+        parity = steps("verify", lambda: check_parity(Model(program, bound, engine=options.engine), reference))
     report = ConvertReport(
         model_name=program.name,
         out_dir=final_dir,
-        bundle_dir=final_dir / "bundle" if "bundle" in options.emit else None,
+        bundle_dir=final_dir / BUNDLE_DIR if "bundle" in options.write else None,
         decomposition=decomposition,
         n_inputs=len(program.user_inputs),
         n_params=n_params,

@@ -250,7 +250,7 @@ def measure(
 
     try:
         t0 = time.perf_counter()
-        model = load(bundle, backend=engine, precision=precision, threads=threads)
+        model = load(bundle, engine=engine, precision=precision, threads=threads)
         flat = [model.bind((), s) for s in sets]
         outputs = [[np.asarray(o) for o in model.run_flat(f)] for f in flat]  # the first call compiles
         load_s = time.perf_counter() - t0
@@ -310,7 +310,7 @@ def tune(
     if inputs is not None:
         from rlx.runtime.model import load
 
-        reference_model = load(directory, backend="numpy")
+        reference_model = load(directory, engine="numpy")
         for k, s in enumerate(read_input_sets(inputs, names)):
             want = [np.asarray(o) for o in reference_model.run_flat(reference_model.bind((), s))]
             sets.append((f"{Path(inputs).name}[{k}]", s, want))

@@ -128,7 +128,7 @@ class RowPredictor:
     def __init__(
         self, bundle: str, batch_size: int, columns: dict[str, str] | None, keep: list[str] | None, engine: str
     ) -> None:
-        self.model = load(bundle, backend=engine)
+        self.model = load(bundle, engine=engine)
         self.sig = signature(self.model, columns)
         self.predictor = Predictor(self.model, self.sig, "stop")
         self.batch_size, self.keep = batch_size, keep

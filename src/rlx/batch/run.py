@@ -83,7 +83,7 @@ class Session:
                 raise UsageError(f"{what} must be a whole number of at least 1, not {value!r}")
         pyarrow()  # outputs are Parquet: say which extra is missing before loading anything
         self.job = job
-        self.model = model or load(job.bundle, backend=job.engine)
+        self.model = model or load(job.bundle, engine=job.engine)
         self.sig = signature(self.model, dict(job.columns))
         self.source = open_source(list(job.data), self.sig)
         self.kept = self.source.check(self.sig, job.keep)
@@ -293,7 +293,7 @@ def iter_batches(
     out; ``row_index`` says which rows each batch holds. Ragged outputs come as lists of arrays.
     """
     if not isinstance(model, Model):
-        model = load(os.fspath(model), backend=engine)
+        model = load(os.fspath(model), engine=engine)
     sig = signature(model, columns)
     source: Source = open_source(data, sig)
     kept = source.check(sig, keep)

@@ -1,8 +1,8 @@
-"""The Call vocabulary: everything a backend or the code generator needs, nothing about aten.
+"""The Call vocabulary: everything an engine or the code generator needs, nothing about aten.
 
 Conventions shared by every Call:
 - operands are already in the dtype the computation happens in (lowering inserts ``Cast``),
-  so backends never re-derive PyTorch's promotion rules;
+  so engines never re-derive PyTorch's promotion rules;
 - elementwise Calls broadcast like numpy/PyTorch;
 - axes are non-negative.
 """
@@ -587,7 +587,7 @@ class Roll(Call):
 
 # ── selection: results whose size depends on the data ─────────────────────────
 # A result extent that is a bare data symbol (``u0``) is bound at run time from the result itself;
-# the JAX backend, which compiles fixed shapes, refuses programs that have any.
+# the JAX engine, which compiles fixed shapes, refuses programs that have any.
 @dataclass(frozen=True)
 class Nonzero(Call):
     """``torch.nonzero``: the int64 coordinates ``[n, rank]`` of the non-zero entries, row-major order."""
@@ -745,7 +745,7 @@ class Conj(Call):
     x: Ref
 
 
-# ── fused (built by rlx.passes at load, for the numpy backend only) ──────────
+# ── fused (built by rlx.passes at load, for the numpy engine only) ──────────
 # program.json always holds the plain lowering; these appear only in the rewritten Program the numpy
 # executor runs. ``reuse`` names a value that is dead by this instruction (set by the buffer-reuse
 # pass): its storage may receive the result, so the kernel writes with ``out=`` instead of allocating.

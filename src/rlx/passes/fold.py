@@ -8,7 +8,7 @@ than growing to its full size. A result much larger than what it is computed fro
 is left to run time, so folding never costs more memory than the run itself would.
 
 Needs the weight arrays, so unlike the other passes it maps ``(Program, weights)`` to
-``(Program, weights)``; it evaluates with the numpy kernels (passes run for the numpy backend).
+``(Program, weights)``; it evaluates with the numpy kernels (passes run for the numpy engine).
 """
 
 from __future__ import annotations

@@ -59,7 +59,7 @@ class Engine(Protocol):
 def check_engine(name: str) -> None:
     """A known engine that can run here: UsageError otherwise (for jax, onnxruntime: how to install it)."""
     if name not in ENGINES:
-        raise UsageError(f"unknown backend {name!r}; choose one of {', '.join(ENGINES)}")
+        raise UsageError(f"unknown engine {name!r}; choose one of {', '.join(ENGINES)}")
     if name == "jax":
         from rlx.runtime.jax_engine import require_jax
 
@@ -83,7 +83,7 @@ def check_precision(engine: str, precision: str) -> None:
         others = [e for e, ps in ENGINE_PRECISIONS.items() if precision in ps]
         raise UsageError(
             f"the {engine} engine has no {precision} mode (it runs {', '.join(ENGINE_PRECISIONS[engine])}); "
-            f"{precision} runs on backend={' or '.join(repr(e) for e in others)}"
+            f"{precision} runs on engine={' or '.join(repr(e) for e in others)}"
         )
     if engine == "openvino" and precision != "f32":
         from rlx.runtime.openvino_engine.hints import check_precision as check_openvino

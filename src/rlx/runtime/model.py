@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import os
 import threading
+import warnings
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -12,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from rlx.deprecation import renamed
 from rlx.errors import BundleError, InputError, RlxError, UsageError
 from rlx.formats.bundle import read_bundle
 from rlx.ir import dtypes
@@ -46,13 +48,15 @@ class Model:
         meta: dict[str, Any] | None = None,
         *,
         optimize: bool = True,
-        backend: str = "numpy",
+        engine: str = "numpy",
         disable_passes: Iterable[str] = (),
         threads: int | None = None,
         engine_options: Mapping[str, Any] | None = None,
         seed: int = DEFAULT_SEED,
         precision: str = "f32",
+        backend: str | None = None,  # deprecated spelling of engine
     ) -> None:
+        engine = renamed("rlx.Model", "engine", engine, "numpy", "backend", backend)
         self.program = program
         initial = weights
         self.meta = meta or {}
@@ -74,12 +78,11 @@ class Model:
         if carried:
             weights = {k: v for k, v in weights.items() if k not in carried}
         self._weights = weights
-        self.backend = backend  # the engine's name (``engine.name``)
         self.precision = precision
         self.tuning: str = ""  # set by ``load``: the tuning.json it followed, or why it ignored one
         # The numpy engine's passes (rlx.runtime.numpy_engine.passes.optimize) run unless `optimize=False` (`rlx run --no-opt`).
         self.engine = create_engine(
-            backend, program, weights, disable_passes if optimize else None, threads, engine_options, precision
+            engine, program, weights, disable_passes if optimize else None, threads, engine_options, precision
         )
         # Static programs have one executor; dynamic ones get one per binding of the symbols.
         self._static = None if program.is_dynamic else self.engine.compile(program)
@@ -89,6 +92,12 @@ class Model:
         # state takes C-contiguous numpy arrays of exactly its input dtypes and shapes on a short path.
         plain = self._static is not None and not program.state and not program.input_updates
         self._exact_inputs = [(dtypes.to_numpy(v.dtype), v.shape) for v in self.inputs] if plain else None
+
+    @property
+    def backend(self) -> str:
+        """Deprecated: the engine's name, ``model.engine.name``."""
+        warnings.warn("Model.backend is deprecated; use model.engine.name", DeprecationWarning, stacklevel=2)
+        return self.engine.name
 
     @property
     def weights(self) -> Mapping[str, np.ndarray]:
@@ -309,42 +318,45 @@ def load(
     bundle_dir: str | Path,
     *,
     optimize: bool = True,
-    backend: str | None = None,
+    engine: str | None = None,
     disable_passes: Iterable[str] = (),
     threads: int | None = None,
     engine_options: Mapping[str, Any] | None = None,
     seed: int = DEFAULT_SEED,
     precision: str | None = None,
+    backend: str | None = None,
 ) -> Model:
     """Load a bundle directory (``program.json`` + ``weights.safetensors`` + ``meta.json``).
 
     Nothing in a bundle is executed, nothing outside the directory is read (a file that is a
     symlink leading out of it is refused), and every size, shape and dtype is checked before use.
-    ``backend="jax"`` runs the program as one XLA computation per input-shape binding (needs jax);
-    ``backend="onnxruntime"`` as one onnxruntime session per binding (needs ``rlx[onnxruntime]``),
+    ``engine="jax"`` runs the program as one XLA computation per input-shape binding (needs jax);
+    ``engine="onnxruntime"`` as one onnxruntime session per binding (needs ``rlx[onnxruntime]``),
     with ``threads`` intra-op threads (default: onnxruntime's, one per physical core); the numpy
     engine splits its large elementwise, norm, softmax, depthwise-conv and pooling steps over
     ``threads`` threads (default 1, every step on the calling thread: splitting is opt-in, see
     ``rlx.runtime.numpy_engine.parallel.default_threads``);
     ``engine_options`` are the engine's own settings (``rlx.runtime.onnxruntime_engine.executor.OrtEngine``);
     ``seed`` starts the generator of a model with random ops (see ``Model``);
-    ``backend="openvino"`` runs it on OpenVINO (needs ``rlx[openvino]``).
+    ``engine="openvino"`` runs it on OpenVINO (needs ``rlx[openvino]``). ``backend=`` is the
+    deprecated spelling of ``engine=``.
 
     ``precision``: ``"f32"`` (default), ``"bf16"`` / ``"f16"`` (openvino) or ``"int8"`` (onnxruntime),
-    refused where the engine or this CPU lacks it. Without ``backend``, the bundle's ``tuning.json``
+    refused where the engine or this CPU lacks it. Without ``engine``, the bundle's ``tuning.json``
     (``rlx tune``) picks the engine, precision and threads when it matches this machine and its
     engine is installed (``model.tuning`` says which file, or why it was ignored); otherwise the
-    numpy engine runs. An explicit ``backend`` always wins.
+    numpy engine runs. An explicit ``engine`` always wins.
     """
+    engine = renamed("rlx.load", "engine", engine, None, "backend", backend)
     program, weights, meta = read_bundle(bundle_dir)
     check_memory(program, Path(bundle_dir))
     note = ""
-    if backend is None:
+    if engine is None:
         from rlx.runtime.tuning import tuned_choice
 
         choice, note = tuned_choice(bundle_dir)
         if choice is not None and precision in (None, choice.precision):
-            backend, precision = choice.engine, choice.precision
+            engine, precision = choice.engine, choice.precision
             threads = choice.threads if threads is None else threads
             note = f"tuned by {choice.path}"
         elif choice is not None:
@@ -354,7 +366,7 @@ def load(
         weights,
         meta,
         optimize=optimize,
-        backend=backend or "numpy",
+        engine=engine or "numpy",
         disable_passes=disable_passes,
         threads=threads,
         engine_options=engine_options,

@@ -1,5 +1,5 @@
 """``BUNDLE/tuning.json``: the (engine, precision, threads) ``rlx tune`` measured fastest within the
-user's tolerance, with the machine it was measured on. ``rlx.load(bundle)`` without a ``backend``
+user's tolerance, with the machine it was measured on. ``rlx.load(bundle)`` without an ``engine``
 uses it when the machine still matches (CPU model and the flags that matter, the package versions
 of rlx, numpy and the chosen engine) and the engine is installed; otherwise the numpy engine.
 

@@ -52,7 +52,7 @@ def test_selection_and_det_run_on_onnxruntime(name):
     s = torch.sort(torch.randn(2, 6), dim=-1).values
     v = torch.cat([s[:, :2], torch.randn(2, 3)], dim=1)  # ties with the table and values between
     inputs = (x, m, s, v)
-    model, program, _ = convert(fn, inputs, backend="onnxruntime")
+    model, program, _ = convert(fn, inputs, engine="onnxruntime")
     assert set(calls) <= {ins.call.op for ins in program.instrs}
     with torch.no_grad():
         want = fn(*inputs)
@@ -154,13 +154,13 @@ def test_round_trip_through_the_onnx_importer(name, tmp_path):
 
 def test_cli_emit_onnx_and_torch_free_build(tmp_path):
     module, inputs = load_example("mlp").get_model()
-    rlx.from_torch(module, inputs, tmp_path / "out", emit=("bundle",))
+    rlx.from_torch(module, inputs, tmp_path / "out", write=("bundle",))
     # The Rust front-end's output (torch-ir.json + weights) becomes ONNX with torch blocked.
     script = BLOCK_TORCH + textwrap.dedent(
         f"""
         from rlx.cli import main
         raise SystemExit(main(["build", {str(tmp_path / "out")!r}, "-o", {str(tmp_path / "built")!r},
-                               "--emit", "bundle,onnx"]))
+                               "--write", "bundle,onnx"]))
         """
     )
     subprocess.run([sys.executable, "-c", script], check=True, capture_output=True, text=True)
@@ -168,7 +168,7 @@ def test_cli_emit_onnx_and_torch_free_build(tmp_path):
     # In place too (the staging directory's model.onnx is moved next to torch-ir.json).
     from rlx.cli import main
 
-    assert main(["build", str(tmp_path / "out"), "--emit", "onnx", "--force"]) == 0
+    assert main(["build", str(tmp_path / "out"), "--write", "onnx", "--force"]) == 0
     assert (tmp_path / "out" / "model.onnx").is_file()
 
 
@@ -179,7 +179,7 @@ def test_unsupported_programs_fail_with_one_line():
     assert "\n" not in str(err.value)
     check_coverage(program)  # every Call has an emitter; this one refuses its arguments
     with pytest.raises(rlx.RlxError, match="Fft"):
-        Model(program, {}, backend="onnxruntime")
+        Model(program, {}, engine="onnxruntime")
 
 
 def test_unbatched_pool_and_gqa_run():
@@ -191,7 +191,7 @@ def test_unbatched_pool_and_gqa_run():
         )
 
     x, q, kv = torch.randn(3, 6, 7), torch.randn(1, 4, 5, 8), torch.randn(1, 2, 5, 8)
-    model, _, _ = convert(fn, (x, q, kv), backend="onnxruntime")
+    model, _, _ = convert(fn, (x, q, kv), engine="onnxruntime")
     with torch.no_grad():
         want = fn(x, q, kv)
     for g, w in zip(model(x.numpy(), q.numpy(), kv.numpy()), want):
@@ -221,7 +221,7 @@ def test_index_put_after_whole_axes_runs_on_onnxruntime(name):
     m = torch.tensor([True, False, True, True, False])
     v = torch.randn(8)
     inputs = (x, i, m, v)
-    model, program, _ = convert(fn, inputs, backend="onnxruntime")
+    model, program, _ = convert(fn, inputs, engine="onnxruntime")
     assert "IndexPut" in {ins.call.op for ins in program.instrs}
     with torch.no_grad():
         want = fn(*inputs)
@@ -245,7 +245,7 @@ def test_kv_cache_state_on_onnxruntime(tmp_path):
     reference = Cache()
     reference.load_state_dict(module.state_dict())
     rlx.from_torch(module, (torch.randn(1, 1, 4), torch.tensor([0])), tmp_path / "b", verify=False)
-    model = rlx.load(tmp_path / "b", backend="onnxruntime")
+    model = rlx.load(tmp_path / "b", engine="onnxruntime")
     for step in range(3):
         x, pos = torch.randn(1, 1, 4), torch.tensor([step])
         with torch.no_grad():

@@ -88,7 +88,7 @@ def run_model_package(
     """Convert ``model`` to a generated package of ``style``, run it on ``inputs`` in a subprocess
     where neither torch nor rlx can be imported, and return its outputs and the package's folder."""
     out = tmp_path / "out"
-    rlx.from_torch(model, tuple(inputs), out, emit=("bundle", "package"), emit_style=style, verify=False)
+    rlx.from_torch(model, tuple(inputs), out, write=("bundle", "package"), package_style=style, verify=False)
     (pkg,) = [p for p in out.iterdir() if p.name.startswith("rlx_")]
     np.savez(tmp_path / "in.npz", *[tensor_to_numpy(t) for t in inputs])
     script = BLOCK_BOTH + textwrap.dedent(
@@ -141,7 +141,7 @@ def assert_dynamic_package_runs(tmp_path: Path, style: str) -> str:
     _, inputs = load_example("decoder_lm").get_model()
     out = tmp_path / "lm"
     rlx.from_torch(
-        model, inputs, out, emit=("bundle", "package"), emit_style=style, dynamic_shapes=dynamic, verify=False
+        model, inputs, out, write=("bundle", "package"), package_style=style, dynamic_shapes=dynamic, verify=False
     )
     code = (out / "rlx_decoder_lm" / "rlx_decoder_lm" / "model.py").read_text()
     assert "batch = input_ids.shape[0]" in code and "seq = input_ids.shape[1]" in code

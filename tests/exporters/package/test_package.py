@@ -30,7 +30,7 @@ def test_packages_run_standalone_with_parity(packages):
 
 def test_generated_code_is_deterministic_and_ruff_clean(packages, tmp_path):
     model, inputs = load_example("transformer").get_model()
-    rlx.from_torch(model, inputs, tmp_path / "again", emit=("bundle", "package"), verify=False)
+    rlx.from_torch(model, inputs, tmp_path / "again", write=("bundle", "package"), verify=False)
     assert_same_files_and_ruff_clean(packages["transformer", "high"], tmp_path / "again" / "rlx_transformer")
 
 

@@ -44,7 +44,7 @@ def test_packages_run_standalone_with_parity(packages):
 
 def test_generated_code_is_deterministic_and_ruff_clean(packages, tmp_path):
     model, inputs = load_example("transformer").get_model()
-    rlx.from_torch(model, inputs, tmp_path / "again", emit=("bundle", "package"), emit_style="jax", verify=False)
+    rlx.from_torch(model, inputs, tmp_path / "again", write=("bundle", "package"), package_style="jax", verify=False)
     assert_same_files_and_ruff_clean(packages["transformer", "high"], tmp_path / "again" / "rlx_transformer")
 
 
@@ -64,13 +64,13 @@ def test_model_code_is_jax(packages):
 
 
 def test_cli_build_writes_the_jax_package(tmp_path, capsys):
-    """`rlx build DIR --emit bundle,package --emit-style jax` (torch-free), in place: the package
+    """`rlx build DIR --write bundle,package --package-style jax` (torch-free), in place: the package
     lands in DIR next to the bundle."""
     from rlx.cli import main
 
     model, inputs = load_example("mlp").get_model()
     rlx.export(model, inputs, tmp_path / "m")
-    assert main(["build", str(tmp_path / "m"), "--emit", "bundle,package", "--emit-style", "jax", "--verify"]) == 0
+    assert main(["build", str(tmp_path / "m"), "--write", "bundle,package", "--package-style", "jax", "--verify"]) == 0
     code = (tmp_path / "m" / "rlx_mlp" / "rlx_mlp" / "model.py").read_text()
     assert "import jax.numpy as jnp" in code and (tmp_path / "m" / "bundle" / "program.json").is_file()
     assert "parity: PASS" in capsys.readouterr().out
@@ -83,7 +83,7 @@ def test_dynamic_shapes_stay_symbolic_in_the_package(tmp_path):
 
 @pytest.mark.slow
 def test_core_call_programs_as_packages(tmp_path):
-    """The JAX backend's per-Call programs, generated as JAX packages (their jnp expressions, not
+    """The JAX engine's per-Call programs, generated as JAX packages (their jnp expressions, not
     only the kernels), match PyTorch. In-process: standalone imports are checked above."""
     import importlib
     import sys

@@ -113,13 +113,13 @@ def _shapes_and_dtypes_match(module: torch.nn.Module, inputs: list[torch.Tensor]
     return program
 
 
-def check(c: Case, backend: str = "numpy") -> None:
+def check(c: Case, engine: str = "numpy") -> None:
     module = Batched(c.fn, [len(g) for g in c.groups])
     inputs = [t for g in c.groups for t in g]
 
     def run(levels: Sequence[str]) -> Program:
         if c.values:
-            return assert_converts_and_matches(module, inputs, levels=levels, backend=backend, **c.tol)
+            return assert_converts_and_matches(module, inputs, levels=levels, engine=engine, **c.tol)
         return _shapes_and_dtypes_match(module, inputs, levels)
 
     try:
@@ -449,18 +449,18 @@ def test_matches_torch(c: Case) -> None:
 @pytest.mark.parametrize("c", [p for p in MATH_OPS if p.id in ("frexp", "shifts", "complex")])
 def test_math_ops_on_jax(c: Case) -> None:
     pytest.importorskip("jax")
-    check(c, backend="jax")
+    check(c, engine="jax")
 
 
-@pytest.mark.parametrize("backend", ["numpy", "jax", "onnxruntime"])
+@pytest.mark.parametrize("engine", ["numpy", "jax", "onnxruntime"])
 @pytest.mark.parametrize("level", ["high", "core"])
-def test_relu_keeps_the_sign_of_zero(backend, level):
+def test_relu_keeps_the_sign_of_zero(engine, level):
     # PyTorch's relu/relu6 are clamps: −0 stays −0, NaN stays NaN (a max would be free to give +0).
     # relu6 is a Clamp Call, whose −0 only the numpy engine keeps (XLA's and onnxruntime's max give +0).
-    pytest.importorskip({"numpy": "numpy", "jax": "jax", "onnxruntime": "onnxruntime"}[backend])
+    pytest.importorskip({"numpy": "numpy", "jax": "jax", "onnxruntime": "onnxruntime"}[engine])
     x = torch.tensor([-0.0, 0.0, -1.5, 2.0, float("nan"), float("-inf"), 7.0] * 40)
-    fns = (torch.relu, lambda t: F.gelu(t)) + ((F.relu6, lambda t: t.clamp(0.0, 1.0)) if backend == "numpy" else ())
-    model, _, _ = convert(lambda t: tuple(f(t) for f in fns), (x,), decomposition=level, backend=backend)
+    fns = (torch.relu, lambda t: F.gelu(t)) + ((F.relu6, lambda t: t.clamp(0.0, 1.0)) if engine == "numpy" else ())
+    model, _, _ = convert(lambda t: tuple(f(t) for f in fns), (x,), decomposition=level, engine=engine)
     for k, (got, f) in enumerate(zip(model(x.numpy()), fns)):
         want = f(x).numpy()
         assert got.dtype == want.dtype

@@ -300,7 +300,7 @@ def test_matches_torch(fn, inputs, levels):
 def test_bilinear_on_jax(dtype):
     pytest.importorskip("jax")
     fn, inputs, _ = case("bilinear", BILINEAR, *_SMALL, dtypes=(dtype,)).values
-    assert_converts_and_matches(fn, inputs, levels=("high",), backend="jax")
+    assert_converts_and_matches(fn, inputs, levels=("high",), engine="jax")
 
 
 # ── decompositions and solvers ───────────────────────────────────────────────
@@ -540,25 +540,25 @@ DECOMPOSITION_CASES = [
 ]
 
 
-@pytest.mark.parametrize("backend", ["numpy", "jax"])
+@pytest.mark.parametrize("engine", ["numpy", "jax"])
 @pytest.mark.parametrize("fn,inputs,levels", DECOMPOSITION_CASES)
-def test_decompositions_match_torch(fn, inputs, levels, backend):
-    if backend == "jax":
+def test_decompositions_match_torch(fn, inputs, levels, engine):
+    if engine == "jax":
         pytest.importorskip("jax")
-    assert_converts_and_matches(fn, inputs, levels=("high",), backend=backend)
+    assert_converts_and_matches(fn, inputs, levels=("high",), engine=engine)
 
 
 # Eigenvectors of a general matrix: LAPACK's geev scales each column to unit norm with its largest
 # entry real, which leaves its sign, and LAPACK builds choose that differently (PyTorch's MKL,
 # numpy's OpenBLAS): columns are compared once their signs are aligned with PyTorch's, and must be
 # eigenvectors of unit norm whatever their sign.
-@pytest.mark.parametrize("backend", ["numpy", "jax"])
+@pytest.mark.parametrize("engine", ["numpy", "jax"])
 @pytest.mark.parametrize("dtype", [F32, F64, C64, C128], ids=str)
-def test_eig_matches_torch_up_to_column_signs(dtype, backend):
-    if backend == "jax":
+def test_eig_matches_torch_up_to_column_signs(dtype, engine):
+    if engine == "jax":
         pytest.importorskip("jax")
     a = complex_rand((4, 5, 5), 3)(dtype) if dtype.is_complex else rand((4, 5, 5), dtype, seed=3)
-    model, _, _ = convert(torch.linalg.eig, [a], backend=backend)
+    model, _, _ = convert(torch.linalg.eig, [a], engine=engine)
     values, vectors = model(tensor_to_numpy(a))
     want_values, want_vectors = (tensor_to_numpy(t) for t in torch.linalg.eig(a))
     assert_arrays_match(values, want_values, "eigenvalues")
@@ -585,13 +585,13 @@ def test_scipy_is_needed_only_by_the_ldl_factorisation(tmp_path):
         s = np.load({str(tmp_path / "s.npy")!r})
         rlx.load({str(tmp_path / "plain" / "bundle")!r})(s)
         assert "scipy" not in sys.modules, "something imported scipy"
-        for backend in ("numpy", "jax"):
+        for engine in ("numpy", "jax"):
             try:
-                rlx.load({str(tmp_path / "ldl" / "bundle")!r}, backend=backend)(s)
+                rlx.load({str(tmp_path / "ldl" / "bundle")!r}, engine=engine)(s)
             except RlxError as e:
                 print("ERROR:", e)
             else:
-                raise SystemExit(f"running an LDL bundle on {{backend}} without scipy did not fail")
+                raise SystemExit(f"running an LDL bundle on {{engine}} without scipy did not fail")
         """
     )
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)

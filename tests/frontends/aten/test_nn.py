@@ -631,13 +631,13 @@ def test_matches_torch(fn, inputs, levels, tol):
 def test_embedding_bag_on_jax():
     pytest.importorskip("jax")
     inputs = (BAG_INDICES, _bag_weight(F32), BAG_OFFSETS, BAG_ENDS, rand((8,), F32))
-    assert_converts_and_matches(_bags, inputs, levels=("high",), backend="jax")
+    assert_converts_and_matches(_bags, inputs, levels=("high",), engine="jax")
     weight = rand((10, 4), F32, seed=4) * 3
     assert_converts_and_matches(
         lambda i, w, *a: _bags(i, w * 1, *a, max_norm=2.0),
         (inputs[0], weight, *inputs[2:]),
         levels=("high",),
-        backend="jax",
+        engine="jax",
     )
 
 
@@ -714,11 +714,11 @@ def test_native_batch_norm_statistics_results(dtype):
     assert_converts_and_matches(f, _bn_inputs(dtype))
 
 
-@pytest.mark.parametrize("backend", ["numpy", "jax"])
-def test_batch_norm_training_mode(backend):
+@pytest.mark.parametrize("engine", ["numpy", "jax"])
+def test_batch_norm_training_mode(engine):
     """Training mode normalises with the batch's mean and biased variance; the functional form's
     results 3 and 4 are the running statistics updated with momentum (the unbiased variance)."""
-    if backend == "jax":
+    if engine == "jax":
         pytest.importorskip("jax")
     aten = torch.ops.aten
 
@@ -729,13 +729,13 @@ def test_batch_norm_training_mode(backend):
             F.batch_norm(x, mean.clone(), var.clone(), w, b, training=True),
         )
 
-    assert_converts_and_matches(f, _bn_inputs(F32), levels=("aten", "high") if backend == "numpy" else ("high",),
-                                backend=backend)  # fmt: skip
+    assert_converts_and_matches(f, _bn_inputs(F32), levels=("aten", "high") if engine == "numpy" else ("high",),
+                                engine=engine)  # fmt: skip
 
     def inst(x, w, b, mean, var):
         return F.instance_norm(x, mean.clone(), var.clone(), w, b, use_input_stats=True)
 
-    assert_converts_and_matches(inst, _bn_inputs(F32), levels=("high",), backend=backend)
+    assert_converts_and_matches(inst, _bn_inputs(F32), levels=("high",), engine=engine)
 
 
 def _pool_backward(nd):
@@ -787,4 +787,4 @@ def test_adaptive_max_pool_on_jax():
             *F.adaptive_max_pool3d(x, (2, 3, 4), return_indices=True),
         )
 
-    assert_converts_and_matches(f, (x,), levels=("high",), backend="jax")
+    assert_converts_and_matches(f, (x,), levels=("high",), engine="jax")

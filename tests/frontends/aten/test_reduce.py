@@ -191,4 +191,4 @@ def test_matches_torch(c: Case) -> None:
 )
 def test_on_jax(c: Case) -> None:
     pytest.importorskip("jax")
-    check(c, backend="jax")
+    check(c, engine="jax")

@@ -342,4 +342,4 @@ def test_dynamic_axis(level):
 def test_view_scatters_on_jax():
     pytest.importorskip("jax")
     fn, data = sweep(VIEW_SCATTERS, [vals(3, 4, 5)], (F32, I64))
-    assert_converts_and_matches(fn, data, levels=HIGH, backend="jax")
+    assert_converts_and_matches(fn, data, levels=HIGH, engine="jax")

@@ -149,17 +149,17 @@ HISTOGRAM_INPUTS = (
 )
 
 
-@pytest.mark.parametrize("backend", ["numpy", "jax"])
-def test_histogram_matches_torch(backend: str) -> None:
-    if backend == "jax":
+@pytest.mark.parametrize("engine", ["numpy", "jax"])
+def test_histogram_matches_torch(engine: str) -> None:
+    if engine == "jax":
         pytest.importorskip("jax")
     x = HISTOGRAM_INPUTS[0][:-3]  # torch refuses NaN when it takes the range from the data
     inputs = (x, *HISTOGRAM_INPUTS[1:])
     # The aten level keeps histogramdd whole (aten.histogramdd, a list of edges among its results): not lowered.
-    assert_converts_and_matches(_histograms, inputs, levels=("high", "core"), backend=backend)
+    assert_converts_and_matches(_histograms, inputs, levels=("high", "core"), engine=engine)
     nan = (HISTOGRAM_INPUTS[0],)
     assert_converts_and_matches(
-        lambda t: torch.histogram(t, 4, range=(-1.0, 2.0)), nan, levels=("aten",), backend=backend
+        lambda t: torch.histogram(t, 4, range=(-1.0, 2.0)), nan, levels=("aten",), engine=engine
     )
 
 
@@ -196,7 +196,7 @@ def test_grouped_mm_fallback_matches_torch() -> None:
 def test_jax_refuses_data_dependent_sizes_in_one_line() -> None:
     pytest.importorskip("jax")
     with pytest.raises(RlxError) as err:
-        convert(lambda x: torch.nonzero(x > 0), (_floats((3, 4), 0),), backend="jax")
+        convert(lambda x: torch.nonzero(x > 0), (_floats((3, 4), 0),), engine="jax")
     message = str(err.value)
     assert "\n" not in message and "depend on the data" in message and "Nonzero" in message
 
@@ -215,18 +215,18 @@ def test_data_sizes_mixed_with_dynamic_input_sizes() -> None:
         _check_run(model, select, (_floats((batch, 4), seed),), f"batch {batch}")
 
 
-@pytest.mark.parametrize("backend", ["numpy", "jax"])
+@pytest.mark.parametrize("engine", ["numpy", "jax"])
 @pytest.mark.parametrize(
     "x",
     [torch.tensor(3.5), torch.tensor([-7]), torch.tensor(True), torch.tensor([[False]]), torch.tensor(-2.0)],
     ids=["f32", "i64", "bool", "bool_2d", "f32_neg"],
 )
-def test_item_is_a_zero_d_tensor(x: torch.Tensor, backend: str) -> None:
+def test_item_is_a_zero_d_tensor(x: torch.Tensor, engine: str) -> None:
     """``item()`` reads data: a 0-d tensor of the input's dtype, run again at other values (a bool's
     0 ≤ u0 ≤ 1 assertions are facts about the data, not guards on sizes)."""
-    if backend == "jax":
+    if engine == "jax":
         pytest.importorskip("jax")
-    model, _, _ = convert(lambda t: t.item(), (x,), backend=backend)
+    model, _, _ = convert(lambda t: t.item(), (x,), engine=engine)
     for value in (x, x.logical_not() if x.dtype == torch.bool else x * 3 - 1):
         got = np.asarray(model(tensor_to_numpy(value)))
         assert got.shape == () and got.dtype == tensor_to_numpy(value).dtype

@@ -39,19 +39,19 @@ def edge_inputs(values: list[float] = EDGES) -> list[torch.Tensor]:
     return [torch.tensor(values, dtype=F32), torch.tensor(values, dtype=F64), torch.tensor(INTEGERS, dtype=I64)]
 
 
-def check(fn, inputs, level: str = "aten", backend: str = "numpy", tol: dict | None = None) -> None:
+def check(fn, inputs, level: str = "aten", engine: str = "numpy", tol: dict | None = None) -> None:
     """Every dtype group through one export; float64 outputs at ``F64_RTOL``, the rest at the
     defaults, unless ``tol`` gives (rtol, atol) for a dtype."""
     module = as_module(fn).eval()
     with torch.no_grad():
         want = module(*inputs)
-    model, _, _ = convert(module, inputs, decomposition=level, backend=backend)
+    model, _, _ = convert(module, inputs, decomposition=level, engine=engine)
     got = model(*[tensor_to_numpy(t) for t in inputs])
     want, got = (want, got) if isinstance(want, tuple) else ((want,), (got,))
     assert len(got) == len(want)
     for k, (g, w) in enumerate(zip(got, want)):
         rtol, atol = (tol or {}).get(w.dtype, (F64_RTOL if w.dtype == F64 else None, None))
-        assert_arrays_match(g, tensor_to_numpy(w), f"[{level}, {backend}] output {k}", rtol=rtol, atol=atol)
+        assert_arrays_match(g, tensor_to_numpy(w), f"[{level}, {engine}] output {k}", rtol=rtol, atol=atol)
 
 
 def per_dtype(f):
@@ -232,7 +232,7 @@ def _jax_check(unary: list, binary: list) -> None:
 
     a = torch.tensor([-1.0, 1.0, 0.0, 0.3, -0.7, 1.5, 3.0], dtype=F64)
     n = torch.tensor([-1.0, 0.0, 1.0, 2.0, 5.0, 9.0, 13.0], dtype=F64)
-    check(f, [torch.tensor(JAX_POINTS, dtype=F32), torch.tensor(JAX_POINTS, dtype=F64), a, n], backend="jax")
+    check(f, [torch.tensor(JAX_POINTS, dtype=F32), torch.tensor(JAX_POINTS, dtype=F64), a, n], engine="jax")
 
 
 def test_jax_engine_matches_torch():
@@ -252,7 +252,7 @@ def test_jax_engine_refuses_what_jax_lacks():
     pytest.importorskip("jax")
     x = torch.tensor([0.5, 1.0])
     with pytest.raises(RlxError, match=r"Special\(bessel_y0\)"):
-        convert(torch.special.bessel_y0, [x], backend="jax")
+        convert(torch.special.bessel_y0, [x], engine="jax")
 
 
 def test_bad_polygamma_order_is_refused():

@@ -105,9 +105,9 @@ JAX_INF_ORDER = pytest.mark.xfail(
     "c",
     [pytest.param(*p.values, id=p.id, marks=JAX_INF_ORDER if p.id == "specials" else ()) for p in CASES if not p.marks],
 )
-def test_jax_backend_matches_torch(c) -> None:
+def test_jax_engine_matches_torch(c) -> None:
     pytest.importorskip("jax")
-    check(c, backend="jax")
+    check(c, engine="jax")
 
 
 def test_float64_transforms_are_complex128(tmp_path) -> None:

@@ -104,7 +104,7 @@ def assert_runs_at_sizes(
     the same shapes, dtypes and values as onnxruntime."""
     rlx.from_onnx(m, tmp_path / "out", example_inputs=feeds[0])
     for engine in ENGINES:
-        loaded = rlx.load(tmp_path / "out", backend=engine)
+        loaded = rlx.load(tmp_path / "out", engine=engine)
         for feed in feeds:
             got = loaded.run_flat(loaded.bind((), feed))
             want = run_onnxruntime(m, feed)

@@ -200,7 +200,7 @@ def test_input_shapes_fix_chosen_dims_and_keep_the_rest(tmp_path):
     assert [s.name for s in loaded.program.symbols] == ["h"]  # w fixed on both inputs (the same dim_param)
     assert [v.shape[3] for v in loaded.program.inputs] == [6, 6]
     for engine in ENGINES:
-        run = rlx.load(tmp_path / "out", backend=engine)
+        run = rlx.load(tmp_path / "out", engine=engine)
         for h in (2, 5, 9):
             feed = {"x": f32(1, 3, h, 6), "like": f32(1, 3, h, 6)}
             got = run.run_flat(run.bind((), feed))[0]
@@ -299,7 +299,7 @@ def test_generated_package_runs_at_sizes(tmp_path, name, monkeypatch):
         nodes = [*pad_nodes, helper.make_node("Conv", ["y", "w"], ["z"], auto_pad="SAME_UPPER", strides=[2, 2])]
         inputs, inits, make = IMAGE, {**pad_inits, **conv_inits}, image
     m = model(nodes, inputs, [nodes[-1].output[0]], inits, opset=19)
-    rlx.from_onnx(m, tmp_path / "out", example_inputs=make(5), emit=("bundle", "package"))
+    rlx.from_onnx(m, tmp_path / "out", example_inputs=make(5), write=("bundle", "package"))
     monkeypatch.syspath_prepend(str(tmp_path / "out" / "rlx_test_graph"))
     monkeypatch.delitem(sys.modules, "rlx_test_graph", raising=False)
     import rlx_test_graph

@@ -62,7 +62,7 @@ def test_external_data_and_cli(tmp_path):
         size_threshold=0,
     )
     assert (tmp_path / "w.bin").is_file()
-    assert main(["import", str(path), "-o", str(tmp_path / "cli"), "--emit", "bundle,package"]) == 0
+    assert main(["import", str(path), "-o", str(tmp_path / "cli"), "--write", "bundle,package"]) == 0
     out = rlx.load(tmp_path / "cli")
     x = R.standard_normal((2, 3, 8)).astype(np.float32)
     np.testing.assert_allclose(out(x), run_onnxruntime(m, {"x": x})[0], rtol=1e-5, atol=1e-5)

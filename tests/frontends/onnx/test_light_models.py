@@ -12,7 +12,7 @@ pytest.importorskip("onnxruntime")
 
 from frontends.onnx.onnx_helpers import run_onnxruntime, run_rlx  # noqa: E402
 
-LIGHT = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
+LIGHT = Path(onnx.__file__).parent / "engine" / "test" / "data" / "light"
 MODELS = sorted(p.name for p in LIGHT.glob("light_*.onnx")) if LIGHT.is_dir() else []
 
 

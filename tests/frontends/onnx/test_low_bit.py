@@ -159,7 +159,7 @@ def test_jax_engine_and_onnx_emitter_refuse_in_one_line():
     pytest.importorskip("jax")
     from rlx.runtime.jax_engine.executor import check_coverage as jax_coverage
 
-    with pytest.raises(UsageError, match="f8e5m2 values.*backend='numpy'"):
+    with pytest.raises(UsageError, match="f8e5m2 values.*engine='numpy'"):
         jax_coverage(program)
 
 

@@ -170,7 +170,7 @@ def test_silero_vad_onnx_files(tmp_path, file):
 
         rlx.from_onnx(m, tmp_path / "out", example_inputs=feed(*sizes[0]), freeze_inputs=frozen)
         for engine in ("numpy", "onnxruntime"):
-            loaded = rlx.load(tmp_path / "out", backend=engine)
+            loaded = rlx.load(tmp_path / "out", engine=engine)
             for s in sizes:
                 x = feed(*s)
                 got = loaded.run_flat(loaded.bind((), x))

@@ -146,7 +146,7 @@ def test_non_max_suppression_on_the_onnxruntime_engine():
     m, feed = _nms_model(1, True), _nms_feed(1)
     program, weights = lower_graph(reader.read(m, {k: v.shape for k, v in feed.items()}))
     program = finish_program(program)
-    rt = Model(program, bind_weights(program, weights, "weights"), backend="onnxruntime")
+    rt = Model(program, bind_weights(program, weights, "weights"), engine="onnxruntime")
     (got,) = rt.run_flat(rt.bind((), feed))
     assert_equal_outputs([np.asarray(got)], run_rlx(m, feed))
 
@@ -167,7 +167,7 @@ def test_negative_gather_positions_on_the_onnxruntime_engine():
     m = model(nodes, feed, ["y", "z"])
     program, weights = lower_graph(reader.read(m, {k: v.shape for k, v in feed.items()}))
     program = finish_program(program)
-    rt = Model(program, bind_weights(program, weights, "weights"), backend="onnxruntime")
+    rt = Model(program, bind_weights(program, weights, "weights"), engine="onnxruntime")
     got = [np.asarray(o) for o in rt.run_flat(rt.bind((), feed))]
     assert_equal_outputs(got, [x[:, [4, 0, 0, 3]], np.take_along_axis(x[:, :3], feed["j"] % 4, axis=0)])
     assert_equal_outputs(got, run_rlx(m, feed))

@@ -185,7 +185,7 @@ UNARY: dict[str, Fn] = {
 }
 
 # Functions onnxruntime's CPU kernels compute in float32 only: float64 goes through float32 there
-# (a documented precision limit of this backend for these transcendental functions).
+# (a documented precision limit of onnxruntime for these transcendental functions).
 F32_ONLY = {"tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "erf", "gelu", "gelu_tanh"}
 # Functions whose result is exact in the operand's own dtype (no widening of half precision).
 EXACT = {"neg", "abs", "sign", "logical_not", "bitwise_not", "isnan", "isinf", "isfinite", "identity"}

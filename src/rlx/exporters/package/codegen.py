@@ -4,7 +4,7 @@ Generated from the same Calls the runtime executes. Simple Calls become numpy (o
 expressions (``a + b``, ``x.reshape(2, 8, 64)``, ``x[:, 1:5]``); the rest call the runtime's own
 kernels, vendored into the package as ``_ops``. Every statement carries its source aten op as a
 comment. Two styles: ``NumpyWriter`` (numpy + the numpy kernels) and ``JaxWriter`` (``jax.numpy``
-+ the JAX backend's kernels; jit-compatible, since every kernel traces).
++ the JAX engine's kernels; jit-compatible, since every kernel traces).
 """
 
 from __future__ import annotations
@@ -274,7 +274,7 @@ def writer(program: Program, style: str) -> NumpyWriter:
 
 
 class JaxWriter(NumpyWriter):
-    """The JAX style: ``jax.numpy`` expressions and the JAX backend's kernels. Matmuls ask for
+    """The JAX style: ``jax.numpy`` expressions and the JAX engine's kernels. Matmuls ask for
     ``precision="highest"`` as the kernels do (float32 stays float32 on GPUs and TPUs too)."""
 
     TYPES = {tok: t.replace("np.", "jnp.").replace("_ops.", "jnp.") for tok, t in _NP_TYPE.items()}
@@ -311,7 +311,7 @@ def ops_init(kernel_names: Sequence[str], style: str = "numpy") -> str:
     """``_ops/__init__.py``: one plain function per kernel the forward calls, plus what generated
     code refers to. The kernels are the engine's table, vendored under ``_ops/kernels/``."""
     jax = style == "jax"
-    whose = "the rlx JAX backend's" if jax else "the rlx runtime's"
+    whose = "the rlx JAX engine's" if jax else "the rlx runtime's"
     # The numpy style names ml_dtypes' types (bfloat16 …) for the generated casts; the JAX style
     # names them through jnp, and runs the model in the kernels' 64-bit scope.
     dtype_names = ["", "bfloat16 = ml_dtypes.bfloat16", *(f"{n} = ml_dtypes.{n}" for n in _LOW_BIT_NP.values())]

@@ -2,7 +2,7 @@
 
 All of them go through ``binary`` / ``unary``: operands are promoted once, with PyTorch's
 ``result_type`` rules, to the dtype the computation happens in; the recorded output dtype decides
-the final cast. Broadcasting is left to the backends, which broadcast like PyTorch. Python-number
+the final cast. Broadcasting is left to the engines, which broadcast like PyTorch. Python-number
 arguments are converted the way PyTorch converts them (``scalar_as``).
 """
 

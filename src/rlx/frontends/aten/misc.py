@@ -1,6 +1,6 @@
 """Ops real models use that fit no other family: ``diff``, weight norm, ``as_strided``, ``copy``.
 
-Each one is composed from existing Calls, so backends need nothing new.
+Each one is composed from existing Calls, so engines need nothing new.
 """
 
 from __future__ import annotations

@@ -19,15 +19,15 @@ def check_coverage(program: Program) -> None:
     if program.data_symbols:
         producers = _size_producers(program)
         raise UsageError(
-            f"the JAX backend compiles fixed shapes, and {program.name} has sizes that depend on the data "
+            f"the JAX engine compiles fixed shapes, and {program.name} has sizes that depend on the data "
             f"({', '.join(s.name for s in program.data_symbols)}, from {', '.join(producers) or 'its graph'}); "
-            "run it with backend='numpy'"
+            "run it with engine='numpy'"
         )
     low = sorted({v.dtype for v in program.values().values() if dtypes.is_low_bit(v.dtype)})
     if low:
         raise UsageError(
-            f"the JAX backend does not run {', '.join(low)} values (rlx stores and casts them on numpy only); "
-            "run this model with backend='numpy'"
+            f"the JAX engine does not run {', '.join(low)} values (rlx stores and casts them on numpy only); "
+            "run this model with engine='numpy'"
         )
     missing: dict[str, list[str]] = {}
     for ins in program.instrs:
@@ -37,7 +37,7 @@ def check_coverage(program: Program) -> None:
             missing.setdefault(f"Special({ins.call.fn})", []).append(ins.result)
     if missing:
         listed = ", ".join(f"{op} ×{len(r)} (first: {r[0]})" for op, r in sorted(missing.items()))
-        raise UsageError(f"the JAX backend has no kernel for {listed}; run this model with backend='numpy'")
+        raise UsageError(f"the JAX engine has no kernel for {listed}; run this model with engine='numpy'")
 
 
 def _size_producers(program: Program) -> list[str]:

@@ -35,7 +35,7 @@ def x64() -> AbstractContextManager[Any]:
     """A scope in which JAX keeps int64 and float64 (thread-local; the caller's setting comes back).
 
     rlx programs carry int64 indices and may compute in float64; without 64-bit mode JAX silently
-    truncates both to 32 bits. Setting ``jax_enable_x64`` globally when the backend is imported would
+    truncates both to 32 bits. Setting ``jax_enable_x64`` globally when the engine is imported would
     change the defaults of the user's own JAX code (``jnp.arange`` → int64, Python floats → float64),
     so it is switched on only around rlx's own tracing, compiling and running.
     """

@@ -90,7 +90,7 @@ class JaxExecutor:
                 raise
             except Exception as e:
                 raise RlxError(
-                    f"the JAX backend could not compile {program.name}: {type(e).__name__}: {_first_line(e)}"
+                    f"the JAX engine could not compile {program.name}: {type(e).__name__}: {_first_line(e)}"
                 ) from e
         self._outputs = [
             None if isinstance(o, Ref) else np.asarray(o.value, dtypes.to_numpy(o.dtype)) for o in program.outputs
@@ -100,7 +100,7 @@ class JaxExecutor:
         """Run on arrays already checked against the program's inputs (in order)."""
         with x64():
             results = iter(self._compiled(self._weights, list(inputs)))
-        # Writable host copies, like the numpy backend's outputs (a device array's view is read-only).
+        # Writable host copies, like the numpy engine's outputs (a device array's view is read-only).
         return [np.array(next(results)) if const is None else const.copy() for const in self._outputs]
 
 

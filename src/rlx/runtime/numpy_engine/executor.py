@@ -120,7 +120,7 @@ class Executor:
             raise BundleError(f"program.json: value {ins.result!r} is defined twice")
         kern = kernel_for(ins.call.op)
         if kern is None:
-            raise BundleError(f"program.json: the numpy backend has no kernel for {ins.call.op}")
+            raise BundleError(f"program.json: the numpy engine has no kernel for {ins.call.op}")
         flat, types, layout, static = slots.operands(ins)
         label = f"{ins.result} = {ins.call.op} [{ins.note or ins.node}]"
         try:

@@ -1,4 +1,4 @@
-"""The onnxruntime engine (``backend="onnxruntime"``): the Program emitted as ONNX
+"""The onnxruntime engine (``engine="onnxruntime"``): the Program emitted as ONNX
 (``rlx.exporters.onnx``) and run by an onnxruntime session per input-shape binding. Needs
 ``rlx[onnxruntime]``; imported only when asked for."""
 
@@ -15,5 +15,5 @@ def require_onnxruntime() -> Any:
         import onnx  # noqa: F401
         import onnxruntime
     except ImportError:
-        raise UsageError("the onnxruntime backend needs onnxruntime and onnx: pip install 'rlx[onnxruntime]'") from None
+        raise UsageError("the onnxruntime engine needs onnxruntime and onnx: pip install 'rlx[onnxruntime]'") from None
     return onnxruntime

@@ -54,7 +54,7 @@ class OrtEngine:
         try:
             check_coverage(program)
         except EmitError as e:
-            raise UsageError(f"{e}; run this model with backend='numpy'") from None
+            raise UsageError(f"{e}; run this model with engine='numpy'") from None
         if optimization not in OPTIMIZATION_LEVELS:
             raise UsageError(
                 f"unknown onnxruntime optimization level {optimization!r}; choose {', '.join(OPTIMIZATION_LEVELS)}"

@@ -1,4 +1,4 @@
-"""The OpenVINO engine (``backend="openvino"``): the Program emitted as ONNX (``rlx.exporters.onnx``),
+"""The OpenVINO engine (``engine="openvino"``): the Program emitted as ONNX (``rlx.exporters.onnx``),
 read by OpenVINO from memory with the weights as shared constants, and compiled for the CPU, once
 for a dynamic program where OpenVINO can. Needs ``rlx[openvino]``; imported only when asked for."""
 
@@ -11,5 +11,5 @@ from rlx.optional import require
 
 def require_openvino() -> Any:
     """openvino and onnx, or a UsageError saying how to install them."""
-    require("onnx", extra="openvino", feature="the openvino backend")
-    return require("openvino", extra="openvino", feature="the openvino backend")
+    require("onnx", extra="openvino", feature="the openvino engine")
+    return require("openvino", extra="openvino", feature="the openvino engine")

@@ -56,7 +56,7 @@ class OvEngine:
         try:
             check_coverage(program)
         except EmitError as e:
-            raise UsageError(f"{e}; run this model with backend='numpy'") from None
+            raise UsageError(f"{e}; run this model with engine='numpy'") from None
         check_precision(precision)
         if threads is not None and threads < 1:
             raise UsageError(f"threads must be at least 1, got {threads}")

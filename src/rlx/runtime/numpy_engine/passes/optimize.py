@@ -7,7 +7,7 @@ once: weight packing, BatchNorm folding and the merging of sibling projections w
 weight-only instructions that the next constant-folding run computes (so fusion sees packed
 weights as weights), and the alias pass cleans up the reshapes fusion leaves behind. The Program on disk
 is never touched — program.json stays the plain lowering that the generated package and other
-backends read.
+engines read.
 """
 
 from __future__ import annotations

@@ -159,7 +159,7 @@ def engines() -> str:
     def kernel_cell(name: str, table: dict[str, Any], own: dict[str, Any]) -> str:
         if name in own:
             return "own kernel"
-        return "shared" if name in table else "load-time only"
+        return "shared" if name in table else "no"
 
     jax_missing = sorted(fn for fn in special.SPECIAL if special.missing(JAX, fn))
     rows = [

@@ -20,10 +20,11 @@ from rlx.formats.bundle import write_bundle
 from rlx.frontends.torch.tensors import tensor_to_numpy
 from rlx.ir import calls as C
 from rlx.ir import dtypes
-from rlx.ir.program import Call, Instr, Lit, Program, Ref, Value
+from rlx.ir.program import CALL_TYPES, Call, Instr, Lit, Program, Ref, Value
 from rlx.ir.rules import RULES, RuleError, TensorType, broadcast, infer, norm_axis, operand_types, promote
 from rlx.ir.symbolic import Sym
 from rlx.ir.validate import check_program
+from rlx.runtime.numpy_engine.fused_calls import Fused, Gemm
 
 from helpers import convert, exported_example
 
@@ -31,13 +32,14 @@ CALL_CLASSES = sorted(
     (c for c in vars(C).values() if isinstance(c, type) and issubclass(c, Call) and c is not Call),
     key=lambda c: c.__name__,
 )
+ENGINE_CALLS = (Gemm, Fused)  # the numpy engine's own, made by its load-time passes
 
 
 # ── (a) every Call has a rule ────────────────────────────────────────────────
 def test_every_call_has_a_rule():
-    missing = [c.__name__ for c in CALL_CLASSES if c not in RULES]
+    missing = [c.__name__ for c in (*CALL_CLASSES, *ENGINE_CALLS) if c not in RULES]
     assert not missing, f"Calls without a type rule in rlx.ir.rules: {missing}"
-    assert len(CALL_CLASSES) >= 70
+    assert len(CALL_CLASSES) >= 68  # the portable vocabulary (Gemm/Fused are the numpy engine's)
 
 
 # ── (b) converted programs agree with the rules ──────────────────────────────
@@ -213,9 +215,9 @@ def programs() -> dict[str, tuple[Program, dict[str, np.ndarray]]]:
     return out
 
 
-# Calls these programs must keep exercising (Gemm/Fused exist only inside the numpy engine,
-# GroupedMatMul only with torch._grouped_mm, which has no CPU kernel to export with).
-NOT_IN_PROGRAMS = {"Gemm", "Fused", "GroupedMatMul"}
+# Calls these programs must keep exercising (GroupedMatMul exists only with torch._grouped_mm,
+# which has no CPU kernel to export with).
+NOT_IN_PROGRAMS = {"GroupedMatMul"}
 COVERED = sorted(c.__name__ for c in CALL_CLASSES if c.__name__ not in NOT_IN_PROGRAMS)
 
 
@@ -239,6 +241,21 @@ def test_numpy_engine_rewrites_agree_with_their_rules(bundles):
         check_program(rewritten, name)
         seen |= {ins.call.op for ins in rewritten.instrs}
     assert {"Gemm", "Fused"} <= seen
+
+
+def test_bundles_hold_portable_calls_only(bundles):
+    """A written program.json names only portable Calls (never the numpy engine's Gemm/Fused), and
+    one naming an engine's own Call is refused in one line, as an unknown Call."""
+    assert not {c.__name__ for c in ENGINE_CALLS} & set(CALL_TYPES)
+    for name, path in bundles.items():
+        ops = {ins["op"] for ins in json.loads((path / "program.json").read_text())["instrs"]}
+        assert ops <= set(CALL_TYPES), (name, sorted(ops - set(CALL_TYPES)))
+    docs = [json.loads((path / "program.json").read_text()) for path in bundles.values()]
+    doc, k = next((d, i) for d in docs for i, ins in enumerate(d["instrs"]) if ins["op"] == "MatMul")
+    x, y = doc["instrs"][k]["args"]["x"], doc["instrs"][k]["args"]["y"]
+    doc["instrs"][k] = {**doc["instrs"][k], "op": "Gemm", "args": {"x": x, "w": y, "bias": None, "activation": ""}}
+    with pytest.raises(SchemaError, match=rf"^program\.json\.instrs\[{k}\]\.op: unknown call 'Gemm'"):
+        Program.from_json(doc)
 
 
 @pytest.mark.slow

@@ -20,6 +20,7 @@ from rlx.ir.program import Ref
 from rlx.runtime.model import Model
 from rlx.runtime.numpy_engine import parallel
 from rlx.runtime.numpy_engine.fused import BINDERS, Site, TensorType
+from rlx.runtime.numpy_engine.fused_calls import Fused, Step
 
 from helpers import convert
 
@@ -127,11 +128,11 @@ def test_split_kernel_matches_one_thread_and_torch(name: str, threads: int) -> N
     np.testing.assert_allclose(many(*finite), ref(*_t(*finite)).numpy(), **_torch_tolerance(call.op))
 
 
-def _chain(softmax_axis: int | None) -> C.Fused:
+def _chain(softmax_axis: int | None) -> Fused:
     """(x · s + mask) → GELU, or → softmax over ``softmax_axis``; x [n, 6, 40], s [40], mask [6, 40]."""
-    steps = [C.Step("mul", (0, 1), "f32"), C.Step("add", (3, 2), "f32")]
-    steps.append(C.Step("gelu", (4,), "f32") if softmax_axis is None else C.Step("softmax", (4,), "f32", softmax_axis))
-    return C.Fused((R, R, R), tuple(steps), R)
+    steps = [Step("mul", (0, 1), "f32"), Step("add", (3, 2), "f32")]
+    steps.append(Step("gelu", (4,), "f32") if softmax_axis is None else Step("softmax", (4,), "f32", softmax_axis))
+    return Fused((R, R, R), tuple(steps), R)
 
 
 @pytest.mark.usefixtures("split_everything")

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from rlx.ir.program import Call, Operand, Ref
 from rlx.ir.symbolic import Dim
 
-# Elementwise function names understood by Unary / Binary. Backends implement each one.
+# Elementwise function names understood by Unary / Binary. Engines implement each one.
 UNARY_FNS = (
     "neg", "abs", "exp", "expm1", "log", "log1p", "log2", "log10", "sqrt", "rsqrt", "reciprocal",
     "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh",
@@ -743,45 +743,3 @@ class Conj(Call):
     """The complex conjugate (``torch.conj_physical``); a real tensor is returned unchanged."""
 
     x: Ref
-
-
-# ── fused (built by rlx.passes at load, for the numpy engine only) ──────────
-# program.json always holds the plain lowering; these appear only in the rewritten Program the numpy
-# executor runs. ``reuse`` names a value that is dead by this instruction (set by the buffer-reuse
-# pass): its storage may receive the result, so the kernel writes with ``out=`` instead of allocating.
-@dataclass(frozen=True)
-class Gemm(Call):
-    """``activation(x @ w + bias)`` with ``numpy.matmul`` semantics; ``w`` is GEMM-ready (``[.., K, N]``,
-    packed at load when it is a weight), ``bias`` broadcasts against the product, ``activation`` is
-    ``""`` or a Unary function name applied last."""
-
-    x: Ref
-    w: Ref
-    bias: Operand | None
-    activation: str
-    reuse: Ref | None = None
-
-
-@dataclass(frozen=True)
-class Step:
-    """One step of a ``Fused`` chain: ``fn`` applied to registers ``args``, giving ``dtype``.
-
-    ``fn`` is a Unary or Binary function name, ``where``, ``clamp``, ``cast``, ``leaky_relu``
-    (``param``: the slope), or — as the last step only — ``softmax`` / ``log_softmax`` of the
-    chain so far (``param``: the axis). Register ``i < len(inputs)`` is ``inputs[i]``,
-    ``len(inputs) + j`` the result of step ``j``; ``None`` is an open clamp bound."""
-
-    fn: str
-    args: tuple[int | None, ...]
-    dtype: str
-    param: float | int | None = None
-
-
-@dataclass(frozen=True)
-class Fused(Call):
-    """An elementwise chain run as one step (the scale + mask + softmax of attention, residual
-    adds, RMSNorm's scale …); the result is the last step's."""
-
-    inputs: tuple[Operand, ...]
-    steps: tuple[Step, ...]
-    reuse: Ref | None = None

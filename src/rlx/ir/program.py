@@ -43,19 +43,24 @@ class Lit:
 
 Operand = Ref | Lit
 
-CALL_TYPES: dict[str, type[Call]] = {}
+CALL_TYPES: dict[str, type[Call]] = {}  # the portable Calls by name: what a program.json may hold
 
 
 @dataclass(frozen=True)
 class Call:
-    """Base of the Call vocabulary. Subclasses register themselves by class name."""
+    """Base of the Call vocabulary. Subclasses register themselves by class name in ``CALL_TYPES``;
+    an engine's own Calls (``portable=False``: made by its load-time passes) do not, so a
+    program.json cannot name them."""
 
     op: ClassVar[str] = "call"
+    portable: ClassVar[bool] = True
 
-    def __init_subclass__(cls, **kwargs: Any) -> None:
+    def __init_subclass__(cls, portable: bool = True, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         cls.op = cls.__name__
-        CALL_TYPES[cls.__name__] = cls
+        cls.portable = portable
+        if portable:
+            CALL_TYPES[cls.__name__] = cls
 
     @classmethod
     def operand_fields(cls) -> tuple[str, ...]:
@@ -261,8 +266,12 @@ class Program:
         return dumps_json(self.to_json())
 
     @classmethod
-    def from_json(cls, doc: Any, where: str = "program.json") -> Program:
-        return _program_from_json(doc, where)
+    def from_json(
+        cls, doc: Any, where: str = "program.json", engine_calls: Mapping[str, type[Call]] | None = None
+    ) -> Program:
+        """The Program of ``doc``; its instructions may name the portable Calls (``CALL_TYPES``)
+        and, to read back an engine's rewritten program, that engine's own ``engine_calls``."""
+        return _program_from_json(doc, where, {**CALL_TYPES, **(engine_calls or {})})
 
 
 def dumps_json(doc: Any) -> str:
@@ -468,7 +477,7 @@ def _get(d: Any, key: str, where: str, typ: type | tuple[type, ...]) -> Any:
     return v
 
 
-def _program_from_json(doc: Any, where: str) -> Program:
+def _program_from_json(doc: Any, where: str, call_types: Mapping[str, type[Call]]) -> Program:
     if _get(doc, "format", where, str) != PROGRAM_FORMAT:
         raise SchemaError(f"{where}.format: expected {PROGRAM_FORMAT!r}, found {doc['format']!r}")
     version = _get(doc, "version", where, int)
@@ -495,7 +504,7 @@ def _program_from_json(doc: Any, where: str) -> Program:
     for k, raw in enumerate(_get(doc, "instrs", where, list)):
         at = f"{where}.instrs[{k}]"
         op = _get(raw, "op", at, str)
-        cls = CALL_TYPES.get(op)
+        cls = call_types.get(op)
         if cls is None:
             raise SchemaError(f"{at}.op: unknown call {op!r}; this bundle needs a newer rlx")
         args = _get(raw, "args", at, dict)

@@ -809,22 +809,6 @@ def fft(c: C.Fft, t: Types) -> TensorType:
     return TensorType(_replace(x.shape, last, c.last_size), dtypes.real_of(x.dtype))
 
 
-# ── fused (numpy backend) ────────────────────────────────────────────────────
-@type_rule(C.Gemm)
-def gemm(c: C.Gemm, t: Types) -> TensorType:
-    x, w = t(c.x), t(c.w)
-    shape = matmul_shape(x.shape, w.shape)
-    if c.bias is not None:
-        shape = broadcast_dims(shape, t(c.bias).shape)
-    return TensorType(shape, x.dtype)
-
-
-@type_rule(C.Fused)
-def fused(c: C.Fused, t: Types) -> TensorType:
-    require(bool(c.steps), "a fused chain without steps")
-    return TensorType(broadcast_dims(*(t(x).shape for x in c.inputs)), c.steps[-1].dtype)
-
-
 __all__ = [
     "RULES",
     "DtypeRuleError",

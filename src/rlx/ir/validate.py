@@ -14,8 +14,8 @@ from rlx.ir.symbolic import Shape, static_shape
 
 MAX_ELEMENTS = 2**36  # per value; far beyond any real model, small enough to refuse absurd headers
 # The Calls that may read or produce a low-bit (float8/float4/int4/int2) value: casts and moves (and
-# the fuser's groups, made only of Calls that passed this check before fusion).
-LOW_BIT_CALLS = (C.Cast, C.Bitcast, C.Reshape, C.Permute, C.Expand, C.Slice, C.Concat, C.IndexSelect, C.Flip, C.Fused)
+# an engine's own Calls, made by its passes only of Calls that passed this check before).
+LOW_BIT_CALLS = (C.Cast, C.Bitcast, C.Reshape, C.Permute, C.Expand, C.Slice, C.Concat, C.IndexSelect, C.Flip)
 
 
 def validate(program: Program, source: str = "program", *, rules: bool = False) -> list[TensorType | None]:
@@ -108,7 +108,7 @@ def _rule_problem(
 
 def _check_low_bit(call: Call, dtype: str, known: dict[str, Value], where: str) -> None:
     """float8/float4/int4/int2 values are stored, moved and cast, never computed on."""
-    if isinstance(call, LOW_BIT_CALLS):
+    if isinstance(call, LOW_BIT_CALLS) or not call.portable:
         return
     low = [t for t in (dtype, *(known[r.name].dtype for r in call.refs() if r.name in known)) if dtypes.is_low_bit(t)]
     if low:

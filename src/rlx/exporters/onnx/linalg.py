@@ -29,15 +29,3 @@ def linear(g: OnnxGraph, c: C.Linear, out: Instr, x: T, w: T, b: T | None) -> T:
     if b is not None:
         y = g.op("Add", [y, g.cast(b, x.dtype)], x.dtype)
     return y
-
-
-@emits(C.Gemm, widen=True)
-def gemm(g: OnnxGraph, c: C.Gemm, out: Instr, x: T, w: T, bias: T | None) -> T:
-    # The numpy engine's fused product (only in programs its passes rewrote): a MatMul, the bias,
-    # and the activation from the elementwise table.
-    from rlx.exporters.onnx.elementwise import UNARY
-
-    y = g.op("MatMul", [x, g.cast(w, x.dtype)], x.dtype)
-    if bias is not None:
-        y = g.op("Add", [y, g.cast(bias, x.dtype)], x.dtype)
-    return UNARY[c.activation](g, y) if c.activation else y

@@ -33,7 +33,7 @@ FINITE_BINARY = frozenset({"add", "sub", "mul", "maximum", "minimum"})
 # Calls whose result is finite wherever their operands are (norms: their eps keeps the divisor
 # positive; BatchNorm's running variance is checked at load with the weights).
 FINITE_CALLS = (
-    C.Conv, C.Linear, C.MatMul, C.Gemm, C.Clamp, C.LeakyRelu, C.MaxPool, C.AdaptiveAvgPool, C.Reshape,
+    C.Conv, C.Linear, C.MatMul, C.Clamp, C.LeakyRelu, C.MaxPool, C.AdaptiveAvgPool, C.Reshape,
     C.Permute, C.Slice, C.Concat, C.Expand, C.Cast, C.LayerNorm, C.GroupNorm,
 )  # fmt: skip
 

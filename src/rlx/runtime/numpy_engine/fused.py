@@ -47,6 +47,7 @@ from rlx.kernels.numpy.nn import (
 )
 from rlx.kernels.precision import HALF
 from rlx.kernels.registry import Kernel, overrides
+from rlx.runtime.numpy_engine.fused_calls import Fused, Gemm
 
 Fn = Callable[..., np.ndarray]
 _F32, _F64 = np.dtype(np.float32), np.dtype(np.float64)
@@ -221,7 +222,7 @@ def reuse_buffer(buf: np.ndarray | None, shape: tuple[int, ...], dtype: np.dtype
 
 
 @fused_kernel("Gemm")
-def gemm(c: C.Gemm, x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, reuse: np.ndarray | None) -> np.ndarray:
+def gemm(c: Gemm, x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, reuse: np.ndarray | None) -> np.ndarray:
     """The generic kernel: exactly the unfused MatMul → add → Unary sequence."""
     fast = _bind_gemm(
         c,
@@ -257,7 +258,7 @@ def _gemm_shape(x: TensorType, w: TensorType, bias: TensorType | None) -> tuple[
 
 
 def _bind_gemm(
-    c: C.Gemm | C.MatMul | C.Linear, x: TensorType, w: TensorType, bias: TensorType | None, transposed: bool = False
+    c: Gemm | C.MatMul | C.Linear, x: TensorType, w: TensorType, bias: TensorType | None, transposed: bool = False
 ) -> Fn | None:
     """One GEMM over the merged leading axes of ``x`` when ``w`` is a matrix; bias and activation
     applied in place on the product. Float32/float64 operands of one dtype only."""
@@ -299,7 +300,7 @@ def _bind_gemm(
 
 
 @binds("Gemm")
-def bind_gemm(site: Site[C.Gemm]) -> Fn | None:
+def bind_gemm(site: Site[Gemm]) -> Fn | None:
     return _bind_gemm(site.call, site.operand(0), site.operand(1), site.operands[2])
 
 
@@ -326,7 +327,7 @@ class CheckedStep:
     dtype: np.dtype
 
 
-def check_steps(c: C.Fused) -> list[CheckedStep]:
+def check_steps(c: Fused) -> list[CheckedStep]:
     """The chain's steps, refusing one that reads a register it cannot see."""
     if not c.steps:
         raise BundleError("Fused: a chain needs at least one step")
@@ -457,7 +458,7 @@ def register_types(
     return types, last_read
 
 
-def _bind_fused(c: C.Fused, operands: Sequence[TensorType | None]) -> Fn:
+def _bind_fused(c: Fused, operands: Sequence[TensorType | None]) -> Fn:
     """Run the chain over a register file: the inputs, the ``reuse`` buffer, one register per step,
     and one that holds None. Each step is a closure of fixed arity over it. A step with a fast path
     on a large result writes into a register of its shape and dtype that the chain created and no
@@ -531,14 +532,14 @@ def _caller(fn: Fn, args: tuple[int, ...], dest: int | None) -> Callable[[list[A
 
 
 @binds("Fused")
-def bind_fused(site: Site[C.Fused]) -> Fn | None:
+def bind_fused(site: Site[Fused]) -> Fn | None:
     if not all(t is not None and _static(t.shape) for t in site.operands[: len(site.call.inputs)]):
         return None
     return _bind_fused(site.call, site.operands)
 
 
 @fused_kernel("Fused")
-def fused(c: C.Fused, inputs: list[np.ndarray], reuse: np.ndarray | None) -> np.ndarray:
+def fused(c: Fused, inputs: list[np.ndarray], reuse: np.ndarray | None) -> np.ndarray:
     return _bind_fused(c, [TensorType(x.shape, x.dtype) for x in inputs])(*inputs, reuse)
 
 

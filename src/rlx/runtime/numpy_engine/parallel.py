@@ -40,6 +40,7 @@ from rlx.runtime.numpy_engine.fused import (
     reuse_buffer,
     step_param,
 )
+from rlx.runtime.numpy_engine.fused_calls import Fused
 
 # Results smaller than this run on one thread. The pool's round trip is ~25 µs (one no-op task,
 # measured); a 1 MiB float32 add takes ~35 µs alone, a GELU of it ~600 µs. On the shared 2-core
@@ -116,7 +117,7 @@ def _split_elementwise(site: Site[Any], axis: int, sizes: set[int]) -> tuple[tup
 
 
 @splits("Fused")
-def _split_fused(site: Site[C.Fused], axis: int, sizes: set[int]) -> tuple[tuple[int | None, ...], Any] | None:
+def _split_fused(site: Site[Fused], axis: int, sizes: set[int]) -> tuple[tuple[int | None, ...], Any] | None:
     """Elementwise everywhere but at a softmax step: never along its axis (right-aligned with the result's)."""
     n = len(site.shape)
     types, _ = register_types(check_steps(site.call), site.operands[: len(site.call.inputs)])

@@ -24,9 +24,10 @@ from collections import defaultdict
 from rlx.ir import calls as C
 from rlx.ir.program import Call, Instr, Lit, Operand, Program, Ref, Value
 from rlx.ir.symbolic import Shape, is_static, static_shape
+from rlx.runtime.numpy_engine.fused_calls import Fused, Gemm, Step
 
 # Calls whose numpy kernel always returns newly allocated memory, never a view of an operand.
-FRESH = (C.Gemm, C.Fused, C.MatMul, C.Linear, C.Conv, C.Softmax, C.LayerNorm, C.RmsNorm, C.GroupNorm, C.Attention,
+FRESH = (Gemm, Fused, C.MatMul, C.Linear, C.Conv, C.Softmax, C.LayerNorm, C.RmsNorm, C.GroupNorm, C.Attention,
          C.Binary, C.Where, C.Cast)  # fmt: skip
 
 
@@ -71,7 +72,7 @@ def reuse_buffers(program: Program) -> Program:
             key = (ins.dtype, _numel(ins.shape))
             if pool.get(key):
                 ins = dataclasses.replace(ins, call=dataclasses.replace(call, reuse=Ref(pool[key].pop())))
-            elif isinstance(call, C.Fused):
+            elif isinstance(call, Fused):
                 v = _in_place_input(call, ins, k, values, groups, pinned, last_read)
                 if v is not None:
                     ins = dataclasses.replace(ins, call=dataclasses.replace(call, reuse=v))
@@ -106,7 +107,7 @@ class _StorageGroups:
 
 
 def _in_place_input(
-    call: C.Fused,
+    call: Fused,
     ins: Instr,
     k: int,
     values: dict[str, Value],
@@ -138,23 +139,23 @@ def _numel(shape: Shape) -> int:
     return math.prod(static)
 
 
-def _reusable_form(ins: Instr, values: dict[str, Value]) -> C.Gemm | C.Fused | None:
+def _reusable_form(ins: Instr, values: dict[str, Value]) -> Gemm | Fused | None:
     """The instruction as a call that takes a ``reuse`` buffer — if one pays for itself: small
     arrays come from numpy's allocation cache at no cost, so only results of ``MIN_BYTES`` or more."""
     c = ins.call
     if ins.dtype not in _FLOATS or not ins.shape or _numel(ins.shape) * _ITEMSIZE[ins.dtype] < MIN_BYTES:
         return None
-    if isinstance(c, (C.Gemm, C.Fused)):
+    if isinstance(c, (Gemm, Fused)):
         return c if c.reuse is None else None
     if isinstance(c, C.MatMul) and all(
         len(values[r.name].shape) >= 2 and values[r.name].dtype == ins.dtype for r in (c.x, c.y)
     ):
-        return C.Gemm(c.x, c.y, None, "")
+        return Gemm(c.x, c.y, None, "")
     if isinstance(c, C.Unary) and c.fn in _UNARY_OK and _dtype(c.x, values) == ins.dtype:
-        return C.Fused((c.x,), (C.Step(c.fn, (0,), ins.dtype),))
+        return Fused((c.x,), (Step(c.fn, (0,), ins.dtype),))
     if isinstance(c, C.Binary) and c.fn in _BINARY_OK and _dtype(c.x, values) == _dtype(c.y, values) == ins.dtype:
         inputs = (c.x,) if c.x == c.y else (c.x, c.y)
-        return C.Fused(inputs, (C.Step(c.fn, (0, 0 if c.x == c.y else 1), ins.dtype),))
+        return Fused(inputs, (Step(c.fn, (0, 0 if c.x == c.y else 1), ins.dtype),))
     return None
 
 

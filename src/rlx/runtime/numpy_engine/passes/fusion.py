@@ -36,6 +36,7 @@ from rlx.ir import dtypes
 from rlx.ir.program import Call, Instr, Lit, Operand, Program, Ref, Value
 from rlx.ir.symbolic import Shape, is_static, static_shape
 from rlx.passes.rewrite import Names, rename_all, use_counts
+from rlx.runtime.numpy_engine.fused_calls import Fused, Gemm, Step
 
 # Unary functions a Gemm may apply to its product (float in, same float out).
 ACTIVATIONS = frozenset(
@@ -140,11 +141,11 @@ def _emitter(out: list[Instr], names: Names, like: Instr, note: str) -> Callable
 def _is_float_product(ins: Instr, values: dict[str, Value]) -> bool:
     """A MatMul or Gemm of two float matrices (or batches of them) in the result's dtype."""
     c = ins.call
-    if not isinstance(c, (C.MatMul, C.Gemm)):
+    if not isinstance(c, (C.MatMul, Gemm)):
         return False
     return ins.dtype in _FLOATS and all(
         values[r.name].dtype == ins.dtype and len(values[r.name].shape) >= 2
-        for r in (c.x, c.w if isinstance(c, C.Gemm) else c.y)
+        for r in (c.x, c.w if isinstance(c, Gemm) else c.y)
     )
 
 
@@ -168,7 +169,7 @@ def _gemm_bias(program: Program) -> Program:
                     continue
                 if _dtype(other, values) != ins.dtype:
                     continue
-                ins = dataclasses.replace(ins, call=C.Gemm(mm.call.x, mm.call.y, other, ""))
+                ins = dataclasses.replace(ins, call=Gemm(mm.call.x, mm.call.y, other, ""))
                 absorbed.add(mm.result)
                 break
         instrs.append(ins)
@@ -212,11 +213,11 @@ def _hoisted_product(ins: Instr, producer: dict[str, Instr], values: dict[str, V
     """For a 2-d MatMul/Gemm of ``Reshape(x0)`` that only merged ``x0``'s leading axes, by a matrix and
     with a bias along the last axis only: the same product over ``x0``, and its shape."""
     c = ins.call
-    if not isinstance(c, (C.MatMul, C.Gemm)):
+    if not isinstance(c, (C.MatMul, Gemm)):
         return None
     src = producer.get(c.x.name)
-    w = c.w if isinstance(c, C.Gemm) else c.y
-    bias = c.bias if isinstance(c, C.Gemm) else None
+    w = c.w if isinstance(c, Gemm) else c.y
+    bias = c.bias if isinstance(c, Gemm) else None
     bias_shape = _shape(bias, values) if bias is not None else ()
     if (
         src is None
@@ -281,7 +282,7 @@ def _gemm_siblings(program: Program) -> Program:
             )
             bias = emit(C.Concat(biases, 0), (total,), "bias")
         shape = tuple(first.shape[:-1]) + (total,)
-        product = emit(C.Gemm(members[0].x, w, bias, act), shape, "all")
+        product = emit(Gemm(members[0].x, w, bias, act), shape, "all")
         start = 0
         axis = len(shape) - 1
         for m, width in zip(members, widths):
@@ -306,9 +307,9 @@ def _sibling_groups(program: Program, values: dict[str, Value]) -> dict[tuple[st
     for ins in program.instrs:
         c = ins.call
         if isinstance(c, C.MatMul) and _is_float_product(ins, values):
-            c = C.Gemm(c.x, c.y, None, "")  # a product by a weight without a bias joins too
+            c = Gemm(c.x, c.y, None, "")  # a product by a weight without a bias joins too
             ins = dataclasses.replace(ins, call=c)
-        if not isinstance(c, C.Gemm) or c.w.name not in const or ins.dtype not in _FLOATS or not is_static(ins.shape):
+        if not isinstance(c, Gemm) or c.w.name not in const or ins.dtype not in _FLOATS or not is_static(ins.shape):
             continue
         w_shape = static_shape(values[c.w.name].shape)  # weights have static shapes; others are skipped
         if w_shape is None or len(w_shape) != 2:
@@ -341,8 +342,8 @@ def _gemm_activation(program: Program) -> Program:
         if g is None or uses[name] != readers or g.dtype != ins.dtype:
             continue
         if isinstance(g.call, C.MatMul) and _is_float_product(g, values):
-            call = C.Gemm(g.call.x, g.call.y, None, fn)
-        elif isinstance(g.call, C.Gemm) and not g.call.activation:
+            call = Gemm(g.call.x, g.call.y, None, fn)
+        elif isinstance(g.call, Gemm) and not g.call.activation:
             call = dataclasses.replace(g.call, activation=fn)
         else:
             continue
@@ -432,21 +433,21 @@ def _unrepeated(r: Ref, producer: dict[str, Instr], values: dict[str, Value]) ->
 _ELEMENTWISE = (C.Unary, C.Binary, C.Where, C.Clamp, C.LeakyRelu, C.Cast)
 
 
-def _step(call: Call, dtype: str, reg: Callable[[Operand | None], int | None]) -> C.Step:
+def _step(call: Call, dtype: str, reg: Callable[[Operand | None], int | None]) -> Step:
     if isinstance(call, C.Unary):
-        return C.Step(call.fn, (reg(call.x),), dtype)
+        return Step(call.fn, (reg(call.x),), dtype)
     if isinstance(call, C.Binary):
-        return C.Step(call.fn, (reg(call.x), reg(call.y)), dtype)
+        return Step(call.fn, (reg(call.x), reg(call.y)), dtype)
     if isinstance(call, C.Where):
-        return C.Step("where", (reg(call.cond), reg(call.x), reg(call.y)), dtype)
+        return Step("where", (reg(call.cond), reg(call.x), reg(call.y)), dtype)
     if isinstance(call, C.Clamp):
-        return C.Step("clamp", (reg(call.x), reg(call.lo), reg(call.hi)), dtype)
+        return Step("clamp", (reg(call.x), reg(call.lo), reg(call.hi)), dtype)
     if isinstance(call, C.LeakyRelu):
-        return C.Step("leaky_relu", (reg(call.x),), dtype, call.slope)
+        return Step("leaky_relu", (reg(call.x),), dtype, call.slope)
     if isinstance(call, C.Cast):
-        return C.Step("cast", (reg(call.x),), dtype)
+        return Step("cast", (reg(call.x),), dtype)
     if isinstance(call, C.Softmax):
-        return C.Step("log_softmax" if call.log else "softmax", (reg(call.x),), dtype, call.axis)
+        return Step("log_softmax" if call.log else "softmax", (reg(call.x),), dtype, call.axis)
     raise TypeError(call)
 
 
@@ -520,7 +521,7 @@ def _chain(members: list[Instr]) -> Instr:
     steps = tuple(_step(m.call, m.dtype, reg) for m in members)
     last = members[-1]
     note = " + ".join(m.call.op if not hasattr(m.call, "fn") else m.call.fn for m in members)
-    return dataclasses.replace(last, call=C.Fused(tuple(inputs), steps), note=f"fused {note}; {last.note}")
+    return dataclasses.replace(last, call=Fused(tuple(inputs), steps), note=f"fused {note}; {last.note}")
 
 
 def _dtype(v: Operand, values: dict[str, Value]) -> str:

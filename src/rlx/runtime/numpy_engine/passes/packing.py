@@ -22,6 +22,7 @@ from rlx.ir import calls as C
 from rlx.ir.program import Instr, Program, Ref, Weight
 from rlx.passes.fold import FOLDED_KEY
 from rlx.passes.rewrite import Names, use_counts
+from rlx.runtime.numpy_engine.fused_calls import Gemm
 
 _FLOATS = ("f32", "f64")
 # A product by a transposed half-precision weight widens it per call anyway (numpy has no bf16
@@ -55,7 +56,7 @@ def pack_weights(program: Program, weights: Mapping[str, np.ndarray]) -> tuple[P
         c = ins.call
         w = const.get(c.weight.name) if isinstance(c, C.Linear) else None
         if isinstance(c, C.Linear) and w is not None and _packable(w, ins.dtype) and w.name in known:
-            ins = dataclasses.replace(ins, call=C.Gemm(c.x, transposed(w), c.bias, ""))
+            ins = dataclasses.replace(ins, call=Gemm(c.x, transposed(w), c.bias, ""))
             changed = True
         elif ins.result in matmul_only:  # Permute(W, (1, 0)): the product reads the view instead
             assert isinstance(c, C.Permute)
@@ -97,7 +98,7 @@ def _permutes_read_only_by_matmuls(
     as_right: dict[str, int] = {}
     for ins in program.instrs:
         c = ins.call
-        if isinstance(c, (C.MatMul, C.Gemm)):
+        if isinstance(c, (C.MatMul, Gemm)):
             y = c.y if isinstance(c, C.MatMul) else c.w
             if isinstance(y, Ref) and y.name in candidates and (not isinstance(c, C.MatMul) or c.x != y):
                 as_right[y.name] = as_right.get(y.name, 0) + 1

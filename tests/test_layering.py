@@ -26,6 +26,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("rlx.kernels",),
     ("rlx.interpret",),
     ("rlx.passes",),
+    ("rlx.frontends.common",),  # what both front-ends share
     ("rlx.frontends", "rlx.frontends.aten", "rlx.frontends.onnx", "rlx.exporters"),
     ("rlx.frontends.torch",),  # capture with torch.export, then the aten front-end
     ("rlx.runtime",),

@@ -71,6 +71,11 @@ class Node:
     multi: bool  # the op returns a tuple (out was a list in the file)
 
     @property
+    def label(self) -> str:
+        """How errors name this node."""
+        return f"node {self.id} ({self.op})"
+
+    @property
     def base(self) -> str:
         """``aten.add.Tensor`` → ``add``."""
         parts = self.op.split(".")

@@ -6,7 +6,7 @@ from rlx.errors import LoweringError
 from rlx.formats.torch_ir import Node
 from rlx.frontends.aten.elementwise import scalar_as
 from rlx.frontends.aten.registry import Builder, lowers
-from rlx.frontends.aten.shapes import static_dim
+from rlx.frontends.common import static_dim
 from rlx.ir import dtypes
 from rlx.ir.calls import Arange, Full
 from rlx.ir.program import Operand

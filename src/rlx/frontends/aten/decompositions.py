@@ -19,7 +19,8 @@ from rlx.formats.torch_ir import Node, TensorMeta
 from rlx.frontends.aten.elementwise import emit_binary
 from rlx.frontends.aten.movement import reshape_to, take_slice
 from rlx.frontends.aten.registry import Builder, lowers
-from rlx.frontends.aten.shapes import broadcast, static_dim
+from rlx.frontends.aten.shapes import broadcast
+from rlx.frontends.common import static_dim
 from rlx.ir.calls import (
     Arange,
     ArgSort,

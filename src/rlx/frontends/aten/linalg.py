@@ -9,7 +9,8 @@ from rlx.formats.torch_ir import Node
 from rlx.frontends.aten.movement import reshape_to
 from rlx.frontends.aten.reduce import reduce_value
 from rlx.frontends.aten.registry import Builder, lowers
-from rlx.frontends.aten.shapes import broadcast, static_dim
+from rlx.frontends.aten.shapes import broadcast
+from rlx.frontends.common import static_dim
 from rlx.ir import symbolic
 from rlx.ir.calls import (
     Arange,

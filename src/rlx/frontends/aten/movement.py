@@ -7,7 +7,8 @@ from collections.abc import Sequence
 from rlx.errors import LoweringError
 from rlx.formats.torch_ir import Node
 from rlx.frontends.aten.registry import Builder, lowers
-from rlx.frontends.aten.shapes import chunk_sizes, norm_axis, slice_bounds, split_sizes, static_dim, tensor_split_bounds
+from rlx.frontends.aten.shapes import chunk_sizes, norm_axis, slice_bounds, split_sizes, tensor_split_bounds
+from rlx.frontends.common import static_dim
 from rlx.ir import symbolic
 from rlx.ir.calls import Concat, Expand, Gather, Index, IndexSelect, Pad, Permute, Reshape, Slice
 from rlx.ir.program import Operand, Ref

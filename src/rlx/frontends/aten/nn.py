@@ -14,7 +14,8 @@ from rlx.frontends.aten.movement import reshape_to, take_slice
 from rlx.frontends.aten.random import dropout_weights
 from rlx.frontends.aten.reduce import p_norm, window_argmax
 from rlx.frontends.aten.registry import Builder, lowers
-from rlx.frontends.aten.shapes import ints, norm_axis, static_dim
+from rlx.frontends.aten.shapes import ints, norm_axis
+from rlx.frontends.common import static_dim
 from rlx.ir import dtypes, symbolic
 from rlx.ir.calls import (
     AdaptiveAvgPool,

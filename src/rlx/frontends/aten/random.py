@@ -22,7 +22,7 @@ from rlx.formats.torch_ir import Node
 from rlx.frontends.aten.elementwise import operand_as
 from rlx.frontends.aten.reduce import window_argmax
 from rlx.frontends.aten.registry import Builder, lowers
-from rlx.frontends.aten.shapes import static_dim
+from rlx.frontends.common import static_dim
 from rlx.ir import dtypes, symbolic
 from rlx.ir.calls import (
     Arange,

@@ -15,7 +15,8 @@ from rlx.formats.torch_ir import Node, TensorMeta
 from rlx.frontends.aten.elementwise import emit_binary
 from rlx.frontends.aten.movement import reshape_to, take_slice
 from rlx.frontends.aten.registry import Builder, lowers
-from rlx.frontends.aten.shapes import norm_axis, static_dim
+from rlx.frontends.aten.shapes import norm_axis
+from rlx.frontends.common import static_dim
 from rlx.ir import symbolic
 from rlx.ir.calls import (
     Arange,

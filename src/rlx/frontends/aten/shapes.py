@@ -9,18 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from rlx.errors import LoweringError
-from rlx.formats.torch_ir import Node
 from rlx.ir import rules
-from rlx.ir.symbolic import Dim, Sym
-
-
-def static_dim(d: Dim, what: str, node: Node | None = None) -> int:
-    """``d`` as an int, for lowerings whose arithmetic needs a concrete extent: a symbolic one is
-    reported (against ``node`` when given) instead of failing later inside the arithmetic."""
-    if isinstance(d, Sym):
-        where = f"node {node.id} ({node.op}): " if node is not None else ""
-        raise LoweringError(f"{where}{what} must be static, found the symbolic extent {d.expr}")
-    return d
+from rlx.ir.symbolic import Dim
 
 
 def norm_axis(axis: int, rank: int) -> int:

@@ -15,7 +15,8 @@ from rlx.errors import LoweringError
 from rlx.formats.torch_ir import Node
 from rlx.frontends.aten.movement import take_slice
 from rlx.frontends.aten.registry import Builder, lowers
-from rlx.frontends.aten.shapes import norm_axis, static_dim
+from rlx.frontends.aten.shapes import norm_axis
+from rlx.frontends.common import static_dim
 from rlx.ir import dtypes
 from rlx.ir.calls import Conj, Fft, Pad, Roll
 from rlx.ir.program import Operand, Ref

@@ -14,7 +14,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from rlx.errors import LoweringError
-from rlx.frontends.onnx.registry import Env, OnnxBuilder, OnnxNode, broadcast, norm_axis, onnx_op, static_dim
+from rlx.frontends.common import static_dim
+from rlx.frontends.onnx.registry import Env, OnnxBuilder, OnnxNode, broadcast, norm_axis, onnx_op
 from rlx.frontends.onnx.shape import concat, slice_axis
 from rlx.ir import symbolic
 from rlx.ir.calls import Where
@@ -117,7 +118,7 @@ def _scan_body(node: OnnxNode, b: OnnxBuilder, states: list[Env], xs: list[Env])
     m = len(xs)
     in_axes = [norm_axis(a, b.rank(x)) for a, x in zip(node.attr("scan_input_axes", [0] * m), xs)]
     in_dirs = node.attr("scan_input_directions", [0] * m)
-    length = static_dim(node, b.shape(xs[0])[in_axes[0]], "the scan length")
+    length = static_dim(b.shape(xs[0])[in_axes[0]], "the scan length", node)
     n_out = len(body.output) - len(states)
     ys: list[list[Env]] = [[] for _ in range(n_out)]
     if length > MAX_UNROLL:
@@ -150,7 +151,7 @@ def scan(node: OnnxNode, b: OnnxBuilder) -> list[Env]:
     if node.has_input(0):
         raise LoweringError(f"node {node.name} (Scan): opset-8 sequence_lens is not supported")
     ins = [b.required(node, k) for k in range(1, len(node.inputs))]
-    batch = static_dim(node, b.shape(ins[0])[0], "the batch size")
+    batch = static_dim(b.shape(ins[0])[0], "the batch size", node)
     directions = node.attr("directions")
     per_batch: list[list[Env]] = []
     for i in range(batch):

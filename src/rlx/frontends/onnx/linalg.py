@@ -11,11 +11,12 @@ import string
 from collections.abc import Sequence
 
 from rlx.errors import LoweringError
+from rlx.frontends.common import static_dim
 from rlx.frontends.onnx.control import take
 from rlx.frontends.onnx.elementwise import emit_binary
 from rlx.frontends.onnx.nn import matmul
 from rlx.frontends.onnx.reduce import reduce
-from rlx.frontends.onnx.registry import Env, OnnxBuilder, OnnxNode, numel, onnx_op, static_dim
+from rlx.frontends.onnx.registry import Env, OnnxBuilder, OnnxNode, numel, onnx_op
 from rlx.frontends.onnx.shape import permute
 from rlx.ir.calls import Diagonal, Expand
 from rlx.ir.program import Ref
@@ -131,7 +132,7 @@ MAX_DET_SIZE = 4  # cofactor expansion: n! products
 def det(node: OnnxNode, b: OnnxBuilder) -> Env:
     x = b.ref(node, 0)
     shape = b.shape(x)
-    n = static_dim(node, shape[-1], "the matrix size")
+    n = static_dim(shape[-1], "the matrix size", node)
     if n > MAX_DET_SIZE or shape[-2] != n:
         raise LoweringError(
             f"node {node.name} (Det): square matrices up to {MAX_DET_SIZE}×{MAX_DET_SIZE} are supported, got {list(shape[-2:])}"

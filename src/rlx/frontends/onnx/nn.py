@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from rlx.errors import LoweringError
+from rlx.frontends.common import static_dim
 from rlx.frontends.onnx.elementwise import emit_binary, unary
 from rlx.frontends.onnx.registry import (
     Env,
@@ -24,7 +25,6 @@ from rlx.frontends.onnx.registry import (
     norm_axis,
     numel,
     onnx_op,
-    static_dim,
 )
 from rlx.frontends.onnx.shape import permute, slice_axis
 from rlx.ir import dtypes, symbolic
@@ -110,7 +110,7 @@ def _even(pads: list[tuple[Dim, Dim]], kernel: list[int]) -> list[int] | None:
 
 
 def _static_pads(node: OnnxNode, pads: list[tuple[Dim, Dim]]) -> list[tuple[int, int]]:
-    return [(static_dim(node, lo, "the padding"), static_dim(node, hi, "the padding")) for lo, hi in pads]
+    return [(static_dim(lo, "the padding", node), static_dim(hi, "the padding", node)) for lo, hi in pads]
 
 
 def _window_attrs(
@@ -137,7 +137,7 @@ def conv(node: OnnxNode, b: OnnxBuilder) -> Env:
     x, w = b.ref(node, 0), b.ref(node, 1)
     bias = b.optional(node, 2)
     wshape = b.shape(w)
-    kernel = [static_dim(node, k, "the kernel size") for k in wshape[2:]]
+    kernel = [static_dim(k, "the kernel size", node) for k in wshape[2:]]
     shape = b.shape(x)
     strides, dilations, pads = _window_attrs(node, kernel, list(shape[2:]))
     even: list[int] = [lo for lo, hi in pads if isinstance(lo, int) and lo == hi]
@@ -158,14 +158,14 @@ def conv_transpose(node: OnnxNode, b: OnnxBuilder) -> Env:
     x, w = b.ref(node, 0), b.ref(node, 1)
     bias = b.optional(node, 2)
     wshape, shape = b.shape(w), b.shape(x)
-    kernel = [static_dim(node, k, "the kernel size") for k in wshape[2:]]
+    kernel = [static_dim(k, "the kernel size", node) for k in wshape[2:]]
     n = len(kernel)
     groups = int(node.attr("group", 1))
     strides = [int(s) for s in node.attr("strides", [1] * n)]
     dilations = [int(d) for d in node.attr("dilations", [1] * n)]
     out_pad = [int(p) for p in node.attr("output_padding", [0] * n)]
     sizes = list(shape[2:])
-    channels = static_dim(node, wshape[1], "the weight's output channels") * groups
+    channels = static_dim(wshape[1], "the weight's output channels", node) * groups
     tail = [op + (k - 1) * d + 1 for op, k, d in zip(out_pad, kernel, dilations)]
     full = [symbolic.add(symbolic.mul(s, symbolic.sub(i, 1)), t) for i, s, t in zip(sizes, strides, tail)]
     auto = node.attr("auto_pad", "NOTSET")
@@ -246,13 +246,13 @@ def max_pool(node: OnnxNode, b: OnnxBuilder) -> Ref | tuple[Ref, Ref]:
         )
     idx = b.emit(MaxPool(x, tuple(kernel), tuple(strides), tuple(pads), tuple(dilations), ceil, True), shape, "i64")
     if column_major:  # row h, column w → h + w·H
-        height, width = (static_dim(node, d, "the spatial extents (for Indices)") for d in b.shape(x)[2:])
+        height, width = (static_dim(d, "the spatial extents (for Indices)", node) for d in b.shape(x)[2:])
         row = emit_binary(b, "floor_divide", idx, b.lit(width, "i64"))
         col = emit_binary(b, "remainder", idx, b.lit(width, "i64"))
         idx = emit_binary(b, "add", row, emit_binary(b, "mul", col, b.lit(height, "i64")))
     # The Call gives positions within each (n, c) plane; ONNX counts over the whole tensor.
-    n, c = (static_dim(node, d, "the batch and channel extents (for Indices)") for d in shape[:2])
-    plane = static_dim(node, numel(b.shape(x)[2:]), "the spatial size (for Indices)")
+    n, c = (static_dim(d, "the batch and channel extents (for Indices)", node) for d in shape[:2])
+    plane = static_dim(numel(b.shape(x)[2:]), "the spatial size (for Indices)", node)
     offsets = np.arange(n * c, dtype=np.int64).reshape((n, c) + (1,) * len(kernel)) * plane
     return y, emit_binary(b, "add", idx, b.operand(offsets, f"{node.name}_offsets"))
 
@@ -302,8 +302,8 @@ def _window_sum(
     how many elements each window covers (input elements, plus padding when ``count_pads``; never the
     overhang ``ceil_mode`` adds)."""
     shape = b.shape(x)
-    sizes = [static_dim(node, d, "the spatial extents") for d in shape[2:]]
-    channels = static_dim(node, shape[1], "the channel count")
+    sizes = [static_dim(d, "the spatial extents", node) for d in shape[2:]]
+    channels = static_dim(shape[1], "the channel count", node)
     full = []  # per axis: padding before, after, and the ceil_mode overhang after it
     for size, kk, s, d, (lo, hi) in zip(sizes, kernel, strides, dilations, pads):
         o = _conv_out(size, kk, s, d, lo, hi, ceil)
@@ -402,7 +402,7 @@ def instance_norm(node: OnnxNode, b: OnnxBuilder) -> Env:
     x = b.ref(node, 0)
     c = b.shape(x)[1]
     call = GroupNorm(
-        x, b.ref(node, 1), b.ref(node, 2), static_dim(node, c, "the channel count"), float(node.attr("epsilon", 1e-5))
+        x, b.ref(node, 1), b.ref(node, 2), static_dim(c, "the channel count", node), float(node.attr("epsilon", 1e-5))
     )
     return b.emit(call, b.shape(x), b.dtype(x))
 
@@ -581,8 +581,8 @@ def col2im(node: OnnxNode, b: OnnxBuilder) -> Env:
     """Sum sliding blocks back into an image: a grouped transposed convolution whose one-hot kernel
     sends column entry ``k`` of each block to kernel position ``k``."""
     x = b.ref(node, 0)  # [N, C·∏block, L]
-    image = [static_dim(node, d, "image_shape") for d in b.required_ints(node, 1)]
-    block = [static_dim(node, d, "block_shape") for d in b.required_ints(node, 2)]
+    image = [static_dim(d, "image_shape", node) for d in b.required_ints(node, 1)]
+    block = [static_dim(d, "block_shape", node) for d in b.required_ints(node, 2)]
     n = len(image)
     strides = [int(s) for s in node.attr("strides", [1] * n)]
     dilations = [int(d) for d in node.attr("dilations", [1] * n)]
@@ -592,7 +592,7 @@ def col2im(node: OnnxNode, b: OnnxBuilder) -> Env:
         for i, (size, k, s, d) in enumerate(zip(image, block, strides, dilations))
     ]
     k_total = math.prod(block)
-    batch, cols = b.shape(x)[0], static_dim(node, b.shape(x)[1], "the column channels")
+    batch, cols = b.shape(x)[0], static_dim(b.shape(x)[1], "the column channels", node)
     channels = cols // k_total
     grid = b.reshape(x, (batch, cols, *counts))
     weight = np.zeros((cols, 1, *block), dtypes.to_numpy(b.dtype(x)))

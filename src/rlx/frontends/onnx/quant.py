@@ -12,10 +12,11 @@ from __future__ import annotations
 import numpy as np
 
 from rlx.errors import LoweringError
+from rlx.frontends.common import static_dim
 from rlx.frontends.onnx.elementwise import FLOAT8, emit_binary, onnx_cast, unary
 from rlx.frontends.onnx.nn import conv, matmul
 from rlx.frontends.onnx.reader import elem_dtype
-from rlx.frontends.onnx.registry import Env, OnnxBuilder, OnnxNode, norm_axis, onnx_op, static_dim
+from rlx.frontends.onnx.registry import Env, OnnxBuilder, OnnxNode, norm_axis, onnx_op
 from rlx.ir import dtypes
 from rlx.ir.calls import Clamp, IndexSelect
 from rlx.ir.program import Operand, Ref
@@ -46,7 +47,7 @@ def _param(b: OnnxBuilder, node: OnnxNode, index: int, shape: tuple, axis: int, 
             dims = [1] * rank
             dims[axis] = v.size
             return b.operand(v.reshape(dims), node.inputs[index])
-        rep = np.repeat(v, block, axis=axis).take(range(static_dim(node, shape[axis], "the blocked axis")), axis=axis)
+        rep = np.repeat(v, block, axis=axis).take(range(static_dim(shape[axis], "the blocked axis", node)), axis=axis)
         return b.operand(np.ascontiguousarray(rep), node.inputs[index])
     ref = b.as_ref(v)
     pshape = b.shape(ref)
@@ -56,7 +57,7 @@ def _param(b: OnnxBuilder, node: OnnxNode, index: int, shape: tuple, axis: int, 
         view: list[Dim] = [1] * rank
         view[axis] = pshape[0]
         return b.reshape(ref, view)
-    size = static_dim(node, shape[axis], "the blocked axis")
+    size = static_dim(shape[axis], "the blocked axis", node)
     idx = b.as_ref(b.operand(np.arange(size, dtype=np.int64) // block, f"{node.name}_blocks"))
     out = list(pshape)
     out[axis] = size

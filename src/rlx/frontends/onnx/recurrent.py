@@ -13,10 +13,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from rlx.errors import LoweringError
+from rlx.frontends.common import static_dim
 from rlx.frontends.onnx.control import MAX_UNROLL, stack, take
 from rlx.frontends.onnx.elementwise import emit_binary, unary
 from rlx.frontends.onnx.nn import matmul
-from rlx.frontends.onnx.registry import Env, OnnxBuilder, OnnxNode, onnx_op, static_dim
+from rlx.frontends.onnx.registry import Env, OnnxBuilder, OnnxNode, onnx_op
 from rlx.frontends.onnx.shape import concat, permute, slice_axis
 from rlx.ir.calls import Clamp
 from rlx.ir.program import Operand, Ref
@@ -193,13 +194,13 @@ def recurrent(node: OnnxNode, b: OnnxBuilder) -> list[Env | None]:
     if layout:
         x = permute(b, x, (1, 0, 2))
     # Unrolled: the sequence length must be known while converting; the batch may be dynamic.
-    seq, batch = static_dim(node, b.shape(x)[0], "the sequence length"), b.shape(x)[1]
+    seq, batch = static_dim(b.shape(x)[0], "the sequence length", node), b.shape(x)[1]
     if seq > MAX_UNROLL:
         raise LoweringError(f"node {node.name} ({node.op_type}): {seq} steps; too long to unroll")
     _check_lengths(node, b, seq)
     direction = node.attr("direction", "forward")
     n_dirs = 2 if direction == "bidirectional" else 1
-    hidden = int(node.attr("hidden_size") or static_dim(node, b.in_shape(node, 2)[-1], "hidden_size"))
+    hidden = int(node.attr("hidden_size") or static_dim(b.in_shape(node, 2)[-1], "hidden_size", node))
     dt = b.dtype(x)
     acts = _activations(node, n_dirs)
     ys, hs, cs = [], [], []

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from rlx.frontends.common import static_dim
 from rlx.frontends.onnx.elementwise import emit_binary, unary
-from rlx.frontends.onnx.registry import Env, OnnxBuilder, OnnxNode, dim_op, norm_axis, onnx_op, static_dim
+from rlx.frontends.onnx.registry import Env, OnnxBuilder, OnnxNode, dim_op, norm_axis, onnx_op
 from rlx.frontends.onnx.shape import flip, slice_axis
 from rlx.ir import dtypes
 from rlx.ir.calls import ArgReduce, ArgTopK, CumReduce, Gather, Pad, Reduce, Where
@@ -21,7 +22,7 @@ def _axes(node: OnnxNode, b: OnnxBuilder, rank: int) -> tuple[int, ...] | None:
     axes = b.ints(node, 1, attr="axes")
     if not axes:
         return None if node.attr("noop_with_empty_axes", 0) else tuple(range(rank))
-    return tuple(sorted({norm_axis(static_dim(node, a, "axes"), rank) for a in axes}))
+    return tuple(sorted({norm_axis(static_dim(a, "axes", node), rank) for a in axes}))
 
 
 def reduce(b: OnnxBuilder, fn: str, x: Operand, axes: tuple[int, ...], keep: bool) -> Ref:
@@ -177,7 +178,7 @@ def top_k(node: OnnxNode, b: OnnxBuilder) -> tuple[Env, Env]:
     x = b.ref(node, 0)
     shape = list(b.shape(x))
     ks = b.required_ints(node, 1, attr="k") if node.opset < 10 else b.required_ints(node, 1)
-    k = static_dim(node, ks[0], "k")
+    k = static_dim(ks[0], "k", node)
     axis = norm_axis(node.attr("axis", -1), len(shape))
     largest = bool(node.attr("largest", 1))  # results are always sorted: a valid order for sorted=0 too
     shape[axis] = k

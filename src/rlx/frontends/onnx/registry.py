@@ -51,6 +51,11 @@ class OnnxNode:
     outputs: list[str]
     attrs: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def label(self) -> str:
+        """How errors name this node."""
+        return f"node {self.name} ({self.op_type})"
+
     def attr(self, name: str, default: Any = None) -> Any:
         return self.attrs.get(name, default)
 
@@ -521,16 +526,6 @@ def numel(shape: Sequence[Dim]) -> Dim:
 
 def static_numel(shape: Sequence[int]) -> int:
     return math.prod(shape)
-
-
-def static_dim(node: OnnxNode, d: Dim, what: str) -> int:
-    """``d`` as an int, for lowerings whose arithmetic needs a concrete extent (or a concrete shape
-    value): a symbolic one is reported against ``node`` instead of failing inside the arithmetic."""
-    if isinstance(d, Sym):
-        raise LoweringError(
-            f"node {node.name} ({node.op_type}): {what} must be static, found the symbolic value {d.expr}"
-        )
-    return int(d)
 
 
 # ── shape arithmetic over ints and symbols (one copy: rlx.ir.symbolic) ──────

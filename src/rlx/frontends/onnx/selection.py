@@ -11,7 +11,8 @@ import math
 import numpy as np
 
 from rlx.errors import LoweringError
-from rlx.frontends.onnx.registry import Env, OnnxBuilder, OnnxNode, norm_axis, numel, onnx_op, static_dim
+from rlx.frontends.common import static_dim
+from rlx.frontends.onnx.registry import Env, OnnxBuilder, OnnxNode, norm_axis, numel, onnx_op
 from rlx.ir.calls import NonMaxSuppression, Unique
 from rlx.ir.program import Operand
 
@@ -26,7 +27,7 @@ def unique(node: OnnxNode, b: OnnxBuilder) -> tuple[Env, ...]:
     if axis is not None:
         axis = norm_axis(int(axis), len(shape))
     lanes = shape[axis] if axis is not None else numel(shape)
-    n = b.data_dim(static_dim(node, lanes, "the input size"))
+    n = b.data_dim(static_dim(lanes, "the input size", node))
     values_shape = (n,) if axis is None else (*shape[:axis], n, *shape[axis + 1 :])
     values = b.emit(Unique(x, "values", False, axis, sort), values_shape, b.dtype(x))
     indices = b.emit(Unique(x, "indices", False, axis, sort), (n,), "i64")
@@ -50,7 +51,7 @@ def non_max_suppression(node: OnnxNode, b: OnnxBuilder) -> Env:
             limits.append(b.operand(v, node.inputs[k]))
     most, iou, score = limits
     assert most is not None and iou is not None
-    hint = math.prod(static_dim(node, d, "the box count") for d in (sshape[0], sshape[1], bshape[1]))
+    hint = math.prod(static_dim(d, "the box count", node) for d in (sshape[0], sshape[1], bshape[1]))
     n = b.data_dim(hint)
     call = NonMaxSuppression(boxes, scores, most, iou, score, bool(node.attr("center_point_box", 0)))
     return b.emit(call, (n, 3), "i64")

@@ -15,6 +15,7 @@ from typing import cast
 import numpy as np
 
 from rlx.errors import LoweringError
+from rlx.frontends.common import static_dim
 from rlx.frontends.onnx.elementwise import emit_binary
 from rlx.frontends.onnx.reader import ELEM_TYPES
 from rlx.frontends.onnx.registry import (
@@ -27,7 +28,6 @@ from rlx.frontends.onnx.registry import (
     norm_axis,
     numel,
     onnx_op,
-    static_dim,
 )
 from rlx.ir import dtypes, symbolic
 from rlx.ir.calls import (
@@ -208,7 +208,7 @@ def squeeze(node: OnnxNode, b: OnnxBuilder) -> Env:
     axes = b.ints(node, 1, attr="axes")
     if axes is None:
         axes = [k for k, d in enumerate(shape) if d == 1]
-    drop = {norm_axis(static_dim(node, a, "axes"), len(shape)) for a in axes}
+    drop = {norm_axis(static_dim(a, "axes", node), len(shape)) for a in axes}
     out = tuple(d for k, d in enumerate(shape) if k not in drop)
     if isinstance(xv, np.ndarray):
         known = cast(tuple[int, ...], out)  # the extents of a known array are ints
@@ -226,7 +226,7 @@ def unsqueeze(node: OnnxNode, b: OnnxBuilder) -> Env:
     shape = list(b.shape(xv))
     axes = b.required_ints(node, 1, attr="axes")
     rank = len(shape) + len(axes)
-    for a in sorted(norm_axis(static_dim(node, a, "axes"), rank) for a in axes):
+    for a in sorted(norm_axis(static_dim(a, "axes", node), rank) for a in axes):
         shape.insert(a, 1)
     if isinstance(xv, np.ndarray):
         return xv.reshape(cast(list[int], shape))  # a known array's extents and the inserted 1s are ints
@@ -320,13 +320,13 @@ def slice_(node: OnnxNode, b: OnnxBuilder) -> Env:
     if isinstance(xv, np.ndarray) and all(isinstance(v, int) for v in (*starts, *ends, *steps)):
         index = [slice(None)] * len(shape)
         for s, e, a, st in zip(starts, ends, axes, steps):
-            index[norm_axis(static_dim(node, a, "axes"), len(shape))] = slice(s, e, st)
+            index[norm_axis(static_dim(a, "axes", node), len(shape))] = slice(s, e, st)
         return xv[tuple(index)]
     x = b.as_ref(b.operand(xv, node.inputs[0]))
     for s, e, a, st in zip(starts, ends, axes, steps):
-        axis = norm_axis(static_dim(node, a, "axes"), len(shape))
+        axis = norm_axis(static_dim(a, "axes", node), len(shape))
         size = b.shape(x)[axis]
-        x = _slice_one(b, x, axis, size, s, e, static_dim(node, st, "steps"), node)
+        x = _slice_one(b, x, axis, size, s, e, static_dim(st, "steps", node), node)
     return x
 
 
@@ -431,7 +431,7 @@ def scatter_nd(node: OnnxNode, b: OnnxBuilder) -> Env:
     x, index, updates = b.ref(node, 0), b.ref(node, 1), b.ref(node, 2)
     reduction = node.attr("reduction", "none")
     shape, ishape = b.shape(x), b.shape(index)
-    k = static_dim(node, ishape[-1], "the index depth")
+    k = static_dim(ishape[-1], "the index depth", node)
     parts = []
     for j in range(k):
         col = b.reshape(slice_axis(b, index, len(ishape) - 1, j, j + 1), ishape[:-1])
@@ -445,7 +445,7 @@ def scatter_nd(node: OnnxNode, b: OnnxBuilder) -> Env:
 def _scatter_flat(node: OnnxNode, b: OnnxBuilder, x: Ref, parts: list[Ref], updates: Ref, reduce: str) -> Ref:
     shape = b.shape(x)
     k = len(parts)
-    lead = [static_dim(node, d, "the scattered extents") for d in shape[:k]]
+    lead = [static_dim(d, "the scattered extents", node) for d in shape[:k]]
     rest = tuple(shape[k:])
     strides = [math.prod(lead[j + 1 :]) for j in range(k)]
     linear: Ref = parts[0]
@@ -469,7 +469,7 @@ def reverse_sequence(node: OnnxNode, b: OnnxBuilder) -> Env:
     lens = np.asarray(b.required_const(node, 1)).astype(np.int64).reshape(-1)
     shape = b.shape(x)
     batch_axis, time_axis = node.attr("batch_axis", 1), node.attr("time_axis", 0)
-    steps = static_dim(node, shape[time_axis], "the time extent")
+    steps = static_dim(shape[time_axis], "the time extent", node)
     t = np.arange(steps)[None, :]
     src = np.where(t < lens[:, None], lens[:, None] - 1 - t, t)  # [batch, time]
     if batch_axis > time_axis:
@@ -485,7 +485,7 @@ def reverse_sequence(node: OnnxNode, b: OnnxBuilder) -> Env:
 @onnx_op("Tile")
 def tile(node: OnnxNode, b: OnnxBuilder) -> Env:
     x = b.ref(node, 0)
-    reps = [static_dim(node, r, "repeats") for r in b.required_ints(node, 1)]
+    reps = [static_dim(r, "repeats", node) for r in b.required_ints(node, 1)]
     shape = b.shape(x)
     if all(r == 1 for r in reps):
         return x
@@ -515,7 +515,7 @@ def pad(node: OnnxNode, b: OnnxBuilder) -> Env:
     n = len(axes)
     pairs = [(0, 0)] * rank
     for k, a in enumerate(axes):
-        pairs[norm_axis(static_dim(node, a, "axes"), rank)] = (int(pads[k]), int(pads[k + n]))
+        pairs[norm_axis(static_dim(a, "axes", node), rank)] = (int(pads[k]), int(pads[k + n]))
     mode = node.attr("mode", "constant")
     if mode == "constant":
         shape = tuple(dim_op("add", d, lo + hi) for d, (lo, hi) in zip(b.shape(x), pairs))
@@ -705,7 +705,7 @@ def tensor_scatter(node: OnnxNode, b: OnnxBuilder) -> Env:
     cache, update = b.ref(node, 0), b.ref(node, 1)
     shape, ushape = b.shape(cache), b.shape(update)
     axis = norm_axis(node.attr("axis", -2), len(shape))
-    steps = static_dim(node, ushape[axis], "the update length")
+    steps = static_dim(ushape[axis], "the update length", node)
     view = [1] * len(shape)
     view[axis] = steps
     offsets = b.operand(np.arange(steps, dtype=np.int64).reshape(view), f"{node.name}_offsets")

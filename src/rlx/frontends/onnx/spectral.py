@@ -14,10 +14,11 @@ from typing import Any
 import numpy as np
 
 from rlx.errors import LoweringError
+from rlx.frontends.common import static_dim
 from rlx.frontends.onnx.control import stack, take
 from rlx.frontends.onnx.elementwise import emit_binary
 from rlx.frontends.onnx.nn import matmul
-from rlx.frontends.onnx.registry import Env, OnnxBuilder, OnnxNode, norm_axis, onnx_op, static_dim
+from rlx.frontends.onnx.registry import Env, OnnxBuilder, OnnxNode, norm_axis, onnx_op
 from rlx.frontends.onnx.shape import permute
 from rlx.ir import dtypes, symbolic
 from rlx.ir.calls import Arange, IndexSelect
@@ -55,7 +56,7 @@ def _along_last(b: OnnxBuilder, x: Ref, axis: int, matrix: np.ndarray) -> Ref:
 def dft(b: OnnxBuilder, node: OnnxNode, x: Ref, axis: int, n: int | None, inverse: bool, onesided: bool) -> Ref:
     """The ONNX DFT of ``x`` ([..., 1 or 2]) along ``axis``."""
     shape = b.shape(x)
-    length = static_dim(node, shape[axis], "the signal length")
+    length = static_dim(shape[axis], "the signal length", node)
     if n is None:
         n = 2 * (length - 1) if inverse and onesided else length
     if max(n, length) > MAX_DFT_LENGTH:
@@ -63,7 +64,7 @@ def dft(b: OnnxBuilder, node: OnnxNode, x: Ref, axis: int, n: int | None, invers
             f"node {node.name} ({node.op_type}): transform length {n} is too long (at most {MAX_DFT_LENGTH})"
         )
     a, bm = _transfer(length, n, inverse, onesided)
-    channels = static_dim(node, shape[-1], "the last (real/imaginary) axis")
+    channels = static_dim(shape[-1], "the last (real/imaginary) axis", node)
     out_dtype = b.dtype(x)
     x = b.cast(x, "f64")  # sums of length-n products: accumulate in double, as numpy.fft does
     x_r = b.as_ref(b.operand(take(b, x, len(shape) - 1, 0)))
@@ -108,7 +109,7 @@ def stft(node: OnnxNode, b: OnnxBuilder) -> Env:
     if frame_len_v is not None:
         frame = int(np.asarray(frame_len_v).reshape(-1)[0])
     elif window is not None:
-        frame = static_dim(node, b.shape(window)[0], "the window length")
+        frame = static_dim(b.shape(window)[0], "the window length", node)
     else:
         raise LoweringError(f"node {node.name} (STFT): needs a window or a frame_length")
     frames = symbolic.add(symbolic.floordiv(symbolic.sub(length, frame), step), 1)

@@ -11,9 +11,10 @@ from __future__ import annotations
 import numpy as np
 
 from rlx.errors import LoweringError
+from rlx.frontends.common import static_dim
 from rlx.frontends.onnx.elementwise import emit_binary
 from rlx.frontends.onnx.nn import matmul
-from rlx.frontends.onnx.registry import Env, OnnxBuilder, OnnxNode, onnx_op, static_dim
+from rlx.frontends.onnx.registry import Env, OnnxBuilder, OnnxNode, onnx_op
 from rlx.frontends.onnx.shape import concat
 from rlx.ir import dtypes
 from rlx.ir.calls import IndexSelect, Reduce
@@ -23,7 +24,7 @@ from rlx.ir.program import Ref
 def _group_counts(b: OnnxBuilder, node: OnnxNode, x: Ref, pool: np.ndarray, n: int, max_skip: int) -> Ref:
     """[B, G] matches of each of the G pool n-grams (``pool``: [G, n]) in the rows of ``x`` [B, C]."""
     batch, length = b.shape(x)
-    length = static_dim(node, length, "the sequence length")
+    length = static_dim(length, "the sequence length", node)
     total: Ref | None = None
     for d in [1] if n == 1 else range(1, max_skip + 2):
         starts = length - d * (n - 1)

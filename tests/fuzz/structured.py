@@ -655,7 +655,10 @@ def case(fmt: str, seed: int, base: Base, work: Path) -> Callable[[], None]:
         d.mkdir()
         doc = json.loads((src / "torch-ir.json").read_text())
         (d / "torch-ir.json").write_text(json.dumps(mutate_json(doc, r)))
-        os.link(src / "weights.safetensors", d / "weights.safetensors")
+        try:
+            os.link(src / "weights.safetensors", d / "weights.safetensors")
+        except OSError:  # the scratch folder is on another filesystem (/dev/shm)
+            shutil.copyfile(src / "weights.safetensors", d / "weights.safetensors")
 
         def build() -> None:
             from rlx.app.convert import build_program

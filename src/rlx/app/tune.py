@@ -457,17 +457,17 @@ def _mixed(work: _Work, cand: Candidate) -> None:
         cand.note = f"the per-node comparison failed: {e}"
         return
     blamed = culprits(ranked, work.tolerance)
-    if not blamed:
+    most = len(ranked) - 1  # (with every node in float32 it would be float32, not mixed precision)
+    if not blamed or most < 1:
         cand.note = "no single node loses the accuracy (the loss is spread out); mixed precision not tried"
         return
     first = cand.verdict()
     worst = ", ".join(x.describe() for x in blamed[:3])
-    most = max(1, len(ranked) // 2)  # (keeping more than half the nodes in float32 is not mixed precision)
     keep: list[str] = []
     for size in MIXED_ROUNDS:
         if len(keep) >= min(size, most, len(blamed)):
             break
-        keep = [x.name for x in blamed[: min(size, most)]]
+        keep = [n for x in blamed[: min(size, most)] for n in x.names]
         trial = Candidate(cand.engine, cand.precision, options={**cand.options, "float32": keep})
         if work.progress:
             work.progress(f"    {cand.name}: keeping {len(keep)} node(s) in float32 ({', '.join(keep[:5])} ...)")

@@ -146,7 +146,9 @@ class OrtExecutor:
     too costs a second pooling per MaxPool and breaks onnxruntime's NCHWc conv → pool chains, so
     the session runs the plain MaxPool and checks each pooled input's sum (``pooling_nan="check"``):
     on the rare run where one is not finite, the inputs are run again through a second session,
-    built then, whose graph pools the NaN mask (exact for every input)."""
+    built then, whose graph pools the NaN mask (exact for every input). At int8 / int8-static,
+    inputs holding NaN or inf run through that second session too, in float32 (quantizing an
+    activation turns NaN into a number)."""
 
     def __init__(
         self, program: Program, engine: OrtEngine, extra_outputs: list[str] | None = None, *, exact: bool = False
@@ -154,7 +156,10 @@ class OrtExecutor:
         self.program = program
         self._engine, self._extra_outputs = engine, extra_outputs
         ort = engine._ort
-        int8 = engine.precision != "f32"
+        # The exact graph of a quantized engine is float32: quantizing an activation turns NaN into
+        # a number, so a run whose inputs hold NaN or inf gets PyTorch's answer only in float32.
+        int8 = engine.precision != "f32" and not exact
+        self._quantized = int8
         model = emit_model(program, engine, exact=exact)
         checked = [o.name for o in model.graph.output if o.name == NAN_CHECK]
         if extra_outputs:  # intermediate values to return too (the per-node debugger)
@@ -197,6 +202,8 @@ class OrtExecutor:
 
     def run(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
         """Run on arrays already checked against the program's inputs (in order)."""
+        if self._quantized and not _finite(inputs):
+            return self.exact().run(inputs)
         if self._plain:  # the common case, kept short: this is per-call overhead on small models
             try:
                 results = self._run_session(self._fetch, dict(zip(self._input_names, inputs)), None)
@@ -216,6 +223,8 @@ class OrtExecutor:
 
     def run_named(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
         """The program outputs, then any extra outputs asked for, in ``output_names`` order."""
+        if self._quantized and not _finite(inputs):
+            return self.exact().run_named(inputs)
         feed = {
             name: (arr.astype(np.float32) if bf16 else arr)
             for name, arr, bf16 in zip(self._input_names, inputs, self._bf16_inputs)
@@ -233,6 +242,10 @@ class OrtExecutor:
                 arr = arr.astype(self._want[k])  # bfloat16 outputs cross the boundary as float32 (exactly)
             out.append(arr if arr.flags.writeable else arr.copy())
         return out
+
+
+def _finite(inputs: list[np.ndarray]) -> bool:
+    return all(np.isfinite(a).all() for a in inputs if a.dtype.kind == "f")
 
 
 def emit_model(program: Program, engine: OrtEngine, *, exact: bool = False) -> Any:
@@ -280,7 +293,7 @@ def trace_program(
     once on ``inputs`` at ``precision``: the per-node view of where a lower precision loses accuracy."""
     engine = OrtEngine(program, weights, precision=precision, **dict(options))
     static = specialize(program, bind_symbols(program, inputs)) if program.is_dynamic else program
-    executor = OrtExecutor(static, engine, extra_outputs=list(names), exact=True)
+    executor = OrtExecutor(static, engine, extra_outputs=list(names))
     return dict(zip(executor.output_names, executor.run_named(inputs)))
 
 

@@ -12,6 +12,12 @@ pattern equal, then cosine ≥ ``tolerance`` and max |error| ≤ ``max_error`` �
 integer and boolean outputs exactly equal. Candidates that pass are timed (median of calls after a
 warm-up); the fastest is the choice. Where a candidate fails, the report names the outputs and by
 how much.
+
+``int8-static`` (onnxruntime) is calibrated here, once, on the user's inputs (else the reference
+inputs); the ranges are written beside tuning.json (``CALIBRATION_FILE``) and the choice points at
+them. A lower precision that fails is traced node by node (``rlx.app.mixed``): the nodes that add
+the most loss are named in the table's note and kept in float32 in retries (mixed precision); the
+choice records them, and ``rlx.load`` keeps them in float32 too.
 """
 
 from __future__ import annotations
@@ -444,8 +450,8 @@ def _mixed(work: _Work, cand: Candidate) -> None:
     until it passes; the note says which nodes and what came of it."""
     if cand.engine != "onnxruntime":
         cand.note = (
-            f"mixed precision not tried: rlx cannot keep single nodes in float32 on {cand.engine} "
-            "(OpenVINO's precision hint applies to the whole model)"
+            f"mixed precision not tried: {cand.engine}'s precision hint applies to the whole model "
+            "(no per-node precision its CPU plugin honours)"
         )
         return
     label = cand.failures[0].input_set

@@ -299,3 +299,26 @@ def test_tune_tries_int8_static_and_keeps_the_losing_nodes_in_float32(tmp_path):
     )
     with torch.no_grad():  # (the tolerance is proven on the inputs tune checked: calibrate on representative ones)
         _within_default_tolerance(model(x.numpy()), module(x).numpy())
+
+
+@pytest.mark.parametrize("precision", ["int8", "int8-static"])
+def test_instructions_kept_in_float32_are_not_quantized(tmp_path, precision):
+    """``float32=`` (mixed precision) keeps the named instructions' nodes out of quantization: with
+    every quantizable one kept, the answer is float32's (to rounding); an unknown option is refused."""
+    from rlx.formats.bundle import read_bundle
+    from rlx.runtime.engines import calibrate
+    from rlx.runtime.tuning import CALIBRATION_FILE
+
+    module = SmallConvNet().eval()
+    x = torch.randn(2, 3, 16, 16)
+    out = _convert(module, x, tmp_path / "cnn")
+    program, weights, _ = read_bundle(out / "bundle")
+    calibrate(program, weights, [[x.numpy()]], out / "bundle" / CALIBRATION_FILE)
+    f32 = rlx.load(out, backend="onnxruntime")(x.numpy())
+    every = [ins.result for ins in program.instrs]
+    low = rlx.load(out, backend="onnxruntime", precision=precision)(x.numpy())
+    kept = rlx.load(out, backend="onnxruntime", precision=precision, engine_options={"float32": every})(x.numpy())
+    assert np.abs(low - f32).max() > 1e-5  # (int8 quantizes the Linear; int8-static the convs too)
+    np.testing.assert_allclose(kept, f32, rtol=1e-5, atol=1e-6)
+    with pytest.raises(UsageError, match=r"^float32= keeps instructions out of int8; it needs precision="):
+        rlx.load(out, backend="onnxruntime", engine_options={"float32": every})

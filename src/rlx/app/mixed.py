@@ -7,7 +7,9 @@ intermediate value returned (``rlx.runtime.engines.trace``). Each instruction's 
 largest loss among the values it reads (a value the engine's graph has no tensor for passes its
 inputs' loss on). Errors accumulate along a network, so the accumulated loss alone would blame
 the last layers; the increase names the instructions where the precision breaks — typically a
-quantized convolution or matmul whose activations or weights int8 cannot represent.
+quantized convolution or matmul whose activations or weights int8 cannot represent. (Returning a
+value keeps onnxruntime from fusing its quantize/dequantize pair into an int8 kernel, so the traced
+run computes each op in float on the dequantized values: the same numbers to rounding.)
 """
 
 from __future__ import annotations

@@ -139,6 +139,18 @@ def test_a_malformed_tuning_is_refused_in_one_line(mlp):
     (out / "bundle" / TUNING_FILE).write_text('{"choice": 3}')
     with pytest.raises(BundleError, match="not a tuning file written by `rlx tune`"):
         rlx.load(out)
+    for options, message in [
+        ({"calibration": 3}, "malformed choice options; re-run `rlx tune`"),
+        ({"float32": "relu"}, "malformed choice options; re-run `rlx tune`"),
+        ({"threads": 2}, "malformed choice options; re-run `rlx tune`"),  # (not an option a choice records)
+        ({"calibration": "../../elsewhere.json"}, "resolves outside the bundle directory"),
+    ]:
+        _tuning(out, "onnxruntime", "int8-static")
+        doc = json.loads((out / "bundle" / TUNING_FILE).read_text())
+        doc["choice"]["options"] = options
+        (out / "bundle" / TUNING_FILE).write_text(json.dumps(doc))
+        with pytest.raises(BundleError, match=message):
+            rlx.load(out)
     (out / "bundle" / TUNING_FILE).unlink()
     assert rlx.load(out).backend == "numpy"
 

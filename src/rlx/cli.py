@@ -147,7 +147,8 @@ def _parser() -> argparse.ArgumentParser:
         help="numpy, jax (one XLA computation, needs rlx[jax]), onnxruntime (needs rlx[onnxruntime]) or openvino "
         "(needs rlx[openvino]); default: the bundle's tuning.json (`rlx tune`) where it matches this machine, else numpy",
     )
-    run.add_argument("--precision", choices=PRECISIONS, help="f32 (default), bf16/f16 (openvino), int8 (onnxruntime)")
+    run.add_argument("--precision", choices=PRECISIONS,
+                     help="f32 (default), bf16/f16 (openvino), int8/int8-static (onnxruntime)")  # fmt: skip
     run.add_argument(
         "--threads",
         type=count(maximum=MAX_THREADS),
@@ -182,7 +183,10 @@ def _parser() -> argparse.ArgumentParser:
                      help="read model input INPUT from data column COLUMN (repeatable; default: same name)")  # fmt: skip
     bat.add_argument("--keep", action="append", metavar="COLUMN",
                      help="input column to carry into the output (repeatable; default: every non-input column)")  # fmt: skip
-    bat.add_argument("--engine", choices=("numpy", "jax"), default="numpy", help="runtime backend (default numpy)")
+    bat.add_argument("--engine", choices=ENGINES, default=None,
+                     help="runtime engine (default: the bundle's tuning.json (`rlx tune`) where it matches this "
+                     "machine, else numpy)")  # fmt: skip
+    bat.add_argument("--precision", choices=PRECISIONS, help="with --engine: f32 (default), bf16/f16, int8/int8-static")
     bat.add_argument("--on-error", choices=("stop", "skip"), default="stop",
                      help="stop at the first bad row (default), or skip bad rows into OUT/_skipped.jsonl")  # fmt: skip
     bat.add_argument("--shard-rows", type=count(), default=65_536, help="input rows per output shard (default 65536)")
@@ -225,8 +229,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     tun.add_argument("--precisions", help=f"comma-separated precisions (default: all of {', '.join(PRECISIONS)} "
                      "that an engine runs on this CPU)")  # fmt: skip
-    tun.add_argument("--inputs", help="more inputs to check: .npz (arrays by input name), .safetensors (in::NAME) "
-                     "or .parquet (a column per input, a row per set)")  # fmt: skip
+    tun.add_argument("--inputs", help="more inputs to check, which also calibrate int8-static: .npz (arrays by "
+                     "input name), .safetensors (in::NAME) or .parquet (a column per input, a row per set)")  # fmt: skip
     tun.add_argument("--threads", type=int, help="threads per engine (recorded in tuning.json; default: each engine's)")
     tun.add_argument("--no-write", action="store_true", help="report only; leave tuning.json as it is")
     tun.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
@@ -436,6 +440,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         seed=args.seed,
         precision=args.precision,
     )
+    if model.tuning_fallback:
+        print(f"rlx: {model.tuning_fallback}", file=sys.stderr)
     named = {}
     for item in args.input:
         name, sep, file = item.partition("=")
@@ -577,7 +583,7 @@ def cmd_batch(args: argparse.Namespace) -> int:
         columns[name] = column
     job = make_job(
         args.bundle, args.input, args.output, batch_size=args.batch_size, columns=columns, keep=args.keep,
-        engine=args.engine, on_error=args.on_error, shard_rows=args.shard_rows,
+        engine=args.engine, precision=args.precision, on_error=args.on_error, shard_rows=args.shard_rows,
     )  # fmt: skip
     if args.ray:
         from rlx.batch.ray_run import run_job as run_on_ray

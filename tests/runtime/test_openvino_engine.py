@@ -178,7 +178,7 @@ def test_lower_precision_is_close_or_refused_in_one_line(transformer_out, precis
             r"^the openvino engine has no int8 mode \(it runs f32, bf16, f16\); int8 runs on backend='onnxruntime'$",
         ),
         ("numpy", "bf16", r"^the numpy engine has no bf16 mode \(it runs f32\); bf16 runs on backend='openvino'$"),
-        ("onnxruntime", "f64", r"^unknown precision 'f64'; choose one of f32, bf16, f16, int8$"),
+        ("onnxruntime", "f64", r"^unknown precision 'f64'; choose one of f32, bf16, f16, int8, int8-static$"),
     ],
 )
 def test_unsupported_precision_is_one_line(transformer_out, backend, precision, message):

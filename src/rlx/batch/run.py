@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import sys
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -35,9 +36,10 @@ class Job:
     batch_size: int = DEFAULT_BATCH_SIZE
     columns: tuple[tuple[str, str], ...] = ()
     keep: tuple[str, ...] | None = None
-    engine: str = "numpy"
+    engine: str | None = None  # None: the bundle's tuning.json where it matches this machine, else numpy
     on_error: str = "stop"
     shard_rows: int = DEFAULT_SHARD_ROWS
+    precision: str | None = None  # with ``engine``; None: f32 (or the tuned one)
 
 
 @dataclass(frozen=True)
@@ -82,7 +84,9 @@ class Session:
                 raise UsageError(f"{what} must be a whole number of at least 1, not {value!r}")
         pyarrow()  # outputs are Parquet: say which extra is missing before loading anything
         self.job = job
-        self.model = model or load(job.bundle, backend=job.engine)
+        self.model = model or load(job.bundle, backend=job.engine, precision=job.precision)
+        if self.model.tuning_fallback:  # one line, before any progress: the run is not on the tuned engine
+            print(f"rlx: {self.model.tuning_fallback}", file=sys.stderr)
         self.sig = signature(self.model, dict(job.columns))
         self.source = open_source(list(job.data), self.sig)
         self.kept = self.source.check(self.sig, job.keep)
@@ -126,8 +130,12 @@ class Session:
         """What a rerun must share with the run it resumes: same bundle, data, columns and batching."""
         job = asdict(self.job)
         # Not compared: where OUT is, and on_error (a rerun with `skip` may finish a run that stopped).
-        for key in ("output", "on_error"):
+        for key in ("output", "on_error", "precision"):
             job.pop(key)
+        # What runs, as resolved (a tuned choice included): shards of two engines or precisions are not
+        # one run. ("numpy" alone at f32, as manifests written before precisions were recorded say.)
+        model = self.model
+        job["engine"] = model.backend + ("" if model.precision == "f32" else f" {model.precision}")
         job["bundle"] = bundle_digest(self.job.bundle)  # the content, not the path
         job["data"] = [[p.path, p.rows, _size(p.path)] for p in self.source.parts]
         job["columns"] = [list(c) for c in self.job.columns]
@@ -184,7 +192,8 @@ def make_job(
     batch_size: int = DEFAULT_BATCH_SIZE,
     columns: Mapping[str, str] | None = None,
     keep: Sequence[str] | None = None,
-    engine: str = "numpy",
+    engine: str | None = None,
+    precision: str | None = None,
     on_error: str = "stop",
     shard_rows: int = DEFAULT_SHARD_ROWS,
 ) -> Job:
@@ -199,6 +208,7 @@ def make_job(
         engine=engine,
         on_error=on_error,
         shard_rows=shard_rows,
+        precision=precision,
     )
 
 
@@ -210,7 +220,8 @@ def run(
     batch_size: int = DEFAULT_BATCH_SIZE,
     columns: Mapping[str, str] | None = None,
     keep: Sequence[str] | None = None,
-    engine: str = "numpy",
+    engine: str | None = None,
+    precision: str | None = None,
     on_error: str = "stop",
     shard_rows: int = DEFAULT_SHARD_ROWS,
     progress: bool | None = None,
@@ -219,12 +230,14 @@ def run(
 
     ``columns`` maps input names to data columns; ``keep`` names the input columns carried into the
     output (default: every column that is not a model input); ``on_error="skip"`` records bad rows in
-    ``output/_skipped.jsonl`` and goes on. Finished shards of an earlier run of the same job are kept
+    ``output/_skipped.jsonl`` and goes on. ``engine`` (and ``precision``): what runs the model; by
+    default the bundle's ``tuning.json`` (``rlx tune``) where it matches this machine, else numpy (a
+    tuning.json that does not match is named in one line on stderr). Finished shards of an earlier run of the same job are kept
     (``output/_manifest.json`` lists them); a rerun with another bundle, data or batch size is refused.
     """
     job = make_job(
         bundle, data, output, batch_size=batch_size, columns=columns, keep=keep,
-        engine=engine, on_error=on_error, shard_rows=shard_rows,
+        engine=engine, precision=precision, on_error=on_error, shard_rows=shard_rows,
     )  # fmt: skip
     return run_job(job, progress)
 
@@ -283,7 +296,7 @@ def iter_batches(
     columns: Mapping[str, str] | None = None,
     keep: Sequence[str] | None = None,
     on_error: str = "stop",
-    engine: str = "numpy",
+    engine: str | None = None,
 ) -> Iterator[dict[str, Any]]:
     """Yield one dict per batch: ``row_index``, the carried columns and every output, as numpy arrays.
 

@@ -77,6 +77,9 @@ class Model:
         self.backend = backend  # the engine's name (``engine.name``)
         self.precision = precision
         self.tuning: str = ""  # set by ``load``: the tuning.json it followed, or why it ignored one
+        # set by ``load``: why a tuning.json beside the bundle was not followed ("" when it was, or
+        # when there is none): the one line `rlx run` and `rlx batch` print on stderr
+        self.tuning_fallback: str = ""
         # The numpy engine's passes (rlx.runtime.numpy_engine.passes.optimize) run unless `optimize=False` (`rlx run --no-opt`).
         self.engine = create_engine(
             backend, program, weights, disable_passes if optimize else None, threads, engine_options, precision
@@ -330,7 +333,8 @@ def load(
     ``seed`` starts the generator of a model with random ops (see ``Model``);
     ``backend="openvino"`` runs it on OpenVINO (needs ``rlx[openvino]``).
 
-    ``precision``: ``"f32"`` (default), ``"bf16"`` / ``"f16"`` (openvino) or ``"int8"`` (onnxruntime),
+    ``precision``: ``"f32"`` (default), ``"bf16"`` / ``"f16"`` (openvino), ``"int8"`` (onnxruntime,
+    dynamic) or ``"int8-static"`` (onnxruntime, with the calibration ``rlx tune`` stored in the bundle),
     refused where the engine or this CPU lacks it. Without ``backend``, the bundle's ``tuning.json``
     (``rlx tune``) picks the engine, precision and threads when it matches this machine and its
     engine is installed (``model.tuning`` says which file, or why it was ignored); otherwise the
@@ -338,17 +342,23 @@ def load(
     """
     program, weights, meta = read_bundle(bundle_dir)
     check_memory(program, Path(bundle_dir))
-    note = ""
+    note = fallback = ""
     if backend is None:
         from rlx.runtime.tuning import tuned_choice
 
         choice, note = tuned_choice(bundle_dir)
+        fallback = note
         if choice is not None and precision in (None, choice.precision):
             backend, precision = choice.engine, choice.precision
             threads = choice.threads if threads is None else threads
+            engine_options = {**choice.options, **(engine_options or {})}  # (the user's own options win)
             note = f"tuned by {choice.path}"
         elif choice is not None:
             note = f"{choice.path} not used: it chose {choice.precision}, precision={precision!r} was asked for"
+    if backend == "onnxruntime" and precision == "int8-static":
+        from rlx.runtime.tuning import calibration_options
+
+        engine_options = calibration_options(bundle_dir, backend, precision, dict(engine_options or {}))
     model = Model(
         program,
         weights,
@@ -361,7 +371,7 @@ def load(
         seed=seed,
         precision=precision or "f32",
     )
-    model.tuning = note
+    model.tuning, model.tuning_fallback = note, fallback
     return model
 
 

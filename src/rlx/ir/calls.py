@@ -492,6 +492,38 @@ class Attention(Call):
     gqa: bool
 
 
+@dataclass(frozen=True)
+class Recurrent(Call):
+    """A recurrent layer (ONNX's ``RNN``, ``GRU`` or ``LSTM``, ``layout`` 0) run step by step over a
+    sequence whose length is known only when the model runs.
+
+    ``x`` is ``[T, B, I]``; ``w`` ``[D, G·H, I]``, ``r`` ``[D, G·H, H]``, ``bias`` ``[D, 2·G·H]``
+    (input then recurrent biases), ``h0`` / ``c0`` ``[D, B, H]``, ``peep`` ``[D, 3·H]``, with ONNX's
+    gate orders (LSTM: i o f c; GRU: z r h). ``activations`` names ``len(per cell) · D`` functions
+    (lower case: relu tanh sigmoid softplus softsign affine scaledtanh hardsigmoid leakyrelu) with
+    ``alphas`` / ``betas`` one per function, defaults filled in. The result packs every output into
+    one ``[T + 2, D, B, H]`` tensor: rows ``:T`` are Y, row ``T`` the final hidden state, row
+    ``T + 1`` the final cell state (zeros for RNN and GRU), so one run of the recurrence gives all three.
+    """
+
+    cell: str  # rnn | gru | lstm
+    x: Ref
+    w: Ref
+    r: Ref
+    bias: Ref | None
+    h0: Ref | None
+    c0: Ref | None
+    peep: Ref | None
+    hidden: int
+    direction: str  # forward | reverse | bidirectional
+    activations: tuple[str, ...]
+    alphas: tuple[float, ...]
+    betas: tuple[float, ...]
+    clip: float | None
+    linear_before_reset: bool
+    input_forget: bool
+
+
 # ── resampling ───────────────────────────────────────────────────────────────
 @dataclass(frozen=True)
 class Upsample(Call):

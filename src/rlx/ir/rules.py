@@ -718,6 +718,30 @@ def attention(c: C.Attention, t: Types) -> TensorType:
     return TensorType((*q.shape[:-1], v.shape[-1]), q.dtype)
 
 
+# Gates per cell and activation functions per direction, as ONNX defines them.
+RECURRENT_CELLS = {"rnn": (1, 1), "gru": (3, 2), "lstm": (4, 3)}
+
+
+@type_rule(C.Recurrent)
+def recurrent(c: C.Recurrent, t: Types) -> TensorType:
+    x, w, r = t(c.x), t(c.w), t(c.r)
+    require(c.cell in RECURRENT_CELLS, f"unknown cell {c.cell!r}")
+    gates, per = RECURRENT_CELLS[c.cell]
+    dirs = 2 if c.direction == "bidirectional" else 1
+    require(len(x.shape) == 3 and len(w.shape) == 3 and len(r.shape) == 3, "x, w and r must be 3-d")
+    require(same(w.shape[0], dirs) is not False, f"w has {w.shape[0]} directions, {c.direction} needs {dirs}")
+    require(same(w.shape[1], gates * c.hidden) is not False, f"w has {w.shape[1]} rows, not {gates} x {c.hidden}")
+    require(same(w.shape[2], x.shape[2]) is not False, f"w takes {w.shape[2]} inputs, x has {x.shape[2]}")
+    require(same(r.shape[2], c.hidden) is not False, f"r takes {r.shape[2]} inputs, not hidden {c.hidden}")
+    n = per * dirs
+    require(
+        len(c.activations) == len(c.alphas) == len(c.betas) == n,
+        f"{len(c.activations)} activations, {len(c.alphas)} alphas, {len(c.betas)} betas; {c.cell} x {dirs} needs {n}",
+    )
+    steps = None if x.shape[0] is None else dim_add(x.shape[0], 2)
+    return TensorType((steps, dirs, x.shape[1], c.hidden), x.dtype)
+
+
 # ── resampling ───────────────────────────────────────────────────────────────
 @type_rule(C.Upsample)
 def upsample(c: C.Upsample, t: Types) -> TensorType:

@@ -182,6 +182,55 @@ def test_recurrent_over_a_dynamic_batch(tmp_path, op, states):
     assert_runs_at_sizes(tmp_path, m, feeds(make, (1, 3, 7)), rtol=1e-4, atol=1e-5)
 
 
+# Over a sequence whose length is known only at run time: one Recurrent Call, stepped by each engine
+# (onnxruntime runs no batch-major ``layout=1`` recurrence, so none is compared here).
+SEQUENCE_CASES = {
+    "lstm_forward_peephole_clip": ("LSTM", dict(direction="forward", clip=2.0), True),
+    "lstm_bidirectional": ("LSTM", dict(direction="bidirectional"), True),
+    "lstm_reverse_input_forget": ("LSTM", dict(direction="reverse", input_forget=1), False),
+    "gru_linear_before_reset": ("GRU", dict(direction="bidirectional", linear_before_reset=1), True),
+    "gru_hardsigmoid_relu": ("GRU", dict(activations=["HardSigmoid", "Relu"], activation_alpha=[0.3],
+                                         activation_beta=[0.4]), False),
+    "rnn_reverse_states": ("RNN", dict(direction="reverse"), True),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", SEQUENCE_CASES)
+def test_recurrent_over_a_dynamic_sequence(tmp_path, name):
+    op, attrs, states = SEQUENCE_CASES[name]
+    gates, hidden, width = {"RNN": 1, "GRU": 3, "LSTM": 4}[op], 5, 3
+    dirs = 2 if attrs.get("direction") == "bidirectional" else 1
+    inits = {
+        "W": R.standard_normal((dirs, gates * hidden, width)).astype(np.float32) * 0.5,
+        "R": R.standard_normal((dirs, gates * hidden, hidden)).astype(np.float32) * 0.5,
+        "B": R.standard_normal((dirs, 2 * gates * hidden)).astype(np.float32) * 0.5,
+    }
+    names = ["x", "W", "R", "B", ""]
+    state = [dirs, "batch", hidden]
+    inputs = {"x": (TensorProto.FLOAT, ["seq", "batch", width])}
+    if states:
+        inputs.update({"h0": (TensorProto.FLOAT, state)} | ({"c0": (TensorProto.FLOAT, state)} if op == "LSTM" else {}))
+        names += list(inputs)[1:]
+    elif op == "LSTM":
+        names += ["", ""]
+    if op == "LSTM" and "clip" in attrs:
+        inits["P"] = R.standard_normal((dirs, 3 * hidden)).astype(np.float32)
+        names.append("P")
+    outs = ["y", "y_h"] + (["y_c"] if op == "LSTM" else [])
+    node = helper.make_node(op, names, outs, hidden_size=hidden, **attrs)
+    m = model([node], inputs, outs, inits, opset=14)
+
+    def make(n: int) -> dict[str, np.ndarray]:
+        batch = 1 + n % 3
+        feed = {"x": f32(n, batch, width)}
+        feed.update({k: f32(dirs, batch, hidden) for k in inputs if k != "x"})
+        return feed
+
+    assert_runs_at_sizes(tmp_path, m, feeds(make, (4, 1, 9)), rtol=1e-4, atol=1e-5)
+    (instr,) = [i for i in rlx.load(tmp_path / "out").program.instrs if i.call.op == "Recurrent"]
+    assert str(instr.shape[0]) == "seq + 2"  # Y and the final states, packed along the steps
+
+
 # ── 3. fixing chosen dimensions while converting ─────────────────────────────
 def _upsample_like() -> onnx.ModelProto:
     """x[1, 3, h, w] resized to like[1, 3, h, w]'s extents doubled: two inputs tied by their dim_params."""
@@ -207,6 +256,15 @@ def test_input_shapes_fix_chosen_dims_and_keep_the_rest(tmp_path):
             np.testing.assert_allclose(np.asarray(got), run_onnxruntime(m, feed)[0], rtol=1e-5, atol=1e-5)
     with pytest.raises(RlxError):  # the fixed axis is checked at run time
         loaded.run_flat(loaded.bind((), {"x": f32(1, 3, 4, 7), "like": f32(1, 3, 4, 7)}))
+
+
+def test_question_mark_dims_are_independent(tmp_path):
+    # paddle2onnx declares every free axis "?": each is its own size, not one tied dimension.
+    m = model([helper.make_node("Relu", ["x"], ["y"])], {"x": (TensorProto.FLOAT, ["?", 3, "?", "?"])}, ["y"], {})
+    assert_runs_at_sizes(tmp_path, m, [{"x": f32(1, 3, 4, 6)}, {"x": f32(2, 3, 7, 2)}, {"x": f32(3, 3, 1, 5)}])
+    assert len(rlx.load(tmp_path / "out").program.symbols) == 3
+    rlx.from_onnx(m, tmp_path / "fixed", input_shapes={"x": (1, 3, 48, None)})  # fixing one leaves the others
+    assert [s.name for s in rlx.load(tmp_path / "fixed").program.symbols] == ["x_3"]
 
 
 def test_input_shape_on_the_command_line(tmp_path, capsys):

@@ -373,6 +373,20 @@ class Reduce(Call):
 
 
 @dataclass(frozen=True)
+class ReduceAxes(Call):
+    """``Reduce`` over the axes a run-time int64 tensor names (ONNX's Reduce* whose ``axes`` input
+    is a model input or computed from one). Negative axes count from the end; ``fn`` is sum, mean,
+    prod, amax or amin. The result's rank is known (the input's with ``keepdim``, else less the
+    static length of ``axes``); which extents it has depends on the values, so they are sizes
+    bound when it runs, as a data-dependent result's are."""
+
+    fn: str
+    x: Ref
+    dims: Ref  # the axes (named apart from the static ``axes`` fields the validator range-checks)
+    keepdim: bool
+
+
+@dataclass(frozen=True)
 class ArgReduce(Call):
     """``argmax`` / ``argmin`` along ``axis`` (``None`` = over the flattened tensor)."""
 

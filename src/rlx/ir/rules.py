@@ -631,6 +631,19 @@ def reduce(c: C.Reduce, t: Types) -> TensorType:
     return TensorType(reduced_shape(x.shape, c.axes, c.keepdim), x.dtype)
 
 
+@type_rule(C.ReduceAxes)
+def reduce_axes(c: C.ReduceAxes, t: Types) -> TensorType:
+    x, axes = t(c.x), t(c.dims)
+    require(len(axes.shape) == 1 and axes.dtype in ("i64", "i32"), f"axes must be 1-d integers, found {axes}")
+    require(c.fn in ("sum", "mean", "prod", "amax", "amin"), f"unknown reduction {c.fn!r}")
+    if c.keepdim:  # an axis of extent 1 stays 1 whether it is reduced or not; the others are the data's
+        return TensorType(tuple(1 if d == 1 else None for d in x.shape), x.dtype)
+    n = axes.shape[0]
+    require(isinstance(n, int) and n <= len(x.shape), f"{n} axes of a rank-{len(x.shape)} input")
+    assert isinstance(n, int)
+    return TensorType((None,) * (len(x.shape) - n), x.dtype)
+
+
 @type_rule(C.ArgReduce)
 def arg_reduce(c: C.ArgReduce, t: Types) -> TensorType:
     x = t(c.x)

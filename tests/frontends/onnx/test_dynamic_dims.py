@@ -323,6 +323,35 @@ def test_shape_parameter_inputs_stay_inputs(tmp_path, name):
     )
 
 
+# Reduction axes as a model input: which extents the result has is the values' business, so they
+# are sizes bound as the reduction runs (ReduceAxes); its rank is known from the axes' length.
+AXES_CASES = {  # name → (op, keepdims, the axes tried at each size)
+    "sum_keepdims": ("ReduceSum", 1, [[1], [-1], [0]]),
+    "max_two_axes_dropped": ("ReduceMax", 0, [[1, 2], [0, -1], [2, 0]]),
+    "logsumexp_keepdims": ("ReduceLogSumExp", 1, [[0, 2], [1, 2], [-3, -2]]),
+    "logsumexp_dropped": ("ReduceLogSumExp", 0, [[2], [0], [1]]),
+    "l2_dropped": ("ReduceL2", 0, [[2], [0], [1]]),
+    "mean_centred": ("ReduceMean", 1, [[1], [2], [0]]),  # x - mean(x): the bound sizes broadcast on
+}
+
+
+@pytest.mark.parametrize("name", AXES_CASES)
+def test_reduction_axes_input_stays_an_input(tmp_path, name):
+    op, keep, values = AXES_CASES[name]
+    nodes = [helper.make_node(op, ["x", "axes"], ["r"], keepdims=keep)]
+    if name == "mean_centred":
+        nodes.append(helper.make_node("Sub", ["x", "r"], ["y"]))
+    k = len(values[0])
+    inputs = {"x": (TensorProto.FLOAT, [2, "n", "m"]), "axes": (TensorProto.INT64, [k])}
+    m = model(nodes, inputs, [nodes[-1].output[0]], opset=18)
+    sizes = [(3, 4), (5, 1), (6, 6)]
+    feeds = [{"x": f32(2, *s), "axes": np.array(v, np.int64)} for s, v in zip(sizes, values)]
+    assert_runs_at_sizes(tmp_path, m, feeds)
+    program = rlx.load(tmp_path / "out").program
+    assert [v.name for v in program.inputs] == ["x", "axes"]  # not frozen
+    assert any(ins.call.op == "ReduceAxes" for ins in program.instrs)
+
+
 # ── an If on the sizes (a decoder that squeezes a unit axis): decided at the example, guarded ──
 def test_if_on_a_size_comparison_takes_the_example_branch_and_guards_it(tmp_path):
     one = helper.make_tensor("one", TensorProto.INT64, [1], [1])

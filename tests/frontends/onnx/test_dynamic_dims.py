@@ -231,6 +231,28 @@ def test_recurrent_over_a_dynamic_sequence(tmp_path, name):
     assert str(instr.shape[0]) == "seq + 2"  # Y and the final states, packed along the steps
 
 
+@pytest.mark.parametrize("op", ["LSTM", "GRU"])
+@pytest.mark.parametrize("seq", [6, "seq"], ids=["unrolled", "recurrent_call"])
+def test_batch_major_recurrence_with_states(tmp_path, op, seq):
+    # layout=1: x [batch, seq, in], states [batch, directions, hidden]. onnxruntime runs no such
+    # node, so ONNX's reference implementation is the judge.
+    from onnx.reference import ReferenceEvaluator
+
+    gates, hidden = {"GRU": 3, "LSTM": 4}[op], 5
+    inits = {"W": f32(2, gates * hidden, 3), "R": f32(2, gates * hidden, hidden), "B": f32(2, 2 * gates * hidden)}
+    states = ["h0", "c0"] if op == "LSTM" else ["h0"]
+    inputs = {"x": (TensorProto.FLOAT, [3, seq, 3])} | {k: (TensorProto.FLOAT, [3, 2, hidden]) for k in states}
+    outs = ["y", "y_h"] + (["y_c"] if op == "LSTM" else [])
+    node = helper.make_node(op, ["x", "W", "R", "B", "", *states], outs, hidden_size=hidden, layout=1,
+                            direction="bidirectional")  # fmt: skip
+    m = model([node], inputs, outs, inits, opset=14)
+    feed = {"x": f32(3, 6, 3)} | {k: f32(3, 2, hidden) for k in states}
+    rlx.from_onnx(m, tmp_path / "out", example_inputs=feed, verify="none")
+    loaded = rlx.load(tmp_path / "out")
+    for got, want in zip(loaded.run_flat(loaded.bind((), feed)), ReferenceEvaluator(m).run(None, feed)):
+        np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-5)
+
+
 # ── 3. fixing chosen dimensions while converting ─────────────────────────────
 def _upsample_like() -> onnx.ModelProto:
     """x[1, 3, h, w] resized to like[1, 3, h, w]'s extents doubled: two inputs tied by their dim_params."""
@@ -374,9 +396,14 @@ def test_if_on_a_size_comparison_takes_the_example_branch_and_guards_it(tmp_path
 
 
 # ── the generated package and the JAX engine run the same bundle at other sizes ──
-@pytest.mark.parametrize("name", ["resize_cubic_sizes_from_graph", "pad_reflect_conv_same"])
+@pytest.mark.parametrize("name", ["resize_cubic_sizes_from_graph", "pad_reflect_conv_same", "lstm_dynamic_sequence"])
 def test_generated_package_runs_at_sizes(tmp_path, name, monkeypatch):
-    if name.startswith("resize"):
+    if name.startswith("lstm"):  # the Recurrent Call, stepped by the vendored kernel
+        nodes = [helper.make_node("LSTM", ["x", "W", "R"], ["y"], hidden_size=4, direction="bidirectional")]
+        inputs = {"x": (TensorProto.FLOAT, ["seq", 2, 3])}
+        inits = {"W": f32(2, 16, 3), "R": f32(2, 16, 4)}
+        make = lambda n: {"x": f32(n, 2, 3)}  # noqa: E731
+    elif name.startswith("resize"):
         nodes, inits = RESIZE_CASES["cubic_sizes_from_graph_align"]
         inputs = {**IMAGE, "like": (TensorProto.FLOAT, [1, 3, "H", "W"])}
         make = lambda n: {**image(n), "like": f32(1, 3, 2 * n - 3, n + 1)}  # noqa: E731

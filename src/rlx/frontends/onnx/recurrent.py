@@ -178,8 +178,8 @@ def _direction(b: OnnxBuilder, node: OnnxNode, k: int, acts: list[Activation]) -
     return _Dir(w, r, part(3), part(7) if node.op_type == "LSTM" else None, acts)
 
 
-def take_ref(b: OnnxBuilder, x: Ref, k: int) -> Ref:
-    return b.as_ref(b.operand(take(b, x, 0, k)))
+def take_ref(b: OnnxBuilder, x: Ref, k: int, axis: int = 0) -> Ref:
+    return b.as_ref(b.operand(take(b, x, axis, k)))
 
 
 def _check_lengths(node: OnnxNode, b: OnnxBuilder, seq: int) -> None:
@@ -194,7 +194,8 @@ def _check_lengths(node: OnnxNode, b: OnnxBuilder, seq: int) -> None:
 
 def _initial(b: OnnxBuilder, node: OnnxNode, index: int, k: int, batch: Dim, hidden: int, dt: str) -> Operand:
     if node.has_input(index):
-        return take_ref(b, b.ref(node, index), k)
+        # layout=1 states are [batch, directions, hidden]: direction k is along axis 1.
+        return take_ref(b, b.ref(node, index), k, 1 if node.attr("layout", 0) else 0)
     return b.as_ref(b.lit(0, dt), (batch, hidden))
 
 

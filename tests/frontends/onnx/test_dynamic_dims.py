@@ -192,6 +192,7 @@ SEQUENCE_CASES = {
     "gru_hardsigmoid_relu": ("GRU", dict(activations=["HardSigmoid", "Relu"], activation_alpha=[0.3],
                                          activation_beta=[0.4]), False),
     "rnn_reverse_states": ("RNN", dict(direction="reverse"), True),
+    "gru_leakyrelu_alpha_in_order": ("GRU", dict(activations=["Sigmoid", "LeakyRelu"], activation_alpha=[0.2]), True),
 }  # fmt: skip
 
 

@@ -77,11 +77,18 @@ def _activation_specs(node: OnnxNode, n_dirs: int) -> list[tuple[str, float | No
     names = node.attr("activations") or list(spec.default_acts) * n_dirs
     if len(names) == len(spec.default_acts) and n_dirs == 2:
         names = names * 2
-    alphas, betas = list(node.attr("activation_alpha", [])), list(node.attr("activation_beta", []))
+    # The values go, in order, to the activations that take one (onnxruntime's reading of the
+    # spec): Sigmoid/Tanh consume none, so in [Sigmoid, LeakyRelu] alpha[0] is LeakyRelu's.
+    alphas, betas = iter(node.attr("activation_alpha", [])), iter(node.attr("activation_beta", []))
     return [
-        (name, alphas[k] if k < len(alphas) else None, betas[k] if k < len(betas) else None)
-        for k, name in enumerate(names)
-    ]
+        (name, next(alphas, None) if name.lower() in _TAKES_ALPHA else None,
+         next(betas, None) if name.lower() in _TAKES_BETA else None)
+        for name in names
+    ]  # fmt: skip
+
+
+_TAKES_ALPHA = {"affine", "leakyrelu", "thresholdedrelu", "scaledtanh", "hardsigmoid", "elu"}
+_TAKES_BETA = {"affine", "scaledtanh", "hardsigmoid"}
 
 
 def _activations(node: OnnxNode, n_dirs: int) -> list[list[Activation]]:

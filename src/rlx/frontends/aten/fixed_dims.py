@@ -2,9 +2,9 @@
 
 The same contract as the ONNX import's: a dimension given a size becomes that static extent, one
 given ``None`` stays as exported. A dynamic axis is a symbol (``s0``), so fixing it fixes every axis
-and every size computed from that symbol, on every input and node; the size must lie in the
-symbol's exported range, and the graph's own assertions (``_assert_scalar``) are checked against
-it as the graph is lowered. A derived axis (``2*s0``) cannot be fixed on its own: fix its symbol.
+and every size computed from that symbol, on every input, node shape and symbolic scalar; the size
+must lie in the symbol's exported range. A derived axis (``2*s0``) cannot be fixed on its own: fix
+its symbol.
 """
 
 from __future__ import annotations

@@ -125,6 +125,13 @@ def _parser() -> argparse.ArgumentParser:
         help="array library of the generated package (default numpy; jax needs rlx[jax])",
     )
     bld.add_argument("--verify", action="store_true", help="check parity against DIR/reference.safetensors")
+    bld.add_argument(
+        "--input-shape",
+        action="append",
+        default=[],
+        metavar="NAME=D0,D1,...",
+        help="fix a dynamic input's dimensions while building, ? keeps one dynamic (repeatable), e.g. x=1,?",
+    )
     bld.add_argument("--force", action="store_true", help="overwrite an existing bundle / output directory")
     bld.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
 
@@ -402,6 +409,7 @@ def _import_onnx(args: argparse.Namespace, emit: tuple[str, ...]) -> int:
 
 def cmd_build(args: argparse.Namespace) -> int:
     from rlx.app.convert import build
+    from rlx.frontends.onnx.input_shapes import parse_input_shape  # the same NAME=1,3,?,? syntax
 
     emit = tuple(e.strip() for e in args.emit.split(",") if e.strip())
     _say(f"rlx {__version__}: building {args.dir}")
@@ -415,6 +423,7 @@ def cmd_build(args: argparse.Namespace) -> int:
         force=args.force,
         emit_style=args.emit_style,
         on_step=lambda name, secs: _say(f"  {labels.get(name, name):<40} {secs:7.2f} s"),
+        input_shapes=dict(parse_input_shape(t) for t in args.input_shape),
     )
     _say("")
     _say(report.summary())

@@ -32,6 +32,7 @@ from rlx.formats.atomic import StagedDir, atomic_write_text, check_writable_targ
 from rlx.formats.bundle import bind_weights
 from rlx.formats.torch_ir import TorchIR, TorchWeight
 from rlx.frontends.aten import lower
+from rlx.frontends.aten.fixed_dims import InputShapes, fix_input_shapes
 from rlx.ir import dtypes
 from rlx.ir.program import Program, dumps_json
 
@@ -188,6 +189,20 @@ def _debug_nodes(exported: Any, program: Program, out: Path) -> None:
     write_debug(compare_nodes(exported.ir, program, weights, exported.inputs, values), exported.ir, values, out)
 
 
+def _fix_shapes(ir: TorchIR, input_shapes: InputShapes, src: Path, verify: bool) -> TorchIR:
+    """``ir`` with the chosen dimensions fixed; a size other than the example's cannot be verified."""
+    hints = {sym.name: sym.hint for sym in ir.symbols}
+    fixed_ir, fixed = fix_input_shapes(ir, input_shapes, f"{src / 'torch-ir.json'}")
+    moved = {name: size for name, size in fixed.items() if size != hints[name]}
+    if verify and moved:
+        name, size = next(iter(moved.items()))
+        raise UsageError(
+            f"{src}: --verify compares with reference.safetensors, recorded at {name} = {hints[name]}; "
+            f"fixing it to {size} needs a build without --verify"
+        )
+    return fixed_ir
+
+
 def build(
     src_dir: str | Path,
     out_dir: str | Path | None = None,
@@ -198,11 +213,14 @@ def build(
     on_step: StepCallback | None = None,
     emit_style: str = "numpy",
     backend: str = "numpy",
+    input_shapes: InputShapes | None = None,
 ) -> ConvertReport:
     """Lower an exported directory (``torch-ir.json`` + ``weights.safetensors``) without torch.
 
     Writes ``bundle/`` and ``report.json`` into ``out_dir`` (default: ``src_dir``); with a separate
     ``out_dir`` the three source files are copied there too, so it is self-contained.
+    ``input_shapes`` ({input: sizes, None keeps a dimension dynamic}) fixes chosen dynamic
+    dimensions while building, as ``from_onnx(input_shapes=...)`` does for ONNX files.
     """
     options = OutputOptions(tuple(emit), emit_style, backend)
     options.check()
@@ -213,6 +231,7 @@ def build(
         )
     steps = Steps(on_step)
     ir = steps("read", lambda: torch_ir.load(src / "torch-ir.json"))
+    ir = _fix_shapes(ir, input_shapes or {}, src, verify)
     tensors, _ = safetensors_io.read(src / "weights.safetensors")
     notes = reconcile_weight_dtypes(ir, tensors)
     weights = {w.key: tensors[w.key] for w in ir.weights if w.key in tensors}

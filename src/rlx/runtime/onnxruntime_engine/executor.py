@@ -17,17 +17,18 @@ from typing import Any
 import numpy as np
 
 from rlx.errors import RlxError, UsageError
-from rlx.exporters.onnx import check_coverage, to_onnx
+from rlx.exporters.onnx import to_onnx
 from rlx.exporters.onnx.build import NAN_CHECK
-from rlx.exporters.onnx.registry import DEFAULT_CONTRIB, ONNX_TYPES, EmitError, check_contrib
+from rlx.exporters.onnx.registry import DEFAULT_CONTRIB, ONNX_TYPES, check_contrib
 from rlx.ir import dtypes
 from rlx.ir.program import Program
+from rlx.runtime.onnx_graph import GraphEngine, first_line, output_values
 from rlx.runtime.onnxruntime_engine import require_onnxruntime
 
 OPTIMIZATION_LEVELS = ("all", "extended", "basic", "none")
 
 
-class OrtEngine:
+class OrtEngine(GraphEngine):
     """A program's weights as onnxruntime values, shared by the session of every binding."""
 
     name = "onnxruntime"
@@ -51,34 +52,20 @@ class OrtEngine:
         causal and grouped-query ones too); ``()`` for standard operators only; ``precision="int8"``:
         the MatMul/Gemm weights quantized to int8 (``rlx.runtime.onnxruntime_engine.quantize``)."""
         self._ort = require_onnxruntime()
-        try:
-            check_coverage(program)
-        except EmitError as e:
-            raise UsageError(f"{e}; run this model with backend='numpy'") from None
         if optimization not in OPTIMIZATION_LEVELS:
             raise UsageError(
                 f"unknown onnxruntime optimization level {optimization!r}; choose {', '.join(OPTIMIZATION_LEVELS)}"
             )
         if not isinstance(pooling_nan, bool):
             raise UsageError(f"pooling_nan must be True or False, got {pooling_nan!r}")
-        if threads is not None and threads < 1:
-            raise UsageError(f"threads must be at least 1, got {threads}")
-        self._source = program
-        self.threads = threads
-        self.optimization = optimization
-        self.pooling_nan = pooling_nan
-        self.contrib = check_contrib(contrib)
+        contrib = check_contrib(contrib)
         if precision not in ("f32", "int8"):
             raise UsageError(f"the onnxruntime engine runs f32 and int8, not {precision!r}")
-        self.precision = precision
-        self._arrays = {w.name: np.asarray(weights[w.name], order="C") for w in program.weights}
+        super().__init__(program, weights, threads, precision)
+        self.optimization = optimization
+        self.pooling_nan = pooling_nan
+        self.contrib = contrib
         self._values = {name: _ort_value(self._ort, arr) for name, arr in self._arrays.items()}
-        self.compilations = 0
-        self._lock = threading.Lock()
-
-    @property
-    def source(self) -> Program:
-        return self._source
 
     def session_options(self) -> Any:
         ort = self._ort
@@ -99,8 +86,7 @@ class OrtEngine:
 
     def compile(self, program: Program) -> OrtExecutor:
         executor = OrtExecutor(program, self)
-        with self._lock:
-            self.compilations += 1
+        self.count_compilation()
         return executor
 
     @property
@@ -168,9 +154,9 @@ class OrtExecutor:
         try:
             self._session = ort.InferenceSession(serialized, opts, providers=["CPUExecutionProvider"])
         except Exception as e:
-            raise RlxError(f"onnxruntime could not load {program.name}: {type(e).__name__}: {_first_line(e)}") from e
+            raise RlxError(f"onnxruntime could not load {program.name}: {type(e).__name__}: {first_line(e)}") from e
         self._bf16_inputs = [v.dtype == "bf16" for v in program.inputs]
-        self._want = [dtypes.to_numpy(v.dtype) for v in _output_values(program)]
+        self._want = [dtypes.to_numpy(v.dtype) for v in output_values(program)]
         self._fetch = self.output_names[: len(self._want)] + self._check
         # onnxruntime's InferenceSession.run re-validates the feed's names (about 2 µs a call, a
         # fifth of a small MLP's run); the inputs are checked already, so the binding's own run
@@ -186,7 +172,7 @@ class OrtExecutor:
             try:
                 results = self._run_session(self._fetch, dict(zip(self._input_names, inputs)), None)
             except Exception as e:
-                raise RlxError(f"runtime error in onnxruntime running {self.program.name}: {_first_line(e)}") from e
+                raise RlxError(f"runtime error in onnxruntime running {self.program.name}: {first_line(e)}") from e
             if self._check and not math.isfinite(results.pop()):
                 return self.exact().run(inputs)
             return results
@@ -208,7 +194,7 @@ class OrtExecutor:
         try:
             results = self._session.run(self.output_names + self._check, feed)
         except Exception as e:
-            raise RlxError(f"runtime error in onnxruntime running {self.program.name}: {_first_line(e)}") from e
+            raise RlxError(f"runtime error in onnxruntime running {self.program.name}: {first_line(e)}") from e
         if self._check and not math.isfinite(results.pop()):
             return self.exact().run_named(inputs)
         out = []
@@ -218,15 +204,3 @@ class OrtExecutor:
                 arr = arr.astype(self._want[k])  # bfloat16 outputs cross the boundary as float32 (exactly)
             out.append(arr if arr.flags.writeable else arr.copy())
         return out
-
-
-def _output_values(program: Program) -> list[Any]:
-    values = program.values()
-    from rlx.ir.program import Ref, Value
-
-    return [values[o.name] if isinstance(o, Ref) else Value("", (), o.dtype) for o in program.outputs]
-
-
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return text.splitlines()[0] if text else ""

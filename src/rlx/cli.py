@@ -14,14 +14,17 @@ import sys
 import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import numpy as np
 
 from rlx.errors import InputError, RlxError, UsageError
-from rlx.ir.symbolic import Dim, format_shape, format_symbol, static_shape
+from rlx.ir.symbolic import Dim, Symbol, format_shape, format_symbol, static_shape
 from rlx.runtime.engines import ENGINES, PRECISIONS, numpy_pass_names
 from rlx.version import __version__
+
+if TYPE_CHECKING:  # the app layer is imported by the commands that use it, to keep `rlx --help` fast
+    from rlx.app.pipeline import ConvertReport
 
 EXIT_OK, EXIT_PARITY, EXIT_USAGE = 0, 1, 2
 
@@ -52,6 +55,17 @@ def count(minimum: int = 1, maximum: int = MAX_COUNT) -> Callable[[str], int]:
     return parse
 
 
+def _add_artifact_options(p: argparse.ArgumentParser) -> None:
+    """What a conversion writes: the options `rlx import` and `rlx build` share."""
+    p.add_argument("--emit", default="bundle", help="comma-separated artifacts to write: bundle, package, onnx")
+    p.add_argument(
+        "--emit-style",
+        choices=("numpy", "jax"),
+        default="numpy",
+        help="array library of the generated package (default numpy; jax needs rlx[jax])",
+    )
+
+
 def _parser() -> argparse.ArgumentParser:
     p = _Parser(prog="rlx", description="Convert PyTorch models to portable numpy bundles and prove them right.")
     p.add_argument("--version", action="version", version=f"rlx {__version__}")
@@ -63,13 +77,7 @@ def _parser() -> argparse.ArgumentParser:
         "model_file", help="a .py file exposing `model` and `example_inputs` (or `get_model()`), or an .onnx model"
     )
     imp.add_argument("-o", "--out", required=True, help="output directory")
-    imp.add_argument("--emit", default="bundle", help="comma-separated artifacts to write: bundle, package, onnx")
-    imp.add_argument(
-        "--emit-style",
-        choices=("numpy", "jax"),
-        default="numpy",
-        help="array library of the generated package (default numpy; jax needs rlx[jax])",
-    )
+    _add_artifact_options(imp)
     imp.add_argument(
         "--verify",
         nargs="?",
@@ -117,13 +125,7 @@ def _parser() -> argparse.ArgumentParser:
     bld = sub.add_parser("build", help="lower an exported directory (torch-ir.json + weights) without torch")
     bld.add_argument("dir", help="directory holding torch-ir.json and weights.safetensors")
     bld.add_argument("-o", "--out", help="output directory (default: DIR itself)")
-    bld.add_argument("--emit", default="bundle", help="comma-separated artifacts to write: bundle, package, onnx")
-    bld.add_argument(
-        "--emit-style",
-        choices=("numpy", "jax"),
-        default="numpy",
-        help="array library of the generated package (default numpy; jax needs rlx[jax])",
-    )
+    _add_artifact_options(bld)
     bld.add_argument("--verify", action="store_true", help="check parity against DIR/reference.safetensors")
     bld.add_argument(
         "--input-shape",
@@ -343,9 +345,8 @@ def cmd_import(args: argparse.Namespace) -> int:
     from rlx.formats.atomic import check_writable_target
 
     check_writable_target(args.out, args.force)
-    emit = tuple(e.strip() for e in args.emit.split(",") if e.strip())
     if Path(args.model_file).suffix.lower() == ".onnx":  # the front-end is chosen by the file suffix
-        return _import_onnx(args, emit)
+        return _import_onnx(args)
     from rlx.app.convert import from_torch
 
     if args.verify == "onnxruntime":
@@ -361,28 +362,46 @@ def cmd_import(args: argparse.Namespace) -> int:
         dynamic_shapes = dynamic_shapes_from_cli(dynamic)
     labels = {"export": "exported with torch.export", "lower": "lowered to the rlx program",
               "write": f"wrote {args.out}", "verify": "checked parity against PyTorch"}  # fmt: skip
-    report = from_torch(
+    return _convert(
+        from_torch,
+        args,
+        labels,
         model,
         inputs,
         args.out,
         example_kwargs=kwargs,
         verify=args.verify != "none",
-        emit=emit,
         decomposition=args.decomposition,
-        force=args.force,
         dynamic_shapes=dynamic_shapes,
         auto_decompose=args.auto_decompose,
         strict=args.strict,
-        emit_style=args.emit_style,
         keep_exported=args.keep_exported,
+    )
+
+
+def _convert(
+    convert: Callable[..., ConvertReport],
+    args: argparse.Namespace,
+    labels: dict[str, str],
+    *sources: Any,
+    **options: Any,
+) -> int:
+    """Run a conversion with the options `rlx import` and `rlx build` share (--emit, --force, --emit-style),
+    one line per step as it finishes, then the report's summary."""
+    report = convert(
+        *sources,
+        emit=tuple(e.strip() for e in args.emit.split(",") if e.strip()),
+        force=args.force,
+        emit_style=args.emit_style,
         on_step=lambda name, secs: _say(f"  {labels.get(name, name):<40} {secs:7.2f} s"),
+        **options,
     )
     _say("")
     _say(report.summary())
     return EXIT_OK if report.passed else EXIT_PARITY
 
 
-def _import_onnx(args: argparse.Namespace, emit: tuple[str, ...]) -> int:
+def _import_onnx(args: argparse.Namespace) -> int:
     from rlx.app.onnx_convert import from_onnx
     from rlx.frontends.onnx.input_shapes import parse_input_shape
 
@@ -392,42 +411,25 @@ def _import_onnx(args: argparse.Namespace, emit: tuple[str, ...]) -> int:
     _say(f"rlx {__version__}: importing {args.model_file} (ONNX)")
     labels = {"read": "read the ONNX model", "lower": "lowered to the rlx program", "write": f"wrote {args.out}",
               "onnxruntime": "ran onnxruntime for the reference", "verify": "checked parity against onnxruntime"}  # fmt: skip
-    report = from_onnx(
-        args.model_file,
-        args.out,
-        verify=args.verify,
-        emit=emit,
-        force=args.force,
-        emit_style=args.emit_style,
-        on_step=lambda name, secs: _say(f"  {labels.get(name, name):<40} {secs:7.2f} s"),
-        input_shapes=input_shapes,
-    )
-    _say("")
-    _say(report.summary())
-    return EXIT_OK if report.passed else EXIT_PARITY
+    return _convert(from_onnx, args, labels, args.model_file, args.out, verify=args.verify, input_shapes=input_shapes)
 
 
 def cmd_build(args: argparse.Namespace) -> int:
     from rlx.app.convert import build
     from rlx.frontends.onnx.input_shapes import parse_input_shape  # the same NAME=1,3,?,? syntax
 
-    emit = tuple(e.strip() for e in args.emit.split(",") if e.strip())
     _say(f"rlx {__version__}: building {args.dir}")
     labels = {"read": "read torch-ir.json", "lower": "lowered to the rlx program", "write": "wrote the bundle",
               "verify": "checked parity against reference.safetensors"}  # fmt: skip
-    report = build(
+    return _convert(
+        build,
+        args,
+        labels,
         args.dir,
         args.out,
-        emit=emit,
         verify=args.verify,
-        force=args.force,
-        emit_style=args.emit_style,
-        on_step=lambda name, secs: _say(f"  {labels.get(name, name):<40} {secs:7.2f} s"),
         input_shapes=dict(parse_input_shape(t) for t in args.input_shape),
     )
-    _say("")
-    _say(report.summary())
-    return EXIT_OK if report.passed else EXIT_PARITY
 
 
 # ── run ──────────────────────────────────────────────────────────────────────
@@ -500,6 +502,14 @@ def _fmt_hist(title: str, hist: dict[str, int]) -> list[str]:
     return [f"{title} ({sum(hist.values())}):"] + [f"  {n:>5}  {op}" for op, n in hist.items()]
 
 
+def _fmt_symbols(symbols: Sequence[Symbol], data_symbols: Sequence[Symbol]) -> list[str]:
+    lines = []
+    for title, listed in (("symbols:", symbols), ("sizes set by the data:", data_symbols)):
+        if listed:
+            lines += [title] + [f"  {format_symbol(s)}" for s in listed]
+    return lines
+
+
 def _inspect_bundle(path: Path) -> None:
     from rlx.formats.bundle import read_program
 
@@ -511,10 +521,7 @@ def _inspect_bundle(path: Path) -> None:
     if source.get("producer") or source.get("decomposition"):
         lines.append(f"source: {source.get('producer', '?')}, decomposition {source.get('decomposition', '?')}")
     lines += _fmt_values("inputs", [(v.name, v.shape, v.dtype) for v in program.user_inputs])
-    if program.symbols:
-        lines += ["symbols:"] + [f"  {format_symbol(s)}" for s in program.symbols]
-    if program.data_symbols:
-        lines += ["sizes set by the data:"] + [f"  {format_symbol(s)}" for s in program.data_symbols]
+    lines += _fmt_symbols(program.symbols, program.data_symbols)
     if program.state:
         state = {v.name: v for v in program.inputs}
         lines += _fmt_values("state (updated by every call)", [(s.name, state[s.name].shape, state[s.name].dtype)
@@ -541,10 +548,7 @@ def _inspect_torch_ir(path: Path) -> None:
     if ir.producer or ir.decomposition:
         lines.append(f"producer: {ir.producer or '?'}, decomposition {ir.decomposition or '?'}")
     lines += _fmt_values("inputs", [(i.id, i.shape, i.dtype) for i in ir.inputs])
-    if ir.symbols:
-        lines += ["symbols:"] + [f"  {format_symbol(s)}" for s in ir.symbols]
-    if ir.data_symbols:
-        lines += ["sizes set by the data:"] + [f"  {format_symbol(s)}" for s in ir.data_symbols]
+    lines += _fmt_symbols(ir.symbols, ir.data_symbols)
     lines += _fmt_values("outputs", [(o.ref or "const", o.shape or (), o.dtype or "-") for o in ir.outputs])
     if ir.state_updates:
         lines.append("state updates: " + ", ".join(f"out{k} → {t}" for t, k in ir.state_updates.items()))

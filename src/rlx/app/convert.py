@@ -69,27 +69,14 @@ def reconcile_weight_dtypes(ir: TorchIR, tensors: Mapping[str, np.ndarray]) -> l
     ]
 
 
-def _lower_write_verify(
-    ir: TorchIR,
-    weights: Mapping[str, np.ndarray],
-    reference: Mapping[str, np.ndarray] | None,
-    dest: Path,
-    final_dir: Path,
-    options: OutputOptions,
-    steps: Steps,
-    weights_file: Path | None,
-    notes: list[str],
-) -> tuple[ConvertReport, Program]:
-    """The shared tail of ``from_torch`` and ``build``: lower, write the bundle into ``dest``
-    (a staging directory that becomes ``final_dir``), check parity, write report.json."""
-    program = steps("lower", lambda: build_program(ir))
-    source = {"format": "rlx-torch-ir", "version": 1, "producer": ir.producer, "decomposition": ir.decomposition}
-    report = write_and_verify(
-        program, weights, reference, dest, final_dir, options, steps, weights_file, notes,
-        source=source, decomposition=ir.decomposition, op_histogram=ir.op_histogram(),
-        n_params=sum(math.prod(w.shape) for w in ir.weights),
-    )  # fmt: skip
-    return report, program
+def torch_ir_facts(ir: TorchIR) -> dict[str, Any]:
+    """What the bundle and report.json say about a torch-ir source: ``write_and_verify``'s keywords."""
+    return {
+        "source": {"format": "rlx-torch-ir", "version": 1, "producer": ir.producer, "decomposition": ir.decomposition},
+        "decomposition": ir.decomposition,
+        "op_histogram": ir.op_histogram(),
+        "n_params": sum(math.prod(w.shape) for w in ir.weights),
+    }
 
 
 def from_torch(
@@ -157,8 +144,9 @@ def from_torch(
         if verify:
             reference = {f"in::{k}": v for k, v in exported.inputs.items()}
             reference.update({f"out::{i}": v for i, v in enumerate(exported.outputs) if v is not None})
-        report, program = _lower_write_verify(
-            exported.ir,
+        program = steps("lower", lambda: build_program(exported.ir))
+        report = write_and_verify(
+            program,
             exported.weights,
             reference,
             staged.path,
@@ -167,6 +155,7 @@ def from_torch(
             steps,
             staged.path / "weights.safetensors",
             notes,
+            **torch_ir_facts(exported.ir),
         )
         # What `rlx debug` needs later, and the per-node comparison for report.html now: on request,
         # or when parity failed (the eager graph's intermediates are the most memory a conversion holds).
@@ -246,8 +235,9 @@ def build(
         check_writable_target(src / "bundle", force)
         try:
             with tempfile.TemporaryDirectory(prefix=".rlx-build.", dir=src) as tmp:
-                report, _ = _lower_write_verify(
-                    ir,
+                program = steps("lower", lambda: build_program(ir))
+                report = write_and_verify(
+                    program,
                     weights,
                     reference,
                     Path(tmp),
@@ -256,6 +246,7 @@ def build(
                     steps,
                     src / "weights.safetensors",
                     notes,
+                    **torch_ir_facts(ir),
                 )
                 if "bundle" in options.emit:
                     replace_dir(Path(tmp) / "bundle", src / "bundle")
@@ -274,8 +265,9 @@ def build(
         for name in ("torch-ir.json", "weights.safetensors", "reference.safetensors"):
             if (src / name).is_file():
                 shutil.copyfile(src / name, staged.path / name)
-        report, _ = _lower_write_verify(
-            ir,
+        program = steps("lower", lambda: build_program(ir))
+        report = write_and_verify(
+            program,
             weights,
             reference,
             staged.path,
@@ -284,6 +276,7 @@ def build(
             steps,
             staged.path / "weights.safetensors",
             notes,
+            **torch_ir_facts(ir),
         )
         write_report(staged.path)
     return report

@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from rlx.app.bench import in_fresh_process
+from rlx.app.bench import fastest, in_fresh_process
 from rlx.app.mixed import culprits, losses
 from rlx.errors import InputError, RlxError, UsageError
 from rlx.formats import safetensors_io
@@ -103,8 +103,7 @@ class TuneReport:
 
     @property
     def choice(self) -> Candidate | None:
-        passing = [c for c in self.candidates if c.passed and not c.error]
-        return min(passing, key=lambda c: c.median_ms) if passing else None
+        return fastest(self.candidates)
 
     def table(self) -> str:
         rows = [f"{'engine':<13}{'precision':<11}{'load s':>8}{'median ms':>11}{'min cosine':>13}  result"]

@@ -189,26 +189,19 @@ def make_job(
     data: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
     output: str | os.PathLike[str],
     *,
-    batch_size: int = DEFAULT_BATCH_SIZE,
     columns: Mapping[str, str] | None = None,
     keep: Sequence[str] | None = None,
-    engine: str | None = None,
-    precision: str | None = None,
-    on_error: str = "stop",
-    shard_rows: int = DEFAULT_SHARD_ROWS,
+    **settings: Any,
 ) -> Job:
+    """A ``Job`` with absolute paths; ``settings`` are its other fields (``run``'s keywords)."""
     paths = [data] if isinstance(data, (str, os.PathLike)) else list(data)
     return Job(
         bundle=str(Path(bundle).resolve()),
         data=tuple(str(Path(p).resolve()) for p in paths),
         output=str(Path(output).resolve()),
-        batch_size=batch_size,
         columns=tuple(sorted((columns or {}).items())),
         keep=None if keep is None else tuple(keep),
-        engine=engine,
-        on_error=on_error,
-        shard_rows=shard_rows,
-        precision=precision,
+        **settings,
     )
 
 

@@ -716,10 +716,14 @@ def avg_pool(c: C.AvgPool, t: Types) -> TensorType:
     return TensorType(_pooled(x, c.kernel, c.stride, c.padding, (1,) * len(c.kernel), c.ceil_mode), x.dtype)
 
 
+def _resized(x: TensorType, size: Sequence[Dim]) -> TensorType:
+    """``x`` with its trailing ``len(size)`` (spatial) axes resized to ``size``."""
+    return TensorType((*x.shape[: len(x.shape) - len(size)], *size), x.dtype)
+
+
 @type_rule(C.AdaptiveAvgPool)
 def adaptive_avg_pool(c: C.AdaptiveAvgPool, t: Types) -> TensorType:
-    x = t(c.x)
-    return TensorType((*x.shape[: len(x.shape) - len(c.output_size)], *c.output_size), x.dtype)
+    return _resized(t(c.x), c.output_size)
 
 
 @type_rule(C.Attention)
@@ -758,8 +762,7 @@ def recurrent(c: C.Recurrent, t: Types) -> TensorType:
 # ── resampling ───────────────────────────────────────────────────────────────
 @type_rule(C.Upsample)
 def upsample(c: C.Upsample, t: Types) -> TensorType:
-    x = t(c.x)
-    return TensorType((*x.shape[: len(x.shape) - len(c.size)], *c.size), x.dtype)
+    return _resized(t(c.x), c.size)
 
 
 @type_rule(C.GridSample)

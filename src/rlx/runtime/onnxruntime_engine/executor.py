@@ -18,18 +18,19 @@ from typing import Any
 import numpy as np
 
 from rlx.errors import RlxError, UsageError
-from rlx.exporters.onnx import check_coverage, to_onnx
+from rlx.exporters.onnx import to_onnx
 from rlx.exporters.onnx.build import NAN_CHECK
-from rlx.exporters.onnx.registry import DEFAULT_CONTRIB, ONNX_TYPES, EmitError, check_contrib
+from rlx.exporters.onnx.registry import DEFAULT_CONTRIB, ONNX_TYPES, check_contrib
 from rlx.ir import dtypes
 from rlx.ir.program import Program, specialize
 from rlx.runtime.binding import bind_symbols
+from rlx.runtime.onnx_graph import GraphEngine, first_line, output_values
 from rlx.runtime.onnxruntime_engine import require_onnxruntime
 
 OPTIMIZATION_LEVELS = ("all", "extended", "basic", "none")
 
 
-class OrtEngine:
+class OrtEngine(GraphEngine):
     """A program's weights as onnxruntime values, shared by the session of every binding."""
 
     name = "onnxruntime"
@@ -58,23 +59,13 @@ class OrtEngine:
         ``calibration`` (a file ``calibrate`` wrote); ``float32``: instructions (by result name)
         left unquantized at int8 / int8-static (mixed precision)."""
         self._ort = require_onnxruntime()
-        try:
-            check_coverage(program)
-        except EmitError as e:
-            raise UsageError(f"{e}; run this model with backend='numpy'") from None
         if optimization not in OPTIMIZATION_LEVELS:
             raise UsageError(
                 f"unknown onnxruntime optimization level {optimization!r}; choose {', '.join(OPTIMIZATION_LEVELS)}"
             )
         if not isinstance(pooling_nan, bool):
             raise UsageError(f"pooling_nan must be True or False, got {pooling_nan!r}")
-        if threads is not None and threads < 1:
-            raise UsageError(f"threads must be at least 1, got {threads}")
-        self._source = program
-        self.threads = threads
-        self.optimization = optimization
-        self.pooling_nan = pooling_nan
-        self.contrib = check_contrib(contrib)
+        contrib = check_contrib(contrib)
         if precision not in ("f32", "int8", "int8-static"):
             raise UsageError(f"the onnxruntime engine runs f32, int8 and int8-static, not {precision!r}")
         if precision == "int8-static" and (calibration is None or not Path(calibration).is_file()):
@@ -87,17 +78,13 @@ class OrtEngine:
             raise UsageError(f"float32 must be a list of instruction result names, got {float32!r}")
         if float32 and precision == "f32":
             raise UsageError("float32= keeps instructions out of int8; it needs precision='int8' or 'int8-static'")
-        self.precision = precision
+        super().__init__(program, weights, threads, precision)
+        self.optimization = optimization
+        self.pooling_nan = pooling_nan
+        self.contrib = contrib
         self.calibration = None if calibration is None else Path(calibration)
         self.float32 = tuple(float32)
-        self._arrays = {w.name: np.asarray(weights[w.name], order="C") for w in program.weights}
         self._values = {name: _ort_value(self._ort, arr) for name, arr in self._arrays.items()}
-        self.compilations = 0
-        self._lock = threading.Lock()
-
-    @property
-    def source(self) -> Program:
-        return self._source
 
     def session_options(self) -> Any:
         ort = self._ort
@@ -118,8 +105,7 @@ class OrtEngine:
 
     def compile(self, program: Program) -> OrtExecutor:
         executor = OrtExecutor(program, self)
-        with self._lock:
-            self.compilations += 1
+        self.count_compilation()
         return executor
 
     @property
@@ -188,9 +174,9 @@ class OrtExecutor:
         try:
             self._session = ort.InferenceSession(serialized, opts, providers=["CPUExecutionProvider"])
         except Exception as e:
-            raise RlxError(f"onnxruntime could not load {program.name}: {type(e).__name__}: {_first_line(e)}") from e
+            raise RlxError(f"onnxruntime could not load {program.name}: {type(e).__name__}: {first_line(e)}") from e
         self._bf16_inputs = [v.dtype == "bf16" for v in program.inputs]
-        self._want = [dtypes.to_numpy(v.dtype) for v in _output_values(program)]
+        self._want = [dtypes.to_numpy(v.dtype) for v in output_values(program)]
         self._fetch = self.output_names[: len(self._want)] + self._check
         # onnxruntime's InferenceSession.run re-validates the feed's names (about 2 µs a call, a
         # fifth of a small MLP's run); the inputs are checked already, so the binding's own run
@@ -208,7 +194,7 @@ class OrtExecutor:
             try:
                 results = self._run_session(self._fetch, dict(zip(self._input_names, inputs)), None)
             except Exception as e:
-                raise RlxError(f"runtime error in onnxruntime running {self.program.name}: {_first_line(e)}") from e
+                raise RlxError(f"runtime error in onnxruntime running {self.program.name}: {first_line(e)}") from e
             if self._check and not math.isfinite(results.pop()):
                 return self.exact().run(inputs)
             return results
@@ -232,7 +218,7 @@ class OrtExecutor:
         try:
             results = self._session.run(self.output_names + self._check, feed)
         except Exception as e:
-            raise RlxError(f"runtime error in onnxruntime running {self.program.name}: {_first_line(e)}") from e
+            raise RlxError(f"runtime error in onnxruntime running {self.program.name}: {first_line(e)}") from e
         if self._check and not math.isfinite(results.pop()):
             return self.exact().run_named(inputs)
         out = []
@@ -295,15 +281,3 @@ def trace_program(
     static = specialize(program, bind_symbols(program, inputs)) if program.is_dynamic else program
     executor = OrtExecutor(static, engine, extra_outputs=list(names))
     return dict(zip(executor.output_names, executor.run_named(inputs)))
-
-
-def _output_values(program: Program) -> list[Any]:
-    values = program.values()
-    from rlx.ir.program import Ref, Value
-
-    return [values[o.name] if isinstance(o, Ref) else Value("", (), o.dtype) for o in program.outputs]
-
-
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return text.splitlines()[0] if text else ""

@@ -259,3 +259,27 @@ def test_loaded_model_holds_its_weights_once(wide: tuple[Path, Net], backend: st
     with torch.no_grad():
         want = model(torch.from_numpy(x)).numpy()
     np.testing.assert_allclose(np.load(result), want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.slow
+def test_generate_recipe_at_size(tmp_path: Path) -> None:
+    """examples/generate.py on a bf16 Llama built from a config, through benchmarks/size_bench.py:
+    converted with verification, loaded, generating transformers' greedy tokens, within bounded
+    memory. ``RLX_SIZE_TEST=1B`` runs the 1.1B model (about 15 minutes and 8 GB on 2 busy cores:
+    benchmarks/size_results.md); the default 50M takes about a minute."""
+    pytest.importorskip("transformers")
+    size = os.environ.get("RLX_SIZE_TEST", "50M")
+    bench = Path(__file__).parent.parent / "benchmarks" / "size_bench.py"
+    rows = tmp_path / "rows.json"
+    cmd = [sys.executable, str(bench), "--sizes", size, "--dtypes", "bf16", "--stages", "", "--engines", ""]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    proc = subprocess.run([*cmd, "--generate", "--json", str(rows)], capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    model, gen = json.loads(rows.read_text())
+    assert gen["identical_tokens"] and gen["same_argmax"] == gen["tokens"] == 11
+    # bf16 logits: a few units in their last place (2**-8 relative) of the largest one.
+    assert gen["max_abs_logit_err"] <= 4 * 2**-8 * gen["logit_scale"]
+    # One process holds the PyTorch model, TorchDynamo's export (~1x the weights while it runs,
+    # ~0.35 GB kept after) and the loaded rlx model (the mapped weights, once).
+    weights = model["weight_bytes"]
+    assert gen["peak_rss"] - model["peak_rss"] <= 2.5 * weights + 0.6e9, f"{gen['peak_rss'] / 1e9:.2f} GB"

@@ -6,11 +6,13 @@
 Everything runs in this one process, interleaved by rounds (each round times every engine in a
 short block of its own, so load drift hits all of them alike, with a pause between blocks so
 onnxruntime's spinning threads don't slow the next engine), after warm-up, with 2 threads everywhere. Cold start is measured
-in fresh processes. With OpenVINO installed, a second table puts OpenVINO at f32 and bf16 (on
-torch.onnx's graph and on rlx's openvino engine) beside "rlx tuned": the choice `rlx tune` makes
-for the bundle (numpy, onnxruntime and openvino at every precision they run here, within the
-default tolerance), each as a ratio to the fastest float32 peer (eager, torch.onnx + ORT,
-OpenVINO f32). Needs the `bench` extra: pip install -e ".[bench]" -c constraints.txt
+in fresh processes. PyTorch is timed eager and through torch.compile (inductor, compiled before
+timing; --no-compile skips it: it compiles each model for minutes on a busy 2-core machine). With
+OpenVINO installed, a second table puts OpenVINO at f32 and bf16 (on torch.onnx's graph and on
+rlx's openvino engine) beside "rlx tuned": the choice `rlx tune` makes for the bundle (numpy,
+onnxruntime and openvino at every precision they run here, within the default tolerance), each as
+a ratio to the fastest float32 peer (eager, torch.compile, torch.onnx + ORT, OpenVINO f32). Needs
+the `bench` extra: pip install -e ".[bench]" -c constraints.txt
 """
 
 from __future__ import annotations
@@ -234,7 +236,7 @@ def first_tensor(x):
 class Engines:
     """One model behind each engine, each a zero-argument callable returning the first output."""
 
-    def __init__(self, name, model, inputs, workdir: Path):
+    def __init__(self, name, model, inputs, workdir: Path, compile: bool = True):
         self.name, self.model, self.inputs = name, model, inputs
         self.np_inputs = [t.numpy() for t in inputs]
         self.out = workdir / name
@@ -245,6 +247,25 @@ class Engines:
         self.onnx_path: Path | None = None
         self.ort = self._onnxruntime(workdir)
         self.openvino = self._openvino() if importlib.util.find_spec("openvino") else {}
+        self.compiled = self._torch_compile() if compile else None
+
+    def _torch_compile(self):
+        """The model through torch.compile (inductor), compiled here by a first call (None if it fails)."""
+        t0 = time.perf_counter()
+        try:
+            compiled = torch.compile(self.model)
+            with torch.inference_mode():
+                compiled(*self.inputs)
+        except Exception as e:  # no C++ compiler, or a model inductor cannot take: report it, keep benchmarking
+            print(f"  torch.compile: {self.name}: {type(e).__name__}: {str(e).strip().splitlines()[0][:100]}")
+            return None
+        print(f"  torch.compile: {self.name}: compiled in {time.perf_counter() - t0:.0f} s")
+
+        def run():
+            with torch.inference_mode():
+                return first_tensor(compiled(*self.inputs)).numpy()
+
+        return run
 
     def _openvino(self) -> dict:
         """OpenVINO at f32 and bf16 on torch.onnx's graph and on rlx's engine, and "rlx tuned"."""
@@ -324,6 +345,8 @@ class Engines:
                 return first_tensor(self.model(*self.inputs)).numpy()
 
         engines = {"eager": eager, "rlx": lambda: first_tensor(self.rlx_model(*self.np_inputs))}
+        if self.compiled is not None:
+            engines["compile"] = self.compiled
         if self.rlx_jax is not None:  # measure()'s warm-up runs come after the compilation at load
             engines["rlx jax"] = lambda: first_tensor(self.rlx_jax(*self.np_inputs))
         if self.rlx_ort is not None:
@@ -428,8 +451,8 @@ def geomean(values):
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else math.nan
 
 
-PRECISION_COLUMNS = ("ort", "ov f32", "ov bf16", "rlx ort", "rlx ov f32", "rlx ov bf16", "rlx tuned")
-F32_PEERS = ("eager", "ort", "ov f32")
+PRECISION_COLUMNS = ("compile", "ort", "ov f32", "ov bf16", "rlx ort", "rlx ov f32", "rlx ov bf16", "rlx tuned")
+F32_PEERS = ("eager", "compile", "ort", "ov f32")
 
 
 def print_precisions(rows, tuned: dict[str, str]) -> None:
@@ -437,7 +460,8 @@ def print_precisions(rows, tuned: dict[str, str]) -> None:
     rlx's OpenVINO graph against torch.onnx's at each precision, and the largest error."""
     print()
     print(
-        "Engines and precisions: median ms (ratio to the fastest float32 peer of eager, torch.onnx+ORT, OpenVINO f32)"
+        "Engines and precisions: median ms (ratio to the fastest float32 peer of eager, torch.compile, torch.onnx+ORT, "
+        "OpenVINO f32)"
     )
     head = f"{'model':<22}" + "".join(f"{c:>17}" for c in PRECISION_COLUMNS)
     head += f"{'tuned choice':>20}{'rlxov/ov f32':>14}{'rlxov/ov bf16':>15}{'err tuned':>11}"
@@ -463,6 +487,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="examples only, batch 1, few rounds")
     parser.add_argument("--only", default="", help="comma-separated model names (e.g. bert,swin): those only")
+    parser.add_argument("--no-compile", action="store_true", help="leave the torch.compile column out")
     args = parser.parse_args()
     only = {n for n in args.only.split(",") if n}
     torch.set_num_threads(THREADS)
@@ -483,7 +508,7 @@ def main() -> None:
                 continue
             print(f"benchmarking {label} ...", flush=True)
             try:
-                engines = Engines(label.replace("/", "_"), model, inputs, work)
+                engines = Engines(label.replace("/", "_"), model, inputs, work, compile=not args.no_compile)
             except rlx.RlxError as e:  # one model rlx cannot take: say so, benchmark the rest
                 print(f"  rlx: {label}: {e}")
                 continue
@@ -498,6 +523,7 @@ def main() -> None:
     print()
     print("Latency (median ms, 2 threads) and parity (max abs err / max(1, |eager|)) against PyTorch eager")
     head = f"{'model':<22}{'eager':>9}{'ORT':>9}{'rlx':>9}{'rlx/eager':>11}{'rlx/ORT':>9}{'err rlx':>10}{'err ORT':>10}"
+    head += f"{'compile':>9}{'rlx/comp':>10}{'err comp':>10}"  # torch.compile (inductor)
     head += f"{'rlx jax':>9}{'jax/eager':>11}{'jax/ORT':>9}{'err jax':>10}"
     head += f"{'rlx ort':>9}{'rort/ORT':>9}{'err rort':>10}"  # rlx's onnxruntime engine vs torch.onnx + ORT
     print(head)
@@ -509,6 +535,8 @@ def main() -> None:
             f"{label:<22}{med['eager'] * 1e3:>9.3f}{ort * 1e3:>9.3f}{med['rlx'] * 1e3:>9.3f}"
             f"{med['rlx'] / med['eager']:>11.2f}{med['rlx'] / ort if ort == ort else math.nan:>9.2f}"
             f"{err['rlx']:>10.1e}{err.get('ort', math.nan):>10.1e}"
+            f"{med.get('compile', math.nan) * 1e3:>9.3f}{med['rlx'] / med.get('compile', math.nan):>10.2f}"
+            f"{err.get('compile', math.nan):>10.1e}"
             f"{jx * 1e3:>9.3f}{jx / med['eager']:>11.2f}{jx / ort:>9.2f}{err.get('rlx jax', math.nan):>10.1e}"
             f"{med.get('rlx ort', math.nan) * 1e3:>9.3f}{med.get('rlx ort', math.nan) / ort:>9.2f}"
             f"{err.get('rlx ort', math.nan):>10.1e}"
@@ -517,6 +545,7 @@ def main() -> None:
     print(
         f"{'geomean ratio':<22}{'':>27}{geomean([m['rlx'] / m['eager'] for _, m, _ in rows]):>11.2f}"
         f"{geomean([m['rlx'] / m['ort'] for _, m, _ in rows if 'ort' in m]):>9.2f}{'':>29}"
+        f"{geomean([m['rlx'] / m['compile'] for _, m, _ in rows if 'compile' in m]):>10.2f}{'':>19}"
         f"{geomean([m['rlx jax'] / m['eager'] for _, m, _ in rows if 'rlx jax' in m]):>11.2f}"
         f"{geomean([m['rlx jax'] / m['ort'] for _, m, _ in rows if 'rlx jax' in m and 'ort' in m]):>9.2f}"
         f"{'':>19}{geomean([m['rlx ort'] / m['ort'] for _, m, _ in rows if 'rlx ort' in m and 'ort' in m]):>9.2f}"

@@ -13,6 +13,7 @@ import rlx
 from rlx.cli import main, parse_dynamic
 from rlx.errors import InputError, UsageError
 from rlx.frontends.torch import dynamic_shapes_from_cli
+from rlx.ir.symbolic import Sym
 
 from helpers import assert_arrays_match, convert, load_example
 
@@ -183,3 +184,60 @@ def test_export_constraint_violation_is_one_line_with_torchs_fix(tmp_path):
     assert "\n" not in msg
     assert "Constraints violated (n)" in msg and "torch suggests:" in msg and "n = 2*_n" in msg
     assert not (tmp_path / "o").exists()
+
+
+# ── fixing chosen dimensions of an exported directory while building ─────────
+class _Mix(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 3)
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return self.fc(x).sum(1) + y[:, :1]
+
+
+@pytest.fixture(scope="module")
+def exported_mix(tmp_path_factory):
+    out = tmp_path_factory.mktemp("mix") / "out"
+    module = _Mix().eval()
+    batch, seq = Dim("batch", min=1, max=16), Dim("seq", min=2, max=64)
+    rlx.from_torch(module, (torch.randn(2, 5, 4), torch.randn(2, 2 * 5)), out,
+                   dynamic_shapes={"x": {0: batch, 1: seq}, "y": {0: batch, 1: 2 * seq}})  # fmt: skip
+    return out, module
+
+
+def test_build_fixes_chosen_dims_of_an_exported_dir(exported_mix, tmp_path):
+    # seq fixed at its example size (so --verify still compares with reference.safetensors): fixed
+    # on x and on y's derived axis alike; batch stays dynamic.
+    src, module = exported_mix
+    assert main(["build", str(src), "-o", str(tmp_path / "a"), "--verify", "--input-shape", "x=?,5,4"]) == 0
+    model = rlx.load(tmp_path / "a")
+    assert [s.name for s in model.program.symbols] == ["batch"]
+    assert [v.shape for v in model.program.inputs] == [(Sym("batch"), 5, 4), (Sym("batch"), 10)]
+    for n in (1, 3, 7):
+        x, y = torch.randn(n, 5, 4), torch.randn(n, 10)
+        with torch.no_grad():
+            assert_arrays_match(model(x.numpy(), y.numpy()), module(x, y).numpy(), rtol=1e-5, atol=1e-6)
+    with pytest.raises(InputError):  # the fixed extent is checked at run time
+        model(np.zeros((2, 6, 4), np.float32), np.zeros((2, 12), np.float32))
+    # Another size than the example's builds without --verify and runs at it.
+    rlx.build(src, tmp_path / "b", input_shapes={"x": (3, 9, None)})
+    x, y = torch.randn(3, 9, 4), torch.randn(3, 18)
+    with torch.no_grad():
+        assert_arrays_match(rlx.load(tmp_path / "b")(x.numpy(), y.numpy()), module(x, y).numpy(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("shapes", "verify", "message"),
+    [
+        ({"x": (None, 9, 4)}, True, "recorded at seq = 5; fixing it to 9 needs a build without --verify"),
+        ({"y": (None, 10)}, False, "axis 1 is 2\\*seq, computed from other sizes"),
+        ({"x": (None, 99, 4)}, False, "99 is outside the range seq was exported for, \\[2, 64\\]"),
+        ({"x": (None, 5, 3)}, False, "the graph fixes it to 4, not 3"),
+        ({"z": (1,)}, False, "not an input \\(inputs: x, y\\)"),
+    ],
+)
+def test_bad_build_input_shapes_are_one_line(exported_mix, tmp_path, shapes, verify, message):
+    with pytest.raises(UsageError, match=message) as err:
+        rlx.build(exported_mix[0], tmp_path / "c", input_shapes=shapes, verify=verify)
+    assert "\n" not in str(err.value)

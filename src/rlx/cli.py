@@ -14,15 +14,18 @@ import sys
 import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import numpy as np
 
 from rlx.errors import InputError, RlxError, UsageError
 from rlx.formats.layout import PROGRAM_FILE, TORCH_IR_FILE, WEIGHTS_FILE, bundle_root
-from rlx.ir.symbolic import Dim, format_shape, format_symbol, static_shape
+from rlx.ir.symbolic import Dim, Symbol, format_shape, format_symbol, static_shape
 from rlx.runtime.engines import ENGINES, PRECISIONS, numpy_pass_names
 from rlx.version import __version__
+
+if TYPE_CHECKING:  # the app layer is imported by the commands that use it, to keep `rlx --help` fast
+    from rlx.app.pipeline import ConvertReport
 
 EXIT_OK, EXIT_PARITY, EXIT_USAGE = 0, 1, 2
 
@@ -75,6 +78,20 @@ def count(minimum: int = 1, maximum: int = MAX_COUNT) -> Callable[[str], int]:
     return parse
 
 
+def _add_artifact_options(p: argparse.ArgumentParser) -> None:
+    """What a conversion writes: the options `rlx import` and `rlx build` share (each with its
+    deprecated spelling, hidden from --help)."""
+    _add_renamed(
+        p,
+        "--write",
+        "--emit",
+        metavar="ARTIFACTS",
+        help="comma-separated artifacts to write: bundle (default), package, onnx",
+    )
+    _add_renamed(p, "--package-style", "--emit-style", choices=("numpy", "jax"),
+                 help="array library of the generated package (default numpy; jax needs rlx[jax])")  # fmt: skip
+
+
 def _parser() -> argparse.ArgumentParser:
     p = _Parser(prog="rlx", description="Convert PyTorch models to portable numpy bundles and prove them right.")
     p.add_argument("--version", action="version", version=f"rlx {__version__}")
@@ -86,15 +103,7 @@ def _parser() -> argparse.ArgumentParser:
         "model_file", help="a .py file exposing `model` and `example_inputs` (or `get_model()`), or an .onnx model"
     )
     imp.add_argument("-o", "--out", required=True, help="output directory")
-    _add_renamed(
-        imp,
-        "--write",
-        "--emit",
-        metavar="ARTIFACTS",
-        help="comma-separated artifacts to write: bundle (default), package, onnx",
-    )
-    _add_renamed(imp, "--package-style", "--emit-style", choices=("numpy", "jax"),
-                 help="array library of the generated package (default numpy; jax needs rlx[jax])")  # fmt: skip
+    _add_artifact_options(imp)
     imp.add_argument(
         "--verify",
         nargs="?",
@@ -142,16 +151,15 @@ def _parser() -> argparse.ArgumentParser:
     bld = sub.add_parser("build", help="lower an exported directory (torch-ir.json + weights) without torch")
     bld.add_argument("dir", help="directory holding torch-ir.json and weights.safetensors")
     bld.add_argument("-o", "--out", help="output directory (default: DIR itself)")
-    _add_renamed(
-        bld,
-        "--write",
-        "--emit",
-        metavar="ARTIFACTS",
-        help="comma-separated artifacts to write: bundle (default), package, onnx",
-    )
-    _add_renamed(bld, "--package-style", "--emit-style", choices=("numpy", "jax"),
-                 help="array library of the generated package (default numpy; jax needs rlx[jax])")  # fmt: skip
+    _add_artifact_options(bld)
     bld.add_argument("--verify", action="store_true", help="check parity against DIR/reference.safetensors")
+    bld.add_argument(
+        "--input-shape",
+        action="append",
+        default=[],
+        metavar="NAME=D0,D1,...",
+        help="fix a dynamic input's dimensions while building, ? keeps one dynamic (repeatable), e.g. x=1,?",
+    )
     bld.add_argument("--force", action="store_true", help="overwrite an existing bundle / output directory")
     bld.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
 
@@ -175,7 +183,8 @@ def _parser() -> argparse.ArgumentParser:
         help="numpy, jax (one XLA computation, needs rlx[jax]), onnxruntime (needs rlx[onnxruntime]) or openvino "
         "(needs rlx[openvino]); default: the bundle's tuning.json (`rlx tune`) where it matches this machine, else numpy",
     )
-    run.add_argument("--precision", choices=PRECISIONS, help="f32 (default), bf16/f16 (openvino), int8 (onnxruntime)")
+    run.add_argument("--precision", choices=PRECISIONS,
+                     help="f32 (default), bf16/f16 (openvino), int8/int8-static (onnxruntime)")  # fmt: skip
     run.add_argument(
         "--threads",
         type=count(maximum=MAX_THREADS),
@@ -210,7 +219,10 @@ def _parser() -> argparse.ArgumentParser:
                      help="read model input INPUT from data column COLUMN (repeatable; default: same name)")  # fmt: skip
     bat.add_argument("--keep", action="append", metavar="COLUMN",
                      help="input column to carry into the output (repeatable; default: every non-input column)")  # fmt: skip
-    bat.add_argument("--engine", choices=("numpy", "jax"), default="numpy", help="runtime engine (default numpy)")
+    bat.add_argument("--engine", choices=ENGINES, default=None,
+                     help="runtime engine (default: the bundle's tuning.json (`rlx tune`) where it matches this "
+                     "machine, else numpy)")  # fmt: skip
+    bat.add_argument("--precision", choices=PRECISIONS, help="with --engine: f32 (default), bf16/f16, int8/int8-static")
     bat.add_argument("--on-error", choices=("stop", "skip"), default="stop",
                      help="stop at the first bad row (default), or skip bad rows into OUT/_skipped.jsonl")  # fmt: skip
     bat.add_argument("--shard-rows", type=count(), default=65_536, help="input rows per output shard (default 65536)")
@@ -253,8 +265,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     tun.add_argument("--precisions", help=f"comma-separated precisions (default: all of {', '.join(PRECISIONS)} "
                      "that an engine runs on this CPU)")  # fmt: skip
-    tun.add_argument("--inputs", help="more inputs to check: .npz (arrays by input name), .safetensors (in::NAME) "
-                     "or .parquet (a column per input, a row per set)")  # fmt: skip
+    tun.add_argument("--inputs", help="more inputs to check, which also calibrate int8-static: .npz (arrays by "
+                     "input name), .safetensors (in::NAME) or .parquet (a column per input, a row per set)")  # fmt: skip
     tun.add_argument("--threads", type=int, help="threads per engine (recorded in tuning.json; default: each engine's)")
     tun.add_argument("--no-write", action="store_true", help="report only; leave tuning.json as it is")
     tun.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
@@ -360,10 +372,8 @@ def cmd_import(args: argparse.Namespace) -> int:
     from rlx.formats.atomic import check_writable_target
 
     check_writable_target(args.out, args.force)
-    write = _artifacts(args)
-    style = _renamed_flag(args, "--package-style", "--emit-style", "numpy")
     if Path(args.model_file).suffix.lower() == ".onnx":  # the front-end is chosen by the file suffix
-        return _import_onnx(args, write, style)
+        return _import_onnx(args)
     from rlx.app.convert import from_torch
 
     if args.verify == "onnxruntime":
@@ -379,28 +389,46 @@ def cmd_import(args: argparse.Namespace) -> int:
         dynamic_shapes = dynamic_shapes_from_cli(dynamic)
     labels = {"export": "exported with torch.export", "lower": "lowered to the rlx program",
               "write": f"wrote {args.out}", "verify": "checked parity against PyTorch"}  # fmt: skip
-    report = from_torch(
+    return _convert(
+        from_torch,
+        args,
+        labels,
         model,
         inputs,
         args.out,
         example_kwargs=kwargs,
         verify=args.verify != "none",
-        write=write,
         decomposition=args.decomposition,
-        force=args.force,
         dynamic_shapes=dynamic_shapes,
         auto_decompose=args.auto_decompose,
         strict=args.strict,
-        package_style=style,
         keep_exported=args.keep_exported,
+    )
+
+
+def _convert(
+    convert: Callable[..., ConvertReport],
+    args: argparse.Namespace,
+    labels: dict[str, str],
+    *sources: Any,
+    **options: Any,
+) -> int:
+    """Run a conversion with the options `rlx import` and `rlx build` share (--write, --force,
+    --package-style), one line per step as it finishes, then the report's summary."""
+    report = convert(
+        *sources,
+        write=_artifacts(args),
+        force=args.force,
+        package_style=_renamed_flag(args, "--package-style", "--emit-style", "numpy"),
         on_step=lambda name, secs: _say(f"  {labels.get(name, name):<40} {secs:7.2f} s"),
+        **options,
     )
     _say("")
     _say(report.summary())
     return EXIT_OK if report.passed else EXIT_PARITY
 
 
-def _import_onnx(args: argparse.Namespace, write: tuple[str, ...], style: str) -> int:
+def _import_onnx(args: argparse.Namespace) -> int:
     from rlx.app.onnx_convert import from_onnx
     from rlx.frontends.onnx.input_shapes import parse_input_shape
 
@@ -410,41 +438,25 @@ def _import_onnx(args: argparse.Namespace, write: tuple[str, ...], style: str) -
     _say(f"rlx {__version__}: importing {args.model_file} (ONNX)")
     labels = {"read": "read the ONNX model", "lower": "lowered to the rlx program", "write": f"wrote {args.out}",
               "onnxruntime": "ran onnxruntime for the reference", "verify": "checked parity against onnxruntime"}  # fmt: skip
-    report = from_onnx(
-        args.model_file,
-        args.out,
-        verify=args.verify,
-        write=write,
-        force=args.force,
-        package_style=style,
-        on_step=lambda name, secs: _say(f"  {labels.get(name, name):<40} {secs:7.2f} s"),
-        input_shapes=input_shapes,
-    )
-    _say("")
-    _say(report.summary())
-    return EXIT_OK if report.passed else EXIT_PARITY
+    return _convert(from_onnx, args, labels, args.model_file, args.out, verify=args.verify, input_shapes=input_shapes)
 
 
 def cmd_build(args: argparse.Namespace) -> int:
     from rlx.app.convert import build
+    from rlx.frontends.onnx.input_shapes import parse_input_shape  # the same NAME=1,3,?,? syntax
 
-    write = _artifacts(args)
-    style = _renamed_flag(args, "--package-style", "--emit-style", "numpy")
     _say(f"rlx {__version__}: building {args.dir}")
     labels = {"read": "read torch-ir.json", "lower": "lowered to the rlx program", "write": "wrote the bundle",
               "verify": "checked parity against reference.safetensors"}  # fmt: skip
-    report = build(
+    return _convert(
+        build,
+        args,
+        labels,
         args.dir,
         args.out,
-        write=write,
         verify=args.verify,
-        force=args.force,
-        package_style=style,
-        on_step=lambda name, secs: _say(f"  {labels.get(name, name):<40} {secs:7.2f} s"),
+        input_shapes=dict(parse_input_shape(t) for t in args.input_shape),
     )
-    _say("")
-    _say(report.summary())
-    return EXIT_OK if report.passed else EXIT_PARITY
 
 
 # ── run ──────────────────────────────────────────────────────────────────────
@@ -466,6 +478,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         seed=args.seed,
         precision=args.precision,
     )
+    if model.tuning_fallback:
+        print(f"rlx: {model.tuning_fallback}", file=sys.stderr)
     named = {}
     for item in args.input:
         name, sep, file = item.partition("=")
@@ -513,6 +527,14 @@ def _fmt_hist(title: str, hist: dict[str, int]) -> list[str]:
     return [f"{title} ({sum(hist.values())}):"] + [f"  {n:>5}  {op}" for op, n in hist.items()]
 
 
+def _fmt_symbols(symbols: Sequence[Symbol], data_symbols: Sequence[Symbol]) -> list[str]:
+    lines = []
+    for title, listed in (("symbols:", symbols), ("sizes set by the data:", data_symbols)):
+        if listed:
+            lines += [title] + [f"  {format_symbol(s)}" for s in listed]
+    return lines
+
+
 def _inspect_bundle(path: Path) -> None:
     from rlx.formats.bundle import read_program
 
@@ -524,10 +546,7 @@ def _inspect_bundle(path: Path) -> None:
     if source.get("producer") or source.get("decomposition"):
         lines.append(f"source: {source.get('producer', '?')}, decomposition {source.get('decomposition', '?')}")
     lines += _fmt_values("inputs", [(v.name, v.shape, v.dtype) for v in program.user_inputs])
-    if program.symbols:
-        lines += ["symbols:"] + [f"  {format_symbol(s)}" for s in program.symbols]
-    if program.data_symbols:
-        lines += ["sizes set by the data:"] + [f"  {format_symbol(s)}" for s in program.data_symbols]
+    lines += _fmt_symbols(program.symbols, program.data_symbols)
     if program.state:
         state = {v.name: v for v in program.inputs}
         lines += _fmt_values("state (updated by every call)", [(s.name, state[s.name].shape, state[s.name].dtype)
@@ -554,10 +573,7 @@ def _inspect_torch_ir(path: Path) -> None:
     if ir.producer or ir.decomposition:
         lines.append(f"producer: {ir.producer or '?'}, decomposition {ir.decomposition or '?'}")
     lines += _fmt_values("inputs", [(i.id, i.shape, i.dtype) for i in ir.inputs])
-    if ir.symbols:
-        lines += ["symbols:"] + [f"  {format_symbol(s)}" for s in ir.symbols]
-    if ir.data_symbols:
-        lines += ["sizes set by the data:"] + [f"  {format_symbol(s)}" for s in ir.data_symbols]
+    lines += _fmt_symbols(ir.symbols, ir.data_symbols)
     lines += _fmt_values("outputs", [(o.ref or "const", o.shape or (), o.dtype or "-") for o in ir.outputs])
     if ir.state_updates:
         lines.append("state updates: " + ", ".join(f"out{k} → {t}" for t, k in ir.state_updates.items()))
@@ -605,7 +621,7 @@ def cmd_batch(args: argparse.Namespace) -> int:
         columns[name] = column
     job = make_job(
         args.bundle, args.input, args.output, batch_size=args.batch_size, columns=columns, keep=args.keep,
-        engine=args.engine, on_error=args.on_error, shard_rows=args.shard_rows,
+        engine=args.engine, precision=args.precision, on_error=args.on_error, shard_rows=args.shard_rows,
     )  # fmt: skip
     if args.ray:
         from rlx.batch.ray_run import run_job as run_on_ray

@@ -8,6 +8,18 @@ class RlxError(Exception):
 
     exit_code = 2
 
+    def __str__(self) -> str:
+        # Names quoted from a user's file may hold line breaks; the one-line contract holds anyway.
+        return printable(super().__str__())
+
+
+def printable(text: str) -> str:
+    """``text`` with control characters (line breaks, escapes) written as Python escapes, so a name
+    read from a damaged file shows what it holds and cannot break a message into lines."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
 
 class SchemaError(RlxError):
     """A ``torch-ir.json`` / ``program.json`` / ``meta.json`` that does not follow its schema."""

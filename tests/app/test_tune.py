@@ -96,9 +96,10 @@ def test_tune_writes_the_fastest_passing_choice_and_load_follows_it(mlp, capsys)
 def test_tune_finishes_in_under_two_minutes_and_names_failures(mlp):
     out, _, _ = mlp
     # A tolerance no lower precision meets: each fails, naming the output and by how much.
-    report = tune(out, tolerance=0.99999999, max_error=1e-7, engines=["onnxruntime"], write=False)
+    report = tune(out, tolerance=0.99999999, max_error=1e-7, engines=["onnxruntime"], write=False, runs=5)
     assert report.seconds < 120
-    f32, int8 = report.candidates
+    f32, int8, static = report.candidates
+    assert (static.precision, static.passed) == ("int8-static", False)
     assert f32.passed or f32.failures  # (float32 on another engine may round differently)
     assert not int8.passed
     assert int8.verdict().startswith("FAIL reference out0: cosine ")
@@ -139,6 +140,18 @@ def test_a_malformed_tuning_is_refused_in_one_line(mlp):
     (out / "bundle" / TUNING_FILE).write_text('{"choice": 3}')
     with pytest.raises(BundleError, match="not a tuning file written by `rlx tune`"):
         rlx.load(out)
+    for options, message in [
+        ({"calibration": 3}, "malformed choice options; re-run `rlx tune`"),
+        ({"float32": "relu"}, "malformed choice options; re-run `rlx tune`"),
+        ({"threads": 2}, "malformed choice options; re-run `rlx tune`"),  # (not an option a choice records)
+        ({"calibration": "../../elsewhere.json"}, "resolves outside the bundle directory"),
+    ]:
+        _tuning(out, "onnxruntime", "int8-static")
+        doc = json.loads((out / "bundle" / TUNING_FILE).read_text())
+        doc["choice"]["options"] = options
+        (out / "bundle" / TUNING_FILE).write_text(json.dumps(doc))
+        with pytest.raises(BundleError, match=message):
+            rlx.load(out)
     (out / "bundle" / TUNING_FILE).unlink()
     assert rlx.load(out).engine.name == "numpy"
 
@@ -168,3 +181,157 @@ def _installed():
     import importlib.util
 
     return {e for e in ("openvino", "jax") if importlib.util.find_spec(e) is not None}
+
+
+class SmallConvNet(torch.nn.Module):
+    """Conv, BatchNorm, ReLU, max pooling, a second conv and a linear head."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.c1, self.bn = torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.BatchNorm2d(16)
+        self.c2, self.fc = torch.nn.Conv2d(16, 32, 3, padding=1), torch.nn.Linear(32, 10)
+        with torch.no_grad():
+            self.bn.running_mean.uniform_(-0.5, 0.5)
+            self.bn.running_var.uniform_(0.5, 2.0)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = torch.nn.functional.max_pool2d(torch.relu(self.bn(self.c1(x))), 2)
+        return self.fc(torch.relu(self.c2(x)).mean((2, 3)))
+
+
+class OutlierConvNet(torch.nn.Module):
+    """Int8's worst case: one channel of conv1's output 1000× the others, so one activation range
+    (per tensor) cannot hold the small channels, which conv2 needs; conv1 and conv2 lose the accuracy."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.c1, self.c2 = torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.Conv2d(8, 8, 3, padding=1)
+        self.c3 = torch.nn.Conv2d(8, 4, 1)
+        with torch.no_grad():
+            self.c1.weight[0] *= 1000
+            self.c1.bias[0] = self.c1.bias[0].abs() * 1000
+            self.c2.weight[:, 0] /= 1000
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.c3(torch.relu(self.c2(torch.relu(self.c1(x)))))
+
+
+def _convert(module, x, out, dynamic=None):
+    from torch.export import Dim
+
+    shapes = ({0: Dim("batch", max=64)},) if dynamic else None
+    rlx.from_torch(module.eval(), (x,), out, dynamic_shapes=shapes)
+    return out
+
+
+def _within_default_tolerance(got, want):
+    (check,) = judge("torch", [got], [want], 0.999, 1e-2, set())
+    assert check.passed, check
+
+
+def test_int8_static_is_calibrated_once_and_runs_quantized_within_tolerance(tmp_path):
+    from rlx.formats.bundle import read_bundle
+    from rlx.formats.layout import CALIBRATION_FILE
+    from rlx.runtime.engines import calibrate
+
+    module = SmallConvNet().eval()
+    x = torch.randn(2, 3, 16, 16)
+    out = _convert(module, x, tmp_path / "cnn", dynamic=True)
+    with pytest.raises(UsageError, match=r"^int8-static needs the activation ranges of a calibration run \(no "):
+        rlx.load(out, engine="onnxruntime", precision="int8-static")
+    program, weights, _ = read_bundle(out / "bundle")
+    calibration = [[torch.randn(2, 3, 16, 16).numpy()] for _ in range(4)] + [[x.numpy()[:1]]]
+    assert calibrate(program, weights, calibration, out / "bundle" / CALIBRATION_FILE) == 4  # (one shape)
+    static = rlx.load(out, engine="onnxruntime", precision="int8-static")
+    f32 = rlx.load(out, engine="onnxruntime")
+    for batch in (2, 5):  # the ranges of one calibration serve every binding of the batch axis
+        xb = torch.randn(batch, 3, 16, 16)
+        with torch.no_grad():
+            want = module(xb).numpy()
+        got = static(xb.numpy())
+        assert got.shape == want.shape and got.dtype == np.float32
+        _within_default_tolerance(got, want)
+        assert np.abs(got - f32(xb.numpy())).max() > 1e-4  # quantized: not float32's answer
+    # NaN/inf in the inputs: PyTorch's answer, from the float32 graph (quantizing would make NaN a number)
+    xn = torch.randn(3, 3, 16, 16)
+    xn[0, 1, 2, 3], xn[1, 0, 5, 5] = float("nan"), float("inf")
+    with torch.no_grad():
+        want = module(xn).numpy()
+    for precision in ("int8", "int8-static"):
+        got = rlx.load(out, engine="onnxruntime", precision=precision)(xn.numpy())
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+        np.testing.assert_allclose(got[2], want[2], rtol=1e-5, atol=1e-5)  # (row 2 is finite: float32 too)
+
+
+def test_the_nodes_that_lose_int8_accuracy_are_named(tmp_path):
+    from rlx.app.mixed import culprits, losses
+    from rlx.formats.bundle import read_bundle
+    from rlx.formats.layout import CALIBRATION_FILE
+    from rlx.runtime.engines import calibrate
+
+    x = torch.randn(2, 3, 12, 12)
+    out = _convert(OutlierConvNet(), x, tmp_path / "outlier")
+    program, weights, _ = read_bundle(out / "bundle")
+    path = out / "bundle" / CALIBRATION_FILE
+    calibrate(program, weights, [[x.numpy()]], path)
+    ranked = losses("onnxruntime", program, weights, [x.numpy()], "int8-static", {"calibration": path})
+    blamed = culprits(ranked, 0.999)
+    assert [(b.name, b.op) for b in blamed[:2]] == [
+        ("convolution_1", "aten.convolution.default"),  # conv2: its input's small channels quantized away
+        ("convolution", "aten.convolution.default"),  # conv1: its output's range set by the outlier channel
+    ]
+    assert blamed[0].loss > 0.1 and all(b.added > 1e-5 for b in blamed)
+
+
+def test_tune_tries_int8_static_and_keeps_the_losing_nodes_in_float32(tmp_path):
+    from rlx.formats.layout import CALIBRATION_FILE
+
+    module = OutlierConvNet().eval()
+    x = torch.randn(2, 3, 12, 12)
+    out = _convert(module, x, tmp_path / "outlier")
+    lines: list[str] = []
+    report = tune(out, engines=["onnxruntime"], precisions=["int8-static"], runs=5, progress=lines.append)
+    (cand,) = report.candidates
+    assert lines[0] == "calibrated int8-static on 1 input set(s)"
+    assert lines[-1].startswith("[1/1] onnxruntime int8-static: ") and "pass (mixed precision)" in lines[-1]
+    # each conv with the ReLU after it (static quantization folds a ReLU into its input's range)
+    assert cand.passed and cand.options["float32"] == ["convolution_1", "relu_1", "convolution", "relu"]
+    table = report.table()
+    assert "int8-static" in table and "note: all int8-static: FAIL reference out0: cosine " in table
+    assert "losing the accuracy: convolution_1 (aten.convolution.default, 1-cos " in table
+    doc = json.loads((out / "bundle" / TUNING_FILE).read_text())
+    assert doc["choice"]["options"] == {"calibration": CALIBRATION_FILE, "float32": cand.options["float32"]}
+    assert (out / "bundle" / CALIBRATION_FILE).is_file()
+    model = rlx.load(out)  # follows the choice: int8-static, those nodes in float32, no recalibration
+    assert (model.engine.name, model.precision, model.tuning.startswith("tuned by ")) == (
+        "onnxruntime",
+        "int8-static",
+        True,
+    )
+    with torch.no_grad():  # (the tolerance is proven on the inputs tune checked: calibrate on representative ones)
+        _within_default_tolerance(model(x.numpy()), module(x).numpy())
+
+
+@pytest.mark.parametrize("precision", ["int8", "int8-static"])
+def test_instructions_kept_in_float32_are_not_quantized(tmp_path, precision):
+    """``float32=`` (mixed precision) keeps the named instructions' nodes out of quantization: with
+    every quantizable one kept, the answer is float32's (to rounding); an unknown option is refused."""
+    from rlx.formats.bundle import read_bundle
+    from rlx.formats.layout import CALIBRATION_FILE
+    from rlx.runtime.engines import calibrate
+
+    module = SmallConvNet().eval()
+    x = torch.randn(2, 3, 16, 16)
+    out = _convert(module, x, tmp_path / "cnn")
+    program, weights, _ = read_bundle(out / "bundle")
+    calibrate(program, weights, [[x.numpy()]], out / "bundle" / CALIBRATION_FILE)
+    f32 = rlx.load(out, engine="onnxruntime")(x.numpy())
+    every = [ins.result for ins in program.instrs]
+    low = rlx.load(out, engine="onnxruntime", precision=precision)(x.numpy())
+    kept = rlx.load(out, engine="onnxruntime", precision=precision, engine_options={"float32": every})(x.numpy())
+    assert np.abs(low - f32).max() > 1e-5  # (int8 quantizes the Linear; int8-static the convs too)
+    np.testing.assert_allclose(kept, f32, rtol=1e-5, atol=1e-6)
+    with pytest.raises(UsageError, match=r"^float32= keeps instructions out of int8; it needs precision="):
+        rlx.load(out, engine="onnxruntime", engine_options={"float32": every})

@@ -172,6 +172,18 @@ def test_node_name_with_a_newline_is_one_line(tmp_path):
     refused(lambda: rlx.from_onnx(m, tmp_path / "o"), SchemaError, "missing")
 
 
+def test_torch_ir_op_named_with_a_newline_is_one_line(tmp_path):
+    """Fuzz finding (torch-ir seed 58961): an op name read from torch-ir.json broke the message."""
+    torch = pytest.importorskip("torch")
+    d = tmp_path / "ir"
+    rlx.export(torch.nn.Linear(3, 2), (torch.randn(1, 3),), d)
+    doc = json.loads((d / "torch-ir.json").read_text())
+    doc["nodes"][0]["op"] = "my\nop.default"
+    (d / "torch-ir.json").write_text(json.dumps(doc))
+    refused(lambda: rlx.build(d, tmp_path / "o"), RlxError, "my\\nop.default")
+    assert not (tmp_path / "o").exists()
+
+
 def test_library_messages_are_flattened():
     from rlx.frontends.onnx.boundary import one_line
 

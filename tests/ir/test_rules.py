@@ -176,7 +176,8 @@ EXAMPLES = ("mlp", "transformer", "cnn", "decoder_lm")
 
 
 def _onnx_program() -> tuple[Program, dict[str, np.ndarray]]:
-    """Calls only the ONNX front-end emits: NonMaxSuppression, and Expand of a literal."""
+    """Calls only the ONNX front-end emits: NonMaxSuppression, Expand of a literal, Recurrent (an
+    LSTM over a sequence whose length is a dynamic dimension) and ReduceAxes (axes a model input)."""
     from onnx import TensorProto, helper, numpy_helper
 
     from rlx.app.onnx_convert import lower_graph
@@ -186,21 +187,28 @@ def _onnx_program() -> tuple[Program, dict[str, np.ndarray]]:
     nodes = [
         helper.make_node("NonMaxSuppression", ["boxes", "scores", "most", "iou"], ["selected"]),
         helper.make_node("Expand", ["one", "shape"], ["ones"]),
+        helper.make_node("LSTM", ["seq", "W", "R"], ["y"], hidden_size=3),
+        helper.make_node("ReduceSum", ["scores", "axes"], ["summed"], keepdims=0),
     ]
     inits = {"most": np.array([3], np.int64), "iou": np.array([0.4], np.float32),
-             "one": np.array(1.0, np.float32), "shape": np.array([2, 3], np.int64)}  # fmt: skip
+             "one": np.array(1.0, np.float32), "shape": np.array([2, 3], np.int64),
+             "W": np.ones((1, 12, 2), np.float32), "R": np.ones((1, 12, 3), np.float32)}  # fmt: skip
     graph = helper.make_graph(
         nodes,
         "nms",
         [
             helper.make_tensor_value_info("boxes", TensorProto.FLOAT, [1, 6, 4]),
             helper.make_tensor_value_info("scores", TensorProto.FLOAT, [1, 2, 6]),
+            helper.make_tensor_value_info("seq", TensorProto.FLOAT, ["t", 1, 2]),
+            helper.make_tensor_value_info("axes", TensorProto.INT64, [1]),
         ],  # fmt: skip
-        [helper.make_tensor_value_info(o, TensorProto.UNDEFINED, None) for o in ("selected", "ones")],
+        [helper.make_tensor_value_info(o, TensorProto.UNDEFINED, None) for o in ("selected", "ones", "y", "summed")],
         [numpy_helper.from_array(v, k) for k, v in inits.items()],
     )
     proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
-    program, weights = lower_graph(reader.read(proto, {"boxes": (1, 6, 4), "scores": (1, 2, 6)}))
+    program, weights = lower_graph(
+        reader.read(proto, {"boxes": (1, 6, 4), "scores": (1, 2, 6), "seq": (4, 1, 2), "axes": (1,)})
+    )
     return finish_program(program), weights
 
 

@@ -3,9 +3,10 @@
 - Every core Call (everything the numpy engine handles outside the ordering/resample/scatter
   families, which tests/runtime/test_jax_engine_families.py covers) runs in a real lowered program
   and matches eager PyTorch: values, shapes, dtypes (int64/float64/bool/f16/bf16) and NaN/inf.
-- Every example at every decomposition level matches PyTorch and the numpy engine.
-- Dynamic shapes: one compilation per binding, reused; the user's JAX settings are left alone;
-  without jax the engine says how to install it, and the numpy path never imports jax.
+- The user's JAX settings are left alone; without jax the engine says how to install it, and the
+  numpy path never imports jax.
+- Every example at every level, and dynamic shapes (one compilation per binding, reused), are
+  tests/runtime/test_engines_shared.py's, for every compiled engine.
 """
 
 from __future__ import annotations
@@ -22,17 +23,12 @@ from torch import nn
 
 import rlx
 from rlx.errors import UsageError
-from rlx.formats.bundle import bind_weights
 from rlx.ir import calls as C
-from rlx.runtime.model import Model
 
 from helpers import (
-    LEVELS,
-    assert_arrays_match,
     assert_converts_and_matches,
     block_imports,
     convert,
-    exported_example,
     rand,
     sweep,
     with_specials,
@@ -43,7 +39,6 @@ jax = pytest.importorskip("jax")
 F16, BF16, F32, F64 = torch.float16, torch.bfloat16, torch.float32, torch.float64
 I32, I64, BOOL = torch.int32, torch.int64, torch.bool
 NAN, INF = float("nan"), float("inf")
-EXAMPLES = ("mlp", "transformer", "cnn", "decoder_lm")
 # The Calls this file covers: the core families (elementwise, movement, linalg, reduce, nn).
 CORE_CALLS = {
     C.Unary, C.Binary, C.Where, C.Clamp, C.LeakyRelu, C.Cast, C.Full, C.Arange, C.Reshape, C.Permute, C.Expand,
@@ -342,12 +337,17 @@ def _params(cases):
         yield pytest.param(name, calls, variants, inputs, dtypes, levels, id=name, marks=marks)
 
 
-@pytest.mark.parametrize("name,calls,variants,inputs,dtypes,levels", _params(CASES))
-def test_calls_match_torch(name, calls, variants, inputs, dtypes, levels):
+def check_case(engine, name, calls, variants, inputs, dtypes, levels):
+    """One case of the table on ``engine``: it matches PyTorch, and the program has the Calls it is meant to cover."""
     fn, data = sweep(variants, inputs, dtypes)
-    program = assert_converts_and_matches(fn, data, levels=levels, engine="jax")
+    program = assert_converts_and_matches(fn, data, levels=levels, engine=engine)
     used = {type(ins.call) for ins in program.instrs}
     assert calls <= used, f"{name}: expected {sorted(c.__name__ for c in calls - used)} in the program"
+
+
+@pytest.mark.parametrize("name,calls,variants,inputs,dtypes,levels", _params(CASES))
+def test_calls_match_torch(name, calls, variants, inputs, dtypes, levels):
+    check_case("jax", name, calls, variants, inputs, dtypes, levels)
 
 
 @pytest.mark.parametrize("dtype", [F32, pytest.param(BF16, marks=SLOW)])
@@ -362,43 +362,6 @@ def test_conv_and_norm_modules(dtype):
 def test_every_core_call_is_covered():
     covered = set().union(*(c[1] for c in CASES)) | {C.Conv, C.BatchNorm, C.GroupNorm, C.LayerNorm, C.RmsNorm}
     assert CORE_CALLS <= covered, sorted(c.__name__ for c in CORE_CALLS - covered)
-
-
-# ── examples: every level, parity with PyTorch and with the numpy engine ─────
-@pytest.mark.parametrize("level", LEVELS)
-@pytest.mark.parametrize("name", EXAMPLES)
-def test_examples_match_torch_and_numpy(name, level):
-    exported, program = exported_example(name, level)
-    weights = bind_weights(program, exported.weights, "weights")
-    inputs = [exported.inputs[v.name] for v in program.inputs]
-    got = Model(program, weights, engine="jax").run_flat(inputs)
-    ref = Model(program, weights).run_flat(inputs)
-    wants = [w for w in exported.outputs if w is not None]
-    assert len(got) == len(wants)
-    for k, (g, r, w) in enumerate(zip(got, ref, wants)):
-        assert_arrays_match(g, w, f"{name}/{level} output {k} vs torch", rtol=1e-4, atol=1e-5)
-        assert_arrays_match(g, r, f"{name}/{level} output {k} vs numpy", rtol=1e-4, atol=1e-5)
-
-
-# ── dynamic shapes: one compilation per binding ──────────────────────────────
-def test_dynamic_shapes_compile_once_per_binding():
-    from helpers import load_example
-
-    module, (ids,) = load_example("decoder_lm").get_model()
-    dim = torch.export.Dim
-    model, program, _ = convert(
-        module, (ids,), engine="jax", dynamic_shapes={"input_ids": {0: dim("batch", max=8), 1: dim("seq", max=64)}}
-    )
-    assert program.is_dynamic
-    engine = model.engine
-    for batch, seq in [(1, 5), (3, 17), (2, 9), (3, 17), (1, 5)]:
-        x = torch.randint(0, 100, (batch, seq), generator=torch.Generator().manual_seed(seq))
-        got = model(x.numpy())
-        with torch.no_grad():
-            want = module(x).numpy()
-        assert_arrays_match(got, want, f"batch {batch} seq {seq}", rtol=1e-4, atol=1e-5)
-    assert engine.compilations == 3  # three bindings; the repeats reuse their compiled programs
-    assert len(model._by_binding) == 3
 
 
 # ── the user's JAX, jax-free installs, errors ────────────────────────────────

@@ -2,9 +2,9 @@
 weights as shared constants) against PyTorch.
 
 The table of cases of the JAX and onnxruntime engines (every core Call in a real lowered program:
-values, shapes, dtypes and NaN/inf), less the known mismatches below; every example against PyTorch
-and the numpy engine; a dynamic program compiled once; threads; precisions and their refusals;
-errors; and that nothing imports openvino unless the engine is asked for.
+values, shapes, dtypes and NaN/inf), less the known mismatches below; precisions and their
+refusals; errors; and that nothing imports openvino unless the engine is asked for. The examples,
+conv/norm modules, a dynamic program compiled once and threads: tests/runtime/test_engines_shared.py.
 """
 
 from __future__ import annotations
@@ -19,27 +19,20 @@ import torch
 
 import rlx
 from rlx.errors import UsageError
-from rlx.formats.bundle import bind_weights
 from rlx.runtime.engines import supported_precisions
-from rlx.runtime.model import Model
 
 from helpers import (
-    assert_arrays_match,
     assert_converts_and_matches,
     block_imports,
-    convert,
-    exported_example,
     load_example,
     rand,
-    sweep,
 )
 
 pytest.importorskip("openvino")
 pytest.importorskip("onnx")
-from runtime.test_jax_engine import CASES, Convs, Norms, _params  # noqa: E402
+from runtime.test_jax_engine import CASES, _params, check_case  # noqa: E402
 
-EXAMPLES = ("mlp", "transformer", "cnn", "decoder_lm")
-F32, BF16 = torch.float32, torch.bfloat16
+F32 = torch.float32
 
 # Known mismatches: case of the shared table → why OpenVINO's CPU plugin differs from PyTorch there
 # (measured with OpenVINO 2026.4; the variants named fail, the case's others pass).
@@ -69,38 +62,12 @@ def _ov_cases():
 
 @pytest.mark.parametrize("name,calls,variants,inputs,dtypes,levels", _params(list(_ov_cases())))
 def test_calls_match_torch(name, calls, variants, inputs, dtypes, levels):
-    fn, data = sweep(variants, inputs, dtypes)
-    program = assert_converts_and_matches(fn, data, levels=levels, engine="openvino")
-    used = {type(ins.call) for ins in program.instrs}
-    assert calls <= used, f"{name}: expected {sorted(c.__name__ for c in calls - used)} in the program"
+    check_case("openvino", name, calls, variants, inputs, dtypes, levels)
 
 
 def test_known_mismatches_name_real_cases():
     names = {c[0] for c in CASES}
     assert set(KNOWN) <= names, sorted(set(KNOWN) - names)
-
-
-@pytest.mark.parametrize("dtype", [F32, BF16])
-def test_conv_and_norm_modules(dtype):
-    x = rand((2, 4, 5, 5), dtype, seed=3)
-    assert_converts_and_matches(Convs([dtype]), (x,), levels=("high",), engine="openvino")
-    assert_converts_and_matches(Norms([dtype]), (rand((2, 6, 4, 5), dtype),), levels=("high",), engine="openvino")
-
-
-@pytest.mark.parametrize("name", EXAMPLES)
-def test_examples_match_torch_and_numpy(name):
-    exported, program = exported_example(name, "high")
-    weights = bind_weights(program, exported.weights, "weights")
-    inputs = [exported.inputs[v.name] for v in program.inputs]
-    model = Model(program, weights, engine="openvino")
-    assert (model.engine.name, model.precision, model.engine.name) == ("openvino", "f32", "openvino")
-    got = model.run_flat(inputs)
-    ref = Model(program, weights).run_flat(inputs)
-    wants = [w for w in exported.outputs if w is not None]
-    assert len(got) == len(wants)
-    for k, (g, r, w) in enumerate(zip(got, ref, wants)):
-        assert_arrays_match(g, w, f"{name} output {k} vs torch", rtol=1e-4, atol=1e-5)
-        assert_arrays_match(g, r, f"{name} output {k} vs numpy", rtol=1e-4, atol=1e-5)
 
 
 def test_infinities_and_nan_through_a_linear_model():
@@ -112,24 +79,6 @@ def test_infinities_and_nan_through_a_linear_model():
                                 engine="openvino")  # fmt: skip
 
 
-def test_dynamic_shapes_compile_once():
-    module, (ids,) = load_example("decoder_lm").get_model()
-    dim = torch.export.Dim
-    model, program, _ = convert(
-        module,
-        (ids,),
-        engine="openvino",
-        dynamic_shapes={"input_ids": {0: dim("batch", max=8), 1: dim("seq", max=64)}},
-    )
-    assert program.is_dynamic
-    for batch, seq in [(1, 5), (3, 17), (2, 9), (3, 17), (1, 5)]:
-        x = torch.randint(0, 100, (batch, seq), generator=torch.Generator().manual_seed(seq))
-        with torch.no_grad():
-            want = module(x).numpy()
-        assert_arrays_match(model(x.numpy()), want, f"batch {batch} seq {seq}", rtol=1e-4, atol=1e-5)
-    assert model.engine.compilations == 1  # one dynamic compiled model serves the three bindings
-
-
 @pytest.fixture(scope="module")
 def transformer_out(tmp_path_factory):
     out = tmp_path_factory.mktemp("openvino") / "transformer"
@@ -137,20 +86,6 @@ def transformer_out(tmp_path_factory):
     report = rlx.from_torch(module, inputs, out, engine="openvino")  # parity checked on this engine
     assert report.parity.passed, report.parity.table()
     return out, [t.numpy() for t in inputs]
-
-
-def test_threads_output_structure_and_errors(transformer_out):
-    out, arrays = transformer_out
-    model = rlx.load(out, engine="openvino", threads=1)
-    ref = rlx.load(out)
-    assert model.engine.threads == 1 and ref.engine.name == "numpy"
-    got, want = model(*arrays), ref(*arrays)
-    assert type(got) is type(want)
-    assert_arrays_match(got, want, "transformer", rtol=1e-4, atol=1e-5)
-    with pytest.raises(rlx.RlxError, match="has dtype"):
-        model(arrays[0].astype(np.float64), arrays[1])
-    with pytest.raises(UsageError, match="threads"):
-        rlx.load(out, engine="openvino", threads=0)
 
 
 @pytest.mark.parametrize("precision", ["bf16", "f16"])
@@ -178,7 +113,7 @@ def test_lower_precision_is_close_or_refused_in_one_line(transformer_out, precis
             r"^the openvino engine has no int8 mode \(it runs f32, bf16, f16\); int8 runs on engine='onnxruntime'$",
         ),
         ("numpy", "bf16", r"^the numpy engine has no bf16 mode \(it runs f32\); bf16 runs on engine='openvino'$"),
-        ("onnxruntime", "f64", r"^unknown precision 'f64'; choose one of f32, bf16, f16, int8$"),
+        ("onnxruntime", "f64", r"^unknown precision 'f64'; choose one of f32, bf16, f16, int8, int8-static$"),
     ],
 )
 def test_unsupported_precision_is_one_line(transformer_out, engine, precision, message):

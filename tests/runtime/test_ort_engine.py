@@ -2,8 +2,8 @@
 onnxruntime session per input-shape binding) against PyTorch.
 
 The same table of cases as the JAX engine (tests/runtime/test_jax_engine.py): every core Call in a
-real lowered program, values, shapes, dtypes (int64/float64/bool/f16/bf16) and NaN/inf; every
-example at every level against PyTorch and the numpy engine; dynamic shapes; threads; errors.
+real lowered program, values, shapes, dtypes (int64/float64/bool/f16/bf16) and NaN/inf; errors.
+The examples, conv/norm modules, dynamic shapes and threads: tests/runtime/test_engines_shared.py.
 """
 
 from __future__ import annotations
@@ -17,18 +17,12 @@ import numpy as np
 import pytest
 import torch
 
-import rlx
 from rlx.errors import UsageError
-from rlx.formats.bundle import bind_weights
-from rlx.runtime.model import Model
 
 from helpers import (
-    LEVELS,
     assert_arrays_match,
-    assert_converts_and_matches,
     block_imports,
     convert,
-    exported_example,
     rand,
     sweep,
     with_specials,
@@ -36,10 +30,9 @@ from helpers import (
 
 pytest.importorskip("onnxruntime")
 pytest.importorskip("onnx")
-from runtime.test_jax_engine import CASES, Convs, Norms, _params  # noqa: E402
+from runtime.test_jax_engine import CASES, _params, check_case  # noqa: E402
 
-EXAMPLES = ("mlp", "transformer", "cnn", "decoder_lm")
-F32, BF16 = torch.float32, torch.bfloat16
+F32 = torch.float32
 
 
 # onnxruntime computes these only in float32: float64 goes through float32 (a documented limit,
@@ -57,10 +50,7 @@ def _ort_cases():
 
 @pytest.mark.parametrize("name,calls,variants,inputs,dtypes,levels", _params(list(_ort_cases())))
 def test_calls_match_torch(name, calls, variants, inputs, dtypes, levels):
-    fn, data = sweep(variants, inputs, dtypes)
-    program = assert_converts_and_matches(fn, data, levels=levels, engine="onnxruntime")
-    used = {type(ins.call) for ins in program.instrs}
-    assert calls <= used, f"{name}: expected {sorted(c.__name__ for c in calls - used)} in the program"
+    check_case("onnxruntime", name, calls, variants, inputs, dtypes, levels)
 
 
 def test_float64_via_float32_is_float32_accurate():
@@ -73,67 +63,6 @@ def test_float64_via_float32_is_float32_accurate():
     for g, w in zip(got, want):
         assert g.dtype == np.float64
         np.testing.assert_allclose(g, w.numpy(), rtol=2e-6, atol=1e-7)
-
-
-@pytest.mark.parametrize("dtype", [F32, BF16])
-def test_conv_and_norm_modules(dtype):
-    x = rand((2, 4, 5, 5), dtype, seed=3)
-    assert_converts_and_matches(Convs([dtype]), (x,), levels=("high",), engine="onnxruntime")
-    assert_converts_and_matches(Norms([dtype]), (rand((2, 6, 4, 5), dtype),), levels=("high",), engine="onnxruntime")
-
-
-@pytest.mark.parametrize("level", LEVELS)
-@pytest.mark.parametrize("name", EXAMPLES)
-def test_examples_match_torch_and_numpy(name, level):
-    exported, program = exported_example(name, level)
-    weights = bind_weights(program, exported.weights, "weights")
-    inputs = [exported.inputs[v.name] for v in program.inputs]
-    got = Model(program, weights, engine="onnxruntime").run_flat(inputs)
-    ref = Model(program, weights).run_flat(inputs)
-    wants = [w for w in exported.outputs if w is not None]
-    assert len(got) == len(wants)
-    for k, (g, r, w) in enumerate(zip(got, ref, wants)):
-        assert_arrays_match(g, w, f"{name}/{level} output {k} vs torch", rtol=1e-4, atol=1e-5)
-        assert_arrays_match(g, r, f"{name}/{level} output {k} vs numpy", rtol=1e-4, atol=1e-5)
-
-
-def test_dynamic_shapes_one_session_per_binding():
-    from helpers import load_example
-
-    module, (ids,) = load_example("decoder_lm").get_model()
-    dim = torch.export.Dim
-    model, program, _ = convert(
-        module,
-        (ids,),
-        engine="onnxruntime",
-        dynamic_shapes={"input_ids": {0: dim("batch", max=8), 1: dim("seq", max=64)}},
-    )
-    assert program.is_dynamic
-    for batch, seq in [(1, 5), (3, 17), (2, 9), (3, 17), (1, 5)]:
-        x = torch.randint(0, 100, (batch, seq), generator=torch.Generator().manual_seed(seq))
-        got = model(x.numpy())
-        with torch.no_grad():
-            want = module(x).numpy()
-        assert_arrays_match(got, want, f"batch {batch} seq {seq}", rtol=1e-4, atol=1e-5)
-    assert model.engine.compilations == 3  # three bindings; the repeats reuse their sessions
-
-
-def test_threads_and_output_structure(tmp_path):
-    from helpers import load_example
-
-    module, inputs = load_example("transformer").get_model()
-    rlx.from_torch(module, inputs, tmp_path / "out")
-    model = rlx.load(tmp_path / "out" / "bundle", engine="onnxruntime", threads=1)
-    ref = rlx.load(tmp_path / "out" / "bundle")
-    assert model.engine.threads == 1
-    arrays = [t.numpy() for t in inputs]
-    got, want = model(*arrays), ref(*arrays)
-    assert type(got) is type(want)
-    assert_arrays_match(got, want, "transformer", rtol=1e-4, atol=1e-5)
-    with pytest.raises(rlx.RlxError, match="has dtype"):
-        model(arrays[0].astype(np.float64), arrays[1])
-    with pytest.raises(UsageError, match="threads"):
-        rlx.load(tmp_path / "out" / "bundle", engine="onnxruntime", threads=0)
 
 
 def test_missing_onnxruntime_names_the_extra(tmp_path):

@@ -20,7 +20,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from multiprocessing import get_context
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
@@ -36,6 +36,23 @@ from rlx.runtime.engines import ENGINES
 _MODULES = {"numpy": "numpy", "jax": "jax", "onnxruntime": "onnxruntime", "openvino": "openvino"}
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 R = TypeVar("R")
+
+
+class Timed(Protocol):
+    """A measured run of one engine (``rlx bench``) or candidate (``rlx tune``)."""
+
+    median_ms: float
+    passed: bool
+    error: str
+
+
+T = TypeVar("T", bound=Timed)
+
+
+def fastest(results: Sequence[T]) -> T | None:
+    """The run with the lowest median time among those that passed the parity check (None: none did)."""
+    passing = [r for r in results if r.passed and not r.error]
+    return min(passing, key=lambda r: r.median_ms) if passing else None
 
 
 @dataclass
@@ -58,8 +75,7 @@ class BenchReport:
 
     @property
     def fastest(self) -> EngineResult | None:
-        passing = [r for r in self.results if r.passed and not r.error]
-        return min(passing, key=lambda r: r.median_ms) if passing else None
+        return fastest(self.results)
 
     def table(self) -> str:
         rows = [f"{'engine':<13}{'load s':>8}{'median ms':>11}{'p90 ms':>9}{'peak MB':>9}{'min cosine':>13}  parity"]

@@ -44,6 +44,7 @@ from rlx.formats.layout import (
 )
 from rlx.formats.torch_ir import TorchIR, TorchWeight
 from rlx.frontends.aten import lower
+from rlx.frontends.aten.fixed_dims import InputShapes, fix_input_shapes
 from rlx.ir import dtypes
 from rlx.ir.program import Program, dumps_json
 
@@ -80,27 +81,14 @@ def reconcile_weight_dtypes(ir: TorchIR, tensors: Mapping[str, np.ndarray]) -> l
     ]
 
 
-def _lower_write_verify(
-    ir: TorchIR,
-    weights: Mapping[str, np.ndarray],
-    reference: Mapping[str, np.ndarray] | None,
-    dest: Path,
-    final_dir: Path,
-    options: OutputOptions,
-    steps: Steps,
-    weights_file: Path | None,
-    notes: list[str],
-) -> tuple[ConvertReport, Program]:
-    """The shared tail of ``from_torch`` and ``build``: lower, write the bundle into ``dest``
-    (a staging directory that becomes ``final_dir``), check parity, write report.json."""
-    program = steps("lower", lambda: build_program(ir))
-    source = {"format": "rlx-torch-ir", "version": 1, "producer": ir.producer, "decomposition": ir.decomposition}
-    report = write_and_verify(
-        program, weights, reference, dest, final_dir, options, steps, weights_file, notes,
-        source=source, decomposition=ir.decomposition, op_histogram=ir.op_histogram(),
-        n_params=sum(math.prod(w.shape) for w in ir.weights),
-    )  # fmt: skip
-    return report, program
+def torch_ir_facts(ir: TorchIR) -> dict[str, Any]:
+    """What the bundle and report.json say about a torch-ir source: ``write_and_verify``'s keywords."""
+    return {
+        "source": {"format": "rlx-torch-ir", "version": 1, "producer": ir.producer, "decomposition": ir.decomposition},
+        "decomposition": ir.decomposition,
+        "op_histogram": ir.op_histogram(),
+        "n_params": sum(math.prod(w.shape) for w in ir.weights),
+    }
 
 
 def from_torch(
@@ -173,8 +161,9 @@ def from_torch(
         if verify:
             reference = {input_key(k): v for k, v in exported.inputs.items()}
             reference.update({output_key(i): v for i, v in enumerate(exported.outputs) if v is not None})
-        report, program = _lower_write_verify(
-            exported.ir,
+        program = steps("lower", lambda: build_program(exported.ir))
+        report = write_and_verify(
+            program,
             exported.weights,
             reference,
             staged.path,
@@ -183,6 +172,7 @@ def from_torch(
             steps,
             staged.path / WEIGHTS_FILE,
             notes,
+            **torch_ir_facts(exported.ir),
         )
         # What `rlx debug` needs later, and the per-node comparison for report.html now: on request,
         # or when parity failed (the eager graph's intermediates are the most memory a conversion holds).
@@ -205,6 +195,20 @@ def _debug_nodes(exported: Any, program: Program, out: Path) -> None:
     write_debug(compare_nodes(exported.ir, program, weights, exported.inputs, values), exported.ir, values, out)
 
 
+def _fix_shapes(ir: TorchIR, input_shapes: InputShapes, src: Path, verify: bool) -> TorchIR:
+    """``ir`` with the chosen dimensions fixed; a size other than the example's cannot be verified."""
+    hints = {sym.name: sym.hint for sym in ir.symbols}
+    fixed_ir, fixed = fix_input_shapes(ir, input_shapes, f"{src / TORCH_IR_FILE}")
+    moved = {name: size for name, size in fixed.items() if size != hints[name]}
+    if verify and moved:
+        name, size = next(iter(moved.items()))
+        raise UsageError(
+            f"{src}: --verify compares with {REFERENCE_FILE}, recorded at {name} = {hints[name]}; "
+            f"fixing it to {size} needs a build without --verify"
+        )
+    return fixed_ir
+
+
 def build(
     src_dir: str | Path,
     out_dir: str | Path | None = None,
@@ -215,6 +219,7 @@ def build(
     on_step: StepCallback | None = None,
     package_style: str = "numpy",
     engine: str = "numpy",
+    input_shapes: InputShapes | None = None,
     emit: Sequence[str] | None = None,
     emit_style: str | None = None,
     backend: str | None = None,
@@ -224,6 +229,8 @@ def build(
     Writes ``bundle/`` and ``report.json`` into ``out_dir`` (default: ``src_dir``); with a separate
     ``out_dir`` the three source files are copied there too, so it is self-contained. ``write``,
     ``package_style``, ``engine`` (and their deprecated spellings) as for ``from_torch``.
+    ``input_shapes`` ({input: sizes, None keeps a dimension dynamic}) fixes chosen dynamic
+    dimensions while building, as ``from_onnx(input_shapes=...)`` does for ONNX files.
     """
     options = OutputOptions.of("rlx.build", write, package_style, engine, (emit, emit_style, backend))
     src = Path(src_dir)
@@ -233,6 +240,7 @@ def build(
         )
     steps = Steps(on_step)
     ir = steps("read", lambda: torch_ir.load(src / TORCH_IR_FILE))
+    ir = _fix_shapes(ir, input_shapes or {}, src, verify)
     tensors, _ = safetensors_io.read(src / WEIGHTS_FILE)
     notes = reconcile_weight_dtypes(ir, tensors)
     weights = {w.key: tensors[w.key] for w in ir.weights if w.key in tensors}
@@ -247,8 +255,9 @@ def build(
         check_writable_target(src / BUNDLE_DIR, force)
         try:
             with tempfile.TemporaryDirectory(prefix=".rlx-build.", dir=src) as tmp:
-                report, _ = _lower_write_verify(
-                    ir,
+                program = steps("lower", lambda: build_program(ir))
+                report = write_and_verify(
+                    program,
                     weights,
                     reference,
                     Path(tmp),
@@ -257,6 +266,7 @@ def build(
                     steps,
                     src / WEIGHTS_FILE,
                     notes,
+                    **torch_ir_facts(ir),
                 )
                 if "bundle" in options.write:
                     replace_dir(Path(tmp) / BUNDLE_DIR, src / BUNDLE_DIR)
@@ -275,8 +285,9 @@ def build(
         for name in (TORCH_IR_FILE, WEIGHTS_FILE, REFERENCE_FILE):
             if (src / name).is_file():
                 shutil.copyfile(src / name, staged.path / name)
-        report, _ = _lower_write_verify(
-            ir,
+        program = steps("lower", lambda: build_program(ir))
+        report = write_and_verify(
+            program,
             weights,
             reference,
             staged.path,
@@ -285,6 +296,7 @@ def build(
             steps,
             staged.path / WEIGHTS_FILE,
             notes,
+            **torch_ir_facts(ir),
         )
         write_report(staged.path)
     return report

@@ -41,15 +41,7 @@ class NodeReport:
         return self.local.passed
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "index": self.index,
-            "id": self.id,
-            "op": self.op,
-            "shape": self.shape,
-            "dtype": self.dtype,
-            "accumulated": asdict(self.accumulated),
-            "local": asdict(self.local),
-        }
+        return asdict(self)  # the fields, in order, are debug.json's keys (both parities as objects)
 
 
 @dataclass

@@ -12,27 +12,38 @@ pattern equal, then cosine ≥ ``tolerance`` and max |error| ≤ ``max_error`` �
 integer and boolean outputs exactly equal. Candidates that pass are timed (median of calls after a
 warm-up); the fastest is the choice. Where a candidate fails, the report names the outputs and by
 how much.
+
+``int8-static`` (onnxruntime) is calibrated here, once, on the user's inputs (else the reference
+inputs); the ranges are written beside tuning.json (``CALIBRATION_FILE``) and the choice points at
+them. A lower precision that fails is traced node by node (``rlx.app.mixed``): the nodes that add
+the most loss are named in the table's note and kept in float32 in retries (mixed precision); the
+choice records them, and ``rlx.load`` keeps them in float32 too.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import shutil
+import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from rlx.app.bench import in_fresh_process
+from rlx.app.bench import fastest, in_fresh_process
+from rlx.app.mixed import culprits, losses
 from rlx.errors import InputError, RlxError, UsageError
 from rlx.formats import safetensors_io
 from rlx.formats.atomic import atomic_write_text
-from rlx.formats.layout import REFERENCE_FILE, TUNING_FILE, bundle_root, input_key, output_key
+from rlx.formats.layout import CALIBRATION_FILE, REFERENCE_FILE, TUNING_FILE, bundle_root, input_key, output_key
+from rlx.ir import dtypes
+from rlx.ir.program import Program
 from rlx.optional import available, require
-from rlx.runtime.engines import ENGINES, PRECISIONS, supported_precisions
+from rlx.runtime.engines import ENGINES, PRECISIONS, calibrate, supported_precisions
 from rlx.runtime.tuning import ENGINE_PACKAGES, FORMAT, machine
 
 DEFAULT_TOLERANCE = 0.999  # cosine, per output (the Rust reference's parity threshold)
@@ -62,6 +73,9 @@ class Candidate:
     passed: bool = False
     error: str = ""
     failures: list[OutputCheck] = field(default_factory=list)
+    # engine options: int8-static's calibration file, and (mixed precision) the instructions kept in float32
+    options: dict[str, Any] = field(default_factory=dict)
+    note: str = ""  # mixed precision: which nodes lost the accuracy, what keeping them in float32 did
 
     @property
     def name(self) -> str:
@@ -71,7 +85,7 @@ class Candidate:
         if self.error:
             return f"failed: {self.error}"
         if self.passed:
-            return "pass"
+            return "pass (mixed precision)" if self.options.get("float32") else "pass"
         worst = "; ".join(f"{f.input_set} out{f.index}: {f.reason}" for f in self.failures[:3])
         more = f" (+{len(self.failures) - 3} more)" if len(self.failures) > 3 else ""
         return f"FAIL {worst}{more}"
@@ -90,8 +104,7 @@ class TuneReport:
 
     @property
     def choice(self) -> Candidate | None:
-        passing = [c for c in self.candidates if c.passed and not c.error]
-        return min(passing, key=lambda c: c.median_ms) if passing else None
+        return fastest(self.candidates)
 
     def table(self) -> str:
         rows = [f"{'engine':<13}{'precision':<11}{'load s':>8}{'median ms':>11}{'min cosine':>13}  result"]
@@ -102,6 +115,8 @@ class TuneReport:
                 f"{c.engine:<13}{c.precision:<11}{_num(c.load_s, '8.2f')}{_num(c.median_ms if timed else math.nan, '11.3f')}"
                 f"{cosine:>13}  {c.verdict()}"
             )
+            if c.note:
+                rows.append(f"{'':<13}note: {c.note}")
         best = self.choice
         rows.append(
             f"fastest within tolerance: {best.name} ({best.median_ms:.3f} ms)" if best else "no candidate passed"
@@ -121,12 +136,18 @@ class TuneReport:
                 "precision": best.precision,
                 "threads": self.threads,
                 "median_ms": best.median_ms,
+                "options": _recorded(best.options),
             },  # fmt: skip
             "tolerance": {"cosine": self.tolerance, "max_error": self.max_error},
             "inputs": self.inputs,
             "machine": machine(engines),
-            "candidates": [_jsonable(asdict(c)) for c in self.candidates],
+            "candidates": [_jsonable({**asdict(c), "options": _recorded(c.options)}) for c in self.candidates],
         }
+
+
+def _recorded(options: dict[str, Any]) -> dict[str, Any]:
+    """Engine options as tuning.json records them: the calibration file by its name in the bundle."""
+    return {k: (CALIBRATION_FILE if k == "calibration" else v) for k, v in options.items()}
 
 
 def _num(v: float, spec: str) -> str:
@@ -242,15 +263,21 @@ def judge(
 
 
 def measure(
-    bundle: str, engine: str, precision: str, sets: list[dict[str, np.ndarray]], threads: int | None, runs: int
+    bundle: str,
+    engine: str,
+    precision: str,
+    sets: list[dict[str, np.ndarray]],
+    threads: int | None,
+    runs: int,
+    options: dict[str, Any] | None = None,
 ) -> tuple[float, float, list[list[np.ndarray]] | None, str]:
-    """In the worker process: load, run every input set, time the first; (load s, median ms,
-    outputs per set, error)."""
+    """In the worker process: load (with the engine ``options``), run every input set, time the
+    first; (load s, median ms, outputs per set, error)."""
     from rlx.runtime.model import load
 
     try:
         t0 = time.perf_counter()
-        model = load(bundle, engine=engine, precision=precision, threads=threads)
+        model = load(bundle, engine=engine, precision=precision, threads=threads, engine_options=options or None)
         flat = [model.bind((), s) for s in sets]
         outputs = [[np.asarray(o) for o in model.run_flat(f)] for f in flat]  # the first call compiles
         load_s = time.perf_counter() - t0
@@ -268,9 +295,10 @@ def measure(
 
 
 def _in_subprocess(bundle: Path, engine: str, precision: str, sets: list[dict[str, np.ndarray]], threads: int | None,
-                   runs: int) -> tuple[float, float, list[list[np.ndarray]] | None, str]:  # fmt: skip
+                   runs: int, options: dict[str, Any] | None = None,
+                   ) -> tuple[float, float, list[list[np.ndarray]] | None, str]:  # fmt: skip
     try:
-        return in_fresh_process(threads, measure, str(bundle), engine, precision, sets, threads, runs)
+        return in_fresh_process(threads, measure, str(bundle), engine, precision, sets, threads, runs, options)
     except Exception as e:  # a crashed worker: this candidate failed, the others go on
         text = str(e).strip().splitlines()
         return math.nan, math.nan, None, f"{type(e).__name__}: {text[0] if text else ''}"
@@ -302,7 +330,7 @@ def tune(
         raise UsageError(f"--threads must be at least 1, got {threads}")
     started = time.perf_counter()
     directory = bundle_root(Path(bundle))
-    program, _, _ = read_bundle(directory)
+    program, weights, _ = read_bundle(directory)
     names = [v.name for v in program.user_inputs]
     todo = candidates(engines, precisions)
     sets = _reference_sets(directory, names)
@@ -321,31 +349,144 @@ def tune(
         )
     random = random_outputs(program)
     report = TuneReport(str(directory), tolerance, max_error, threads, labels, [])
-    for k, (engine, precision) in enumerate(todo):
-        cand = Candidate(engine, precision)
-        load_s, median, outputs, error = _in_subprocess(
-            directory, engine, precision, [s for _, s, _ in sets], threads, runs
-        )
-        cand.load_s, cand.error = load_s, error
-        if outputs is not None:
-            checks = [c for (label, _, want), got in zip(sets, outputs)
-                      for c in judge(label, got, want, tolerance, max_error, random)]  # fmt: skip
-            cosines = [c.cosine for c in checks if c.cosine is not None]
-            cand.min_cosine = min(cosines) if cosines else None
-            cand.failures = [c for c in checks if not c.passed]
-            cand.passed = not cand.failures
-            cand.median_ms = median
-        report.candidates.append(cand)
-        if progress:
-            timing = f"{cand.median_ms:.3f} ms" if cand.passed else "not timed"
-            progress(f"[{k + 1}/{len(todo)}] {cand.name}: {timing}, {cand.verdict()}")
-    _confirm(report, directory, [s for _, s, _ in sets], threads, runs, progress)
-    report.seconds = time.perf_counter() - started
-    if write and report.choice is not None:
-        path = directory / TUNING_FILE
-        atomic_write_text(path, json.dumps(report.to_json(), indent=1) + "\n")
-        report.written = str(path)
+    work = _Work(directory, program, weights, sets, tolerance, max_error, random, threads, runs, progress)
+    with tempfile.TemporaryDirectory(prefix="rlx-tune-") as tmp:
+        calibration = Path(tmp) / CALIBRATION_FILE
+        calibration_error = _calibrate(work, todo, calibration) if ("onnxruntime", "int8-static") in todo else ""
+        report.candidates = [_candidate(work, k, todo, calibration, calibration_error) for k in range(len(todo))]
+        _confirm(report, directory, [s for _, s, _ in sets], threads, runs, progress)
+        report.seconds = time.perf_counter() - started
+        if write and report.choice is not None:
+            if calibration.is_file():  # (also when f32 won: `precision="int8-static"` loads without recalibrating)
+                shutil.copyfile(calibration, directory / CALIBRATION_FILE)
+            path = directory / TUNING_FILE
+            atomic_write_text(path, json.dumps(report.to_json(), indent=1) + "\n")
+            report.written = str(path)
     return report
+
+
+def _candidate(
+    work: _Work, k: int, todo: list[tuple[str, str]], calibration: Path, calibration_error: str
+) -> Candidate:
+    """The ``k``-th candidate run, judged and (failing at a lower precision) retried in mixed precision."""
+    engine, precision = todo[k]
+    cand = Candidate(engine, precision)
+    if precision == "int8-static":
+        cand.options["calibration"] = str(calibration)
+        cand.error = calibration_error
+    if not cand.error:
+        work.run(cand)
+    if not cand.passed and not cand.error and precision != "f32":
+        _mixed(work, cand)
+    if work.progress:
+        timing = f"{cand.median_ms:.3f} ms" if cand.passed else "not timed"
+        work.progress(f"[{k + 1}/{len(todo)}] {cand.name}: {timing}, {cand.verdict()}")
+    return cand
+
+
+def _calibrate(work: _Work, todo: list[tuple[str, str]], path: Path) -> str:
+    """int8-static's calibration into ``path``, on the user's inputs when given (what the model will
+    see), else the reference's; the error, if it failed ("" otherwise)."""
+    own = [s for label, s, _ in work.sets if label != "reference"] or [s for _, s, _ in work.sets]
+    try:
+        used = calibrate(work.program, work.weights, [_flat(work.program, work.weights, s) for s in own], path)
+    except RlxError as e:
+        return str(e)
+    if work.progress:
+        work.progress(f"calibrated int8-static on {used} input set(s)")
+    return ""
+
+
+def _flat(program: Program, weights: Mapping[str, np.ndarray], named: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+    """An input set in program order, in the program's dtypes (a state buffer: its initial value)."""
+    missing = [v.name for v in program.inputs if v.name not in named and v.name not in weights]
+    if missing:  # (a state buffer whose initial value is stored under another key)
+        raise InputError(f"no value for input(s) {', '.join(missing)} to calibrate or trace with")
+    return [
+        np.ascontiguousarray(named[v.name] if v.name in named else weights[v.name], dtype=dtypes.to_numpy(v.dtype))
+        for v in program.inputs
+    ]
+
+
+@dataclass
+class _Work:
+    """What every candidate is run and judged with."""
+
+    directory: Path
+    program: Program
+    weights: Mapping[str, np.ndarray]
+    sets: list[tuple[str, dict[str, np.ndarray], list[np.ndarray]]]  # (label, inputs, reference outputs)
+    tolerance: float
+    max_error: float
+    random: set[int]
+    threads: int | None
+    runs: int
+    progress: Callable[[str], None] | None
+
+    def run(self, cand: Candidate) -> None:
+        """Run ``cand`` (with its options) in a fresh process, judge every output, keep the timing."""
+        load_s, median, outputs, error = _in_subprocess(
+            self.directory, cand.engine, cand.precision, [s for _, s, _ in self.sets], self.threads, self.runs,
+            cand.options,
+        )  # fmt: skip
+        cand.load_s, cand.error = load_s, error
+        if outputs is None:
+            return
+        checks = [c for (label, _, want), got in zip(self.sets, outputs)
+                  for c in judge(label, got, want, self.tolerance, self.max_error, self.random)]  # fmt: skip
+        cosines = [c.cosine for c in checks if c.cosine is not None]
+        cand.min_cosine = min(cosines) if cosines else None
+        cand.failures = [c for c in checks if not c.passed]
+        cand.passed = not cand.failures
+        cand.median_ms = median
+
+
+MIXED_ROUNDS = (3, 9, 27)  # how many of the worst nodes each retry keeps in float32
+
+
+def _mixed(work: _Work, cand: Candidate) -> None:
+    """``cand`` failed the tolerance at a lower precision: name the nodes that lose the accuracy
+    (``rlx.app.mixed``) and retry with the worst of them kept in float32, a few more each round,
+    until it passes; the note says which nodes and what came of it."""
+    if cand.engine != "onnxruntime":
+        cand.note = (
+            f"mixed precision not tried: {cand.engine}'s precision hint applies to the whole model "
+            "(no per-node precision its CPU plugin honours)"
+        )
+        return
+    label = cand.failures[0].input_set
+    named = next(s for lab, s, _ in work.sets if lab == label)
+    try:
+        ranked = losses(cand.engine, work.program, work.weights, _flat(work.program, work.weights, named),
+                        cand.precision, cand.options)  # fmt: skip
+    except RlxError as e:
+        cand.note = f"the per-node comparison failed: {e}"
+        return
+    blamed = culprits(ranked, work.tolerance)
+    most = len(ranked) - 1  # (with every node in float32 it would be float32, not mixed precision)
+    if not blamed or most < 1:
+        cand.note = "no single node loses the accuracy (the loss is spread out); mixed precision not tried"
+        return
+    first = cand.verdict()
+    worst = ", ".join(x.describe() for x in blamed[:3])
+    keep: list[str] = []
+    for size in MIXED_ROUNDS:
+        if len(keep) >= min(size, most, len(blamed)):
+            break
+        keep = [n for x in blamed[: min(size, most)] for n in x.names]
+        trial = Candidate(cand.engine, cand.precision, options={**cand.options, "float32": keep})
+        if work.progress:
+            work.progress(f"    {cand.name}: keeping {len(keep)} node(s) in float32 ({', '.join(keep[:5])} ...)")
+        work.run(trial)
+        if trial.passed:
+            cand.passed, cand.failures, cand.options = True, [], trial.options
+            cand.median_ms, cand.load_s, cand.min_cosine = trial.median_ms, trial.load_s, trial.min_cosine
+            cand.note = (
+                f"all {cand.precision}: {first}; losing the accuracy: {worst}; "
+                f"passes with {len(keep)} node(s) kept in float32"
+            )
+            return
+    cand.note = f"losing the accuracy: {worst}; still fails with {len(keep)} node(s) kept in float32"
 
 
 def _confirm(
@@ -366,7 +507,9 @@ def _confirm(
     if len(close) < 2:
         return
     for cand in reversed(close):
-        _, median, _, error = _in_subprocess(directory, cand.engine, cand.precision, sets[:1], threads, runs)
+        _, median, _, error = _in_subprocess(
+            directory, cand.engine, cand.precision, sets[:1], threads, runs, cand.options
+        )
         if not error and median < cand.median_ms:
             cand.median_ms = median
     if progress:

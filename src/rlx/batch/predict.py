@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
@@ -43,14 +43,7 @@ class Skip:
         return f"{where}, column {self.column!r}: {self.error}" if self.column else f"{where}: {self.error}"
 
     def as_json(self) -> dict[str, Any]:
-        return {
-            "row_index": self.row_index,
-            "count": self.count,
-            "file": self.file,
-            "file_row": self.file_row,
-            "column": self.column,
-            "error": self.error,
-        }
+        return asdict(self)  # the fields, in order, are the line's keys
 
 
 @dataclass

@@ -12,7 +12,7 @@ actor and the bundle is loaded once per actor, from a path every worker can read
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from types import ModuleType
 from typing import Any
 
@@ -74,6 +74,8 @@ def run_job(job: Job, *, address: str | None = None, workers: int = 2, progress:
         raise UsageError(f"--workers must be at least 1, not {workers}")
     ray = _ray()
     session = Session(job)  # lists and checks the data here, so a bad file fails before any worker starts
+    # Every worker runs what the driver resolved (a tuned choice included), not its own machine's pick.
+    job = replace(job, engine=session.model.engine.name, precision=session.model.precision)
     _quiet(ray)
     started_here = not ray.is_initialized()
     if started_here:
@@ -126,7 +128,12 @@ class RowPredictor:
     """One per Ray actor for ``map_dataset``: the bundle loaded once, each Arrow batch run like a local block."""
 
     def __init__(
-        self, bundle: str, batch_size: int, columns: dict[str, str] | None, keep: list[str] | None, engine: str
+        self,
+        bundle: str,
+        batch_size: int,
+        columns: dict[str, str] | None,
+        keep: list[str] | None,
+        engine: str | None,
     ) -> None:
         self.model = load(bundle, engine=engine)
         self.sig = signature(self.model, columns)
@@ -157,7 +164,7 @@ def map_dataset(
     batch_size: int = DEFAULT_BATCH_SIZE,
     columns: dict[str, str] | None = None,
     keep: list[str] | None = None,
-    engine: str = "numpy",
+    engine: str | None = None,
     concurrency: int = 2,
 ) -> Any:
     """``ds.map_batches`` with the model: the carried columns plus one column per output, in ``ds``'s order.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import sys
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -36,9 +37,10 @@ class Job:
     batch_size: int = DEFAULT_BATCH_SIZE
     columns: tuple[tuple[str, str], ...] = ()
     keep: tuple[str, ...] | None = None
-    engine: str = "numpy"
+    engine: str | None = None  # None: the bundle's tuning.json where it matches this machine, else numpy
     on_error: str = "stop"
     shard_rows: int = DEFAULT_SHARD_ROWS
+    precision: str | None = None  # with ``engine``; None: f32 (or the tuned one)
 
 
 @dataclass(frozen=True)
@@ -83,7 +85,9 @@ class Session:
                 raise UsageError(f"{what} must be a whole number of at least 1, not {value!r}")
         pyarrow()  # outputs are Parquet: say which extra is missing before loading anything
         self.job = job
-        self.model = model or load(job.bundle, engine=job.engine)
+        self.model = model or load(job.bundle, engine=job.engine, precision=job.precision)
+        if self.model.tuning_fallback:  # one line, before any progress: the run is not on the tuned engine
+            print(f"rlx: {self.model.tuning_fallback}", file=sys.stderr)
         self.sig = signature(self.model, dict(job.columns))
         self.source = open_source(list(job.data), self.sig)
         self.kept = self.source.check(self.sig, job.keep)
@@ -127,8 +131,12 @@ class Session:
         """What a rerun must share with the run it resumes: same bundle, data, columns and batching."""
         job = asdict(self.job)
         # Not compared: where OUT is, and on_error (a rerun with `skip` may finish a run that stopped).
-        for key in ("output", "on_error"):
+        for key in ("output", "on_error", "precision"):
             job.pop(key)
+        # What runs, as resolved (a tuned choice included): shards of two engines or precisions are not
+        # one run. ("numpy" alone at f32, as manifests written before precisions were recorded say.)
+        model = self.model
+        job["engine"] = model.engine.name + ("" if model.precision == "f32" else f" {model.precision}")
         job["bundle"] = bundle_digest(self.job.bundle)  # the content, not the path
         job["data"] = [[p.path, p.rows, _size(p.path)] for p in self.source.parts]
         job["columns"] = [list(c) for c in self.job.columns]
@@ -182,24 +190,19 @@ def make_job(
     data: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
     output: str | os.PathLike[str],
     *,
-    batch_size: int = DEFAULT_BATCH_SIZE,
     columns: Mapping[str, str] | None = None,
     keep: Sequence[str] | None = None,
-    engine: str = "numpy",
-    on_error: str = "stop",
-    shard_rows: int = DEFAULT_SHARD_ROWS,
+    **settings: Any,
 ) -> Job:
+    """A ``Job`` with absolute paths; ``settings`` are its other fields (``run``'s keywords)."""
     paths = [data] if isinstance(data, (str, os.PathLike)) else list(data)
     return Job(
         bundle=str(Path(bundle).resolve()),
         data=tuple(str(Path(p).resolve()) for p in paths),
         output=str(Path(output).resolve()),
-        batch_size=batch_size,
         columns=tuple(sorted((columns or {}).items())),
         keep=None if keep is None else tuple(keep),
-        engine=engine,
-        on_error=on_error,
-        shard_rows=shard_rows,
+        **settings,
     )
 
 
@@ -211,7 +214,8 @@ def run(
     batch_size: int = DEFAULT_BATCH_SIZE,
     columns: Mapping[str, str] | None = None,
     keep: Sequence[str] | None = None,
-    engine: str = "numpy",
+    engine: str | None = None,
+    precision: str | None = None,
     on_error: str = "stop",
     shard_rows: int = DEFAULT_SHARD_ROWS,
     progress: bool | None = None,
@@ -220,12 +224,14 @@ def run(
 
     ``columns`` maps input names to data columns; ``keep`` names the input columns carried into the
     output (default: every column that is not a model input); ``on_error="skip"`` records bad rows in
-    ``output/_skipped.jsonl`` and goes on. Finished shards of an earlier run of the same job are kept
+    ``output/_skipped.jsonl`` and goes on. ``engine`` (and ``precision``): what runs the model; by
+    default the bundle's ``tuning.json`` (``rlx tune``) where it matches this machine, else numpy (a
+    tuning.json that does not match is named in one line on stderr). Finished shards of an earlier run of the same job are kept
     (``output/_manifest.json`` lists them); a rerun with another bundle, data or batch size is refused.
     """
     job = make_job(
         bundle, data, output, batch_size=batch_size, columns=columns, keep=keep,
-        engine=engine, on_error=on_error, shard_rows=shard_rows,
+        engine=engine, precision=precision, on_error=on_error, shard_rows=shard_rows,
     )  # fmt: skip
     return run_job(job, progress)
 
@@ -284,7 +290,7 @@ def iter_batches(
     columns: Mapping[str, str] | None = None,
     keep: Sequence[str] | None = None,
     on_error: str = "stop",
-    engine: str = "numpy",
+    engine: str | None = None,
 ) -> Iterator[dict[str, Any]]:
     """Yield one dict per batch: ``row_index``, the carried columns and every output, as numpy arrays.
 

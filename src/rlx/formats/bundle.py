@@ -18,7 +18,7 @@ from rlx.formats import safetensors_io
 from rlx.formats.atomic import atomic_write_text
 from rlx.formats.layout import META_FILE, PROGRAM_FILE, WEIGHTS_FILE, bundle_root
 from rlx.ir import dtypes
-from rlx.ir.program import Lit, Program, Ref, dumps_json
+from rlx.ir.program import Lit, Program, Ref, Value, Weight, dumps_json
 from rlx.ir.rng import RNG_KEY, with_rng_state
 from rlx.ir.rules import TensorType
 from rlx.ir.symbolic import dim_json
@@ -227,29 +227,22 @@ def bind_weights(program: Program, tensors: Mapping[str, np.ndarray], source: Pa
     """Weights by program value name, checking every declared shape and dtype (a program that draws
     random numbers gets its generator's initial state when ``tensors`` lacks it: ``rlx.ir.rng``)."""
     tensors = with_rng_state(program, dict(tensors))
-    out = {}
-    for w in program.weights:
-        if w.key not in tensors:
-            raise BundleError(f"{source}: tensor {w.key!r} is missing (the program needs it as {w.name})")
-        arr = tensors[w.key]
-        if dtypes.from_numpy(arr.dtype) != w.dtype or tuple(arr.shape) != w.shape:
-            raise BundleError(
-                f"{source}: tensor {w.key!r} is {dtypes.from_numpy(arr.dtype)}{list(arr.shape)}, "
-                f"the program declares {w.dtype}{list(w.shape)}"
-            )
-        out[w.name] = arr
-    inputs = {v.name: v for v in program.inputs}
-    for s in program.state:  # the initial value of each state buffer
-        v = inputs[s.name]
-        if s.key not in tensors:
-            raise BundleError(f"{source}: tensor {s.key!r} is missing (the initial value of state {s.name})")
-        arr = tensors[s.key]
+
+    def take(key: str, v: Value | Weight, needed_as: str, declared_as: str) -> np.ndarray:
+        if key not in tensors:
+            raise BundleError(f"{source}: tensor {key!r} is missing ({needed_as})")
+        arr = tensors[key]
         if dtypes.from_numpy(arr.dtype) != v.dtype or tuple(arr.shape) != v.shape:
             raise BundleError(
-                f"{source}: tensor {s.key!r} is {dtypes.from_numpy(arr.dtype)}{list(arr.shape)}, "
-                f"state {s.name} is {v.dtype}{list(v.shape)}"
+                f"{source}: tensor {key!r} is {dtypes.from_numpy(arr.dtype)}{list(arr.shape)}, "
+                f"{declared_as} {v.dtype}{list(v.shape)}"
             )
-        out[s.name] = arr
+        return arr
+
+    out = {w.name: take(w.key, w, f"the program needs it as {w.name}", "the program declares") for w in program.weights}
+    inputs = {v.name: v for v in program.inputs}
+    for s in program.state:  # the initial value of each state buffer
+        out[s.name] = take(s.key, inputs[s.name], f"the initial value of state {s.name}", f"state {s.name} is")
     return out
 
 

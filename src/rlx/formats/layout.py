@@ -24,6 +24,9 @@ BUNDLE_DIR = "bundle"
 PROGRAM_FILE = "program.json"
 META_FILE = "meta.json"
 TUNING_FILE = "tuning.json"  # written by `rlx tune`, followed by `rlx.load`
+# int8-static's calibration (onnxruntime's tensor ranges, JSON), written by `rlx tune` beside
+# tuning.json: loading reads the ranges instead of recalibrating, for every input-shape binding
+CALIBRATION_FILE = "int8-static.calibration.json"
 
 # What `rlx import` / `rlx build` report beside them (report.html is rendered from these).
 REPORT_FILE = "report.json"

@@ -11,6 +11,7 @@ import json
 import mmap
 import os
 import struct
+import weakref
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -30,6 +31,9 @@ ST_TO_TOKEN = {
 TOKEN_TO_ST = {v: k for k, v in ST_TO_TOKEN.items()}
 MAX_HEADER_BYTES = 100 * 1024 * 1024
 MAX_EXTENT = 2**48  # product of a shape's non-zero extents (numpy's limit is 2**63 - 1)
+# Each live mapping made by ``read`` → (the file's resolved path, the mapping's address), so that an
+# engine that reads weights files itself can be pointed at the bytes instead of handed a copy.
+_MAPPINGS: weakref.WeakKeyDictionary[mmap.mmap, tuple[Path, int]] = weakref.WeakKeyDictionary()
 
 
 def read(path: str | Path) -> tuple[dict[str, np.ndarray], dict[str, str]]:
@@ -58,6 +62,7 @@ def read(path: str | Path) -> tuple[dict[str, np.ndarray], dict[str, str]]:
     metadata = header.pop("__metadata__", None) or {}
     if not isinstance(metadata, dict):
         raise WeightsError(f"{path}: __metadata__ must be an object")
+    _remember(buf, path)
     data_start = 8 + header_len
     data_len = size - data_start
     spans: list[tuple[int, int, str]] = []
@@ -78,6 +83,28 @@ def read(path: str | Path) -> tuple[dict[str, np.ndarray], dict[str, str]]:
         if b1 < e0:
             raise WeightsError(f"{path}: tensors {n0!r} and {n1!r} overlap in the file")
     return out, {str(k): str(v) for k, v in metadata.items()}
+
+
+def _remember(buf: mmap.mmap | bytes, path: Path) -> None:
+    if isinstance(buf, mmap.mmap):
+        _MAPPINGS[buf] = (path.resolve(), np.frombuffer(buf, np.uint8, count=1).__array_interface__["data"][0])
+
+
+def file_region(arr: np.ndarray) -> tuple[Path, int] | None:
+    """(file, byte offset) where ``arr``'s bytes lie, C-ordered, in a file mapped by ``read``; None
+    for any other array (in memory, or a strided view such as a transpose)."""
+    if not arr.flags.c_contiguous or arr.nbytes == 0:
+        return None
+    base: object = arr
+    while isinstance(base, np.ndarray):
+        base = base.base
+    if isinstance(base, memoryview):  # (numpy's frombuffer keeps the buffer's view)
+        base = base.obj
+    found = _MAPPINGS.get(base) if isinstance(base, mmap.mmap) else None
+    if found is None:
+        return None
+    path, address = found
+    return path, arr.__array_interface__["data"][0] - address
 
 
 def _check_entry(path: Path, name: str, info: object, data_len: int) -> tuple[str, tuple[int, ...], int, int]:

@@ -7,6 +7,7 @@ Every problem is reported as a ``SchemaError`` naming the JSON path, e.g. ``node
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -284,6 +285,11 @@ class _Reader:
             raise self.fail(where, f"expected an object, found {_kind(v)}")
         return v
 
+    def entries(self, doc: dict[str, Any], key: str) -> Iterator[tuple[str, dict[str, Any]]]:
+        """The objects of the top-level list ``key``, each with where it is (``nodes[3]``)."""
+        for k, raw in enumerate(self.field(doc, key, "", list)):
+            yield f"{key}[{k}]", self.obj(raw, f"{key}[{k}]")
+
     def field(self, d: dict[str, Any], key: str, where: str, typ: type, optional: bool = False) -> Any:
         if key not in d:
             if optional:
@@ -470,9 +476,7 @@ def _parse_symbols(r: _Reader, doc: dict[str, Any], key: str = "symbols") -> lis
 def _parse_inputs(r: _Reader, doc: dict[str, Any], symbols: list[Symbol], defined: set[str]) -> list[Input]:
     """The inputs; a ``dynamic`` list marks symbolic axes, adding symbols the table lacks (in place)."""
     inputs = []
-    for k, raw in enumerate(r.field(doc, "inputs", "", list)):
-        at = f"inputs[{k}]"
-        d = r.obj(raw, at)
+    for at, d in r.entries(doc, "inputs"):
         shape = r.sym_shape(d, at)
         dyn = d.get("dynamic")
         if dyn is not None:
@@ -503,9 +507,7 @@ def _dynamic_shape(r: _Reader, dyn: Any, shape: Shape, symbols: list[Symbol], at
 
 def _parse_weights(r: _Reader, doc: dict[str, Any], defined: set[str]) -> list[TorchWeight]:
     weights = []
-    for k, raw in enumerate(r.field(doc, "weights", "", list)):
-        at = f"weights[{k}]"
-        d = r.obj(raw, at)
+    for at, d in r.entries(doc, "weights"):
         kind = d.get("kind", "param")
         if kind not in ("param", "buffer", "const"):
             raise r.fail(f"{at}.kind", f"expected param, buffer or const, found {kind!r}")
@@ -523,9 +525,7 @@ def _parse_weights(r: _Reader, doc: dict[str, Any], defined: set[str]) -> list[T
 
 def _parse_nodes(r: _Reader, doc: dict[str, Any], defined: set[str]) -> list[Node]:
     nodes = []
-    for k, raw in enumerate(r.field(doc, "nodes", "", list)):
-        at = f"nodes[{k}]"
-        d = r.obj(raw, at)
+    for at, d in r.entries(doc, "nodes"):
         node_id = r.field(d, "id", at, str)
         op = r.field(d, "op", at, str)
         args = tuple(r.arg(a, f"{at}.args[{j}]", defined) for j, a in enumerate(r.field(d, "args", at, list)))
@@ -544,9 +544,7 @@ def _parse_nodes(r: _Reader, doc: dict[str, Any], defined: set[str]) -> list[Nod
 
 def _parse_outputs(r: _Reader, doc: dict[str, Any], defined: set[str]) -> list[Output]:
     outputs = []
-    for k, raw in enumerate(r.field(doc, "outputs", "", list)):
-        at = f"outputs[{k}]"
-        d = r.obj(raw, at)
+    for at, d in r.entries(doc, "outputs"):
         if "const" in d:
             outputs.append(Output(ref=None, const=r.arg(d["const"], f"{at}.const", defined)))
             continue

@@ -373,6 +373,20 @@ class Reduce(Call):
 
 
 @dataclass(frozen=True)
+class ReduceAxes(Call):
+    """``Reduce`` over the axes a run-time int64 tensor names (ONNX's Reduce* whose ``axes`` input
+    is a model input or computed from one). Negative axes count from the end; ``fn`` is sum, mean,
+    prod, amax or amin. The result's rank is known (the input's with ``keepdim``, else less the
+    static length of ``axes``); which extents it has depends on the values, so they are sizes
+    bound when it runs, as a data-dependent result's are."""
+
+    fn: str
+    x: Ref
+    dims: Ref  # the axes (named apart from the static ``axes`` fields the validator range-checks)
+    keepdim: bool
+
+
+@dataclass(frozen=True)
 class ArgReduce(Call):
     """``argmax`` / ``argmin`` along ``axis`` (``None`` = over the flattened tensor)."""
 
@@ -490,6 +504,38 @@ class Attention(Call):
     causal: bool
     scale: float
     gqa: bool
+
+
+@dataclass(frozen=True)
+class Recurrent(Call):
+    """A recurrent layer (ONNX's ``RNN``, ``GRU`` or ``LSTM``, ``layout`` 0) run step by step over a
+    sequence whose length is known only when the model runs.
+
+    ``x`` is ``[T, B, I]``; ``w`` ``[D, G·H, I]``, ``r`` ``[D, G·H, H]``, ``bias`` ``[D, 2·G·H]``
+    (input then recurrent biases), ``h0`` / ``c0`` ``[D, B, H]``, ``peep`` ``[D, 3·H]``, with ONNX's
+    gate orders (LSTM: i o f c; GRU: z r h). ``activations`` names ``len(per cell) · D`` functions
+    (lower case: relu tanh sigmoid softplus softsign affine scaledtanh hardsigmoid leakyrelu) with
+    ``alphas`` / ``betas`` one per function, defaults filled in. The result packs every output into
+    one ``[T + 2, D, B, H]`` tensor: rows ``:T`` are Y, row ``T`` the final hidden state, row
+    ``T + 1`` the final cell state (zeros for RNN and GRU), so one run of the recurrence gives all three.
+    """
+
+    cell: str  # rnn | gru | lstm
+    x: Ref
+    w: Ref
+    r: Ref
+    bias: Ref | None
+    h0: Ref | None
+    c0: Ref | None
+    peep: Ref | None
+    hidden: int
+    direction: str  # forward | reverse | bidirectional
+    activations: tuple[str, ...]
+    alphas: tuple[float, ...]
+    betas: tuple[float, ...]
+    clip: float | None
+    linear_before_reset: bool
+    input_forget: bool
 
 
 # ── resampling ───────────────────────────────────────────────────────────────

@@ -119,6 +119,19 @@ def _refs_in(v: Any) -> Iterator[Ref]:
             yield from _refs_in(item)
 
 
+def mentions_sym(v: Any) -> bool:
+    """Whether a Call (or a field of one) mentions a symbolic size: its value is known only at run time."""
+    if isinstance(v, Sym):
+        return True
+    if isinstance(v, Lit):
+        return isinstance(v.value, Sym)
+    if isinstance(v, tuple):
+        return any(mentions_sym(x) for x in v)
+    if dataclasses.is_dataclass(v) and not isinstance(v, (Ref, type)):
+        return any(mentions_sym(getattr(v, f.name)) for f in dataclasses.fields(v))
+    return False
+
+
 def _replace_in(v: Any, mapping: dict[str, Ref | Lit]) -> Any:
     if isinstance(v, Ref):
         return mapping.get(v.name, v)

@@ -631,6 +631,19 @@ def reduce(c: C.Reduce, t: Types) -> TensorType:
     return TensorType(reduced_shape(x.shape, c.axes, c.keepdim), x.dtype)
 
 
+@type_rule(C.ReduceAxes)
+def reduce_axes(c: C.ReduceAxes, t: Types) -> TensorType:
+    x, axes = t(c.x), t(c.dims)
+    require(len(axes.shape) == 1 and axes.dtype in ("i64", "i32"), f"axes must be 1-d integers, found {axes}")
+    require(c.fn in ("sum", "mean", "prod", "amax", "amin"), f"unknown reduction {c.fn!r}")
+    if c.keepdim:  # an axis of extent 1 stays 1 whether it is reduced or not; the others are the data's
+        return TensorType(tuple(1 if d == 1 else None for d in x.shape), x.dtype)
+    n = axes.shape[0]
+    require(isinstance(n, int) and n <= len(x.shape), f"{n} axes of a rank-{len(x.shape)} input")
+    assert isinstance(n, int)
+    return TensorType((None,) * (len(x.shape) - n), x.dtype)
+
+
 @type_rule(C.ArgReduce)
 def arg_reduce(c: C.ArgReduce, t: Types) -> TensorType:
     x = t(c.x)
@@ -703,10 +716,14 @@ def avg_pool(c: C.AvgPool, t: Types) -> TensorType:
     return TensorType(_pooled(x, c.kernel, c.stride, c.padding, (1,) * len(c.kernel), c.ceil_mode), x.dtype)
 
 
+def _resized(x: TensorType, size: Sequence[Dim]) -> TensorType:
+    """``x`` with its trailing ``len(size)`` (spatial) axes resized to ``size``."""
+    return TensorType((*x.shape[: len(x.shape) - len(size)], *size), x.dtype)
+
+
 @type_rule(C.AdaptiveAvgPool)
 def adaptive_avg_pool(c: C.AdaptiveAvgPool, t: Types) -> TensorType:
-    x = t(c.x)
-    return TensorType((*x.shape[: len(x.shape) - len(c.output_size)], *c.output_size), x.dtype)
+    return _resized(t(c.x), c.output_size)
 
 
 @type_rule(C.Attention)
@@ -718,11 +735,34 @@ def attention(c: C.Attention, t: Types) -> TensorType:
     return TensorType((*q.shape[:-1], v.shape[-1]), q.dtype)
 
 
+# Gates per cell and activation functions per direction, as ONNX defines them.
+RECURRENT_CELLS = {"rnn": (1, 1), "gru": (3, 2), "lstm": (4, 3)}
+
+
+@type_rule(C.Recurrent)
+def recurrent(c: C.Recurrent, t: Types) -> TensorType:
+    x, w, r = t(c.x), t(c.w), t(c.r)
+    require(c.cell in RECURRENT_CELLS, f"unknown cell {c.cell!r}")
+    gates, per = RECURRENT_CELLS[c.cell]
+    dirs = 2 if c.direction == "bidirectional" else 1
+    require(len(x.shape) == 3 and len(w.shape) == 3 and len(r.shape) == 3, "x, w and r must be 3-d")
+    require(same(w.shape[0], dirs) is not False, f"w has {w.shape[0]} directions, {c.direction} needs {dirs}")
+    require(same(w.shape[1], gates * c.hidden) is not False, f"w has {w.shape[1]} rows, not {gates} x {c.hidden}")
+    require(same(w.shape[2], x.shape[2]) is not False, f"w takes {w.shape[2]} inputs, x has {x.shape[2]}")
+    require(same(r.shape[2], c.hidden) is not False, f"r takes {r.shape[2]} inputs, not hidden {c.hidden}")
+    n = per * dirs
+    require(
+        len(c.activations) == len(c.alphas) == len(c.betas) == n,
+        f"{len(c.activations)} activations, {len(c.alphas)} alphas, {len(c.betas)} betas; {c.cell} x {dirs} needs {n}",
+    )
+    steps = None if x.shape[0] is None else dim_add(x.shape[0], 2)
+    return TensorType((steps, dirs, x.shape[1], c.hidden), x.dtype)
+
+
 # ── resampling ───────────────────────────────────────────────────────────────
 @type_rule(C.Upsample)
 def upsample(c: C.Upsample, t: Types) -> TensorType:
-    x = t(c.x)
-    return TensorType((*x.shape[: len(x.shape) - len(c.size)], *c.size), x.dtype)
+    return _resized(t(c.x), c.size)
 
 
 @type_rule(C.GridSample)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import math
+import operator
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -258,46 +259,38 @@ def _wrap(d: Dim) -> str:
     return str(d) if isinstance(d, int) or d.expr.isidentifier() else f"({d.expr})"
 
 
-def add(a: Dim, b: Dim) -> Dim:
+def _combine(
+    a: Dim, b: Dim, fold: Callable[[int, int], int], sign: str, right_unit: int | None, left_unit: int | None = None
+) -> Dim:
+    """``a sign b``: an int when both are, the other operand where one is the operation's unit
+    (``right_unit``: ``a + 0``, ``a*1``; ``left_unit``: ``0 + b``, ``1*b``), else an expression."""
     if isinstance(a, int) and isinstance(b, int):
-        return a + b
-    if b == 0:
+        return fold(a, b)
+    if right_unit is not None and b == right_unit:
         return a
-    if a == 0:
+    if left_unit is not None and a == left_unit:
         return b
-    return Sym(f"{_wrap(a)} + {_wrap(b)}")
+    return Sym(f"{_wrap(a)}{sign}{_wrap(b)}")
+
+
+def add(a: Dim, b: Dim) -> Dim:
+    return _combine(a, b, operator.add, " + ", 0, 0)
 
 
 def mul(a: Dim, b: Dim) -> Dim:
-    if isinstance(a, int) and isinstance(b, int):
-        return a * b
-    if a == 1:
-        return b
-    if b == 1:
-        return a
-    return Sym(f"{_wrap(a)}*{_wrap(b)}")
+    return _combine(a, b, operator.mul, "*", 1, 1)
 
 
 def mod(a: Dim, b: Dim) -> Dim:
-    if isinstance(a, int) and isinstance(b, int):
-        return a % b
-    return Sym(f"{_wrap(a)} % {_wrap(b)}")
+    return _combine(a, b, operator.mod, " % ", None)
 
 
 def sub(a: Dim, b: Dim) -> Dim:
-    if isinstance(a, int) and isinstance(b, int):
-        return a - b
-    if b == 0:
-        return a
-    return Sym(f"{_wrap(a)} - {_wrap(b)}")
+    return _combine(a, b, operator.sub, " - ", 0)
 
 
 def floordiv(a: Dim, b: Dim) -> Dim:
-    if isinstance(a, int) and isinstance(b, int):
-        return a // b
-    if b == 1:
-        return a
-    return Sym(f"{_wrap(a)}//{_wrap(b)}")
+    return _combine(a, b, operator.floordiv, "//", 1)
 
 
 def ceildiv(a: Dim, b: Dim) -> Dim:

@@ -1,4 +1,4 @@
-"""Neural-network blocks: Softmax, the norms, AdaptiveAvgPool and Attention.
+"""Neural-network blocks: Softmax, the norms, AdaptiveAvgPool, Attention and Recurrent.
 
 Convolution and windowed pooling have no shared definition: each engine plans its own windows
 (numpy: strided views planned at load; XLA: ``conv_general_dilated`` / ``reduce_window``) from
@@ -119,3 +119,100 @@ def attention(c: C.Attention, q: Any, k: Any, v: Any, mask: Any | None, *, xp: A
     dead = xp.all(scores == -np.inf, axis=-1, keepdims=True)
     probs = xp.where(dead, xp.zeros((), scores.dtype), softmax_values(scores, -1, False, xp))
     return xp.matmul(probs, vw).astype(q.dtype)
+
+
+# ── Recurrent: RNN / GRU / LSTM, one step at a time ──────────────────────────
+def _activation(name: str, alpha: float, beta: float, xp: ArrayNamespace) -> Any:
+    """ONNX's recurrent activation ``name`` (lower case) with its alpha / beta."""
+    if name in ("relu", "tanh", "sigmoid", "softplus"):
+        return xp.unary[name]
+    table = {
+        "softsign": lambda v: v / (1 + xp.abs(v)),
+        "affine": lambda v: v * alpha + beta,
+        "scaledtanh": lambda v: xp.tanh(v * beta) * alpha,
+        "hardsigmoid": lambda v: xp.clip(v * alpha + beta, 0, 1),
+        "leakyrelu": lambda v: xp.maximum(v, v * alpha),
+    }
+    if name not in table:
+        raise ValueError(f"recurrent activation {name!r} is not supported")
+    return table[name]
+
+
+def _recurrent_direction(
+    c: C.Recurrent, xw: Any, r: Any, rb: Any | None, peep: Any | None, h: Any, cs: Any | None, acts: list[Any],
+    reverse: bool, xp: ArrayNamespace,
+) -> tuple[list[Any], Any, Any | None]:  # fmt: skip
+    """One direction over every step: Y's rows (in time order), the final h and c. ``xw`` is the
+    input projection with the biases that add before the gates ([T, B, G·H])."""
+    hid, steps = c.hidden, xw.shape[0]
+    f, g = acts[0], acts[1] if len(acts) > 1 else acts[0]
+    h_act = acts[2] if len(acts) > 2 else g
+
+    def clip(v: Any) -> Any:
+        return v if c.clip is None else xp.clip(v, -c.clip, c.clip)
+
+    ys: list[Any] = [None] * steps
+    rt = xp.swapaxes(r, 0, 1)  # [H, G·H]
+    for step in range(steps):
+        t = steps - 1 - step if reverse else step
+        if c.cell == "rnn":
+            h = f(clip(xw[t] + xp.matmul(h, rt)))
+        elif c.cell == "gru":
+            rz = xp.matmul(h, rt[:, : 2 * hid])
+            z = f(clip(xw[t][:, :hid] + rz[:, :hid]))
+            rr = f(clip(xw[t][:, hid : 2 * hid] + rz[:, hid:]))
+            rh = rt[:, 2 * hid :]
+            if c.linear_before_reset:
+                hr = xp.matmul(h, rh) + (0 if rb is None else rb)
+                pre = xw[t][:, 2 * hid :] + rr * hr
+            else:
+                pre = xw[t][:, 2 * hid :] + xp.matmul(rr * h, rh) + (0 if rb is None else rb)
+            h = (1 - z) * g(clip(pre)) + z * h
+        else:
+            gates = xw[t] + xp.matmul(h, rt)
+            gi, go, gf, gc = (gates[:, k * hid : (k + 1) * hid] for k in range(4))
+            if peep is not None:
+                gi, gf = gi + peep[:hid] * cs, gf + peep[2 * hid :] * cs
+            i = f(clip(gi))
+            fg = 1 - i if c.input_forget else f(clip(gf))
+            cs = fg * cs + i * g(clip(gc))
+            o = f(clip(go if peep is None else go + peep[hid : 2 * hid] * cs))
+            h = o * h_act(cs)
+        ys[t] = h
+    return ys, h, cs
+
+
+@kernel("Recurrent")
+def recurrent(
+    c: C.Recurrent, x: Any, w: Any, r: Any, bias: Any | None, h0: Any | None, c0: Any | None, peep: Any | None,
+    *, xp: ArrayNamespace,
+) -> Any:  # fmt: skip
+    # A loop over the steps the input has: the length is a run-time size (XLA traces one program
+    # per input shape, so its loop unrolls at the length it is compiled for).
+    xs = widen(x)
+    batch, hid = xs.shape[1], c.hidden
+    per = {"rnn": 1, "gru": 2, "lstm": 3}[c.cell]
+    gates = {"rnn": 1, "gru": 3, "lstm": 4}[c.cell]
+    zeros = xp.zeros((batch, hid), dtype=xs.dtype)
+    ys, hs, cs = [], [], []
+    for d in range(w.shape[0]):
+        xw = xp.matmul(xs, xp.swapaxes(widen(w[d]), 0, 1))
+        rb = None
+        if bias is not None:
+            bd = widen(bias[d])
+            wb, rbias = bd[: gates * hid], bd[gates * hid :]
+            if c.cell == "gru":  # the hidden gate's recurrent bias goes inside the reset product
+                rb = rbias[2 * hid :]
+                rbias = xp.concatenate([rbias[: 2 * hid], xp.zeros((hid,), dtype=xs.dtype)])
+            xw = xw + (wb + rbias)
+        acts = [_activation(c.activations[k], c.alphas[k], c.betas[k], xp) for k in range(d * per, (d + 1) * per)]
+        h = zeros if h0 is None else widen(h0[d])
+        cell = None if c.cell != "lstm" else zeros if c0 is None else widen(c0[d])
+        p = None if peep is None else widen(peep[d])
+        reverse = c.direction == "reverse" or d == 1
+        rows, h, cell = _recurrent_direction(c, xw, widen(r[d]), rb, p, h, cell, acts, reverse, xp)
+        ys.append(xp.stack(rows) if rows else xp.zeros((0, batch, hid), dtype=xs.dtype))
+        hs.append(h)
+        cs.append(zeros if cell is None else cell)
+    y = xp.stack(ys, axis=1)  # [T, D, B, H]
+    return xp.concatenate([y, xp.stack(hs)[None], xp.stack(cs)[None]]).astype(x.dtype)

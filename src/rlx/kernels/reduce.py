@@ -1,13 +1,14 @@
-"""Reductions: Reduce and ArgReduce. Half precision reduces in float32; NaN propagates."""
+"""Reductions: Reduce, ReduceAxes and ArgReduce. Half precision reduces in float32; NaN propagates."""
 
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .precision import widen
+from .precision import lowest, widen
 from .registry import kernel
 
 if TYPE_CHECKING:
@@ -38,6 +39,26 @@ def reduce(c: C.Reduce, x: Any, *, xp: ArrayNamespace) -> Any:
     else:
         out = getattr(xp, _REDUCERS[c.fn])(xw, axis=axes, keepdims=c.keepdim)
     return xp.asarray(out).astype(x.dtype, copy=False)
+
+
+@kernel("ReduceAxes")
+def reduce_axes(c: C.ReduceAxes, x: Any, axes: Any, *, xp: ArrayNamespace) -> Any:
+    x = xp.asarray(x)
+    rank = max(x.ndim, 1)
+    picked = [int(a) for a in np.asarray(axes).reshape(-1)]
+    if any(not -rank <= a < rank for a in picked):
+        raise ValueError(f"axes {picked} are out of range for rank {x.ndim}")
+    picked = sorted(a % rank for a in picked)
+    if len(set(picked)) != len(picked):
+        raise ValueError(f"axes {picked} repeat an axis")
+    if c.fn in ("amax", "amin") and any(x.shape[a] == 0 for a in picked if a < x.ndim):
+        # Over nothing: the reduction's identity, as ONNX defines it (numpy refuses).
+        shape = [1 if a in picked else d for a, d in enumerate(x.shape)]
+        shape = shape if c.keepdim else [d for a, d in enumerate(x.shape) if a not in picked]
+        kind = x.dtype.kind
+        top = math.inf if kind == "f" else np.iinfo(x.dtype).max if kind in "iu" else True
+        return xp.full(shape, lowest(x.dtype) if c.fn == "amax" else top, dtype=x.dtype)
+    return reduce(SimpleNamespace(fn=c.fn, axes=tuple(picked), keepdim=c.keepdim), x, xp=xp)
 
 
 @kernel("ArgReduce")

@@ -15,13 +15,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import Any
 
 import numpy as np
 
 from rlx.interpret import KernelLookup, run_instruction
-from rlx.ir.program import Instr, Lit, Program, Ref, Weight
-from rlx.ir.symbolic import Sym, is_static
+from rlx.ir.program import Instr, Program, Weight, mentions_sym
+from rlx.ir.symbolic import is_static
 
 FOLDED_KEY = "rlx:folded:"  # the key of a folded weight: it lives in memory, never in a file
 # A folded result may take this many bytes even when its inputs are smaller (a constant mask, an
@@ -52,7 +51,7 @@ def constant_folding(
 
 def _fold(ins: Instr, known: Mapping[str, np.ndarray], kernels: KernelLookup | None) -> np.ndarray | None:
     refs = list(ins.call.refs())
-    if any(r.name not in known for r in refs) or not is_static(ins.shape) or _symbolic(ins.call):
+    if any(r.name not in known for r in refs) or not is_static(ins.shape) or mentions_sym(ins.call):
         return None
     try:
         out = run_instruction(ins, known, kernels=kernels)
@@ -69,15 +68,3 @@ def _fold(ins: Instr, known: Mapping[str, np.ndarray], kernels: KernelLookup | N
         out = out.view()
     out.flags.writeable = False  # shared by every run: no kernel may write into it
     return out
-
-
-def _symbolic(v: Any) -> bool:
-    if isinstance(v, Sym):
-        return True
-    if isinstance(v, Lit):
-        return isinstance(v.value, Sym)
-    if isinstance(v, tuple):
-        return any(_symbolic(x) for x in v)
-    if dataclasses.is_dataclass(v) and not isinstance(v, (Ref, type)):
-        return any(_symbolic(getattr(v, f.name)) for f in dataclasses.fields(v))
-    return False

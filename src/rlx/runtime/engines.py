@@ -8,13 +8,16 @@ folded and packed once for every binding); ``Engine.compile`` turns one static p
 
 A precision (``PRECISIONS``) is how an engine computes the program's float32 work: ``f32`` as
 written (every engine), ``bf16`` / ``f16`` through OpenVINO's inference-precision hint, ``int8``
-through onnxruntime's dynamic quantization of the MatMul/Gemm weights. Results of a lower precision
+through onnxruntime's dynamic quantization of the MatMul/Gemm weights, ``int8-static`` through
+onnxruntime's static QDQ quantization (weights per channel, activations with the ranges of a
+calibration run, ``calibrate``). Results of a lower precision
 are approximations: ``rlx tune`` checks them against the reference at the user's tolerance.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
@@ -23,12 +26,12 @@ from rlx.errors import UsageError
 from rlx.ir.program import Program
 
 ENGINES = ("numpy", "jax", "onnxruntime", "openvino")
-PRECISIONS = ("f32", "bf16", "f16", "int8")
+PRECISIONS = ("f32", "bf16", "f16", "int8", "int8-static")
 # The precisions each engine has a mode for (whether this CPU runs them: ``check_precision``).
 ENGINE_PRECISIONS = {
     "numpy": ("f32",),
     "jax": ("f32",),
-    "onnxruntime": ("f32", "int8"),
+    "onnxruntime": ("f32", "int8", "int8-static"),
     "openvino": ("f32", "bf16", "f16"),
 }
 
@@ -101,6 +104,37 @@ def supported_precisions(engine: str) -> list[str]:
             continue
         out.append(p)
     return out
+
+
+def calibrate(program: Program, weights: Mapping[str, np.ndarray], sets: Sequence[list[np.ndarray]], path: Path) -> int:
+    """int8-static's calibration on onnxruntime: the activation ranges of ``program`` on ``sets``
+    (inputs in program order) written to ``path``, which ``precision="int8-static"`` then reads
+    (``calibration=`` engine option). Returns how many sets were used (those of the first one's shapes)."""
+    check_engine("onnxruntime")
+    from rlx.runtime.onnxruntime_engine.executor import calibrate_program
+
+    return calibrate_program(program, weights, sets, path)
+
+
+def trace(
+    engine: str,
+    program: Program,
+    weights: Mapping[str, np.ndarray],
+    inputs: list[np.ndarray],
+    names: Sequence[str],
+    precision: str,
+    options: Mapping[str, Any] | None = None,
+) -> dict[str, np.ndarray]:
+    """The values ``names`` (instruction results) as ``engine`` computes them at ``precision`` on
+    ``inputs``, with the outputs (by the engine's output names); only the onnxruntime engine can
+    return its intermediate values (UsageError for the others)."""
+    check_engine(engine)
+    check_precision(engine, precision)
+    if engine != "onnxruntime":
+        raise UsageError(f"the {engine} engine cannot return intermediate values; only onnxruntime can")
+    from rlx.runtime.onnxruntime_engine.executor import trace_program
+
+    return trace_program(program, weights, inputs, names, precision, options or {})
 
 
 def numpy_pass_names() -> tuple[str, ...]:

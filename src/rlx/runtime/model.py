@@ -80,6 +80,9 @@ class Model:
         self._weights = weights
         self.precision = precision
         self.tuning: str = ""  # set by ``load``: the tuning.json it followed, or why it ignored one
+        # set by ``load``: why a tuning.json beside the bundle was not followed ("" when it was, or
+        # when there is none): the one line `rlx run` and `rlx batch` print on stderr
+        self.tuning_fallback: str = ""
         # The numpy engine's passes (rlx.runtime.numpy_engine.passes.optimize) run unless `optimize=False` (`rlx run --no-opt`).
         self.engine = create_engine(
             engine, program, weights, disable_passes if optimize else None, threads, engine_options, precision
@@ -341,7 +344,8 @@ def load(
     ``engine="openvino"`` runs it on OpenVINO (needs ``rlx[openvino]``). ``backend=`` is the
     deprecated spelling of ``engine=``.
 
-    ``precision``: ``"f32"`` (default), ``"bf16"`` / ``"f16"`` (openvino) or ``"int8"`` (onnxruntime),
+    ``precision``: ``"f32"`` (default), ``"bf16"`` / ``"f16"`` (openvino), ``"int8"`` (onnxruntime,
+    dynamic) or ``"int8-static"`` (onnxruntime, with the calibration ``rlx tune`` stored in the bundle),
     refused where the engine or this CPU lacks it. Without ``engine``, the bundle's ``tuning.json``
     (``rlx tune``) picks the engine, precision and threads when it matches this machine and its
     engine is installed (``model.tuning`` says which file, or why it was ignored); otherwise the
@@ -350,17 +354,23 @@ def load(
     engine = renamed("rlx.load", "engine", engine, None, "backend", backend)
     program, weights, meta = read_bundle(bundle_dir)
     check_memory(program, Path(bundle_dir))
-    note = ""
+    note = fallback = ""
     if engine is None:
         from rlx.runtime.tuning import tuned_choice
 
         choice, note = tuned_choice(bundle_dir)
+        fallback = note
         if choice is not None and precision in (None, choice.precision):
             engine, precision = choice.engine, choice.precision
             threads = choice.threads if threads is None else threads
+            engine_options = {**choice.options, **(engine_options or {})}  # (the user's own options win)
             note = f"tuned by {choice.path}"
         elif choice is not None:
             note = f"{choice.path} not used: it chose {choice.precision}, precision={precision!r} was asked for"
+    if engine == "onnxruntime" and precision == "int8-static":
+        from rlx.runtime.tuning import calibration_options
+
+        engine_options = calibration_options(bundle_dir, engine, precision, dict(engine_options or {}))
     model = Model(
         program,
         weights,
@@ -373,7 +383,7 @@ def load(
         seed=seed,
         precision=precision or "f32",
     )
-    model.tuning = note
+    model.tuning, model.tuning_fallback = note, fallback
     return model
 
 

@@ -15,12 +15,15 @@ from typing import Any
 
 from rlx.errors import BundleError
 from rlx.formats.bundle import inside, read_json
-from rlx.formats.layout import TUNING_FILE, bundle_root
+from rlx.formats.layout import CALIBRATION_FILE, TUNING_FILE, bundle_root
 from rlx.runtime.cpu import cores, cpu_model, relevant_flags
 from rlx.runtime.engines import ENGINE_PRECISIONS, ENGINES
 from rlx.version import __version__
 
 FORMAT = "rlx-tuning"
+# The engine options a tuning choice may record: the calibration file (a name inside the bundle
+# directory) and the instructions kept in float32 (mixed precision; their result names)
+CHOICE_OPTIONS = ("calibration", "float32")
 # The package each engine runs on (its version is part of the machine a choice was measured on).
 ENGINE_PACKAGES = {"numpy": "numpy", "jax": "jaxlib", "onnxruntime": "onnxruntime", "openvino": "openvino"}
 
@@ -31,6 +34,7 @@ class Choice:
     precision: str
     threads: int | None
     path: Path  # the tuning.json it came from
+    options: dict[str, Any]  # engine options (``CHOICE_OPTIONS``), the calibration file's path resolved
 
 
 def package_version(package: str) -> str | None:
@@ -61,6 +65,15 @@ def mismatch(doc: Any, where: Path) -> str:
         raise BundleError(f"{where}: unknown format, engine or precision; re-run `rlx tune`")
     if threads is not None and (not isinstance(threads, int) or threads < 1):
         raise BundleError(f"{where}: threads must be a positive integer; re-run `rlx tune`")
+    options = choice.get("options", {})
+    if (
+        not isinstance(options, dict)
+        or any(k not in CHOICE_OPTIONS for k in options)
+        or not isinstance(options.get("calibration", ""), str)
+        or not isinstance(options.get("float32", []), list)
+        or not all(isinstance(n, str) for n in options.get("float32", []))
+    ):
+        raise BundleError(f"{where}: malformed choice options; re-run `rlx tune`")
     if importlib.util.find_spec(ENGINE_PACKAGES[engine].replace("jaxlib", "jax")) is None:
         return f"its engine {engine} is not installed"
     here = machine([engine])
@@ -80,6 +93,20 @@ def tuned_choice(path: str | Path) -> tuple[Choice | None, str]:
     doc = read_json(inside(directory, TUNING_FILE))
     why = mismatch(doc, file)
     if why:
-        return None, f"{file} ignored: {why}; re-run `rlx tune`"
+        return None, f"{file} ignored: {why}; running the numpy engine (re-run `rlx tune`)"
     choice = doc["choice"]
-    return Choice(choice["engine"], choice["precision"], choice.get("threads"), file), ""
+    options = dict(choice.get("options", {}))
+    if "calibration" in options:
+        options["calibration"] = inside(directory, options["calibration"])
+    return Choice(choice["engine"], choice["precision"], choice.get("threads"), file, options), ""
+
+
+def calibration_options(path: str | Path, engine: str, precision: str, options: dict[str, Any]) -> dict[str, Any]:
+    """``options`` with int8-static's calibration file added where none is given: the bundle's own
+    (``CALIBRATION_FILE``, written by ``rlx tune``) when it has one."""
+    if engine != "onnxruntime" or precision != "int8-static" or "calibration" in options:
+        return options
+    directory = bundle_root(Path(path))
+    if (directory / CALIBRATION_FILE).is_file():
+        return {**options, "calibration": inside(directory, CALIBRATION_FILE)}
+    return options

@@ -182,6 +182,78 @@ def test_recurrent_over_a_dynamic_batch(tmp_path, op, states):
     assert_runs_at_sizes(tmp_path, m, feeds(make, (1, 3, 7)), rtol=1e-4, atol=1e-5)
 
 
+# Over a sequence whose length is known only at run time: one Recurrent Call, stepped by each engine
+# (onnxruntime runs no batch-major ``layout=1`` recurrence, so none is compared here).
+SEQUENCE_CASES = {
+    "lstm_forward_peephole_clip": ("LSTM", dict(direction="forward", clip=2.0), True),
+    "lstm_bidirectional": ("LSTM", dict(direction="bidirectional"), True),
+    "lstm_reverse_input_forget": ("LSTM", dict(direction="reverse", input_forget=1), False),
+    "gru_linear_before_reset": ("GRU", dict(direction="bidirectional", linear_before_reset=1), True),
+    "gru_hardsigmoid_relu": ("GRU", dict(activations=["HardSigmoid", "Relu"], activation_alpha=[0.3],
+                                         activation_beta=[0.4]), False),
+    "rnn_reverse_states": ("RNN", dict(direction="reverse"), True),
+    "gru_leakyrelu_alpha_in_order": ("GRU", dict(activations=["Sigmoid", "LeakyRelu"], activation_alpha=[0.2]), True),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", SEQUENCE_CASES)
+def test_recurrent_over_a_dynamic_sequence(tmp_path, name):
+    op, attrs, states = SEQUENCE_CASES[name]
+    gates, hidden, width = {"RNN": 1, "GRU": 3, "LSTM": 4}[op], 5, 3
+    dirs = 2 if attrs.get("direction") == "bidirectional" else 1
+    inits = {
+        "W": R.standard_normal((dirs, gates * hidden, width)).astype(np.float32) * 0.5,
+        "R": R.standard_normal((dirs, gates * hidden, hidden)).astype(np.float32) * 0.5,
+        "B": R.standard_normal((dirs, 2 * gates * hidden)).astype(np.float32) * 0.5,
+    }
+    names = ["x", "W", "R", "B", ""]
+    state = [dirs, "batch", hidden]
+    inputs = {"x": (TensorProto.FLOAT, ["seq", "batch", width])}
+    if states:
+        inputs.update({"h0": (TensorProto.FLOAT, state)} | ({"c0": (TensorProto.FLOAT, state)} if op == "LSTM" else {}))
+        names += list(inputs)[1:]
+    elif op == "LSTM":
+        names += ["", ""]
+    if op == "LSTM" and "clip" in attrs:
+        inits["P"] = R.standard_normal((dirs, 3 * hidden)).astype(np.float32)
+        names.append("P")
+    outs = ["y", "y_h"] + (["y_c"] if op == "LSTM" else [])
+    node = helper.make_node(op, names, outs, hidden_size=hidden, **attrs)
+    m = model([node], inputs, outs, inits, opset=14)
+
+    def make(n: int) -> dict[str, np.ndarray]:
+        batch = 1 + n % 3
+        feed = {"x": f32(n, batch, width)}
+        feed.update({k: f32(dirs, batch, hidden) for k in inputs if k != "x"})
+        return feed
+
+    assert_runs_at_sizes(tmp_path, m, feeds(make, (4, 1, 9)), rtol=1e-4, atol=1e-5)
+    (instr,) = [i for i in rlx.load(tmp_path / "out").program.instrs if i.call.op == "Recurrent"]
+    assert str(instr.shape[0]) == "seq + 2"  # Y and the final states, packed along the steps
+
+
+@pytest.mark.parametrize("op", ["LSTM", "GRU"])
+@pytest.mark.parametrize("seq", [6, "seq"], ids=["unrolled", "recurrent_call"])
+def test_batch_major_recurrence_with_states(tmp_path, op, seq):
+    # layout=1: x [batch, seq, in], states [batch, directions, hidden]. onnxruntime runs no such
+    # node, so ONNX's reference implementation is the judge.
+    from onnx.reference import ReferenceEvaluator
+
+    gates, hidden = {"GRU": 3, "LSTM": 4}[op], 5
+    inits = {"W": f32(2, gates * hidden, 3), "R": f32(2, gates * hidden, hidden), "B": f32(2, 2 * gates * hidden)}
+    states = ["h0", "c0"] if op == "LSTM" else ["h0"]
+    inputs = {"x": (TensorProto.FLOAT, [3, seq, 3])} | {k: (TensorProto.FLOAT, [3, 2, hidden]) for k in states}
+    outs = ["y", "y_h"] + (["y_c"] if op == "LSTM" else [])
+    node = helper.make_node(op, ["x", "W", "R", "B", "", *states], outs, hidden_size=hidden, layout=1,
+                            direction="bidirectional")  # fmt: skip
+    m = model([node], inputs, outs, inits, opset=14)
+    feed = {"x": f32(3, 6, 3)} | {k: f32(3, 2, hidden) for k in states}
+    rlx.from_onnx(m, tmp_path / "out", example_inputs=feed, verify="none")
+    loaded = rlx.load(tmp_path / "out")
+    for got, want in zip(loaded.run_flat(loaded.bind((), feed)), ReferenceEvaluator(m).run(None, feed)):
+        np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-5)
+
+
 # ── 3. fixing chosen dimensions while converting ─────────────────────────────
 def _upsample_like() -> onnx.ModelProto:
     """x[1, 3, h, w] resized to like[1, 3, h, w]'s extents doubled: two inputs tied by their dim_params."""
@@ -207,6 +279,15 @@ def test_input_shapes_fix_chosen_dims_and_keep_the_rest(tmp_path):
             np.testing.assert_allclose(np.asarray(got), run_onnxruntime(m, feed)[0], rtol=1e-5, atol=1e-5)
     with pytest.raises(RlxError):  # the fixed axis is checked at run time
         loaded.run_flat(loaded.bind((), {"x": f32(1, 3, 4, 7), "like": f32(1, 3, 4, 7)}))
+
+
+def test_question_mark_dims_are_independent(tmp_path):
+    # paddle2onnx declares every free axis "?": each is its own size, not one tied dimension.
+    m = model([helper.make_node("Relu", ["x"], ["y"])], {"x": (TensorProto.FLOAT, ["?", 3, "?", "?"])}, ["y"], {})
+    assert_runs_at_sizes(tmp_path, m, [{"x": f32(1, 3, 4, 6)}, {"x": f32(2, 3, 7, 2)}, {"x": f32(3, 3, 1, 5)}])
+    assert len(rlx.load(tmp_path / "out").program.symbols) == 3
+    rlx.from_onnx(m, tmp_path / "fixed", input_shapes={"x": (1, 3, 48, None)})  # fixing one leaves the others
+    assert [s.name for s in rlx.load(tmp_path / "fixed").program.symbols] == ["x_3"]
 
 
 def test_input_shape_on_the_command_line(tmp_path, capsys):
@@ -265,6 +346,35 @@ def test_shape_parameter_inputs_stay_inputs(tmp_path, name):
     )
 
 
+# Reduction axes as a model input: which extents the result has is the values' business, so they
+# are sizes bound as the reduction runs (ReduceAxes); its rank is known from the axes' length.
+AXES_CASES = {  # name → (op, keepdims, the axes tried at each size)
+    "sum_keepdims": ("ReduceSum", 1, [[1], [-1], [0]]),
+    "max_two_axes_dropped": ("ReduceMax", 0, [[1, 2], [0, -1], [2, 0]]),
+    "logsumexp_keepdims": ("ReduceLogSumExp", 1, [[0, 2], [1, 2], [-3, -2]]),
+    "logsumexp_dropped": ("ReduceLogSumExp", 0, [[2], [0], [1]]),
+    "l2_dropped": ("ReduceL2", 0, [[2], [0], [1]]),
+    "mean_centred": ("ReduceMean", 1, [[1], [2], [0]]),  # x - mean(x): the bound sizes broadcast on
+}
+
+
+@pytest.mark.parametrize("name", AXES_CASES)
+def test_reduction_axes_input_stays_an_input(tmp_path, name):
+    op, keep, values = AXES_CASES[name]
+    nodes = [helper.make_node(op, ["x", "axes"], ["r"], keepdims=keep)]
+    if name == "mean_centred":
+        nodes.append(helper.make_node("Sub", ["x", "r"], ["y"]))
+    k = len(values[0])
+    inputs = {"x": (TensorProto.FLOAT, [2, "n", "m"]), "axes": (TensorProto.INT64, [k])}
+    m = model(nodes, inputs, [nodes[-1].output[0]], opset=18)
+    sizes = [(3, 4), (5, 1), (6, 6)]
+    feeds = [{"x": f32(2, *s), "axes": np.array(v, np.int64)} for s, v in zip(sizes, values)]
+    assert_runs_at_sizes(tmp_path, m, feeds)
+    program = rlx.load(tmp_path / "out").program
+    assert [v.name for v in program.inputs] == ["x", "axes"]  # not frozen
+    assert any(ins.call.op == "ReduceAxes" for ins in program.instrs)
+
+
 # ── an If on the sizes (a decoder that squeezes a unit axis): decided at the example, guarded ──
 def test_if_on_a_size_comparison_takes_the_example_branch_and_guards_it(tmp_path):
     one = helper.make_tensor("one", TensorProto.INT64, [1], [1])
@@ -287,9 +397,14 @@ def test_if_on_a_size_comparison_takes_the_example_branch_and_guards_it(tmp_path
 
 
 # ── the generated package and the JAX engine run the same bundle at other sizes ──
-@pytest.mark.parametrize("name", ["resize_cubic_sizes_from_graph", "pad_reflect_conv_same"])
+@pytest.mark.parametrize("name", ["resize_cubic_sizes_from_graph", "pad_reflect_conv_same", "lstm_dynamic_sequence"])
 def test_generated_package_runs_at_sizes(tmp_path, name, monkeypatch):
-    if name.startswith("resize"):
+    if name.startswith("lstm"):  # the Recurrent Call, stepped by the vendored kernel
+        nodes = [helper.make_node("LSTM", ["x", "W", "R"], ["y"], hidden_size=4, direction="bidirectional")]
+        inputs = {"x": (TensorProto.FLOAT, ["seq", 2, 3])}
+        inits = {"W": f32(2, 16, 3), "R": f32(2, 16, 4)}
+        make = lambda n: {"x": f32(n, 2, 3)}  # noqa: E731
+    elif name.startswith("resize"):
         nodes, inits = RESIZE_CASES["cubic_sizes_from_graph_align"]
         inputs = {**IMAGE, "like": (TensorProto.FLOAT, [1, 3, "H", "W"])}
         make = lambda n: {**image(n), "like": f32(1, 3, 2 * n - 3, n + 1)}  # noqa: E731

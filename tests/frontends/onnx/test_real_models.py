@@ -3,9 +3,11 @@ run at three sizes against onnxruntime on the numpy and onnxruntime engines (iss
 
 Two sources: models exported here with torch.onnx (TorchScript ``dynamic_axes`` and dynamo
 ``dynamic_shapes``) — a conv + upsample neck, an audio front-end (reflect-padded STFT, framing with
-an FFT), a bidirectional LSTM with state inputs — and the ONNX files the ``silero-vad`` package
-ships (If on the decoder's extent, LSTM, half precision, state inputs), when that package is
-installed (``pip install silero-vad``; its files are read, its code is not imported).
+an FFT), a bidirectional LSTM with state inputs — and the ONNX files two packages from the
+registry ship, when they are installed (``pip install rlx[realmodels]``; their files are read, their
+code is not imported): ``silero-vad`` (If on the decoder's extent, LSTM over a dynamic sequence,
+half precision, state inputs) and ``rapidocr-onnxruntime`` (paddle2onnx OCR detection,
+classification and recognition at opsets 11-12, dynamic batch / height / width).
 """
 
 from __future__ import annotations
@@ -130,18 +132,23 @@ def test_torch_onnx_export_runs_at_three_sizes(tmp_path, name, exporter):
 
 
 # ── shipped inside a package from the registry ───────────────────────────────
-def _silero_files() -> dict[str, Path]:
-    spec = importlib.util.find_spec("silero_vad")
+def _package_files(package: str, folder: str) -> dict[str, Path]:
+    """The .onnx files in ``folder`` of an installed ``package`` (found, not imported)."""
+    spec = importlib.util.find_spec(package)
     if spec is None or not spec.submodule_search_locations:
         return {}
-    data = Path(next(iter(spec.submodule_search_locations))) / "data"
+    data = Path(next(iter(spec.submodule_search_locations))) / folder
     return {p.name: p for p in sorted(data.glob("*.onnx"))}
 
 
 # file → (batch sizes and sequence lengths tried, inputs frozen): the 16 kHz decoder squeezes a unit
 # axis behind an If, so sequences whose decoded extent is 1 run (288 and 576 samples); others are
-# refused by the guard that choice adds.
+# refused by the guard that choice adds. The sequence model's batch axis is its LSTM's time axis
+# (one Recurrent Call over a length known at run time); the OpenVINO file declares static shapes
+# only, so its three runs differ in values, not sizes.
 SILERO = {
+    "silero_vad_16k_sequence.onnx": ([(3, 576), (1, 576), (9, 576)], {}),
+    "silero_vad_openvino_16k.onnx": ([(1, 576)] * 3, {}),
     "silero_vad_16k_op15.onnx": ([(1, 576), (2, 576), (3, 288)], {}),
     "silero_vad_half.onnx": ([(1, 576), (2, 576), (3, 288)], {}),
     "silero_vad_op18_ifless.onnx": ([(1, 576), (2, 1088), (3, 288)], {}),
@@ -151,9 +158,9 @@ SILERO = {
 
 @pytest.mark.parametrize("file", SILERO)
 def test_silero_vad_onnx_files(tmp_path, file):
-    files = _silero_files()
+    files = _package_files("silero_vad", "data")
     if file not in files:
-        pytest.skip("the silero-vad package is not installed (pip install silero-vad)")
+        pytest.skip("the silero-vad package is not installed (pip install 'rlx[realmodels]')")
     import rlx
 
     m = onnx.load(str(files[file]))
@@ -162,7 +169,7 @@ def test_silero_vad_onnx_files(tmp_path, file):
 
     def feed(batch: int, seq: int) -> Feed:
         out = {"input": f32(batch, seq, scale=0.1), "state": f32(2, batch, 128, scale=0.1),
-               "sr": np.array(16000, np.int64)}  # fmt: skip
+               "h": f32(1, 1, 128, scale=0.1), "c": f32(1, 1, 128, scale=0.1), "sr": np.array(16000, np.int64)}  # fmt: skip
         return {k: out[k] for k in names if k in out and k not in frozen}
 
     if frozen:  # an If on the sample rate's value picks differently shaped branches: the rate is fixed
@@ -178,3 +185,24 @@ def test_silero_vad_onnx_files(tmp_path, file):
                     np.testing.assert_allclose(np.asarray(g), w, rtol=1e-4, atol=1e-5, err_msg=f"{engine} {s}")
         return
     assert_runs_at_sizes(tmp_path, m, [feed(*s) for s in sizes], rtol=1e-4, atol=1e-5)
+
+
+# file → the image sizes tried: the detector takes any multiple of 32; the recogniser's height is
+# 48 by design (its neck reshapes the pooled height away), its width free; the classifier's
+# height and width are free (from 48 on: below, a pooling window outgrows its input and
+# onnxruntime keeps a row the ONNX formula drops).
+RAPIDOCR = {
+    "ch_PP-OCRv4_det_infer.onnx": [(1, 64, 96), (2, 96, 64), (1, 160, 128)],
+    "ch_PP-OCRv4_rec_infer.onnx": [(1, 48, 160), (2, 48, 320), (3, 48, 96)],
+    "ch_ppocr_mobile_v2.0_cls_infer.onnx": [(1, 48, 192), (2, 48, 100), (3, 64, 256)],
+}
+
+
+@pytest.mark.parametrize("file", RAPIDOCR)
+def test_rapidocr_onnx_files(tmp_path, file):
+    files = _package_files("rapidocr_onnxruntime", "models")
+    if file not in files:
+        pytest.skip("the rapidocr-onnxruntime package is not installed (pip install 'rlx[realmodels]')")
+    m = onnx.load(str(files[file]))
+    feeds = [{"x": f32(n, 3, h, w)} for n, h, w in RAPIDOCR[file]]
+    assert_runs_at_sizes(tmp_path, m, feeds, rtol=1e-4, atol=1e-5)

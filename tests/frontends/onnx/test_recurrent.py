@@ -47,6 +47,12 @@ def test_recurrent_matches_onnxruntime(op, direction):
         ("LSTM", {"input_forget": 1, "clip": 0.5}),
         ("RNN", {"activations": ["Relu"]}),
         ("GRU", {"activations": ["HardSigmoid", "Softsign"], "activation_alpha": [0.3], "activation_beta": [0.4]}),
+        # alphas go in order to the activations that take one: 0.2 is LeakyRelu's, not Sigmoid's
+        ("GRU", {"activations": ["Sigmoid", "LeakyRelu"], "activation_alpha": [0.2]}),
+        (
+            "LSTM",
+            {"activations": ["Sigmoid", "Tanh", "ScaledTanh"], "activation_alpha": [0.7], "activation_beta": [1.5]},
+        ),
         ("LSTM", {"layout": 1}),
     ],
     ids=str,

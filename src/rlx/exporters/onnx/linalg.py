@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rlx.exporters.onnx.registry import OnnxGraph, T, emits
+from rlx.exporters.onnx.registry import CONTRIB_DOMAIN, OnnxGraph, T, emits
 from rlx.ir import calls as C
 from rlx.ir.program import Instr
 
@@ -22,10 +22,13 @@ def matmul(g: OnnxGraph, c: C.MatMul, out: Instr, x: T, y: T) -> T:
 
 @emits(C.Linear, widen=True)
 def linear(g: OnnxGraph, c: C.Linear, out: Instr, x: T, w: T, b: T | None) -> T:
-    # MatMul against the transposed weight: onnxruntime folds the Transpose of an initializer once
-    # at load, and fuses MatMul + Add (+ activation) itself.
-    wt = g.op("Transpose", [w], w.dtype, perm=[1, 0])
-    y = g.op("MatMul", [x, wt], x.dtype)
+    if "transposed_weights" in g.contrib and x.dtype == "f32":
+        # onnxruntime's MatMul with transB: the weight is read where it lies (memory-mapped).
+        y = g.op("FusedMatMul", [x, w], x.dtype, domain=CONTRIB_DOMAIN, transB=1)
+    else:
+        # MatMul against the transposed weight: onnxruntime folds the Transpose of an initializer
+        # once at load (a copy), and fuses MatMul + Add (+ activation) itself.
+        y = g.op("MatMul", [x, g.op("Transpose", [w], w.dtype, perm=[1, 0])], x.dtype)
     if b is not None:
         y = g.op("Add", [y, g.cast(b, x.dtype)], x.dtype)
     return y

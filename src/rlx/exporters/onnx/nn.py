@@ -367,3 +367,35 @@ def _repeat_heads(g: OnnxGraph, kv: T, q: T) -> T:
     expanded = g.op("Expand", [unsq, g.dims(shape)], kv.dtype)
     target = list(kv.shape[:-3]) + [q_heads] + list(kv.shape[-2:])
     return g.op("Reshape", [expanded, g.dims(target)], kv.dtype, tuple(target))
+
+
+# ── Recurrent: ONNX's own RNN / GRU / LSTM ───────────────────────────────────
+_ONNX_ACTIVATIONS = {"relu": "Relu", "tanh": "Tanh", "sigmoid": "Sigmoid", "softplus": "Softplus",
+                     "softsign": "Softsign", "affine": "Affine", "scaledtanh": "ScaledTanh",
+                     "hardsigmoid": "HardSigmoid", "leakyrelu": "LeakyRelu"}  # fmt: skip
+_TAKES_ALPHA = {"affine", "scaledtanh", "hardsigmoid", "leakyrelu"}
+_TAKES_BETA = {"affine", "scaledtanh", "hardsigmoid"}
+
+
+@emits(C.Recurrent, widen=True)
+def recurrent(g: OnnxGraph, c: C.Recurrent, out: Instr, x: T, w: T, r: T, bias: T | None, h0: T | None,
+              c0: T | None, peep: T | None) -> T:  # fmt: skip
+    if any(a not in _ONNX_ACTIVATIONS for a in c.activations):
+        raise unsupported(c, f"with activations {list(c.activations)}")
+    # onnxruntime hands alphas / betas out in order to the activations that take one.
+    alphas = [a for n, a in zip(c.activations, c.alphas) if n in _TAKES_ALPHA]
+    betas = [b for n, b in zip(c.activations, c.betas) if n in _TAKES_BETA]
+    lstm = c.cell == "lstm"
+    inputs = [x, w, r, bias, None, h0] + ([c0, peep] if lstm else [])
+    attrs: dict[str, Any] = dict(hidden_size=c.hidden, direction=c.direction, clip=c.clip,
+                                 activations=[_ONNX_ACTIVATIONS[a] for a in c.activations],
+                                 activation_alpha=alphas or None, activation_beta=betas or None)  # fmt: skip
+    if lstm:
+        attrs["input_forget"] = int(c.input_forget)
+    if c.cell == "gru":
+        attrs["linear_before_reset"] = int(c.linear_before_reset)
+    y, y_h, *rest = g.node(c.cell.upper() if c.cell != "lstm" else "LSTM", inputs, 3 if lstm else 2, **attrs)
+    h = T(y_h, x.dtype)
+    last = T(rest[0], x.dtype) if lstm else g.op("Expand", [g.const(0, x.dtype), g.op("Shape", [h], "i64")], x.dtype)
+    rows = [T(y, x.dtype)] + [g.op("Unsqueeze", [v, g.ints([0])], x.dtype) for v in (h, last)]
+    return g.op("Concat", rows, x.dtype, out.shape, axis=0)

@@ -13,12 +13,12 @@ from rlx.ir.program import Instr
 _OPS = {"sum": "ReduceSum", "prod": "ReduceProd", "amax": "ReduceMax", "amin": "ReduceMin", "mean": "ReduceMean"}
 
 
-def _reduce(g: OnnxGraph, op: str, x: T, axes: list[int] | None, keepdim: bool) -> T:
-    inputs = [x] if axes is None else [x, g.ints(axes)]
+def _reduce(g: OnnxGraph, op: str, x: T, axes: list[int] | T | None, keepdim: bool) -> T:
+    inputs = [x] if axes is None else [x, axes if isinstance(axes, T) else g.ints(axes)]
     return g.op(op, inputs, x.dtype, keepdims=int(keepdim))
 
 
-def _any_nan(g: OnnxGraph, x: T, axes: list[int] | None, keepdim: bool) -> T:
+def _any_nan(g: OnnxGraph, x: T, axes: list[int] | T | None, keepdim: bool) -> T:
     nan = g.cast(g.op("IsNaN", [x], "bool"), "i32")
     return g.cast(_reduce(g, "ReduceMax", nan, axes, keepdim), "bool")
 
@@ -74,3 +74,15 @@ def arg_reduce(g: OnnxGraph, c: C.ArgReduce, out: Instr, x: T) -> T:
     if flat:
         idx = g.op("Reshape", [idx, g.ints([1] * x.rank if c.keepdim else [])], "i64", out.shape)
     return idx
+
+
+@emits(C.ReduceAxes, widen=True)
+def reduce_axes(g: OnnxGraph, c: C.ReduceAxes, out: Instr, x: T, axes: T) -> T:
+    # ONNX's Reduce* take their axes as an input from opset 18: the run-time tensor goes straight in.
+    # (ReduceAxes comes from an ONNX graph only, whose ReduceMax/Min over nothing give the identity.)
+    given = g.cast(axes, "i64")
+    work = g.cast(x, "i32") if x.dtype in ("i8", "i16", "u8", "bool") else x
+    y = g.cast(_reduce(g, _OPS[c.fn], work, given, c.keepdim), x.dtype)
+    if c.fn in ("amax", "amin") and dtypes.is_float(x.dtype):
+        y = g.op("Where", [_any_nan(g, x, given, c.keepdim), g.const(math.nan, x.dtype), y], x.dtype)
+    return y

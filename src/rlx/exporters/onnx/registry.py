@@ -100,9 +100,11 @@ def emits(*calls: type[Call], widen: bool = False) -> Callable[[Emitter], Emitte
 CONTRIB_DOMAIN = "com.microsoft"
 # "attention": Attention → MultiHeadAttention; "gelu": x·x·x as Pow(x, 3), the pattern of the tanh GELU
 # that onnxruntime's optimizer fuses into FastGelu; "causal_attention" (with "attention"): causal and
-# grouped-query attention as MultiHeadAttention too. DEFAULT_CONTRIB: the ones the onnxruntime
-# engine uses unless told otherwise (all of them).
-CONTRIB_FUSIONS = ("attention", "gelu", "causal_attention")
+# grouped-query attention as MultiHeadAttention too; "transposed_weights": Linear as FusedMatMul
+# with transB, which reads the weight in its stored [out, in] layout (a Transpose node would be
+# folded into a transposed copy of every weight at load). DEFAULT_CONTRIB: the ones the
+# onnxruntime engine uses unless told otherwise (all of them).
+CONTRIB_FUSIONS = ("attention", "gelu", "causal_attention", "transposed_weights")
 DEFAULT_CONTRIB = CONTRIB_FUSIONS
 
 

@@ -411,12 +411,18 @@ def convolution(node: Node, b: Builder) -> Operand:
     )
 
 
+def _conv_inputs(node: Node, b: Builder) -> tuple[Ref, Ref, int, tuple[int, ...]]:
+    """What conv1d/2d/3d and conv_transpose1d/2d/3d (input, weight, bias, stride, …) begin with: the
+    input (batched), the weight, the number of spatial axes and the stride."""
+    x, w = b.input(node, 0), b.input(node, 1)
+    nd = b.rank(w) - 2
+    return _batched(b, x, w), w, nd, ints(node.arg(3, "stride", 1), nd)
+
+
 @lowers("aten.conv1d", "aten.conv2d", "aten.conv3d")
 def conv_nd(node: Node, b: Builder) -> Operand:
-    x, w = b.input(node, 0), b.input(node, 1)
-    x = _batched(b, x, w)
-    nd = b.rank(w) - 2
-    stride, dilation = ints(node.arg(3, "stride", 1), nd), ints(node.arg(5, "dilation", 1), nd)
+    x, w, nd, stride = _conv_inputs(node, b)
+    dilation = ints(node.arg(5, "dilation", 1), nd)
     padding = node.arg(4, "padding", 0)
     groups = int(node.arg(6, "groups", 1))
     if isinstance(padding, str):
@@ -441,10 +447,8 @@ def conv_nd(node: Node, b: Builder) -> Operand:
 @lowers("aten.conv_transpose1d", "aten.conv_transpose2d", "aten.conv_transpose3d")
 def conv_transpose(node: Node, b: Builder) -> Operand:
     # (input, weight, bias, stride, padding, output_padding, groups, dilation)
-    x, w = b.input(node, 0), b.input(node, 1)
-    x = _batched(b, x, w)
-    nd = b.rank(w) - 2
-    stride, padding = ints(node.arg(3, "stride", 1), nd), ints(node.arg(4, "padding", 0), nd)
+    x, w, nd, stride = _conv_inputs(node, b)
+    padding = ints(node.arg(4, "padding", 0), nd)
     output_padding, groups = ints(node.arg(5, "output_padding", 0), nd), int(node.arg(6, "groups", 1))
     dilation = ints(node.arg(7, "dilation", 1), nd)
     return _conv(

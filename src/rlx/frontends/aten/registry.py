@@ -14,16 +14,16 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, overload
+from typing import Any
 
-from rlx.errors import LoweringError, RlxError, UnsupportedOpError
+from rlx.errors import LoweringError, UnsupportedOpError
 from rlx.formats.torch_ir import Node, Output, ScalarMeta, TensorMeta, TorchIR
 from rlx.ir import dtypes, symbolic
-from rlx.ir.calls import Arange, Binary, Cast, RandomBits
+from rlx.ir.builder import InstrBuilder
+from rlx.ir.calls import Arange, Binary, RandomBits
 from rlx.ir.program import Call, Instr, Lit, Operand, Program, Ref, StateVar, Value, Weight
 from rlx.ir.rng import RNG_KEY, RNG_STATE
-from rlx.ir.rules import emit_problem, operand_types
-from rlx.ir.symbolic import Dim, Shape, Sym, eval_shape
+from rlx.ir.symbolic import Dim, Sym, eval_shape
 
 Result = Operand | Sequence[Operand | None] | None
 Handler = Callable[[Node, "Builder"], Result]
@@ -91,18 +91,15 @@ def op_table_markdown() -> str:
     return "\n".join(rows)
 
 
-class Builder:
+class Builder(InstrBuilder):
     """Collects instructions for one Program while lowering nodes in order."""
 
     def __init__(self, program: Program) -> None:
-        self.program = program
+        info = {v.name: v for v in program.inputs}
+        info.update({w.name: Value(w.name, w.shape, w.dtype) for w in program.weights})
+        super().__init__(program, info, {s.name: s.hint for s in [*program.symbols, *program.data_symbols]})
         self.env: dict[str, Any] = {}  # aten value id → Operand, or a tuple of them for multi-output nodes
-        self.info: dict[str, Value] = {v.name: v for v in program.inputs}
-        self.info.update({w.name: Value(w.name, w.shape, w.dtype) for w in program.weights})
-        self.hints = {s.name: s.hint for s in [*program.symbols, *program.data_symbols]}
         self._node: Node | None = None
-        self._names: set[str] = set(self.info)
-        self._emitted: list[Instr] = []
         self.item_symbols: set[str] = set()  # symbols naming item() values (data, lowered as 0-d tensors)
         self.draws = 0  # random draws so far: each one is its own stream of the generator
 
@@ -148,16 +145,10 @@ class Builder:
             return self.lit(value, dtype or dtypes.scalar_dtype(value))
         return value
 
-    def lit(self, value: bool | int | float | Sym, dtype: str) -> Lit:
-        if isinstance(value, Sym):
-            return Lit(value, dtype)
-        if dtypes.is_float(dtype):
-            return Lit(float(value), dtype)
-        if dtype == "bool":
-            return Lit(bool(value), dtype)
+    def integer(self, value: bool | int | float, dtype: str) -> int:
         if isinstance(value, float) and not value.is_integer():
             raise LoweringError(f"scalar {value} cannot be represented as {dtype}")
-        return Lit(int(value), dtype)
+        return int(value)
 
     def scalar(self, node: Node, index: int, name: str | None = None, default: Any = None) -> Any:
         """A non-tensor argument; a reference to shape arithmetic resolves to its int or ``Sym``."""
@@ -171,56 +162,24 @@ class Builder:
             return tuple(self.env.get(a.name) if isinstance(a, Ref) else a for a in arg)
         return arg
 
-    def shape(self, x: Operand) -> Shape:
-        return () if isinstance(x, Lit) else self.info[x.name].shape
-
-    def dtype(self, x: Operand) -> str:
-        return x.dtype if isinstance(x, Lit) else self.info[x.name].dtype
-
-    def rank(self, x: Operand) -> int:
-        return len(self.shape(x))
-
     # ── emitting ─────────────────────────────────────────────────────────────
-    def emit(self, call: Call, shape: Sequence[Dim], dtype: str) -> Ref:
-        """Append ``call`` and return its result. Names are ``<node>__<k>`` until the handler
-        returns; the value it returns is then renamed to the node id."""
+    def where(self) -> str:
         node = self._node
-        # Every handler's hand-computed type is held to the Call's rule, so the lowerings and the
-        # rules check each other on every conversion.
-        problem = emit_problem(call, shape, dtype, operand_types(self.info), self.hints)
-        if problem:
-            where = f"node {node.id} ({node.op})" if node else "the program's epilogue"
-            raise LoweringError(f"{where}: {call.op} {problem}")
-        base = node.id if node else "v"
-        name = f"{base}__{len(self._emitted)}"
+        return f"node {node.id} ({node.op})" if node else "the program's epilogue"
+
+    def fresh_name(self) -> str:
+        """``<node>__<k>`` until the handler returns; the value it returns is then renamed to the node id."""
+        name = f"{self._node.id if self._node else 'v'}__{len(self._emitted)}"
         while name in self._names:
             name += "_"
         self._names.add(name)
-        ins = Instr(
-            name, call, tuple(d if isinstance(d, Sym) else int(d) for d in shape), dtype, node.id if node else "", ""
-        )
-        self._emitted.append(ins)
-        self.info[name] = Value(name, ins.shape, dtype)
-        return Ref(name)
+        return name
+
+    def origin(self) -> str:
+        return self._node.id if self._node else ""
 
     def emit_like(self, call: Call, meta: TensorMeta) -> Ref:
         return self.emit(call, meta.shape, meta.dtype)
-
-    # A tensor stays a tensor (it is returned as is or cast by a new instruction), so handlers
-    # that cast a Ref can pass the result on to Calls whose fields only accept a Ref.
-    @overload
-    def cast(self, x: Ref, dtype: str) -> Ref: ...
-    @overload
-    def cast(self, x: Operand, dtype: str) -> Operand: ...
-    def cast(self, x: Operand, dtype: str) -> Operand:
-        """``x`` in ``dtype``; literals are converted in place, tensors get a Cast when needed."""
-        if self.dtype(x) == dtype:
-            return x
-        if isinstance(x, Lit) and isinstance(x.value, Sym):
-            return Lit(x.value, dtype)
-        if isinstance(x, Lit):
-            return self.lit(x.value, dtype)
-        return self.emit(Cast(x, dtype), self.shape(x), dtype)
 
     def random_bits(self, shape: Sequence[Dim]) -> Ref:
         """Uniform random 32-bit words (``u32``) of ``shape``, a stream of their own. The first draw
@@ -239,31 +198,19 @@ class Builder:
         self._node, self._emitted = None, []
         steps = self.emit(Arange(0, 2, 1, "i64"), (2,), "i64")  # the counter moves, the key stays
         new = self.emit(Binary("add", Ref(RNG_STATE), steps), (2,), "i64")
-        for ins in self._emitted:
-            ins.note = "generator state, advanced by one call"
-        self.program.instrs.extend(self._emitted)
+        self.commit("generator state, advanced by one call")
         self.program.state.append(StateVar(RNG_STATE, RNG_KEY, len(self.program.outputs)))
         self.program.outputs.append(new)
 
     # ── driving one node ─────────────────────────────────────────────────────
     def lower_node(self, node: Node, handler: Handler) -> None:
         self._node = node
-        self._emitted = []
-        try:
-            result = handler(node, self)
-        except RlxError:
-            raise
-        except Exception as e:  # whatever a handler trips over, the user needs the node it happened at
-            raise LoweringError(f"node {node.id} ({node.op}): cannot lower: {type(e).__name__}: {e}") from e
-        emitted = self._emitted
+        result = self.collect(lambda: handler(node, self))
         if isinstance(result, (Ref, Lit)):
-            result = self._rename_final(node, result, emitted)
+            result = self._rename_final(node, result, self._emitted)
         elif isinstance(result, (list, tuple)):
             result = tuple(result)
-        note = self._note(node)
-        for ins in emitted:
-            ins.note = note
-        self.program.instrs.extend(emitted)
+        self.commit(self._note(node))
         self.env[node.id] = result
         self._check_result(node, result)
         self._node = None

@@ -13,16 +13,11 @@ from rlx.ir.program import Operand
 # op → (Upsample mode, spatial rank, antialias). Every op has a `.vec` overload
 # (input, output_size, [align_corners,] scale_factors) and a `.default` one
 # (input, output_size, [align_corners,] scales_d?, scales_h?, scales_w?).
+_LINEAR = {1: "linear", 2: "bilinear", 3: "trilinear"}
 _UPSAMPLE = {
-    "upsample_nearest1d": ("nearest", 1, False),
-    "upsample_nearest2d": ("nearest", 2, False),
-    "upsample_nearest3d": ("nearest", 3, False),
-    "_upsample_nearest_exact1d": ("nearest_exact", 1, False),
-    "_upsample_nearest_exact2d": ("nearest_exact", 2, False),
-    "_upsample_nearest_exact3d": ("nearest_exact", 3, False),
-    "upsample_linear1d": ("linear", 1, False),
-    "upsample_bilinear2d": ("linear", 2, False),
-    "upsample_trilinear3d": ("linear", 3, False),
+    **{f"upsample_nearest{nd}d": ("nearest", nd, False) for nd in (1, 2, 3)},
+    **{f"_upsample_nearest_exact{nd}d": ("nearest_exact", nd, False) for nd in (1, 2, 3)},
+    **{f"upsample_{name}{nd}d": ("linear", nd, False) for nd, name in _LINEAR.items()},
     "upsample_bicubic2d": ("bicubic", 2, False),
     "_upsample_bilinear2d_aa": ("linear", 2, True),
     "_upsample_bicubic2d_aa": ("bicubic", 2, True),

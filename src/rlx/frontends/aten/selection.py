@@ -81,38 +81,27 @@ def _unique_parts(
     return tuple(out)
 
 
-@lowers("aten._unique2.default")
-def unique2(node: Node, b: Builder) -> tuple[Operand, ...]:
+# op → (consecutive, and the positions of its `dim` (None: the flattened tensor), `return_inverse`
+# and `return_counts` (None: the op has no counts result)).
+_UNIQUE_OPS = {
+    "aten._unique2.default": (False, None, 2, 3),
+    "aten._unique.default": (False, None, 2, None),
+    "aten.unique_dim.default": (False, 1, 3, 4),
+    "aten.unique_consecutive.default": (True, 3, 1, 2),
+    "aten.unique_dim_consecutive.default": (True, 1, 2, 3),
+}
+
+
+@lowers(*_UNIQUE_OPS)
+def unique(node: Node, b: Builder) -> tuple[Operand, ...]:
     # `sorted=False` is served sorted: one of the orders PyTorch allows (its CPU kernel sorts too).
-    wanted = (True, bool(node.arg(2, "return_inverse", False)), bool(node.arg(3, "return_counts", False)))
-    return _unique_parts(node, b, False, None, wanted)
-
-
-@lowers("aten._unique.default")
-def unique_(node: Node, b: Builder) -> tuple[Operand, ...]:
-    return _unique_parts(node, b, False, None, (True, bool(node.arg(2, "return_inverse", False))))
-
-
-@lowers("aten.unique_dim.default")
-def unique_dim(node: Node, b: Builder) -> tuple[Operand, ...]:
-    axis = norm_axis(node.arg(1, "dim"), b.rank(b.input(node, 0)))
-    wanted = (True, bool(node.arg(3, "return_inverse", False)), bool(node.arg(4, "return_counts", False)))
-    return _unique_parts(node, b, False, axis, wanted)
-
-
-@lowers("aten.unique_consecutive.default")
-def unique_consecutive(node: Node, b: Builder) -> tuple[Operand, ...]:
-    dim = node.arg(3, "dim", None)
+    consecutive, dim_at, inverse_at, counts_at = _UNIQUE_OPS[node.op]
+    dim = None if dim_at is None else node.arg(dim_at, "dim", None)
     axis = None if dim is None else norm_axis(dim, b.rank(b.input(node, 0)))
-    wanted = (True, bool(node.arg(1, "return_inverse", False)), bool(node.arg(2, "return_counts", False)))
-    return _unique_parts(node, b, True, axis, wanted)
-
-
-@lowers("aten.unique_dim_consecutive.default")
-def unique_dim_consecutive(node: Node, b: Builder) -> tuple[Operand, ...]:
-    axis = norm_axis(node.arg(1, "dim"), b.rank(b.input(node, 0)))
-    wanted = (True, bool(node.arg(2, "return_inverse", False)), bool(node.arg(3, "return_counts", False)))
-    return _unique_parts(node, b, True, axis, wanted)
+    wanted: tuple[bool, ...] = (True, bool(node.arg(inverse_at, "return_inverse", False)))
+    if counts_at is not None:
+        wanted += (bool(node.arg(counts_at, "return_counts", False)),)
+    return _unique_parts(node, b, consecutive, axis, wanted)
 
 
 @lowers("aten.bincount.default")

@@ -8,12 +8,23 @@ together stay tied. The model itself is not changed: a copy is.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rlx.errors import UsageError
 
 InputShapes = Mapping[str, Sequence[int | None]]
+
+
+def dim_param(d: Any) -> str | None:
+    """The name a declared dimension ties to, or None for a static or anonymous one.
+
+    A ``dim_param`` without a letter or digit (paddle2onnx writes ``?`` for every free axis) names
+    no dimension: two ``?`` axes are independent, as onnxruntime treats them, not one tied size.
+    """
+    name = d.dim_param if d.HasField("dim_param") else ""
+    return name if re.search(r"\w", name) else None
 
 
 def parse_input_shape(text: str) -> tuple[str, tuple[int | None, ...]]:
@@ -38,8 +49,9 @@ def fix_input_shapes(proto: Any, input_shapes: InputShapes, where: str) -> Any:
         dims = input_shapes.get(vi.name)
         for axis, d in enumerate(vi.type.tensor_type.shape.dim):
             size = dims[axis] if dims is not None else None
-            if size is None and d.HasField("dim_param") and d.dim_param in params:
-                size = params[d.dim_param]
+            tied = dim_param(d)
+            if size is None and tied is not None and tied in params:
+                size = params[tied]
             if size is not None:
                 d.dim_value = size  # clears dim_param (a oneof)
     return out
@@ -67,8 +79,7 @@ def _fixed_params(proto: Any, input_shapes: InputShapes, where: str) -> dict[str
                 raise UsageError(f"{what}: size {size} is negative")
             if d.HasField("dim_value") and d.dim_value != size:
                 raise UsageError(f"{what}: the model fixes it to {d.dim_value}, not {size}")
-            if d.HasField("dim_param") and d.dim_param and params.setdefault(d.dim_param, size) != size:
-                raise UsageError(
-                    f"{where}: input_shapes gives dimension {d.dim_param!r} two sizes, {params[d.dim_param]} and {size}"
-                )
+            tied = dim_param(d)
+            if tied is not None and params.setdefault(tied, size) != size:
+                raise UsageError(f"{where}: input_shapes gives dimension {tied!r} two sizes, {params[tied]} and {size}")
     return params

@@ -207,10 +207,15 @@ def conv_transpose(node: OnnxNode, b: OnnxBuilder) -> Env:
 
 
 # ── pooling ──────────────────────────────────────────────────────────────────
-def _pool_prep(node: OnnxNode, b: OnnxBuilder, fill: float) -> tuple[Ref, list[int], list[int], list[int], list[int]]:
+def _pool_window(node: OnnxNode, b: OnnxBuilder) -> tuple[Ref, list[int], list[int], list[int], list[tuple[Dim, Dim]]]:
+    """A pooling node's input and window: kernel, strides, dilations and (before, after) pads per axis."""
     x = b.ref(node, 0)
     kernel = [int(k) for k in node.attr("kernel_shape")]
-    strides, dilations, pads = _window_attrs(node, kernel, list(b.shape(x)[2:]))
+    return x, kernel, *_window_attrs(node, kernel, list(b.shape(x)[2:]))
+
+
+def _pool_prep(node: OnnxNode, b: OnnxBuilder, fill: float) -> tuple[Ref, list[int], list[int], list[int], list[int]]:
+    x, kernel, strides, dilations, pads = _pool_window(node, b)
     even = _even(pads, kernel)
     if even is None:
         x, even = _explicit_pad(b, x, pads, fill), [0] * len(pads)
@@ -259,9 +264,7 @@ def max_pool(node: OnnxNode, b: OnnxBuilder) -> Ref | tuple[Ref, Ref]:
 
 @onnx_op("AveragePool")
 def avg_pool(node: OnnxNode, b: OnnxBuilder) -> Env:
-    x0 = b.ref(node, 0)
-    kernel = [int(k) for k in node.attr("kernel_shape")]
-    strides, dilations, pads = _window_attrs(node, kernel, list(b.shape(x0)[2:]))
+    x0, kernel, strides, dilations, pads = _pool_window(node, b)
     ceil = bool(node.attr("ceil_mode", 0))
     include = bool(node.attr("count_include_pad", 0))
     if any(d != 1 for d in dilations):  # AvgPool has no dilation: a window sum over a window count
@@ -334,9 +337,7 @@ def _window_sum(
 
 @onnx_op("LpPool")
 def lp_pool(node: OnnxNode, b: OnnxBuilder) -> Env:
-    x = b.ref(node, 0)
-    kernel = [int(k) for k in node.attr("kernel_shape")]
-    strides, dilations, pads = _window_attrs(node, kernel, list(b.shape(x)[2:]))
+    x, kernel, strides, dilations, pads = _pool_window(node, b)
     p = float(node.attr("p", 2))
     dt = b.dtype(x)
     powered = emit_binary(b, "pow", unary(b, "abs", x), b.lit(p, dt))

@@ -174,15 +174,21 @@ def _conv_on(b: OnnxBuilder, node: OnnxNode, x: Ref, w: Ref, bias: Ref | None) -
     return out
 
 
+def _centered_filters(b: OnnxBuilder, node: OnnxNode, index: int, zp_index: int) -> Ref:
+    """Conv weights ``index`` minus their zero point (one per output channel, or one in all), as float64."""
+    w = b.cast(b.ref(node, index), "f64")
+    if not node.has_input(zp_index):
+        return w
+    zp = b.cast(b.as_ref(b.input(node, zp_index)), "f64")
+    if b.rank(zp) == 1 and b.shape(zp)[0] != 1:  # per output channel: along the weights' first axis
+        zp = b.reshape(zp, (b.shape(zp)[0], *([1] * (b.rank(w) - 1))))
+    return emit_binary(b, "sub", w, zp)
+
+
 @onnx_op("ConvInteger")
 def conv_integer(node: OnnxNode, b: OnnxBuilder) -> Env:
     x = _centered(b, node, 0, 2)
-    w = b.cast(b.ref(node, 1), "f64")
-    if node.has_input(3):
-        zp = b.cast(b.as_ref(b.input(node, 3)), "f64")
-        if b.rank(zp) == 1 and b.shape(zp)[0] != 1:  # per output channel
-            zp = b.reshape(zp, (b.shape(zp)[0], *([1] * (b.rank(w) - 1))))
-        w = emit_binary(b, "sub", w, zp)
+    w = _centered_filters(b, node, 1, 3)
     return b.cast(_conv_on(b, node, x, w, None), "i32")
 
 
@@ -190,12 +196,7 @@ def conv_integer(node: OnnxNode, b: OnnxBuilder) -> Env:
 def qlinear_conv(node: OnnxNode, b: OnnxBuilder) -> Env:
     # x, x_scale, x_zp, w, w_scale, w_zp, y_scale, y_zp, bias (int32)
     x = _centered(b, node, 0, 2)
-    w = b.cast(b.ref(node, 3), "f64")
-    if node.has_input(5):
-        zp = b.cast(b.as_ref(b.input(node, 5)), "f64")
-        if b.rank(zp) == 1 and b.shape(zp)[0] != 1:
-            zp = b.reshape(zp, (b.shape(zp)[0], *([1] * (b.rank(w) - 1))))
-        w = emit_binary(b, "sub", w, zp)
+    w = _centered_filters(b, node, 3, 5)
     bias = b.cast(b.ref(node, 8), "f64") if node.has_input(8) else None
     acc = _conv_on(b, node, x, w, bias)
     w_scale = b.as_ref(b.input(node, 4))

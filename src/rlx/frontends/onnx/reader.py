@@ -19,6 +19,7 @@ import numpy as np
 
 from rlx.errors import SchemaError, UnsupportedOpError, UsageError
 from rlx.frontends.onnx.boundary import check_text, load_external_data, one_line
+from rlx.frontends.onnx.input_shapes import dim_param
 from rlx.frontends.onnx.registry import OnnxNode
 from rlx.ir.symbolic import Dim, Sym, Symbol
 
@@ -314,7 +315,7 @@ def _value_type(
         if d.HasField("dim_value") and d.dim_value >= 0:
             shape.append(int(d.dim_value))
             continue
-        raw = d.dim_param if d.HasField("dim_param") and d.dim_param else f"{vi.name}_{axis}"
+        raw = dim_param(d) or f"{vi.name}_{axis}"
         name = _symbol_name(raw, symbols)
         if name not in symbols:
             symbols[name] = Symbol(name, 0, None, hint if hint is not None else DEFAULT_HINT)

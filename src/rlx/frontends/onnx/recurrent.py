@@ -1,14 +1,18 @@
-"""Recurrent ONNX ops: RNN, GRU, LSTM, unrolled over their static sequence length.
+"""Recurrent ONNX ops: RNN, GRU, LSTM.
 
-Each step is a few existing Calls (MatMul, elementwise gates); the input projection of every
-time step is one MatMul up front. Gate orders are ONNX's (LSTM: input, output, forget, cell;
-GRU: update, reset, hidden). ``sequence_lens`` is accepted when every sequence has the full length.
+Over a static sequence length they are unrolled: each step is a few existing Calls (MatMul,
+elementwise gates); the input projection of every time step is one MatMul up front. Over a
+length known only when the model runs (``sequence_length`` of a streaming model) or longer than
+``MAX_UNROLL``, the node becomes one ``Recurrent`` Call, which every engine runs step by step.
+Gate orders are ONNX's (LSTM: input, output, forget, cell; GRU: update, reset, hidden).
+``sequence_lens`` is accepted when every sequence has the full length.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -17,9 +21,9 @@ from rlx.frontends.common import static_dim
 from rlx.frontends.onnx.control import MAX_UNROLL, stack, take
 from rlx.frontends.onnx.elementwise import emit_binary, unary
 from rlx.frontends.onnx.nn import matmul
-from rlx.frontends.onnx.registry import Env, OnnxBuilder, OnnxNode, onnx_op
+from rlx.frontends.onnx.registry import Env, OnnxBuilder, OnnxNode, dim_op, onnx_op
 from rlx.frontends.onnx.shape import concat, permute, slice_axis
-from rlx.ir.calls import Clamp
+from rlx.ir.calls import Clamp, Recurrent
 from rlx.ir.program import Operand, Ref
 from rlx.ir.symbolic import Dim
 
@@ -68,19 +72,34 @@ _SPECS = {
 }
 
 
-def _activations(node: OnnxNode, n_dirs: int) -> list[list[Activation]]:
+def _activation_specs(node: OnnxNode, n_dirs: int) -> list[tuple[str, float | None, float | None]]:
+    """(name, alpha, beta) of every activation, for every direction in turn."""
     spec = _SPECS[node.op_type]
     names = node.attr("activations") or list(spec.default_acts) * n_dirs
     if len(names) == len(spec.default_acts) and n_dirs == 2:
         names = names * 2
-    alphas, betas = list(node.attr("activation_alpha", [])), list(node.attr("activation_beta", []))
-    acts = []
-    for k, name in enumerate(names):
-        a = alphas[k] if k < len(alphas) else None
-        bt = betas[k] if k < len(betas) else None
-        acts.append(_activation(node, name, a, bt))
-    per = len(spec.default_acts)
+    # The values go, in order, to the activations that take one (onnxruntime's reading of the
+    # spec): Sigmoid/Tanh consume none, so in [Sigmoid, LeakyRelu] alpha[0] is LeakyRelu's.
+    alphas, betas = iter(node.attr("activation_alpha", [])), iter(node.attr("activation_beta", []))
+    return [
+        (name, next(alphas, None) if name.lower() in _TAKES_ALPHA else None,
+         next(betas, None) if name.lower() in _TAKES_BETA else None)
+        for name in names
+    ]  # fmt: skip
+
+
+_TAKES_ALPHA = {"affine", "leakyrelu", "thresholdedrelu", "scaledtanh", "hardsigmoid", "elu"}
+_TAKES_BETA = {"affine", "scaledtanh", "hardsigmoid"}
+
+
+def _activations(node: OnnxNode, n_dirs: int) -> list[list[Activation]]:
+    acts = [_activation(node, name, a, bt) for name, a, bt in _activation_specs(node, n_dirs)]
+    per = len(_SPECS[node.op_type].default_acts)
     return [acts[d * per : (d + 1) * per] for d in range(n_dirs)]
+
+
+# Alpha / beta an activation takes when the node gives none (ONNX's defaults).
+_DEFAULT_PARAMS = {"affine": (1.0, 0.0), "scaledtanh": (1.0, 1.0), "hardsigmoid": (0.2, 0.5), "leakyrelu": (0.01, 0.0)}
 
 
 @dataclass
@@ -167,8 +186,8 @@ def _direction(b: OnnxBuilder, node: OnnxNode, k: int, acts: list[Activation]) -
     return _Dir(w, r, part(3), part(7) if node.op_type == "LSTM" else None, acts)
 
 
-def take_ref(b: OnnxBuilder, x: Ref, k: int) -> Ref:
-    return b.as_ref(b.operand(take(b, x, 0, k)))
+def take_ref(b: OnnxBuilder, x: Ref, k: int, axis: int = 0) -> Ref:
+    return b.as_ref(b.operand(take(b, x, axis, k)))
 
 
 def _check_lengths(node: OnnxNode, b: OnnxBuilder, seq: int) -> None:
@@ -183,7 +202,8 @@ def _check_lengths(node: OnnxNode, b: OnnxBuilder, seq: int) -> None:
 
 def _initial(b: OnnxBuilder, node: OnnxNode, index: int, k: int, batch: Dim, hidden: int, dt: str) -> Operand:
     if node.has_input(index):
-        return take_ref(b, b.ref(node, index), k)
+        # layout=1 states are [batch, directions, hidden]: direction k is along axis 1.
+        return take_ref(b, b.ref(node, index), k, 1 if node.attr("layout", 0) else 0)
     return b.as_ref(b.lit(0, dt), (batch, hidden))
 
 
@@ -193,10 +213,11 @@ def recurrent(node: OnnxNode, b: OnnxBuilder) -> list[Env | None]:
     layout = node.attr("layout", 0)
     if layout:
         x = permute(b, x, (1, 0, 2))
-    # Unrolled: the sequence length must be known while converting; the batch may be dynamic.
-    seq, batch = static_dim(b.shape(x)[0], "the sequence length", node), b.shape(x)[1]
-    if seq > MAX_UNROLL:
-        raise LoweringError(f"node {node.name} ({node.op_type}): {seq} steps; too long to unroll")
+    length, batch = b.shape(x)[0], b.shape(x)[1]
+    if not isinstance(length, int) or length > MAX_UNROLL:
+        return _run_time_steps(node, b, x, layout)
+    # Unrolled over the static sequence length; the batch may be dynamic.
+    seq = static_dim(length, "the sequence length", node)
     _check_lengths(node, b, seq)
     direction = node.attr("direction", "forward")
     n_dirs = 2 if direction == "bidirectional" else 1
@@ -231,4 +252,52 @@ def recurrent(node: OnnxNode, b: OnnxBuilder) -> list[Env | None]:
         y = permute(b, b.as_ref(b.operand(y)), (2, 0, 1, 3))
         y_h = permute(b, b.as_ref(b.operand(y_h)), (1, 0, 2))
         y_c = None if y_c is None else permute(b, b.as_ref(b.operand(y_c)), (1, 0, 2))
+    return [y, y_h, y_c]
+
+
+def _run_time_steps(node: OnnxNode, b: OnnxBuilder, x: Ref, layout: int) -> list[Env | None]:
+    """The node as one ``Recurrent`` Call, its packed result split into Y, Y_h and Y_c."""
+    where = f"node {node.name} ({node.op_type})"
+    steps, batch = b.shape(x)[0], b.shape(x)[1]
+    if node.has_input(4):
+        lens = b.const(node, 4)
+        if lens is None or not isinstance(steps, int) or not np.all(np.asarray(lens) == steps):
+            raise LoweringError(f"{where}: sequence_lens over a sequence of {steps} steps is not supported")
+    direction = node.attr("direction", "forward")
+    n_dirs = 2 if direction == "bidirectional" else 1
+    hidden = int(node.attr("hidden_size") or static_dim(b.in_shape(node, 2)[-1], "hidden_size", node))
+    names, alphas, betas = [], [], []
+    for name, a, bt in _activation_specs(node, n_dirs):
+        _activation(node, name, a, bt)  # refuses an activation rlx does not know, naming the node
+        key = name.lower()
+        da, db = _DEFAULT_PARAMS.get(key, (0.0, 0.0))
+        names.append(key)
+        alphas.append(float(da if a is None else a))
+        betas.append(float(db if bt is None else bt))
+    lstm = node.op_type == "LSTM"
+
+    def optional(index: int) -> Ref | None:
+        return b.ref(node, index) if node.has_input(index) else None
+
+    states = [optional(5), optional(6) if lstm else None]
+    if layout:  # the states come batch-major too
+        states = [None if s is None else permute(b, s, (1, 0, 2)) for s in states]
+    clip = node.attr("clip")
+    call = Recurrent(
+        node.op_type.lower(), x, b.ref(node, 1), b.ref(node, 2), optional(3), states[0], states[1],
+        optional(7) if lstm else None, hidden, direction, tuple(names), tuple(alphas), tuple(betas),
+        None if clip is None else float(clip), bool(node.attr("linear_before_reset", 0)),
+        bool(node.attr("input_forget", 0)),
+    )  # fmt: skip
+    packed = b.emit(call, (dim_op("add", steps, 2), n_dirs, batch, hidden), b.dtype(x))
+
+    def row(k: Any) -> Ref:
+        return b.reshape(slice_axis(b, packed, 0, k, dim_op("add", k, 1)), (n_dirs, batch, hidden))
+
+    y: Ref = slice_axis(b, packed, 0, 0, steps)
+    y_h, y_c = row(steps), row(dim_op("add", steps, 1)) if lstm else None
+    if layout:
+        y = permute(b, y, (2, 0, 1, 3))
+        y_h = permute(b, y_h, (1, 0, 2))
+        y_c = None if y_c is None else permute(b, y_c, (1, 0, 2))
     return [y, y_h, y_c]

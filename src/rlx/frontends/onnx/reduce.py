@@ -6,14 +6,17 @@ after; no axes means every axis unless ``noop_with_empty_axes`` is set.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
+from rlx.errors import LoweringError
 from rlx.frontends.common import static_dim
 from rlx.frontends.onnx.elementwise import emit_binary, unary
 from rlx.frontends.onnx.registry import Env, OnnxBuilder, OnnxNode, dim_op, norm_axis, onnx_op
 from rlx.frontends.onnx.shape import flip, slice_axis
 from rlx.ir import dtypes
-from rlx.ir.calls import ArgReduce, ArgTopK, CumReduce, Gather, Pad, Reduce, Where
+from rlx.ir.calls import ArgReduce, ArgTopK, CumReduce, Gather, Pad, Reduce, ReduceAxes, Where
 from rlx.ir.program import Operand, Ref
 
 
@@ -66,37 +69,73 @@ def _float(b: OnnxBuilder, x: Operand) -> tuple[Operand, str]:
     return (x, dt) if dtypes.is_float(dt) else (b.cast(x, "f64"), dt)
 
 
+Reducer = Callable[[str, Operand, bool], Ref]  # (fn, x, keepdim) → the reduction over the node's axes
+
+
 def _reduction(kind: str):  # noqa: ANN202
     def handler(node: OnnxNode, b: OnnxBuilder) -> Env:
         x = b.ref(node, 0)
+        keep = bool(node.attr("keepdims", 1))
+        given = b.get(node, 1) if "axes" not in node.attrs and len(node.inputs) > 1 else None
+        if given is not None and not isinstance(given, np.ndarray) and b.evaluate(given) is None:
+            return _run_time_axes(node, b, kind, x, b.as_ref(given), keep)
         axes = _axes(node, b, b.rank(x))
         if axes is None:
             return x
-        keep = bool(node.attr("keepdims", 1))
         if any(b.shape(x)[a] == 0 for a in axes) and kind in _EMPTY:
             return _empty(b, x, axes, keep, _EMPTY[kind])
-        if kind in ("sum", "mean", "prod", "amax", "amin"):
-            return reduce(b, kind, x, axes, keep)
-        if kind == "l1":
-            return reduce(b, "sum", unary(b, "abs", x), axes, keep)
-        if kind == "sumsq":
-            return reduce(b, "sum", emit_binary(b, "mul", x, x), axes, keep)
-        xf, dt = _float(b, x)
-        if kind == "l2":
-            return b.cast(unary(b, "sqrt", reduce(b, "sum", emit_binary(b, "mul", xf, xf), axes, keep)), dt)
-        if kind == "logsum":
-            return b.cast(unary(b, "log", reduce(b, "sum", xf, axes, keep)), dt)
-        # logsumexp, stabilised by the maximum (kept as -inf-safe zero where the maximum is infinite)
-        m = reduce(b, "amax", xf, axes, True)
-        finite = unary(b, "isfinite", m)
-        from rlx.ir.calls import Where
-
-        m = b.emit(Where(finite, m, b.lit(0.0, b.dtype(m))), b.shape(m), b.dtype(m))
-        s = unary(b, "log", reduce(b, "sum", unary(b, "exp", emit_binary(b, "sub", xf, m)), axes, keep))
-        mk = m if keep else b.reshape(m, b.shape(s))
-        return b.cast(emit_binary(b, "add", s, mk), dt)
+        return _compose(b, kind, x, keep, lambda fn, v, k: reduce(b, fn, v, axes, k))
 
     return handler
+
+
+def _run_time_axes(node: OnnxNode, b: OnnxBuilder, kind: str, x: Ref, axes: Ref, keep: bool) -> Env:
+    """Axes known only when the model runs: ``ReduceAxes``, whose extents are bound as it runs."""
+    shape = b.shape(axes)
+    count = shape[0] if len(shape) == 1 else None
+    if not isinstance(count, int):
+        raise LoweringError(
+            f"node {node.name} ({node.op_type}): axes {node.inputs[1]!r} of run-time values need a static "
+            f"length (found shape {list(shape)}); freeze it with freeze_inputs"
+        )
+    if count == 0:  # no axes: every axis, or the input unchanged
+        every = tuple(range(b.rank(x)))
+        return x if node.attr("noop_with_empty_axes", 0) else _compose(
+            b, kind, x, keep, lambda fn, v, k: reduce(b, fn, v, every, k))  # fmt: skip
+
+    def reducer(fn: str, v: Operand, k: bool) -> Ref:
+        v = b.as_ref(v)
+        dims = b.shape(v)
+        if k:
+            out = tuple(1 if d == 1 else b.data_dim(d if isinstance(d, int) else 1) for d in dims)
+        else:
+            out = tuple(b.data_dim(1) for _ in range(len(dims) - count))
+        return b.emit(ReduceAxes(fn, v, b.cast(axes, "i64"), k), out, b.dtype(v))
+
+    return _compose(b, kind, x, keep, reducer)
+
+
+def _compose(b: OnnxBuilder, kind: str, x: Ref, keep: bool, red: Reducer) -> Ref:
+    """ONNX's reduction ``kind`` from the five Reduce functions over the node's axes."""
+    if kind in ("sum", "mean", "prod", "amax", "amin"):
+        return red(kind, x, keep)
+    if kind == "l1":
+        return red("sum", unary(b, "abs", x), keep)
+    if kind == "sumsq":
+        return red("sum", emit_binary(b, "mul", x, x), keep)
+    xf, dt = _float(b, x)
+    if kind == "l2":
+        return b.cast(unary(b, "sqrt", red("sum", emit_binary(b, "mul", xf, xf), keep)), dt)
+    if kind == "logsum":
+        return b.cast(unary(b, "log", red("sum", xf, keep)), dt)
+    # logsumexp, stabilised by the maximum (kept as -inf-safe zero where the maximum is infinite)
+    m = red("amax", xf, True)
+    finite = unary(b, "isfinite", m)
+    m = b.emit(Where(finite, m, b.lit(0.0, b.dtype(m))), b.shape(m), b.dtype(m))
+    y = emit_binary(b, "add", unary(b, "log", red("sum", unary(b, "exp", emit_binary(b, "sub", xf, m)), True)), m)
+    if not keep:  # drop the reduced axes, of extent 1 by now: a sum over one element is that element
+        y = red("sum", y, False)
+    return b.cast(y, dt)
 
 
 for _op, _kind in {

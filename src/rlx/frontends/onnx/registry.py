@@ -21,16 +21,16 @@ import math
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any, overload
+from typing import Any
 
 import numpy as np
 
-from rlx.errors import LoweringError, RlxError, UnsupportedOpError
+from rlx.errors import LoweringError, UnsupportedOpError
 from rlx.frontends.onnx.boundary import one_line
 from rlx.ir import dtypes, rules, symbolic
-from rlx.ir.calls import Cast, Concat, Expand
+from rlx.ir.builder import InstrBuilder
+from rlx.ir.calls import Concat, Expand
 from rlx.ir.program import Call, Instr, Lit, Operand, Program, Ref, Value, Weight
-from rlx.ir.rules import emit_problem, operand_types
 from rlx.ir.symbolic import Dim, Shape, Sym, Symbol, is_static
 
 Known = np.ndarray
@@ -138,7 +138,7 @@ def ident(name: str) -> str:
     return out if not out[0].isdigit() else "v" + out
 
 
-class OnnxBuilder:
+class OnnxBuilder(InstrBuilder):
     """Collects instructions for one Program while lowering ONNX nodes in order."""
 
     def __init__(
@@ -146,17 +146,13 @@ class OnnxBuilder:
     ) -> None:
         """``read_body``: how a control-flow body is read (``rlx.frontends.onnx.reader.subgraph``; the
         reader sits above this module, since it asks ``REGISTRY`` which ops need expanding)."""
-        self.program = program
+        super().__init__(program, {v.name: v for v in program.inputs}, {s.name: s.hint for s in program.symbols})
         self.read_body = read_body
         self.env: dict[str, Env] = {}
-        self.info: dict[str, Value] = {v.name: v for v in program.inputs}
         self.weights: dict[str, np.ndarray] = {}  # weight key (ONNX name) → array
         self.initializers = initializers
-        self.hints = {s.name: s.hint for s in program.symbols}
         self.opsets: dict[str, int] = {}  # the model's opset per domain, for control-flow bodies
-        self._names: set[str] = set(self.info)
         self._node: OnnxNode | None = None
-        self._emitted: list[Instr] = []
         self._materialized: dict[int, Operand] = {}  # id(array) → its weight / literal
         self._keep_alive: list[np.ndarray] = []  # the arrays keyed by id() above stay alive
         # Shape arithmetic is an object array of int | Sym, which has no integer width of its own:
@@ -330,16 +326,10 @@ class OnnxBuilder:
         self.info[wname] = Value(wname, tuple(arr.shape), tok)
         return Ref(wname)
 
-    def lit(self, value: bool | int | float | Sym, dtype: str) -> Lit:
-        if isinstance(value, Sym):
-            return Lit(value, dtype)
-        if dtypes.is_float(dtype):
-            return Lit(float(value), dtype)
-        if dtype == "bool":
-            return Lit(bool(value), dtype)
+    def integer(self, value: bool | int | float, dtype: str) -> int:
         if dtypes.is_complex(dtype):
             raise LoweringError("complex scalars cannot be literals")
-        return Lit(int(value), dtype)
+        return int(value)
 
     def as_ref(self, x: Operand, shape: Shape = ()) -> Ref:
         """``x`` as a tensor Ref (a literal becomes an Expand of itself to ``shape``)."""
@@ -395,33 +385,21 @@ class OnnxBuilder:
         self.hints[f"u{k}"] = hint
         return Sym(f"u{k}")
 
-    def emit(self, call: Call, shape: Sequence[Dim], dtype: str) -> Ref:
-        # Every handler's hand-computed type is held to the Call's rule, so the lowerings and the
-        # rules check each other on every conversion.
-        problem = emit_problem(call, shape, dtype, operand_types(self.info), self.hints)
-        if problem:
-            node = self._node
-            where = f"node {node.name} ({node.op_type})" if node else "a constant"
-            raise LoweringError(f"{where}: {call.op} {problem}")
-        base = ident(self._node.name) if self._node else "v"
-        name = self.unique(f"{base}__{len(self._emitted)}")
-        ins = Instr(name, call, tuple(d if isinstance(d, Sym) else int(d) for d in shape), dtype, base, "")
-        self._emitted.append(ins)
-        self.info[name] = Value(name, ins.shape, dtype)
-        return Ref(name)
+    def where(self) -> str:
+        node = self._node
+        return f"node {node.name} ({node.op_type})" if node else "a constant"
 
-    @overload
-    def cast(self, x: Ref, dtype: str) -> Ref: ...
-    @overload
-    def cast(self, x: Lit, dtype: str) -> Lit: ...
-    @overload
-    def cast(self, x: Operand, dtype: str) -> Operand: ...
-    def cast(self, x: Operand, dtype: str) -> Operand:
-        if self.dtype(x) == dtype:
-            return x
-        if isinstance(x, Lit):
-            return Lit(x.value, dtype) if isinstance(x.value, Sym) else self.lit(np_cast(x.value, dtype), dtype)
-        return self.emit(Cast(x, dtype), self.shape(x), dtype)
+    def origin(self) -> str:
+        return ident(self._node.name) if self._node else "v"
+
+    def fresh_name(self) -> str:
+        return self.unique(f"{self.origin()}__{len(self._emitted)}")
+
+    def detail(self, e: Exception) -> str:
+        return one_line(e)
+
+    def scalar_as(self, value: bool | int | float, dtype: str) -> bool | int | float:
+        return np_cast(value, dtype)  # as numpy's astype converts (ONNX Cast's semantics)
 
     def reshape(self, x: Operand, shape: Sequence[Dim]) -> Ref:
         from rlx.ir.calls import Reshape
@@ -434,15 +412,7 @@ class OnnxBuilder:
     # ── driving one node ─────────────────────────────────────────────────────
     def lower_node(self, node: OnnxNode, handler: Handler, declared: dict[str, str | None]) -> None:
         self._node = node
-        self._emitted = []
-        try:
-            result = handler(node, self)
-        except RlxError:
-            raise
-        except Exception as e:  # whatever a handler trips over, the user needs the node it happened at
-            raise LoweringError(
-                f"node {node.name} ({node.op_type}): cannot lower: {type(e).__name__}: {one_line(e)}"
-            ) from e
+        result = self.collect(lambda: handler(node, self))
         results = list(result) if isinstance(result, (list, tuple)) else [result]
         for k, out in enumerate(node.outputs):
             if not out:
@@ -465,11 +435,7 @@ class OnnxBuilder:
                     f"node {node.name} ({node.op_type}): output {out!r} lowered to {got}, ONNX declares {want}"
                 )
             self.env[out] = value
-        note = self._note(node)
-        for ins in self._emitted:
-            ins.note = note
-        self.program.instrs.extend(self._emitted)
-        self._emitted = []
+        self.commit(self._note(node))
         self._node = None
 
     def _rename(self, value: Ref, out: str, node: OnnxNode) -> Ref:

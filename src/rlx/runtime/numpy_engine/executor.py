@@ -12,7 +12,6 @@ fusion, weight packing, buffer reuse) are Program → Program passes run before 
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Mapping
 from operator import itemgetter
 from typing import Any
@@ -22,7 +21,7 @@ import numpy as np
 from rlx.errors import BundleError, RlxError
 from rlx.interpret import bind_sizes
 from rlx.ir import dtypes
-from rlx.ir.program import Instr, Lit, Program, Ref, resolve_operand, subst_call
+from rlx.ir.program import Instr, Lit, Program, Ref, mentions_sym, resolve_operand, subst_call
 from rlx.ir.symbolic import Sym, UnboundSymbolError, is_static, partial_dim
 from rlx.runtime.numpy_engine.fused import BINDERS, Site, TensorType, kernel_for
 from rlx.runtime.numpy_engine.parallel import check_threads, split_step
@@ -124,7 +123,7 @@ class Executor:
         flat, types, layout, static = slots.operands(ins)
         label = f"{ins.result} = {ins.call.op} [{ins.note or ins.node}]"
         try:
-            if _has_sym(ins.call) or not is_static(ins.shape):
+            if mentions_sym(ins.call) or not is_static(ins.shape):
                 # A size known only at run time: evaluated (or bound) as the run goes.
                 fn = _late_bound(kern, ins, layout, label)
                 flat = [_SIZES_SLOT, *flat]
@@ -256,19 +255,6 @@ def _generic(
         return out
 
     return run
-
-
-def _has_sym(v: Any) -> bool:
-    """Whether a Call (or a field of one) mentions a symbolic size."""
-    if isinstance(v, Sym):
-        return True
-    if isinstance(v, Lit):
-        return isinstance(v.value, Sym)
-    if isinstance(v, tuple):
-        return any(_has_sym(x) for x in v)
-    if dataclasses.is_dataclass(v) and not isinstance(v, type):
-        return any(_has_sym(getattr(v, f.name)) for f in dataclasses.fields(v))
-    return False
 
 
 def _late_bound(kern: Callable[..., Any], ins: Instr, layout: list[int], label: str) -> Callable[..., Any]:

@@ -1,13 +1,26 @@
-"""int8 on the onnxruntime engine: onnxruntime's dynamic quantization of the MatMul/Gemm weights
-(``quantize_dynamic``: int8 weights, activations quantized per call), the rest left in float.
+"""int8 on the onnxruntime engine, two ways:
 
-``quantize_dynamic`` writes its result to a path, so the quantized graph passes through a private
-temporary directory and is read back as bytes (the weights then live inside the session, quantized,
-not shared with the engine's float arrays)."""
+- ``int8``: onnxruntime's dynamic quantization of the MatMul/Gemm weights (``quantize_dynamic``:
+  int8 weights, activations quantized per call), the rest left in float (nothing for a convnet);
+- ``int8-static``: onnxruntime's static QDQ quantization (``quantize_static``): weights int8 per
+  output channel, activations uint8 with fixed ranges measured once on calibration inputs
+  (``calibrate``, run by ``rlx tune``), so convolutions run as int8 kernels too (VNNI where the CPU
+  has it). The ranges are kept in onnxruntime's calibration cache, a JSON file of tensor name →
+  range; each input-shape binding is quantized from it when its session is built, never recalibrated
+  (the graph's tensor names are the program's value names, the same in every binding).
+
+Either way, ``float32`` names instructions (by result) whose ONNX nodes stay unquantized (mixed
+precision: ``nodes_to_exclude``). The quantizers write their result to a path, so the quantized
+graph passes through a private temporary directory and is read back as bytes (the weights then
+live inside the session, quantized, not shared with the engine's float arrays)."""
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import shutil
 import tempfile
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -16,28 +29,86 @@ import numpy as np
 from rlx.errors import RlxError
 
 OP_TYPES = ["MatMul", "Gemm"]
+# (DefaultTensorType float: the types shape inference cannot see past com.microsoft fusions)
+EXTRA = {"DefaultTensorType": 1}
 
 
-def quantize_int8(model: Any, name: str) -> bytes:
-    """The serialized int8 graph of ``model`` (an ``onnx.ModelProto`` with its weights embedded)."""
-    import logging
-
-    from onnxruntime.quantization import QuantType, quantize_dynamic
+def quantize(
+    model: Any, name: str, precision: str, calibration: Path | None = None, float32: Sequence[str] = ()
+) -> bytes:
+    """The serialized ``precision`` (int8 / int8-static) graph of ``model`` (an ``onnx.ModelProto``
+    with its weights embedded); ``float32``: instructions whose nodes stay unquantized."""
+    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_dynamic, quantize_static
 
     fold_weight_transposes(model)
+    exclude = excluded_nodes(model, float32)
+    with _quiet(), tempfile.TemporaryDirectory(prefix="rlx-int8-") as tmp:
+        out = Path(tmp) / "model.int8.onnx"
+        try:
+            if precision == "int8":
+                quantize_dynamic(model, out, op_types_to_quantize=OP_TYPES, weight_type=QuantType.QInt8,
+                                 nodes_to_exclude=exclude, extra_options={"MatMulConstBOnly": True, **EXTRA})  # fmt: skip
+            else:
+                # (the cache is copied: onnxruntime rewrites a cache it disagrees with, and the bundle's stays as tune wrote it)
+                cache = Path(tmp) / "ranges.json"
+                shutil.copyfile(str(calibration), cache)
+                quantize_static(model, out, None, quant_format=QuantFormat.QDQ, per_channel=True,
+                                activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
+                                nodes_to_exclude=exclude, calibrate_method=CalibrationMethod.MinMax,
+                                extra_options=dict(EXTRA), calibration_cache_path=cache)  # fmt: skip
+            return out.read_bytes()
+        except Exception as e:
+            text = str(e).strip().splitlines()
+            first = text[0] if text else type(e).__name__
+            raise RlxError(f"onnxruntime could not quantize {name} to {precision}: {first}") from e
+
+
+def calibrate(model: Any, feeds: Sequence[dict[str, np.ndarray]], path: Path, name: str) -> None:
+    """Run onnxruntime's MinMax calibration of ``model`` (weights embedded) on ``feeds`` (ONNX input
+    name → array, all of one shape) and write the activation ranges to ``path``."""
+    from onnxruntime.quantization import CalibrationDataReader, CalibrationMethod, QuantFormat, quantize_static
+
+    class Reader(CalibrationDataReader):
+        def __init__(self) -> None:
+            self._feeds = iter(feeds)
+
+        def get_next(self) -> dict[str, np.ndarray] | None:
+            return next(self._feeds, None)
+
+    fold_weight_transposes(model)
+    with _quiet(), tempfile.TemporaryDirectory(prefix="rlx-calibrate-") as tmp:
+        try:
+            cache = Path(tmp) / "ranges.json"
+            quantize_static(model, Path(tmp) / "model.int8.onnx", Reader(), quant_format=QuantFormat.QDQ,
+                            per_channel=True, calibrate_method=CalibrationMethod.MinMax, extra_options=dict(EXTRA),
+                            calibration_cache_path=cache)  # fmt: skip
+            shutil.copyfile(cache, path)
+        except Exception as e:
+            text = str(e).strip().splitlines()
+            first = text[0] if text else type(e).__name__
+            raise RlxError(f"onnxruntime could not calibrate {name} for int8-static: {first}") from e
+
+
+def excluded_nodes(model: Any, float32: Sequence[str]) -> list[str]:
+    """The ONNX nodes of the instructions named in ``float32`` (the emitter names each node
+    ``RESULT:OP:K`` after the instruction it comes from)."""
+    owners = set(float32)
+    return [node.name for node in model.graph.node if node.name.partition(":")[0] in owners]
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """The quantizers' advice (run a pre-processing script …) is not the user's business."""
+    import onnxruntime
+
+    # (and onnxruntime's own warnings from the sessions the quantizers open: unused initializers …;
+    # a process-wide setting with no getter, so it stays at errors-only, as rlx's own sessions run)
+    onnxruntime.set_default_logger_severity(3)
     root = logging.getLogger()
     level = root.level
-    root.setLevel(logging.ERROR)  # (its advice to run a pre-processing script is not the user's business)
+    root.setLevel(logging.ERROR)
     try:
-        with tempfile.TemporaryDirectory(prefix="rlx-int8-") as tmp:
-            out = Path(tmp) / "model.int8.onnx"
-            # (DefaultTensorType float: the types shape inference cannot see past com.microsoft fusions)
-            quantize_dynamic(model, out, op_types_to_quantize=OP_TYPES, weight_type=QuantType.QInt8,
-                             extra_options={"MatMulConstBOnly": True, "DefaultTensorType": 1})  # fmt: skip
-            return out.read_bytes()
-    except Exception as e:
-        text = str(e).strip().splitlines()
-        raise RlxError(f"onnxruntime could not quantize {name} to int8: {text[0] if text else type(e).__name__}") from e
+        yield
     finally:
         root.setLevel(level)
 

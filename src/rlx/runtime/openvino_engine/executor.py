@@ -24,17 +24,17 @@ from typing import Any
 import numpy as np
 
 from rlx.errors import RlxError, UsageError
-from rlx.exporters.onnx import check_coverage, to_onnx
-from rlx.exporters.onnx.registry import EmitError
+from rlx.exporters.onnx import to_onnx
 from rlx.ir import dtypes
-from rlx.ir.program import Program, Ref, Value
+from rlx.ir.program import Program
+from rlx.runtime.onnx_graph import GraphEngine, first_line, output_values
 from rlx.runtime.openvino_engine import require_openvino
 from rlx.runtime.openvino_engine.hints import HINTS, check_precision
 
 BF16 = dtypes.to_numpy("bf16")
 
 
-class OvEngine:
+class OvEngine(GraphEngine):
     """A program's weights and OpenVINO settings, shared by the compiled model of every binding."""
 
     name = "openvino"
@@ -53,30 +53,15 @@ class OvEngine:
         where this CPU lacks it); ``dynamic=False``: compile each input-shape binding on its own
         (static shapes) instead of one compiled model for all of them."""
         self._ov = require_openvino()
-        try:
-            check_coverage(program)
-        except EmitError as e:
-            raise UsageError(f"{e}; run this model with engine='numpy'") from None
         check_precision(precision)
-        if threads is not None and threads < 1:
-            raise UsageError(f"threads must be at least 1, got {threads}")
         if not isinstance(dynamic, bool):
             raise UsageError(f"dynamic must be True or False, got {dynamic!r}")
-        self._source = program
-        self.threads = threads
-        self.precision = precision
+        super().__init__(program, weights, threads, precision)
         self.dynamic = dynamic
-        self._arrays = {w.name: np.asarray(weights[w.name], order="C") for w in program.weights}
         self._core = self._ov.Core()
-        self.compilations = 0
-        self._lock = threading.Lock()  # guards the compilation count
         self._shared_lock = threading.Lock()  # one thread compiles the dynamic model
         self._shared: Any = None  # the compiled dynamic model, once built
         self._shared_failed = False
-
-    @property
-    def source(self) -> Program:
-        return self._source
 
     def config(self) -> dict[str, Any]:
         """The compile_model properties: precision, latency (one stream), threads."""
@@ -107,8 +92,7 @@ class OvEngine:
             compiled = self._core.compile_model(model, "CPU", self.config())
         except Exception as e:
             raise RlxError(f"OpenVINO could not compile {program.name}: {_first_line(e)}") from e
-        with self._lock:
-            self.compilations += 1
+        self.count_compilation()
         return compiled
 
     def ov_model(self, program: Program) -> Any:
@@ -173,7 +157,7 @@ class OvExecutor:
                 )
             self._feed.append(position[found[0]])
         self._bf16_inputs = {k for k, v in enumerate(program.inputs) if v.dtype == "bf16"}
-        self._want = [dtypes.to_numpy(v.dtype) for v in _output_values(program)]
+        self._want = [dtypes.to_numpy(v.dtype) for v in output_values(program)]
         self._local = threading.local()
 
     def _request(self) -> Any:
@@ -201,11 +185,5 @@ class OvExecutor:
         return out
 
 
-def _output_values(program: Program) -> list[Value]:
-    values = program.values()
-    return [values[o.name] if isinstance(o, Ref) else Value("", (), o.dtype) for o in program.outputs]
-
-
 def _first_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return text.splitlines()[0] if text else type(e).__name__
+    return first_line(e) or type(e).__name__

@@ -1,0 +1,69 @@
+"""What the engines that run rlx's ONNX emission (onnxruntime, OpenVINO) share: the checks made
+before any graph is emitted, the host copy of the weights their sessions share, and the outputs
+they hand back."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+
+import numpy as np
+
+from rlx.errors import UsageError
+from rlx.exporters.onnx import check_coverage
+from rlx.exporters.onnx.registry import EmitError
+from rlx.ir.program import Program, Ref, Value
+
+
+class GraphEngine:
+    """A program's host weights and settings, shared by the session or compiled model of every
+    input-shape binding; ``compilations`` counts the graphs built (one per binding, or one in all)."""
+
+    name = ""
+
+    def __init__(
+        self, program: Program, weights: Mapping[str, np.ndarray], threads: int | None, precision: str
+    ) -> None:
+        check_program(program, threads)
+        self._source = program
+        self.threads = threads
+        self.precision = precision
+        self._arrays = host_weights(program, weights)
+        self.compilations = 0
+        self._lock = threading.Lock()  # guards the compilation count
+
+    @property
+    def source(self) -> Program:
+        return self._source
+
+    def count_compilation(self) -> None:
+        with self._lock:
+            self.compilations += 1
+
+
+def check_program(program: Program, threads: int | None) -> None:
+    """Refuse a program with a Call that has no ONNX form, and a thread count below one."""
+    try:
+        check_coverage(program)
+    except EmitError as e:
+        raise UsageError(f"{e}; run this model with engine='numpy'") from None
+    if threads is not None and threads < 1:
+        raise UsageError(f"threads must be at least 1, got {threads}")
+
+
+def host_weights(program: Program, weights: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The program's weights as C-contiguous arrays (no copy when they are already): the one host
+    copy that the session or compiled model of every input-shape binding points at."""
+    return {w.name: np.asarray(weights[w.name], order="C") for w in program.weights}
+
+
+def output_values(program: Program) -> list[Value]:
+    """The type of each program output; a literal output is a 0-d value of its dtype."""
+    values = program.values()
+    return [values[o.name] if isinstance(o, Ref) else Value("", (), o.dtype) for o in program.outputs]
+
+
+def first_line(e: BaseException) -> str:
+    """The first line of an engine library's exception message (theirs run to many lines)."""
+    text = str(e).strip()
+    return text.splitlines()[0] if text else ""

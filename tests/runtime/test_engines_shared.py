@@ -1,0 +1,119 @@
+"""What every compiled engine (JAX, onnxruntime, OpenVINO) does alike, one test per behaviour
+parametrized over the engines: every example matches PyTorch and the numpy engine; conv and norm
+modules in float32 and bfloat16; a dynamic program runs at many sizes, compiled as often as the
+engine's design says; a loaded bundle honours ``threads``, returns the numpy engine's output
+structure and refuses bad inputs and settings. An engine whose library is not installed is skipped.
+
+Each engine's own behaviour (its table of Call cases, threads, precisions, errors) stays in its
+own file: tests/runtime/test_jax_engine.py, test_ort_engine.py, test_openvino_engine.py.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import rlx
+from rlx.errors import UsageError
+from rlx.formats.bundle import bind_weights
+from rlx.runtime.model import Model
+
+from helpers import (
+    LEVELS,
+    assert_arrays_match,
+    assert_converts_and_matches,
+    convert,
+    exported_example,
+    load_example,
+    rand,
+)
+
+EXAMPLES = ("mlp", "transformer", "cnn", "decoder_lm")
+# engine → (the libraries it needs, the levels every example is checked at, how many compilations
+# three input-shape bindings cost: one per binding, or one dynamic compiled model for all).
+ENGINES = {
+    "jax": (("jax",), LEVELS, 3),
+    "onnxruntime": (("onnxruntime", "onnx"), LEVELS, 3),
+    "openvino": (("openvino", "onnx"), ("high",), 1),
+}
+
+
+def _installed(engine: str) -> str:
+    for library in ENGINES[engine][0]:
+        pytest.importorskip(library)
+    return engine
+
+
+@pytest.mark.parametrize(
+    "engine,name,level", [(e, n, lv) for e, (_, levels, _) in ENGINES.items() for n in EXAMPLES for lv in levels]
+)
+def test_examples_match_torch_and_numpy(engine, name, level):
+    _installed(engine)
+    exported, program = exported_example(name, level)
+    weights = bind_weights(program, exported.weights, "weights")
+    inputs = [exported.inputs[v.name] for v in program.inputs]
+    model = Model(program, weights, engine=engine)
+    assert (model.engine.name, model.precision) == (engine, "f32")
+    got = model.run_flat(inputs)
+    ref = Model(program, weights).run_flat(inputs)
+    wants = [w for w in exported.outputs if w is not None]
+    assert len(got) == len(wants)
+    for k, (g, r, w) in enumerate(zip(got, ref, wants)):
+        assert_arrays_match(g, w, f"{engine} {name}/{level} output {k} vs torch", rtol=1e-4, atol=1e-5)
+        assert_arrays_match(g, r, f"{engine} {name}/{level} output {k} vs numpy", rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("engine", ["onnxruntime", "openvino"])
+def test_conv_and_norm_modules(engine, dtype):
+    _installed(engine)
+    from runtime.test_jax_engine import Convs, Norms  # (the module table the JAX cases use)
+
+    x = rand((2, 4, 5, 5), dtype, seed=3)
+    assert_converts_and_matches(Convs([dtype]), (x,), levels=("high",), engine=engine)
+    assert_converts_and_matches(Norms([dtype]), (rand((2, 6, 4, 5), dtype),), levels=("high",), engine=engine)
+
+
+@pytest.mark.parametrize("engine", list(ENGINES))
+def test_dynamic_shapes_compile_as_designed(engine):
+    _installed(engine)
+    module, (ids,) = load_example("decoder_lm").get_model()
+    dim = torch.export.Dim
+    model, program, _ = convert(
+        module, (ids,), engine=engine, dynamic_shapes={"input_ids": {0: dim("batch", max=8), 1: dim("seq", max=64)}}
+    )
+    assert program.is_dynamic
+    for batch, seq in [(1, 5), (3, 17), (2, 9), (3, 17), (1, 5)]:
+        x = torch.randint(0, 100, (batch, seq), generator=torch.Generator().manual_seed(seq))
+        got = model(x.numpy())
+        with torch.no_grad():
+            want = module(x).numpy()
+        assert_arrays_match(got, want, f"{engine}: batch {batch} seq {seq}", rtol=1e-4, atol=1e-5)
+    # Three bindings; the repeats reuse what their first run compiled.
+    assert model.engine.compilations == ENGINES[engine][2]
+    assert len(model._by_binding) == 3
+
+
+@pytest.fixture(scope="module")
+def transformer_out(tmp_path_factory):
+    out = tmp_path_factory.mktemp("engines") / "transformer"
+    module, inputs = load_example("transformer").get_model()
+    rlx.from_torch(module, inputs, out)
+    return out, [t.numpy() for t in inputs]
+
+
+@pytest.mark.parametrize("engine", ["onnxruntime", "openvino"])
+def test_threads_output_structure_and_errors(engine, transformer_out):
+    _installed(engine)
+    out, arrays = transformer_out
+    model = rlx.load(out, engine=engine, threads=1)
+    ref = rlx.load(out)
+    assert model.engine.threads == 1 and ref.engine.name == "numpy"
+    got, want = model(*arrays), ref(*arrays)
+    assert type(got) is type(want)
+    assert_arrays_match(got, want, f"{engine} transformer", rtol=1e-4, atol=1e-5)
+    with pytest.raises(rlx.RlxError, match="has dtype"):
+        model(arrays[0].astype(np.float64), arrays[1])
+    with pytest.raises(UsageError, match="threads"):
+        rlx.load(out, engine=engine, threads=0)

@@ -417,6 +417,22 @@ def test_value_larger_than_memory_is_refused_at_load(tmp_path, bundle):
     assert "memory" in msg or "its rule gives" in msg
 
 
+@pytest.mark.parametrize("field", ["source", "model_name", "outputs", "symbols", "state", "unused_weights"])
+def test_optional_meta_field_written_as_null_reads_as_absent(tmp_path, capsys, bundle, field):
+    """Fuzz finding (inspect seed 3914 and 42 more): `"source": null` in meta.json passed the type
+    check (null is how JSON says absent) and `rlx inspect` then called .get on None."""
+    b = tmp_path / "b"
+    shutil.copytree(bundle, b)
+    meta = json.loads((b / "meta.json").read_text())
+    meta[field] = None
+    (b / "meta.json").write_text(json.dumps(meta))
+    assert main(["inspect", str(b)]) == 0, capsys.readouterr().err
+    assert "inputs:" in capsys.readouterr().out
+    model = rlx.load(b)
+    x = np.ones((2, 8), np.float32)
+    np.testing.assert_array_equal(model(x), rlx.load(bundle)(x))
+
+
 # ── `rlx inspect` reads the same checked files as `rlx.load` ────────────────
 @pytest.mark.parametrize(
     "name, field, value, why",

@@ -187,6 +187,8 @@ def read_checked_program(bundle_dir: Path) -> tuple[Program, dict[str, Any], lis
     inferred = validate(program, PROGRAM_FILE, rules=True)
     meta = read_json(meta_path)
     check_meta(meta, program, meta_path)
+    # An optional field written as null is absent: readers then see their default, not None.
+    meta = {k: v for k, v in meta.items() if not (v is None and k in META_FIELD_TYPES)}
     return program, meta, inferred
 
 

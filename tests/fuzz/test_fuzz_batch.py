@@ -132,10 +132,11 @@ def fast(monkeypatch):
     cache: dict[tuple[str, str], Any] = {}
     real_load = run_module.load
 
-    def load(bundle: str, engine: str = "numpy") -> Any:
-        if (bundle, engine) not in cache:
-            cache[(bundle, engine)] = real_load(bundle, engine=engine)
-        return cache[(bundle, engine)]
+    def load(bundle: str, **options: Any) -> Any:
+        key = (bundle, repr(sorted(options.items())))
+        if key not in cache:
+            cache[key] = real_load(bundle, **options)
+        return cache[key]
 
     monkeypatch.setattr(run_module, "load", load)
 

@@ -580,26 +580,9 @@ ACTIVATIONS = [
     ),
 ]
 
-# Known gaps: strict, so a fix shows up as an XPASS to move into the tables above. torch's AVX2 GELU
-# kernel returns +inf at +inf as rlx does; only its AVX-512 kernel returns NaN.
-_AVX512 = torch.backends.cpu.get_cpu_capability().startswith("AVX512")
+# Known gaps: strict, so a fix shows up as an XPASS to move into the tables above. (GELU at +inf,
+# where torch's float32 kernel may return NaN: test_elementwise.test_gelu_at_pos_inf_is_its_limit.)
 XFAILS = [
-    case(
-        "gelu_pos_inf_f32",
-        nn.GELU(),
-        planted((2, 8), [(0, 0)], [INF]),
-        dtypes=(F32,),
-        levels=("high",),
-        marks=[
-            pytest.mark.xfail(
-                strict=True,
-                reason="torch's float32 CPU GELU returns NaN at +inf (float16 and "
-                "vectorised float64 return inf); the numpy kernel returns the limit, inf",
-            )
-        ]
-        if _AVX512
-        else [],
-    ),
     case(
         "sdpa_nan_query",
         sdpa(),

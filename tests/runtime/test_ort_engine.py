@@ -93,7 +93,7 @@ def _sdpa_variants(q, k, v, bool_mask, add_mask):
 
 @pytest.mark.parametrize("contrib", [("attention",), ()])
 def test_multi_head_attention_fusion_matches_torch(contrib):
-    from rlx.exporters.onnx import to_onnx
+    from rlx.exporters.onnx import GraphOptions, to_onnx
 
     q, k, v = rand((2, 4, 6, 8), F32, seed=1), rand((2, 4, 7, 8), F32, seed=2), rand((2, 4, 7, 8), F32, seed=3)
     bool_mask = torch.rand(2, 1, 6, 7, generator=torch.Generator().manual_seed(0)) > 0.3
@@ -106,7 +106,7 @@ def test_multi_head_attention_fusion_matches_torch(contrib):
     for k_, (g, w) in enumerate(zip(model(*(t.numpy() for t in inputs)), want)):
         assert g.shape == tuple(w.shape) and g.dtype == np.float32
         assert_arrays_match(g, w.numpy(), f"sdpa variant {k_}", rtol=1e-5, atol=1e-6)
-    ops = [n.op_type for n in to_onnx(program, {}, contrib=contrib).graph.node]
+    ops = [n.op_type for n in to_onnx(program, {}, options=GraphOptions(contrib=contrib)).graph.node]
     assert ops.count("MultiHeadAttention") == (4 if contrib else 0)
 
 
@@ -127,7 +127,7 @@ DECODER_FUSIONS = {("attention", "causal_attention"): 5, ("attention",): 0, ("ca
 
 @pytest.mark.parametrize("contrib", list(DECODER_FUSIONS))
 def test_causal_attention_fusion_matches_torch(contrib):
-    from rlx.exporters.onnx import to_onnx
+    from rlx.exporters.onnx import GraphOptions, to_onnx
 
     q, k, v = rand((2, 4, 6, 8), F32, seed=4), rand((2, 4, 7, 8), F32, seed=5), rand((2, 4, 7, 8), F32, seed=6)
     kv2 = rand((2, 2, 7, 8), F32, seed=8)
@@ -140,7 +140,7 @@ def test_causal_attention_fusion_matches_torch(contrib):
     for k_, (g, w) in enumerate(zip(model(*(t.numpy() for t in inputs)), want)):
         assert g.shape == tuple(w.shape) and g.dtype == np.float32
         assert_arrays_match(g, w.numpy(), f"decoder sdpa variant {k_}", rtol=1e-5, atol=1e-6)
-    nodes = to_onnx(program, {}, contrib=contrib).graph.node
+    nodes = to_onnx(program, {}, options=GraphOptions(contrib=contrib)).graph.node
     fused = [n for n in nodes if n.op_type == "MultiHeadAttention"]
     assert len(fused) == DECODER_FUSIONS[contrib]
     causal = [n for n in fused if any(a.name == "unidirectional" and a.i == 1 for a in n.attribute)]
@@ -199,12 +199,13 @@ def test_max_pool_propagates_nan_like_torch(dtype, case):
 
 
 def test_pooling_nan_switch():
-    from rlx.exporters.onnx import to_onnx
+    from rlx.exporters.onnx import GraphOptions, to_onnx
 
     x = rand((2, 3, 9, 9), F32, seed=4)
     _, program, _ = convert(ConvPools(F32), (x,), engine="onnxruntime")
     graphs = {
-        mode: to_onnx(program, {}, external_weights=True, pooling_nan=mode).graph for mode in (True, False, "check")
+        mode: to_onnx(program, {}, options=GraphOptions(external_weights=True, pooling_nan=mode)).graph
+        for mode in (True, False, "check")
     }
     ops = {mode: [n.op_type for n in graph.node] for mode, graph in graphs.items()}
     assert ops[True].count("MaxPool") == 8 and ops[True].count("IsNaN") == 4  # the NaN mask pooled too
@@ -250,7 +251,7 @@ def test_max_pool_nan_made_inside_the_graph_like_torch():
     """Where a step on the way can make NaN of finite values, the pooled tensor itself is checked
     (not the image): PyTorch's NaN still propagates through the pools; a chain that cannot is
     checked through its image once."""
-    from rlx.exporters.onnx import to_onnx
+    from rlx.exporters.onnx import GraphOptions, to_onnx
 
     x, y = rand((2, 3, 8, 8), F32, seed=6), rand((2, 3, 8, 8), F32, seed=7)
     y[0, 1, 2, 3] = 0.0  # with x's value there: ±inf, NaN where x is 0 too
@@ -263,7 +264,9 @@ def test_max_pool_nan_made_inside_the_graph_like_torch():
     for k, (g, w) in enumerate(zip(got, want)):
         assert np.isnan(w.numpy()).any() == (k < 4), f"pool {k}: the case makes no NaN"
         assert_arrays_match(g, w.numpy(), f"pool {k}", rtol=1e-5, atol=1e-5)
-    graph = to_onnx(program, {}, external_weights=True, pooling_nan="check", weight_values=dict(model.weights)).graph
+    graph = to_onnx(
+        program, {}, options=GraphOptions(external_weights=True, pooling_nan="check", weight_values=dict(model.weights))
+    ).graph
     ops = [n.op_type for n in graph.node]
     assert ops.count("GlobalAveragePool") == 4  # the four that can make NaN: checked themselves
     sums = [n for n in graph.node if n.op_type == "ReduceSum"]
@@ -298,7 +301,7 @@ class TanhGelu(torch.nn.Module):
 def test_tanh_gelu_fusion_matches_torch(contrib, tmp_path):
     import onnxruntime as ort
 
-    from rlx.exporters.onnx import to_onnx
+    from rlx.exporters.onnx import GraphOptions, to_onnx
 
     x = rand((2, 8, 16), F32, seed=7)
     module = TanhGelu()
@@ -307,7 +310,7 @@ def test_tanh_gelu_fusion_matches_torch(contrib, tmp_path):
         want = module(x)
     for k, (g, w) in enumerate(zip(model(x.numpy()), want)):
         assert_arrays_match(g, w.numpy(), f"output {k}", rtol=1e-5, atol=1e-6)
-    onnx_model = to_onnx(program, dict(model.weights), contrib=contrib)
+    onnx_model = to_onnx(program, dict(model.weights), options=GraphOptions(contrib=contrib))
     assert [n.op_type for n in onnx_model.graph.node].count("Pow") == (2 if contrib else 0)  # both cubes
     opts = ort.SessionOptions()
     opts.optimized_model_filepath = str(tmp_path / "optimized.onnx")
@@ -475,7 +478,7 @@ class ConstantMasks(torch.nn.Module):
 def test_constant_attention_masks_match_torch(contrib):
     """A mask known at load is simplified (the triangle → onnxruntime's own causal attention, an
     all-allowing one dropped, no zeroing of dead rows where there are none) with PyTorch's values."""
-    from rlx.exporters.onnx import to_onnx
+    from rlx.exporters.onnx import GraphOptions, to_onnx
 
     q, k, v = rand((2, 4, 6, 8), F32, seed=21), rand((2, 4, 6, 8), F32, seed=22), rand((2, 4, 6, 8), F32, seed=23)
     kv2 = rand((2, 2, 6, 8), F32, seed=24)
@@ -488,10 +491,14 @@ def test_constant_attention_masks_match_torch(contrib):
     for n, (g, w) in enumerate(zip(got, want)):
         assert_arrays_match(g, w.numpy(), f"mask {n}", rtol=1e-5, atol=1e-6)
     assert not np.any(got[3][:, :, 2]) and np.all(np.isfinite(got[3]))
-    nodes = to_onnx(program, {}, contrib=contrib, external_weights=True, weight_values=dict(model.weights)).graph.node
+    nodes = to_onnx(
+        program, {}, options=GraphOptions(contrib=contrib, external_weights=True, weight_values=dict(model.weights))
+    ).graph.node
     fused = [n for n in nodes if n.op_type == "MultiHeadAttention"]
     causal = [n for n in fused if any(a.name == "unidirectional" and a.i == 1 for a in n.attribute)]
     assert len(fused) == (7 if contrib else 0) and len(causal) == (4 if contrib else 0)
     assert sum(n.op_type == "ReduceMin" for n in nodes) == 1  # dead rows zeroed for the one mask with them
-    plain = to_onnx(program, {}, contrib=contrib).graph.node  # (no weights' values: nothing known)
+    plain = to_onnx(
+        program, {}, options=GraphOptions(contrib=contrib)
+    ).graph.node  # (no weights' values: nothing known)
     assert sum(n.op_type == "ReduceMin" for n in plain) == 7

@@ -48,12 +48,16 @@ REDUCE_FNS = ("sum", "mean", "prod", "amax", "amin", "any", "all", "var", "std",
 # ── elementwise ──────────────────────────────────────────────────────────────
 @dataclass(frozen=True)
 class Unary(Call):
+    """``fn(x)`` elementwise for ``fn`` in ``UNARY_FNS``, with PyTorch's value at every edge (NaN, ±inf, ±0, integer overflow)."""
+
     fn: str
     x: Operand
 
 
 @dataclass(frozen=True)
 class Binary(Call):
+    """``fn(x, y)`` elementwise and broadcasting for ``fn`` in ``BINARY_FNS``; integer division and remainder follow PyTorch's signs."""
+
     fn: str
     x: Operand
     y: Operand
@@ -61,6 +65,8 @@ class Binary(Call):
 
 @dataclass(frozen=True)
 class Where(Call):
+    """``x`` where ``cond`` holds, else ``y``, all three broadcast together."""
+
     cond: Operand
     x: Operand
     y: Operand
@@ -89,12 +95,16 @@ class Special(Call):
 
 @dataclass(frozen=True)
 class LeakyRelu(Call):
+    """``x`` where ``x > 0``, else ``slope * x`` (NaN stays NaN)."""
+
     x: Operand
     slope: float
 
 
 @dataclass(frozen=True)
 class Cast(Call):
+    """``x`` converted to ``dtype`` as ``Tensor.to`` does: floats to integers truncate toward zero, to bool is ``!= 0``."""
+
     x: Operand
     dtype: str
 
@@ -110,6 +120,8 @@ class Bitcast(Call):
 # ── producers ────────────────────────────────────────────────────────────────
 @dataclass(frozen=True)
 class Full(Call):
+    """A tensor of ``shape`` and ``dtype`` holding ``value`` everywhere."""
+
     value: bool | int | float
     shape: tuple[Dim, ...]
     dtype: str
@@ -117,6 +129,8 @@ class Full(Call):
 
 @dataclass(frozen=True)
 class Arange(Call):
+    """``start, start + step, …`` up to but excluding ``end``, in ``dtype`` (``torch.arange``'s length rule)."""
+
     start: Dim | float
     end: Dim | float
     step: Dim | float
@@ -139,18 +153,24 @@ class RandomBits(Call):
 # ── shape and data movement ──────────────────────────────────────────────────
 @dataclass(frozen=True)
 class Reshape(Call):
+    """The elements of ``x`` in row-major order, viewed as ``shape`` (same element count)."""
+
     x: Ref
     shape: tuple[Dim, ...]
 
 
 @dataclass(frozen=True)
 class Permute(Call):
+    """``x`` with its axes reordered: result axis ``i`` is input axis ``perm[i]``."""
+
     x: Ref
     perm: tuple[int, ...]
 
 
 @dataclass(frozen=True)
 class Expand(Call):
+    """``x`` broadcast to ``shape`` (size-1 axes repeated, leading axes added)."""
+
     x: Operand
     shape: tuple[Dim, ...]
 
@@ -168,6 +188,8 @@ class Slice(Call):
 
 @dataclass(frozen=True)
 class Concat(Call):
+    """The operands joined along ``axis``; every other extent agrees."""
+
     xs: tuple[Ref, ...]
     axis: int
 
@@ -399,6 +421,8 @@ class ArgReduce(Call):
 # ── neural-network blocks ────────────────────────────────────────────────────
 @dataclass(frozen=True)
 class Softmax(Call):
+    """Softmax (``log``: log-softmax) along ``axis``, computed stably in the operand's float dtype."""
+
     x: Ref
     axis: int
     log: bool
@@ -417,6 +441,8 @@ class LayerNorm(Call):
 
 @dataclass(frozen=True)
 class RmsNorm(Call):
+    """``x / sqrt(mean(x², trailing ndim axes) + eps)``, then scaled by ``weight`` (``torch.nn.functional.rms_norm``)."""
+
     x: Ref
     weight: Ref | None
     ndim: int
@@ -437,6 +463,8 @@ class BatchNorm(Call):
 
 @dataclass(frozen=True)
 class GroupNorm(Call):
+    """Normalise each of ``groups`` channel groups of axis 1 over its channels and spatial axes, then scale and shift per channel."""
+
     x: Ref
     weight: Ref | None
     bias: Ref | None
@@ -474,6 +502,8 @@ class MaxPool(Call):
 
 @dataclass(frozen=True)
 class AvgPool(Call):
+    """Average pooling over the trailing spatial axes with ``torch.nn.functional.avg_pool*``'s padding, ``ceil_mode`` window and divisor rules."""
+
     x: Ref
     kernel: tuple[int, ...]
     stride: tuple[int, ...]
@@ -485,6 +515,8 @@ class AvgPool(Call):
 
 @dataclass(frozen=True)
 class AdaptiveAvgPool(Call):
+    """Average pooling to ``output_size`` over the trailing axes, with PyTorch's adaptive window bounds (floor start, ceil end)."""
+
     x: Ref
     output_size: tuple[Dim, ...]
 
@@ -618,6 +650,8 @@ class CumReduce(Call):
 
 @dataclass(frozen=True)
 class Flip(Call):
+    """``x`` reversed along each of ``axes``."""
+
     x: Ref
     axes: tuple[int, ...]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Collection, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -18,7 +18,9 @@ from rlx.exporters.onnx.registry import (
     NO_ONNX_FORM,
     ONNX_TYPES,
     OPSET,
+    PORTABLE,
     EmitError,
+    GraphOptions,
     OnnxGraph,
     T,
     require_onnx,
@@ -61,24 +63,12 @@ class Emitted:
     nan_check: T | None = None  # pooling_nan="check": a last float32 output, finite when pooling was exact
 
 
-def emit(
-    program: Program,
-    *,
-    io_bf16_as_f32: bool = False,
-    pooling_nan: bool | str = True,
-    contrib: Collection[str] = (),
-    weight_values: Mapping[str, np.ndarray] | None = None,
-) -> Emitted:
-    """Emit every instruction. ``io_bf16_as_f32``: bfloat16 inputs and outputs cross the graph's
-    boundary as float32 (exact both ways), for runtimes whose Python side has no bfloat16;
-    ``pooling_nan=False`` lets max pooling skip NaN as onnxruntime's MaxPool does (faster);
-    ``pooling_nan="check"`` too, with an extra output ``nan_check``, not finite on a run where a
-    pooled input held NaN (or inf): then the caller reruns the exact graph;
-    ``contrib``: the onnxruntime contrib fusions to use (``CONTRIB_FUSIONS``); ``weight_values``
-    (with "check"): the weights' arrays, to check a pooled input through the graph inputs it
-    derives from where that is exact (``rlx.exporters.onnx.nan_sources``)."""
+def emit(program: Program, options: GraphOptions = PORTABLE) -> Emitted:
+    """Emit every instruction, as ``options`` asks (``GraphOptions``: what an engine's graph may
+    do differently from the portable export)."""
     check_coverage(program)
-    g = OnnxGraph(program, pooling_nan=pooling_nan, contrib=contrib, weight_values=weight_values)
+    g = OnnxGraph(program, options=options)
+    io_bf16_as_f32 = options.io_bf16_as_f32
     env: dict[str, T] = {}
     inputs = []
     for v in program.inputs:
@@ -307,21 +297,13 @@ def _nodes(onnx: Any, g: OnnxGraph) -> list[Any]:
 
 
 def to_onnx(
-    program: Program,
-    weights: Mapping[str, np.ndarray],
-    *,
-    io_bf16_as_f32: bool = False,
-    external_weights: bool = False,
-    doc: str = "",
-    pooling_nan: bool | str = True,
-    contrib: Collection[str] = (),
-    weight_values: Mapping[str, np.ndarray] | None = None,
+    program: Program, weights: Mapping[str, np.ndarray], *, options: GraphOptions = PORTABLE, doc: str = ""
 ) -> Any:
-    """The ONNX model of ``program``. ``external_weights``: weight initializers are declared as
-    external data (for ``SessionOptions.add_external_initializers``) instead of holding bytes."""
+    """The ONNX model of ``program``: the portable graph, or an engine's (``options``). Weights
+    become initializers holding ``weights``' bytes, or external data with ``external_weights``."""
     onnx = require_onnx()
-    emitted = emit(program, io_bf16_as_f32=io_bf16_as_f32, pooling_nan=pooling_nan, contrib=contrib,
-                   weight_values=weight_values)  # fmt: skip
+    emitted = emit(program, options)
+    external_weights = options.external_weights
     g = emitted.graph
     values = program.values()
     initializers = []

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -116,6 +116,38 @@ def check_contrib(contrib: Collection[str]) -> frozenset[str]:
     return frozenset(contrib)
 
 
+@dataclass(frozen=True)
+class GraphOptions:
+    """What an engine's graph may do differently from the portable export (``PORTABLE``, every
+    field at its default), which is what ``rlx build --write onnx`` writes.
+
+    ``io_bf16_as_f32``: bfloat16 inputs and outputs cross the graph's boundary as float32 (exact
+    both ways), for runtimes whose Python side has no bfloat16. ``external_weights``: weight
+    initializers are declared as external data (the engine hands its own arrays over) instead of
+    holding bytes. ``pooling_nan``: onnxruntime's MaxPool skips NaN where PyTorch's propagates it;
+    True keeps PyTorch's rule in the graph (a second pooling of the NaN mask, which also breaks
+    onnxruntime's NCHWc conv/pool chains); "check" runs the plain MaxPool and adds an output
+    ``nan_check``, not finite on a run where a pooled input held NaN or inf (the engine then reruns
+    the exact graph); False takes onnxruntime's rule. ``contrib``: onnxruntime's com.microsoft
+    fusions to use (``CONTRIB_FUSIONS``). ``weight_values``: the weights' arrays, so that emitters
+    can use what they hold (a pooled input's NaN traced to graph inputs, ``nan_sources``; values
+    fixed on every run, ``static_values``)."""
+
+    io_bf16_as_f32: bool = False
+    external_weights: bool = False
+    pooling_nan: bool | str = True
+    contrib: Collection[str] = frozenset()
+    weight_values: Mapping[str, np.ndarray] | None = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.pooling_nan not in (True, False, "check"):
+            raise UsageError(f"pooling_nan must be True, False or 'check', got {self.pooling_nan!r}")
+        object.__setattr__(self, "contrib", check_contrib(self.contrib))
+
+
+PORTABLE = GraphOptions()
+
+
 # Calls with no faithful ONNX form at this opset → why (checked before anything is emitted).
 NO_ONNX_FORM: dict[type[Call], str] = {}
 
@@ -131,31 +163,14 @@ def no_onnx_form(why: str, *calls: type[Call]) -> None:
 class OnnxGraph:
     """Nodes and initializers being built for one Program (onnx protos are made at the end)."""
 
-    def __init__(
-        self,
-        program: Program,
-        opset: int = OPSET,
-        *,
-        pooling_nan: bool | str = True,
-        contrib: Collection[str] = (),
-        weight_values: Mapping[str, np.ndarray] | None = None,
-    ) -> None:
+    def __init__(self, program: Program, opset: int = OPSET, options: GraphOptions | None = None) -> None:
         self.program = program
         self.opset = opset
-        # onnxruntime's com.microsoft operators to emit where a Call is one (``CONTRIB_FUSIONS``).
-        self.contrib = check_contrib(contrib)
-        # onnxruntime's MaxPool skips NaN where PyTorch's propagates it. True: PyTorch's rule in the
-        # graph, a second pooling of the NaN mask (which also breaks onnxruntime's NCHWc conv/pool
-        # chains); "check": plain MaxPool, and every pooled input's sum joins ``nan_checks`` (NaN or
-        # inf there flags a run whose pooling may have skipped a NaN: the engine then reruns the
-        # exact graph); False: onnxruntime's rule.
-        if pooling_nan not in (True, False, "check"):
-            raise UsageError(f"pooling_nan must be True, False or 'check', got {pooling_nan!r}")
-        self.pooling_nan = pooling_nan
-        self.nan_checks: list[T] = []
-        # "check": the weights' values (when given) let a pooled input's NaN be traced to graph
-        # inputs instead (``nan_sources``); the inputs already summed into ``nan_checks``.
-        self.weight_values = weight_values
+        self.options = options = options or PORTABLE
+        self.contrib = options.contrib
+        self.pooling_nan = options.pooling_nan
+        self.nan_checks: list[T] = []  # pooling_nan="check": the pooled inputs' sums
+        self.weight_values = options.weight_values
         self.checked_inputs: set[str] = set()
         self._nan_sources: Any = None
         self._static_values: Any = None

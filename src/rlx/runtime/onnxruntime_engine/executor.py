@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from rlx.errors import RlxError, UsageError
-from rlx.exporters.onnx import to_onnx
+from rlx.exporters.onnx import GraphOptions, to_onnx
 from rlx.exporters.onnx.build import NAN_CHECK
 from rlx.exporters.onnx.registry import DEFAULT_CONTRIB, ONNX_TYPES, check_contrib
 from rlx.formats.safetensors_io import file_region
@@ -283,8 +283,9 @@ def emit_model(program: Program, engine: OrtEngine, *, exact: bool = False) -> A
         scalars = dict(engine.arrays)
     if "transposed_weights" in engine.contrib and not int8:  # (quantization wants plain MatMuls)
         program = read_weights_in_place(program)
-    return to_onnx(program, scalars, io_bf16_as_f32=True, external_weights=not int8, pooling_nan=pooling_nan,
-                   contrib=engine.contrib, weight_values=engine.arrays)  # fmt: skip
+    options = GraphOptions(io_bf16_as_f32=True, external_weights=not int8, pooling_nan=pooling_nan,
+                           contrib=engine.contrib, weight_values=engine.arrays)  # fmt: skip
+    return to_onnx(program, scalars, options=options)
 
 
 def calibrate_program(

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from rlx.errors import RlxError, UsageError
-from rlx.exporters.onnx import to_onnx
+from rlx.exporters.onnx import GraphOptions, to_onnx
 from rlx.ir import dtypes
 from rlx.ir.program import Program
 from rlx.runtime.onnx_graph import GraphEngine, first_line, output_values
@@ -100,8 +100,8 @@ class OvEngine(GraphEngine):
         import onnx
 
         scalars = {w.name: self._arrays[w.name] for w in program.weights if not w.shape}
-        proto = to_onnx(program, scalars, io_bf16_as_f32=True, external_weights=True, pooling_nan=True,
-                        weight_values=self._arrays)  # fmt: skip
+        options = GraphOptions(io_bf16_as_f32=True, external_weights=True, weight_values=self._arrays)
+        proto = to_onnx(program, scalars, options=options)
         graph = proto.graph
         # The graph's inputs are the program's, in order (a bfloat16 one renamed: it crosses as float32).
         renamed = {i.name: v.name for i, v in zip(graph.input, program.inputs) if i.name != v.name}

@@ -66,17 +66,8 @@ def permute(node: Node, b: Builder) -> Operand:
     return permute_value(b, x, tuple(norm_axis(d, rank) for d in node.arg(1, "dims")))
 
 
-@lowers(
-    "aten.transpose",
-    "aten.swapaxes",
-    "aten.swapdims",
-    "aten.t",
-    "aten.numpy_T",
-    "aten.transpose_copy",
-    "aten.mT",
-    "aten.mH",
-    "aten.adjoint",
-)
+@lowers("aten.transpose", "aten.swapaxes", "aten.swapdims", "aten.transpose_copy")  # two given axes
+@lowers("aten.t", "aten.numpy_T", "aten.mT", "aten.mH", "aten.adjoint")  # fixed axes: all, or the last two
 def transpose(node: Node, b: Builder) -> Operand:
     x = b.input(node, 0)
     rank = b.rank(x)

@@ -530,13 +530,8 @@ def avg_pool(node: Node, b: Builder) -> Operand:
     return b.emit_like(AvgPool(x, kernel, stride, padding, ceil_mode, count_include_pad, divisor), node.meta)
 
 
-@lowers(
-    "aten.adaptive_avg_pool1d",
-    "aten.adaptive_avg_pool2d",
-    "aten._adaptive_avg_pool2d",
-    "aten.adaptive_avg_pool3d",
-    "aten._adaptive_avg_pool3d",
-)
+@lowers("aten.adaptive_avg_pool1d", "aten.adaptive_avg_pool2d", "aten.adaptive_avg_pool3d")
+@lowers("aten._adaptive_avg_pool2d", "aten._adaptive_avg_pool3d")  # the private forms torch's decompositions call
 def adaptive_avg_pool(node: Node, b: Builder) -> Operand:
     x = b.input(node, 0)
     nd = _spatial_rank(node)

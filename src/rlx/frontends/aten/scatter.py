@@ -135,14 +135,8 @@ _REDUCE = {None: "none", "add": "sum", "multiply": "prod", "sum": "sum", "prod":
            "amax": "amax", "amin": "amin"}  # fmt: skip
 
 
-@lowers(
-    "aten.scatter",
-    "aten.scatter_",
-    "aten.scatter_add",
-    "aten.scatter_add_",
-    "aten.scatter_reduce",
-    "aten.scatter_reduce_",
-)
+@lowers("aten.scatter", "aten.scatter_add", "aten.scatter_reduce")
+@lowers("aten.scatter_", "aten.scatter_add_", "aten.scatter_reduce_")  # in-place forms
 def scatter(node: Node, b: Builder) -> Operand:
     x = b.input(node, 0)
     dt = b.dtype(x)

@@ -42,6 +42,11 @@ def _add_renamed(parser: argparse.ArgumentParser, flag: str, old: str, **kwargs:
     parser.add_argument(old, default=None, **{**kwargs, "help": argparse.SUPPRESS})
 
 
+def _repeatable(parser: argparse.ArgumentParser, *flags: str, metavar: str, help: str) -> None:
+    """An option given once per value (``--flag a --flag b``), collected into a list (empty by default)."""
+    parser.add_argument(*flags, action="append", default=[], metavar=metavar, help=help)
+
+
 def _renamed_flag(args: argparse.Namespace, flag: str, old: str, default: Any) -> Any:
     """The value of ``flag``, taking its deprecated spelling ``old`` too (one note on stderr)."""
     value, old_value = getattr(args, flag[2:].replace("-", "_")), getattr(args, old[2:].replace("-", "_"))
@@ -126,20 +131,10 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="export with TorchDynamo (torch.export strict mode), e.g. for transformers' static-cache wrappers",
     )
-    imp.add_argument(
-        "--dynamic",
-        action="append",
-        default=[],
-        metavar="NAME:AXIS[=SYMBOL[:MIN:MAX]]",
-        help="make an input axis dynamic (repeatable; the same SYMBOL ties axes together)",
-    )
-    imp.add_argument(
-        "--input-shape",
-        action="append",
-        default=[],
-        metavar="NAME=D0,D1,...",
-        help="ONNX: fix an input's dimensions while converting, ? keeps one dynamic (repeatable), e.g. x=1,3,?,?",
-    )
+    _repeatable(imp, "--dynamic", metavar="NAME:AXIS[=SYMBOL[:MIN:MAX]]",
+                help="make an input axis dynamic (repeatable; the same SYMBOL ties axes together)")  # fmt: skip
+    _repeatable(imp, "--input-shape", metavar="NAME=D0,D1,...",
+                help="ONNX: fix an input's dimensions while converting, ? keeps one dynamic (repeatable), e.g. x=1,3,?,?")  # fmt: skip
     imp.add_argument(
         "--keep-exported",
         action="store_true",
@@ -153,28 +148,18 @@ def _parser() -> argparse.ArgumentParser:
     bld.add_argument("-o", "--out", help="output directory (default: DIR itself)")
     _add_artifact_options(bld)
     bld.add_argument("--verify", action="store_true", help="check parity against DIR/reference.safetensors")
-    bld.add_argument(
-        "--input-shape",
-        action="append",
-        default=[],
-        metavar="NAME=D0,D1,...",
-        help="fix a dynamic input's dimensions while building, ? keeps one dynamic (repeatable), e.g. x=1,?",
-    )
+    _repeatable(bld, "--input-shape", metavar="NAME=D0,D1,...",
+                help="fix a dynamic input's dimensions while building, ? keeps one dynamic (repeatable), e.g. x=1,?")  # fmt: skip
     bld.add_argument("--force", action="store_true", help="overwrite an existing bundle / output directory")
     bld.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
 
     run = sub.add_parser("run", help="run a bundle on .npy inputs (numpy, or JAX with --engine jax)")
     run.add_argument("bundle", help="bundle directory (or an OUT directory from `rlx import`)")
-    run.add_argument("--input", "-i", action="append", default=[], metavar="NAME=FILE.npy", help="an input array")
+    _repeatable(run, "--input", "-i", metavar="NAME=FILE.npy", help="an input array")
     run.add_argument("-o", "--out", help="directory to write outputs as out<k>.npy")
     run.add_argument("--no-opt", action="store_true", help="run the program as written (no optimisation passes)")
-    run.add_argument(
-        "--disable-pass",
-        action="append",
-        default=[],
-        metavar="NAME",
-        help="switch one numpy optimisation pass off (repeatable): " + ", ".join(numpy_pass_names()),
-    )
+    _repeatable(run, "--disable-pass", metavar="NAME",
+                help="switch one numpy optimisation pass off (repeatable): " + ", ".join(numpy_pass_names()))  # fmt: skip
     _add_renamed(
         run,
         "--engine",
@@ -215,8 +200,8 @@ def _parser() -> argparse.ArgumentParser:
                      help="Parquet files or directories, or one .npy/.npz file")  # fmt: skip
     bat.add_argument("--output", "-o", required=True, help="output directory (a rerun resumes it)")
     bat.add_argument("--batch-size", type=count(), default=256, help="rows per model call (default 256)")
-    bat.add_argument("--column", action="append", default=[], metavar="INPUT=COLUMN",
-                     help="read model input INPUT from data column COLUMN (repeatable; default: same name)")  # fmt: skip
+    _repeatable(bat, "--column", metavar="INPUT=COLUMN",
+                help="read model input INPUT from data column COLUMN (repeatable; default: same name)")  # fmt: skip
     bat.add_argument("--keep", action="append", metavar="COLUMN",
                      help="input column to carry into the output (repeatable; default: every non-input column)")  # fmt: skip
     bat.add_argument("--engine", choices=ENGINES, default=None,

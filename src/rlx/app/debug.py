@@ -97,7 +97,7 @@ def write_repro(node_id: str, ir: TorchIR, torch_values: Mapping[str, Any], dire
             value = torch_values.get(a.name)
             if not isinstance(value, np.ndarray):
                 raise BundleError(f"node {node_id}: input {a.name} is not a single tensor; cannot write a repro")
-            inputs.append(Input(a.name, tuple(value.shape), dtypes.from_numpy(value.dtype)))
+            inputs.append(Input(id=a.name, shape=tuple(value.shape), dtype=dtypes.from_numpy(value.dtype)))
             reference[input_key(a.name)] = value
         elif isinstance(a, tuple):
             for x in a:

@@ -28,7 +28,7 @@ from rlx.frontends.onnx.input_shapes import fix_input_shapes
 from rlx.frontends.onnx.reader import OnnxGraph
 from rlx.frontends.onnx.registry import REGISTRY, OnnxBuilder, check_coverage, ident
 from rlx.ir import dtypes
-from rlx.ir.program import Lit, Program, Ref, Value
+from rlx.ir.program import Program, Ref, Value
 from rlx.ir.symbolic import Sym, eval_shape
 
 VERIFY_MODES = ("auto", "onnxruntime", "none")
@@ -59,16 +59,7 @@ def lower_graph(graph: OnnxGraph) -> tuple[Program, dict[str, np.ndarray]]:
         b.env[name] = arr
     for node in graph.nodes:
         b.lower_node(node, REGISTRY[node.key].handler, graph.declared)
-    b._node = None
-    b._emitted = []
-    for name in graph.outputs:
-        value = b.env[name]
-        op = b.operand(value, name)
-        if isinstance(op, Lit):
-            op = b.as_ref(op)
-        program.outputs.append(op)
-    program.instrs.extend(b._emitted)
-    b._emitted = []
+    program.outputs.extend(b.graph_outputs(graph.outputs))
     n = len(program.outputs)
     program.output_tree = {"out": 0} if n == 1 else {"tuple": [{"out": k} for k in range(n)]}
     program.value_map = {k: v.name for k, v in b.env.items() if isinstance(v, Ref)}

@@ -41,12 +41,13 @@ class OutputParity:
     dtype: str
     ref_shape: list[int]
     ref_dtype: str
-    cosine: float | None
-    max_abs_err: float | None
-    max_rel_err: float | None
-    nonfinite_match: bool
     passed: bool
     reason: str = ""
+    # the measures one comparison took (None: not measured, e.g. after a shape mismatch)
+    cosine: float | None = None
+    max_abs_err: float | None = None
+    max_rel_err: float | None = None
+    nonfinite_match: bool = True
     random: bool = False  # depends on a random draw: shape and dtype checked, values not comparable
 
 
@@ -104,44 +105,20 @@ class _Header(TypedDict):
     ref_dtype: str
 
 
-def _verdict(
-    base: _Header,
-    passed: bool,
-    reason: str,
-    *,
-    nonfinite_match: bool = True,
-    cosine: float | None = None,
-    max_abs_err: float | None = None,
-    max_rel_err: float | None = None,
-    random: bool = False,
-) -> OutputParity:
-    """An ``OutputParity`` with the measures one comparison could take (None: not measured)."""
-    return OutputParity(
-        **base,
-        cosine=cosine,
-        max_abs_err=max_abs_err,
-        max_rel_err=max_rel_err,
-        nonfinite_match=nonfinite_match,
-        passed=passed,
-        reason=reason,
-        random=random,
-    )
-
-
 def compare(index: int, got: np.ndarray, ref: np.ndarray, random: bool = False) -> OutputParity:
     """One output against PyTorch's; ``random``: it depends on a draw, so only shape and dtype count."""
     got_tok, ref_tok = dtypes.from_numpy(got.dtype), dtypes.from_numpy(ref.dtype)
     base = _Header(index=index, shape=list(got.shape), dtype=got_tok, ref_shape=list(ref.shape), ref_dtype=ref_tok)
     if random and got.shape == ref.shape and got_tok == ref_tok:
-        return _verdict(base, True, RANDOM, random=True)
+        return OutputParity(**base, passed=True, reason=RANDOM, random=True)
     if got.shape != ref.shape or got_tok != ref_tok:
         what = "shape" if got.shape != ref.shape else "dtype"
-        return _verdict(base, False, f"{what} differs", nonfinite_match=False)
+        return OutputParity(**base, passed=False, reason=f"{what} differs", nonfinite_match=False)
     if got.dtype.kind in "biu":
         diff = np.abs(got.astype(np.float64) - ref.astype(np.float64)) if got.size else np.zeros(0)
         max_abs = float(diff.max()) if diff.size else 0.0
         ok = bool(np.array_equal(got, ref))
-        return _verdict(base, ok, "" if ok else "values differ", max_abs_err=max_abs)
+        return OutputParity(**base, passed=ok, reason="" if ok else "values differ", max_abs_err=max_abs)
     if dtypes.is_complex(ref_tok):  # real and imaginary parts side by side, compared as values of their float type
         got, ref = _real_view(got), _real_view(ref)
         ref_tok = dtypes.real_of(ref_tok)
@@ -168,15 +145,8 @@ def compare(index: int, got: np.ndarray, ref: np.ndarray, random: bool = False) 
         reasons.append(f"cosine {cosine:.6f} < {cos_min}")
     if max_abs > atol_factor * scale:
         reasons.append(f"max abs err {max_abs:.3e} > {atol_factor * scale:.3e}")
-    return _verdict(
-        base,
-        not reasons,
-        "; ".join(reasons),
-        nonfinite_match=nonfinite_match,
-        cosine=cosine,
-        max_abs_err=max_abs,
-        max_rel_err=max_rel,
-    )
+    return OutputParity(**base, passed=not reasons, reason="; ".join(reasons), nonfinite_match=nonfinite_match,
+                        cosine=cosine, max_abs_err=max_abs, max_rel_err=max_rel)  # fmt: skip
 
 
 def check_parity(

@@ -47,10 +47,10 @@ class ScalarMeta:
 
 
 @dataclass(frozen=True)
-class Input:
+class Input(TensorMeta):
+    """A graph input: its id and its tensor's shape and dtype."""
+
     id: str
-    shape: Shape
-    dtype: str
 
 
 @dataclass(frozen=True)
@@ -481,7 +481,7 @@ def _parse_inputs(r: _Reader, doc: dict[str, Any], symbols: list[Symbol], define
         dyn = d.get("dynamic")
         if dyn is not None:
             shape = _dynamic_shape(r, dyn, shape, symbols, at)
-        inp = Input(r.field(d, "id", at, str), shape, r.dtype(d.get("dtype"), f"{at}.dtype"))
+        inp = Input(id=r.field(d, "id", at, str), shape=shape, dtype=r.dtype(d.get("dtype"), f"{at}.dtype"))
         _define(r, defined, inp.id, f"{at}.id")
         inputs.append(inp)
     return inputs

@@ -38,7 +38,7 @@ def fix_input_shapes(ir: TorchIR, input_shapes: InputShapes, where: str) -> tupl
 
     fixed = dataclasses.replace(
         ir,
-        inputs=[Input(i.id, shape(i.shape), i.dtype) for i in ir.inputs],
+        inputs=[Input(id=i.id, shape=shape(i.shape), dtype=i.dtype) for i in ir.inputs],
         nodes=[dataclasses.replace(n, out=tuple(meta(m) for m in n.out)) for n in ir.nodes],
         outputs=[dataclasses.replace(o, shape=None if o.shape is None else shape(o.shape)) for o in ir.outputs],
         symbols=[s for s in ir.symbols if s.name not in bindings],

@@ -409,6 +409,18 @@ class OnnxBuilder(InstrBuilder):
             return x
         return self.emit(Reshape(x, tuple(shape)), tuple(shape), self.dtype(x))
 
+    def graph_outputs(self, names: Sequence[str]) -> list[Operand]:
+        """The graph outputs ``names`` as program operands (a constant becomes a weight), with the
+        instructions that takes appended to the program."""
+        self._node, self._emitted = None, []
+        outputs: list[Operand] = []
+        for name in names:
+            op = self.operand(self.env[name], name)
+            outputs.append(self.as_ref(op) if isinstance(op, Lit) else op)
+        self.program.instrs.extend(self._emitted)
+        self._emitted = []
+        return outputs
+
     # ── driving one node ─────────────────────────────────────────────────────
     def lower_node(self, node: OnnxNode, handler: Handler, declared: dict[str, str | None]) -> None:
         self._node = node

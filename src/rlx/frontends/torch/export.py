@@ -479,7 +479,7 @@ def _record_inputs(ep: ExportedProgram, rec: _Recorder) -> tuple[list[Input], li
         if spec.kind.name == "USER_INPUT":
             if isinstance(val, torch.Tensor):
                 meta = rec.tensor_meta(val)
-                inputs.append(Input(name, meta.shape, meta.dtype))
+                inputs.append(Input(id=name, shape=meta.shape, dtype=meta.dtype))
             continue
         if spec.kind.name not in kinds:
             raise ExportError(f"input {name}: {spec.kind.name} inputs are not supported (inference graphs only)")

@@ -141,26 +141,25 @@ class NumpyWriter:
 
     def structural(self, c: Call) -> str | None:
         """Casts, producers and data movement as array expressions (exact in every dtype)."""
-        xp = self.array_module
-        if isinstance(c, C.Cast):
-            return f"{self.operand(c.x)}.astype({self.TYPES[c.dtype]})"
-        if isinstance(c, C.Reshape):
-            return f"{self.operand(c.x)}.reshape({', '.join(self.dim(d) for d in c.shape) or '()'})"
-        if isinstance(c, C.Permute):
-            return f"{self.operand(c.x)}.transpose({', '.join(map(str, c.perm))})"
-        if isinstance(c, C.Expand):
-            return f"{xp}.broadcast_to({self.operand(c.x)}, {self.literal(tuple(c.shape))})"
-        if isinstance(c, C.Slice):
-            stop = "" if c.stop == 2**63 - 1 else self.dim(c.stop)
-            start = "" if c.start == 0 else self.dim(c.start)
-            step = "" if c.step == 1 else f":{c.step}"
-            return f"{self.operand(c.x)}[{':, ' * c.axis}{start}:{stop}{step}]"
-        if isinstance(c, C.Concat):
-            return f"{xp}.concatenate({self.operand(c.xs)}, axis={c.axis})"
-        if isinstance(c, C.Where):
-            return f"{xp}.where({self.operand(c.cond)}, {self.operand(c.x)}, {self.operand(c.y)})"
-        if isinstance(c, C.Full):
-            return f"{xp}.full({self.literal(tuple(c.shape))}, {self.literal(c.value)}, {self.TYPES[c.dtype]})"
+        xp, arg = self.array_module, self.operand
+        match c:
+            case C.Cast(x, dtype):
+                return f"{arg(x)}.astype({self.TYPES[dtype]})"
+            case C.Slice(x, axis, start, stop, step):
+                bounds = f"{'' if start == 0 else self.dim(start)}:{'' if stop == 2**63 - 1 else self.dim(stop)}"
+                return f"{arg(x)}[{':, ' * axis}{bounds}{'' if step == 1 else f':{step}'}]"
+            case C.Reshape(x, shape):
+                return f"{arg(x)}.reshape({', '.join(self.dim(d) for d in shape) or '()'})"
+            case C.Where(cond, x, y):
+                return f"{xp}.where({arg(cond)}, {arg(x)}, {arg(y)})"
+            case C.Permute(x, perm):
+                return f"{arg(x)}.transpose({', '.join(map(str, perm))})"
+            case C.Full(value, shape, dtype):
+                return f"{xp}.full({self.literal(tuple(shape))}, {self.literal(value)}, {self.TYPES[dtype]})"
+            case C.Expand(x, shape):
+                return f"{xp}.broadcast_to({arg(x)}, {self.literal(tuple(shape))})"
+            case C.Concat(xs, axis):
+                return f"{xp}.concatenate({arg(xs)}, axis={axis})"
         return None
 
     array_module = "np"

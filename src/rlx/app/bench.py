@@ -73,10 +73,6 @@ class BenchReport:
     inputs: str  # where the inputs came from
     results: list[EngineResult]
 
-    @property
-    def fastest(self) -> EngineResult | None:
-        return fastest(self.results)
-
     def table(self) -> str:
         rows = [f"{'engine':<13}{'load s':>8}{'median ms':>11}{'p90 ms':>9}{'peak MB':>9}{'min cosine':>13}  parity"]
         for r in self.results:
@@ -91,6 +87,10 @@ class BenchReport:
         best = self.fastest
         rows.append(f"fastest passing engine: {best.engine} ({best.median_ms:.3f} ms)" if best else "no engine passed")
         return "\n".join(rows)
+
+    @property
+    def fastest(self) -> EngineResult | None:
+        return fastest(self.results)
 
 
 def installed_engines() -> list[str]:

@@ -66,10 +66,10 @@ def type_rule(*classes: type[Call]) -> Callable[[RuleFn], RuleFn]:
     """Register the decorated function as the shape/dtype rule of each Call class in ``classes``."""
 
     def register(fn: RuleFn) -> RuleFn:
-        for cls in classes:
-            if cls in RULES:
-                raise ValueError(f"{cls.__name__} has two type rules")
-            RULES[cls] = fn
+        twice = [cls.__name__ for cls in classes if cls in RULES]
+        if twice:
+            raise ValueError(f"{', '.join(twice)}: a second type rule ({fn.__name__})")
+        RULES.update(dict.fromkeys(classes, fn))
         return fn
 
     return register

@@ -21,9 +21,9 @@ import numpy as np
 
 from rlx.errors import LoweringError
 from rlx.frontends.onnx.elementwise import emit_binary
+from rlx.frontends.onnx.movement import permute
 from rlx.frontends.onnx.nn import matmul
 from rlx.frontends.onnx.registry import Env, OnnxBuilder, OnnxNode, onnx_op
-from rlx.frontends.onnx.shape import permute
 from rlx.ir import dtypes, symbolic
 from rlx.ir.calls import Arange, Clamp, GridSample, IndexSelect, Unary
 from rlx.ir.program import Lit, Operand, Ref

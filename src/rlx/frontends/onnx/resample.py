@@ -1,4 +1,5 @@
-"""Resampling: Resize (every mode, coordinate transform, nearest rounding, antialias, roi) and Upsample.
+"""Resampling: Resize (every mode, coordinate transform, nearest rounding, antialias, roi), Upsample
+and GridSample (one ``GridSample`` Call).
 
 ONNX resizing is separable and linear in the data, so each resized axis is one matrix fixed while
 converting: ``y = W @ x`` along the axis, ``W[out, in]`` taken from the onnx reference

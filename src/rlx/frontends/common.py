@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from rlx.errors import LoweringError
+from rlx.ir.calls import FAMILIES
 from rlx.ir.symbolic import Dim, Sym
 
 
@@ -26,3 +27,12 @@ def static_dim(d: Dim, what: str, node: SourceNode | None = None) -> int:
         where = f"{node.label}: " if node is not None else ""
         raise LoweringError(f"{where}{what} must be static, found the symbolic value {d.expr}")
     return int(d)
+
+
+def family_of(module: str) -> str:
+    """The Call family a handler's module lowers to (``rlx.ir.calls.FAMILIES``), which the op tables
+    group by: ``…aten.movement`` → movement, ``…onnx.nn_recurrent`` → nn; a front-end's own op group
+    outside the families (ONNX's ``control``) is named by its module."""
+    name = module.rsplit(".", 1)[-1]
+    family = name.split("_", 1)[0]
+    return family if family in FAMILIES else name

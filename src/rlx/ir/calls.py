@@ -43,9 +43,17 @@ SPECIAL_BINARY_FNS = (
     "laguerre_polynomial_l", "legendre_polynomial_p",
 )  # fmt: skip
 REDUCE_FNS = ("sum", "mean", "prod", "amax", "amin", "any", "all", "var", "std", "xor")
+# The Call families, one per section of this file and in its order. Every per-family tree names its
+# modules by them (frontends/aten, frontends/onnx, exporters/onnx, kernels: ``<family>.py`` or
+# ``<family>_<topic>.py``), so a Call's lowering, import, emitter and kernel are found under one name
+# (tests/test_families.py checks both the trees and these headers).
+FAMILIES: tuple[str, ...] = (
+    "elementwise", "special", "creation", "random", "movement", "linalg", "reduce", "nn", "resample",
+    "ordering", "selection", "scatter", "spectral",
+)  # fmt: skip
 
 
-# ── elementwise ──────────────────────────────────────────────────────────────
+# ── elementwise: per-element functions, broadcasting ──────────────────────────
 @dataclass(frozen=True)
 class Unary(Call):
     """``fn(x)`` elementwise for ``fn`` in ``UNARY_FNS``, with PyTorch's value at every edge (NaN, ±inf, ±0, integer overflow)."""
@@ -82,18 +90,6 @@ class Clamp(Call):
 
 
 @dataclass(frozen=True)
-class Special(Call):
-    """A special function of PyTorch's ``torch.special`` family (``SPECIAL_FNS``), elementwise and
-    broadcasting: ``fn(x)``, or ``fn(x, y)`` where ``y`` is the second argument (``zeta``'s q,
-    ``igamma``'s x, a polynomial's degree n, ``polygamma``'s order). Operands come in the float
-    dtype the result has; PyTorch's own edge cases (poles, NaN, integer degrees) are part of ``fn``."""
-
-    fn: str
-    x: Operand
-    y: Operand | None
-
-
-@dataclass(frozen=True)
 class LeakyRelu(Call):
     """``x`` where ``x > 0``, else ``slope * x`` (NaN stays NaN)."""
 
@@ -117,7 +113,20 @@ class Bitcast(Call):
     dtype: str
 
 
-# ── producers ────────────────────────────────────────────────────────────────
+# ── special: torch.special's functions ────────────────────────────────────────
+@dataclass(frozen=True)
+class Special(Call):
+    """A special function of PyTorch's ``torch.special`` family (``SPECIAL_FNS``), elementwise and
+    broadcasting: ``fn(x)``, or ``fn(x, y)`` where ``y`` is the second argument (``zeta``'s q,
+    ``igamma``'s x, a polynomial's degree n, ``polygamma``'s order). Operands come in the float
+    dtype the result has; PyTorch's own edge cases (poles, NaN, integer degrees) are part of ``fn``."""
+
+    fn: str
+    x: Operand
+    y: Operand | None
+
+
+# ── creation: tensors made from a Call's fields alone ─────────────────────────
 @dataclass(frozen=True)
 class Full(Call):
     """A tensor of ``shape`` and ``dtype`` holding ``value`` everywhere."""
@@ -137,6 +146,7 @@ class Arange(Call):
     dtype: str
 
 
+# ── random: counter-based random words ────────────────────────────────────────
 @dataclass(frozen=True)
 class RandomBits(Call):
     """Independent, uniformly distributed 32-bit words (``u32``) of ``shape``, drawn from the
@@ -150,7 +160,7 @@ class RandomBits(Call):
     stream: int
 
 
-# ── shape and data movement ──────────────────────────────────────────────────
+# ── movement: shape and data movement ─────────────────────────────────────────
 @dataclass(frozen=True)
 class Reshape(Call):
     """The elements of ``x`` in row-major order, viewed as ``shape`` (same element count)."""
@@ -229,7 +239,7 @@ class Index(Call):
     indices: tuple[Ref | None, ...]
 
 
-# ── linear algebra ───────────────────────────────────────────────────────────
+# ── linalg: linear algebra ────────────────────────────────────────────────────
 @dataclass(frozen=True)
 class MatMul(Call):
     """``numpy.matmul`` semantics (batched, broadcasting batch dims)."""
@@ -381,7 +391,7 @@ class MatrixExp(Call):
     x: Ref
 
 
-# ── reductions ───────────────────────────────────────────────────────────────
+# ── reduce: reductions ────────────────────────────────────────────────────────
 @dataclass(frozen=True)
 class Reduce(Call):
     """Reduce over ``axes`` (all axes when empty). ``correction`` is used by var/std only; ``xor``
@@ -418,7 +428,7 @@ class ArgReduce(Call):
     keepdim: bool
 
 
-# ── neural-network blocks ────────────────────────────────────────────────────
+# ── nn: neural-network blocks ─────────────────────────────────────────────────
 @dataclass(frozen=True)
 class Softmax(Call):
     """Softmax (``log``: log-softmax) along ``axis``, computed stably in the operand's float dtype."""
@@ -570,7 +580,7 @@ class Recurrent(Call):
     input_forget: bool
 
 
-# ── resampling ───────────────────────────────────────────────────────────────
+# ── resample: resampling ──────────────────────────────────────────────────────
 @dataclass(frozen=True)
 class Upsample(Call):
     """Resize the trailing ``len(size)`` spatial axes to ``size``.
@@ -604,7 +614,7 @@ class GridSample(Call):
     align_corners: bool
 
 
-# ── ordering and scans ───────────────────────────────────────────────────────
+# ── ordering: ordering and scans ──────────────────────────────────────────────
 @dataclass(frozen=True)
 class ArgTopK(Call):
     """Indices (int64) of the ``k`` largest (or smallest) entries along ``axis``; values are a Gather."""
@@ -756,7 +766,7 @@ class GroupedMatMul(Call):
     offsets: Ref
 
 
-# ── scatter and diagonals ────────────────────────────────────────────────────
+# ── scatter: scatter and diagonals ────────────────────────────────────────────
 @dataclass(frozen=True)
 class IndexPut(Call):
     """``out = x.copy(); out[indices] = values``: one entry per leading axis (``None`` = the whole
@@ -795,7 +805,7 @@ class Diagonal(Call):
     axis2: int
 
 
-# ── spectral ─────────────────────────────────────────────────────────────────
+# ── spectral: Fourier transforms ──────────────────────────────────────────────
 @dataclass(frozen=True)
 class Fft(Call):
     """Discrete Fourier transform over ``axes`` (``torch.fft``'s ``_fft_r2c`` / ``_fft_c2r`` / ``_fft_c2c``).

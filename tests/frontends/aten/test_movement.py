@@ -1,5 +1,5 @@
 """Shape and data-movement ops against eager PyTorch: views, permutes, slicing, splitting,
-concatenation, padding and every flavour of indexing.
+concatenation, padding, every flavour of indexing, ``diff``, ``copy`` and ``as_strided``.
 
 An export costs far more than the ops in it, so each case is one export that runs a list of
 variants of one op over every swept dtype; a failure names the case, and its "output k" counts
@@ -12,9 +12,10 @@ import torch.nn.functional as F
 
 from rlx.errors import LoweringError
 
-from helpers import LEVELS, assert_converts_and_matches, convert, rand
+from helpers import LEVELS, assert_converts_and_matches, convert, rand, sweep, with_specials
 
 F32, F16, I32, I64, BOOL = torch.float32, torch.float16, torch.int32, torch.int64, torch.bool
+BF16, F64 = torch.bfloat16, torch.float64
 DATA = (F32, I64, BOOL)  # the data dtypes every shape op is swept over
 AH = ("aten", "high")  # shape ops lower the same at high and core; core runs where a case asks
 
@@ -441,7 +442,108 @@ XFAILS = [
     ),
 ]
 
-ALL = VIEWS + PERMUTES + EXPANDS + SLICES + SPLITS + CATS + MIXED_CATS + PADS + INDEXING + CONST_INDEX + XFAILS
+# ── diff, copy, as_strided ───────────────────────────────────────────────────
+# ``diff`` is CompositeImplicit: ``high`` and ``core`` decompose it before rlx sees it, so only
+# ``aten`` exercises its lowering (the other levels still run, as a check of what torch hands over
+# instead). ``as_strided`` is Core ATen and reaches rlx at every level. One case is one export
+# running a list of variants over every swept dtype; an input is a shape or ``dtype -> tensor``.
+ATEN = ("aten",)
+
+
+def swept(name, variants, *inputs, dtypes=(F32,), levels=LEVELS, marks=()):
+    run, data = sweep(variants, inputs, dtypes)
+    return pytest.param(run, data, levels, id=name, marks=marks)
+
+
+def specials(shape):
+    return lambda d: with_specials(rand(shape, d))
+
+
+# ── diff ─────────────────────────────────────────────────────────────────────
+DIFF = [
+    lambda x: torch.diff(x),
+    lambda x: torch.diff(x, dim=0),
+    lambda x: torch.diff(x, n=2),
+    lambda x: torch.diff(x, n=3, dim=-2),
+    lambda x: torch.diff(x, n=0),
+    lambda x: torch.diff(x, n=7),  # more than the axis holds: empty
+    lambda x: torch.diff(x[0]),
+]
+DIFF_PEND = [
+    lambda x, p: torch.diff(x, prepend=p),
+    lambda x, p: torch.diff(x, append=p),
+    lambda x, p: torch.diff(x, n=2, prepend=p, append=p[:, :1]),
+    lambda x, p: torch.diff(x, dim=0, prepend=x[:1] * 2, append=p.t()[:, :1].expand(2, 6)),
+]
+
+SWEPT = [
+    swept("diff", DIFF, (4, 6), levels=LEVELS),
+    swept("diff_dtypes", DIFF, (4, 6), dtypes=(F16, BF16, F64, I64, I32), levels=ATEN),
+    swept("diff_bool", DIFF, (4, 6), dtypes=(BOOL,), levels=LEVELS),  # logical_xor
+    swept("diff_specials", DIFF, specials((4, 6)), levels=ATEN),
+    swept("diff_prepend_append", DIFF_PEND, (4, 6), (4, 2), dtypes=(F32, I64), levels=LEVELS),
+    swept("diff_bool_prepend", DIFF_PEND[:2], (4, 6), (4, 2), dtypes=(BOOL,), levels=ATEN),
+    # Mixed dtypes: the concatenation promotes (int input, float prepend → float).
+    swept("diff_promotes", lambda x, p: torch.diff(x, prepend=p.float()), (3, 5), (3, 1), dtypes=(I64,), levels=ATEN),
+]
+
+
+# ── copy ─────────────────────────────────────────────────────────────────────
+aten = torch.ops.aten
+COPY = [
+    lambda x, y: aten.copy.default(x, y),
+    lambda x, y: aten.copy.default(x, y[0]),  # broadcast
+    lambda x, y: aten.copy.default(x, y.to(torch.int64)),  # into self's dtype
+    lambda x, y: aten.copy.default(x.to(torch.int32), y),  # float → int truncates
+    lambda x, y: aten.copy.default(x > 0, y),
+]
+SWEPT += [
+    swept("copy", COPY, (3, 4), specials((3, 4)), levels=LEVELS),
+    swept("copy_dtypes", COPY, (3, 4), (3, 4), dtypes=(F16, BF16, F64, I64), levels=ATEN),
+    swept("diff_n0", lambda x: torch.diff(x, n=0), (3, 4), levels=LEVELS),  # high/core: clone = empty + copy
+]
+
+
+# ── as_strided ───────────────────────────────────────────────────────────────
+AS_STRIDED = [
+    lambda x: x.as_strided((4, 6), (6, 1)),  # the same layout: a reshape
+    lambda x: x.as_strided((3, 8), (8, 1)),  # a re-shape of the same elements
+    lambda x: x.as_strided((2, 5), (5, 1), 7),  # one contiguous run at an offset: a slice
+    lambda x: x.as_strided((6, 4), (1, 6)),  # the transpose, read through strides
+    lambda x: x.as_strided((3, 3), (7, 1)),  # a diagonal band
+    lambda x: x.as_strided((2, 3, 2), (1, 4, 12), 2),
+    lambda x: x.as_strided((4, 5), (0, 2), 3),  # stride 0: a broadcast row
+    lambda x: x.as_strided((3, 4), (2, 1)),  # overlapping windows
+    lambda x: x.as_strided((), (), 5),  # one element, 0-d
+    lambda x: x.as_strided((0, 3), (3, 1)),  # empty
+    lambda x: x.as_strided((1, 24, 1), (24, 1, 24)),  # extent-1 axes: any stride
+]
+
+SWEPT += [
+    swept("as_strided", AS_STRIDED, (4, 6), levels=LEVELS),
+    swept("as_strided_dtypes", AS_STRIDED, (4, 6), dtypes=(F16, BF16, F64, I64, BOOL), levels=("high",)),
+    swept("as_strided_specials", AS_STRIDED[3:6], specials((4, 6)), levels=("high",)),
+    # What Swin's pooler decomposes to: adaptive_avg_pool1d → mean → as_strided (memory format).
+    swept(
+        "as_strided_after_pool",
+        lambda x: torch.nn.functional.adaptive_avg_pool1d(x.transpose(1, 2), 1),
+        (2, 5, 6),
+        levels=LEVELS,
+    ),
+    swept("as_strided_of_computed", lambda x: (x * 2 + 1).as_strided((3, 2), (2, 5), 1), (4, 6), levels=LEVELS),
+    swept(
+        "as_strided_of_contiguous_view",
+        lambda x: x.t().contiguous().as_strided((3, 2), (1, 3)),
+        (4, 6),
+        levels=ATEN,
+        marks=pytest.mark.xfail(
+            reason="refused: the lowering cannot tell x.t().contiguous() from the view x.t()", strict=True
+        ),
+    ),
+]
+
+
+ALL = VIEWS + PERMUTES + EXPANDS + SLICES + SPLITS + CATS + MIXED_CATS + PADS + INDEXING + CONST_INDEX + SWEPT + XFAILS
 
 
 @pytest.mark.parametrize("fn,inputs,levels", ALL)
@@ -453,3 +555,22 @@ def test_resize_to_another_shape_is_refused_in_one_line():
     with pytest.raises(LoweringError, match="memory layout") as err:
         convert(lambda x: x.t().clone().resize_(6), (torch.randn(3, 5),), decomposition="aten")
     assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "view",
+    [lambda x: x.t(), lambda x: x.expand(2, 4, 6), lambda x: x[1:], lambda x: x.t().unsqueeze(0)],
+    ids=["permute", "expand", "slice", "reshaped"],
+)
+def test_as_strided_of_a_view_is_refused(view):
+    # torch reads the storage under the view (x's order for x.t()); rlx values have no strides.
+    x = rand((4, 6))
+    with pytest.raises(LoweringError, match="as_strided of a .* result reads the storage under the view"):
+        convert(lambda t: view(t).as_strided((3, 2), (1, 3), 0), (x,), decomposition="aten")
+
+
+def test_as_strided_out_of_bounds_is_a_typed_error():
+    # torch checks the bounds against the storage of the input, here larger than the input.
+    x = rand((4, 6))[:2]
+    with pytest.raises(LoweringError, match="reads element 23 of a tensor with 12 elements"):
+        convert(lambda t: t.as_strided((2, 3), (1, 11)), (x,), decomposition="aten")

@@ -16,7 +16,7 @@ from rlx.errors import RlxError
 
 from helpers import LEVELS, assert_converts_and_matches, convert, rand, with_specials
 
-F32, F16, BF16 = torch.float32, torch.float16, torch.bfloat16
+F32, F16, BF16, F64 = torch.float32, torch.float16, torch.bfloat16, torch.float64
 pytestmark = pytest.mark.filterwarnings("ignore:Using padding='same' with even kernel")
 HALF = (F32, F16, BF16)
 INF = float("inf")
@@ -186,6 +186,64 @@ NORMS = [
         (2, 4, 5),
     ),
 ]
+
+
+# ── weight norm ──────────────────────────────────────────────────────────────
+# The weight-norm ops are CompositeImplicit: ``high`` and ``core`` decompose them before rlx sees
+# them, so only ``aten`` exercises their lowerings (the other levels check what torch hands over).
+def g_like(shape, dim):
+    """A gain shaped like ``norm_except_dim``'s result (extent 1 on every axis but ``dim``)."""
+    kept = [1] * len(shape) if dim == -1 else [d if i == dim else 1 for i, d in enumerate(shape)]
+    return lambda dt: rand(kept, dt, low=0.5, high=2, seed=7)
+
+
+WEIGHT_NORM = [
+    (0, lambda v, g: torch._weight_norm(v, g, 0)),
+    (2, lambda v, g: torch._weight_norm(v, g, 2)),
+    (1, lambda v, g: torch._weight_norm(v, g, 1)),
+    (-1, lambda v, g: torch._weight_norm(v, g, -1)),
+]
+NORM_EXCEPT_DIM = [
+    lambda v: torch.norm_except_dim(v, 2, 0),
+    lambda v: torch.norm_except_dim(v, 2, 1),
+    lambda v: torch.norm_except_dim(v, 2, -1),
+    lambda v: torch.norm_except_dim(v, 3, 2),
+    lambda v: torch.norm_except_dim(v, 1, 0),
+]
+
+WEIGHT_NORM_CASES = [
+    case(f"weight_norm_dim{d}", fn, (6, 4, 5), g_like((6, 4, 5), d), dtypes=(F32,), levels=LEVELS)
+    for d, fn in WEIGHT_NORM
+]
+WEIGHT_NORM_CASES += [
+    case(
+        "weight_norm_dtypes",
+        WEIGHT_NORM[0][1],
+        (6, 4, 5),
+        g_like((6, 4, 5), 0),
+        dtypes=(F16, BF16, F64),
+        levels=("aten",),
+    ),
+    # A Linear-shaped weight and a gain of lower rank, as old-style weight_norm checkpoints store it.
+    case(
+        "weight_norm_2d",
+        lambda v, g: torch._weight_norm(v, g, 0),
+        (5, 3),
+        g_like((5, 3), 0),
+        dtypes=(F32,),
+        levels=("aten",),
+    ),
+    case("norm_except_dim", NORM_EXCEPT_DIM, (3, 4, 5), dtypes=(F32,), levels=LEVELS),
+    case("norm_except_dim_dtypes", NORM_EXCEPT_DIM, (3, 4, 5), dtypes=(F16, BF16, F64), levels=("aten",)),
+]
+
+
+def test_weight_norm_module():
+    """``nn.utils.parametrizations.weight_norm`` on a conv, as wav2vec2's positional embedding uses it."""
+    torch.manual_seed(0)
+    conv = torch.nn.utils.parametrizations.weight_norm(torch.nn.Conv1d(4, 6, 3, padding=1, groups=2), dim=2)
+    assert_converts_and_matches(conv, (rand((2, 4, 9)),))
+
 
 # ── embedding ────────────────────────────────────────────────────────────────
 TOKENS = torch.tensor([[0, 3, 9], [9, 0, 1]])
@@ -601,7 +659,17 @@ XFAILS = [
 ]
 
 ALL = (
-    SOFTMAX + NORMS + EMBEDDING + EMBEDDING_BAG + ATTENTION + CONV + POOL + ACTIVATIONS + LINEAR_CROSS_ENTROPY + XFAILS
+    SOFTMAX
+    + NORMS
+    + WEIGHT_NORM_CASES
+    + EMBEDDING
+    + EMBEDDING_BAG
+    + ATTENTION
+    + CONV
+    + POOL
+    + ACTIVATIONS
+    + LINEAR_CROSS_ENTROPY
+    + XFAILS
 )
 
 

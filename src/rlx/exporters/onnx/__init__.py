@@ -11,19 +11,11 @@ lists what a program uses that has no emitter, all at once. Needs ``rlx[onnx]``.
 
 from __future__ import annotations
 
-from rlx.exporters.onnx import (
-    elementwise,
-    linalg,
-    movement,
-    nn,
-    ordering,
-    random,
-    reduce,
-    resample,
-    scatter,
-    selection,
-    spectral,
-)
+# The family modules (named by ``rlx.ir.calls.FAMILIES``); importing each registers its emitters.
+from rlx.exporters.onnx import elementwise, linalg, movement, nn, ordering, random  # isort: split
+
+from rlx.exporters.onnx import reduce, resample, scatter, selection, spectral  # isort: split
+
 from rlx.exporters.onnx.build import EXTERNAL_DATA_THRESHOLD, check_coverage, to_onnx, write_onnx
 from rlx.exporters.onnx.registry import EMITTERS, NO_ONNX_FORM, OPSET, PORTABLE, EmitError, GraphOptions, emits
 

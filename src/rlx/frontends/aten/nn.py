@@ -1,4 +1,4 @@
-"""Neural-network blocks: softmax, norms, embedding, attention, convolution, pooling."""
+"""Neural-network blocks: softmax, norms (weight norm included), embedding, attention, convolution, pooling."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from rlx.frontends.aten.movement import reshape_to, take_slice
 from rlx.frontends.aten.random import dropout_weights
 from rlx.frontends.aten.reduce import p_norm, window_argmax
 from rlx.frontends.aten.registry import Builder, lowers
-from rlx.frontends.aten.shapes import ints, norm_axis
+from rlx.frontends.aten.shapes import broadcast, ints, norm_axis
 from rlx.frontends.common import static_dim
 from rlx.ir import dtypes, symbolic
 from rlx.ir.calls import (
@@ -219,6 +219,51 @@ def group_norm(node: Node, b: Builder) -> Operand | tuple[Operand | None, ...]:
     mean, rstd = _moments(node, b, grouped, 1, float(eps))
     stats = (shape[0], int(groups))
     return y, reshape_to(b, mean, stats), reshape_to(b, rstd, stats)
+
+
+# ── weight norm ──────────────────────────────────────────────────────────────
+def _norm_except_dim(b: Builder, v: Ref, p: float, dim: int) -> Ref:
+    """The ``p``-norm of ``v`` over every axis but ``dim`` (every axis when ``dim`` is -1), kept as
+    a broadcastable ``[1, …, size, …, 1]`` tensor (``[1, …, 1]`` for ``dim`` -1, where torch's
+    ``norm_except_dim`` returns a 0-d tensor)."""
+    shape, dtype = b.shape(v), b.dtype(v)
+    axes = tuple(range(len(shape))) if dim == -1 else tuple(a for a in range(len(shape)) if a != dim)
+    kept = tuple(1 if a in axes else d for a, d in enumerate(shape))
+    if p == 2:
+        powered = b.emit(Binary("mul", v, v), shape, dtype)
+    else:
+        absolute = b.emit(Unary("abs", v), shape, dtype)
+        powered = b.emit(Binary("pow", absolute, b.lit(p, dtype)), shape, dtype)
+    total = b.emit(Reduce("sum", powered, axes, True), kept, dtype) if axes else powered
+    if p == 2:
+        return b.emit(Unary("sqrt", total), kept, dtype)
+    return b.emit(Binary("pow", total, b.lit(1.0 / p, dtype)), kept, dtype)
+
+
+def _weight_norm_dim(node: Node, b: Builder, v: Ref, index: int, name: str, default: int) -> int:
+    dim = node.arg(index, name, default)
+    return -1 if dim == -1 else norm_axis(dim, b.rank(v))
+
+
+@lowers("aten.norm_except_dim")
+def norm_except_dim(node: Node, b: Builder) -> Operand:
+    v = b.input(node, 0)
+    p = node.arg(1, "pow", 2)
+    if not isinstance(p, (int, float)) or isinstance(p, bool) or not 0 < p < math.inf:
+        raise LoweringError(f"node {node.id}: norm_except_dim supports a finite positive pow, found {p!r}")
+    norm = _norm_except_dim(b, b.cast(v, node.meta.dtype), float(p), _weight_norm_dim(node, b, v, 2, "dim", 0))
+    return reshape_to(b, norm, node.meta.shape)  # dim -1: a 0-d norm
+
+
+@lowers("aten._weight_norm")
+def weight_norm(node: Node, b: Builder) -> Operand:
+    """``_weight_norm(v, g, dim=0)`` = ``v * (g / norm_except_dim(v, 2, dim))`` (``dim`` -1: one
+    norm over the whole tensor), the weight ``nn.utils.weight_norm`` recomputes on every call."""
+    out = node.meta
+    v, g = b.cast(b.input(node, 0), out.dtype), b.cast(b.input(node, 1, "g"), out.dtype)
+    norm = _norm_except_dim(b, v, 2.0, _weight_norm_dim(node, b, v, 2, "dim", 0))
+    scale = b.emit(Binary("div", g, norm), broadcast(b.shape(g), b.shape(norm)), out.dtype)
+    return b.emit_like(Binary("mul", v, scale), out)
 
 
 # ── embedding and attention ──────────────────────────────────────────────────

@@ -18,6 +18,7 @@ from typing import Any
 
 from rlx.errors import LoweringError, UnsupportedOpError
 from rlx.formats.torch_ir import Node, Output, ScalarMeta, TensorMeta, TorchIR
+from rlx.frontends.common import family_of
 from rlx.ir import dtypes, symbolic
 from rlx.ir.builder import InstrBuilder
 from rlx.ir.calls import Arange, Binary, RandomBits
@@ -33,7 +34,7 @@ Handler = Callable[[Node, "Builder"], Result]
 class Registration:
     name: str  # as registered: "aten.add.Tensor" or "aten.add" (every overload)
     handler: Handler
-    family: str  # the module that defines it: "elementwise", "shape", …
+    family: str  # the Call family of the module that defines it (``family_of``): "movement", "nn", …
 
 
 @dataclass(frozen=True)
@@ -54,7 +55,7 @@ def lowers(*names: str) -> Callable[[Handler], Handler]:
     """Register ``handler`` for each aten op name (``aten.<op>`` or ``aten.<op>.<overload>``)."""
 
     def register(handler: Handler) -> Handler:
-        family = handler.__module__.rsplit(".", 1)[-1]
+        family = family_of(handler.__module__)
         for name in names:
             if name in REGISTRY:
                 raise ValueError(f"{name} is registered twice ({REGISTRY[name].handler.__name__})")

@@ -15,8 +15,8 @@ import numpy as np
 
 from rlx.errors import LoweringError
 from rlx.frontends.common import static_dim
+from rlx.frontends.onnx.movement import concat, slice_axis
 from rlx.frontends.onnx.registry import Env, OnnxBuilder, OnnxNode, broadcast, norm_axis, onnx_op
-from rlx.frontends.onnx.shape import concat, slice_axis
 from rlx.ir import symbolic
 from rlx.ir.calls import Where
 from rlx.ir.symbolic import Sym

@@ -14,10 +14,10 @@ from rlx.errors import LoweringError
 from rlx.frontends.common import static_dim
 from rlx.frontends.onnx.control import take
 from rlx.frontends.onnx.elementwise import emit_binary
+from rlx.frontends.onnx.movement import permute
 from rlx.frontends.onnx.nn import matmul
 from rlx.frontends.onnx.reduce import reduce
 from rlx.frontends.onnx.registry import Env, OnnxBuilder, OnnxNode, numel, onnx_op
-from rlx.frontends.onnx.shape import permute
 from rlx.ir.calls import Diagonal, Expand
 from rlx.ir.program import Ref
 from rlx.ir.symbolic import Dim

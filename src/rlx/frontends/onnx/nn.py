@@ -16,6 +16,7 @@ import numpy as np
 from rlx.errors import LoweringError
 from rlx.frontends.common import static_dim
 from rlx.frontends.onnx.elementwise import emit_binary, unary
+from rlx.frontends.onnx.movement import permute, slice_axis
 from rlx.frontends.onnx.registry import (
     Env,
     OnnxBuilder,
@@ -26,7 +27,6 @@ from rlx.frontends.onnx.registry import (
     numel,
     onnx_op,
 )
-from rlx.frontends.onnx.shape import permute, slice_axis
 from rlx.ir import dtypes, symbolic
 from rlx.ir.calls import (
     ArgReduce,

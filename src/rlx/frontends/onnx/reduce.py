@@ -13,8 +13,8 @@ import numpy as np
 from rlx.errors import LoweringError
 from rlx.frontends.common import static_dim
 from rlx.frontends.onnx.elementwise import emit_binary, unary
+from rlx.frontends.onnx.movement import flip, slice_axis
 from rlx.frontends.onnx.registry import Env, OnnxBuilder, OnnxNode, dim_op, norm_axis, onnx_op
-from rlx.frontends.onnx.shape import flip, slice_axis
 from rlx.ir import dtypes
 from rlx.ir.calls import ArgReduce, ArgTopK, CumReduce, Gather, Pad, Reduce, ReduceAxes, Where
 from rlx.ir.program import Operand, Ref

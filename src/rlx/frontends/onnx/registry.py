@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from rlx.errors import LoweringError, UnsupportedOpError
+from rlx.frontends.common import family_of
 from rlx.frontends.onnx.boundary import one_line
 from rlx.ir import dtypes, rules, symbolic
 from rlx.ir.builder import InstrBuilder
@@ -77,7 +78,7 @@ class Registration:
     domain: str
     op_type: str
     handler: Handler
-    family: str
+    family: str  # the Call family of the module that defines it (``family_of``): "movement", "nn", …
 
 
 REGISTRY: dict[tuple[str, str], Registration] = {}
@@ -87,7 +88,7 @@ def onnx_op(*op_types: str, domain: str = "") -> Callable[[Handler], Handler]:
     """Register ``handler`` for each ``op_type`` of ``domain`` (``""`` is the default ai.onnx domain)."""
 
     def register(handler: Handler) -> Handler:
-        family = handler.__module__.rsplit(".", 1)[-1]
+        family = family_of(handler.__module__)
         for op in op_types:
             if (domain, op) in REGISTRY:
                 raise ValueError(f"{domain or 'ai.onnx'}::{op} is registered twice")

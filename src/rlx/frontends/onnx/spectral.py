@@ -17,9 +17,9 @@ from rlx.errors import LoweringError
 from rlx.frontends.common import static_dim
 from rlx.frontends.onnx.control import stack, take
 from rlx.frontends.onnx.elementwise import emit_binary
+from rlx.frontends.onnx.movement import permute
 from rlx.frontends.onnx.nn import matmul
 from rlx.frontends.onnx.registry import Env, OnnxBuilder, OnnxNode, norm_axis, onnx_op
-from rlx.frontends.onnx.shape import permute
 from rlx.ir import dtypes, symbolic
 from rlx.ir.calls import Arange, IndexSelect
 from rlx.ir.program import Ref

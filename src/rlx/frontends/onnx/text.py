@@ -13,9 +13,9 @@ import numpy as np
 from rlx.errors import LoweringError
 from rlx.frontends.common import static_dim
 from rlx.frontends.onnx.elementwise import emit_binary
+from rlx.frontends.onnx.movement import concat
 from rlx.frontends.onnx.nn import matmul
 from rlx.frontends.onnx.registry import Env, OnnxBuilder, OnnxNode, onnx_op
-from rlx.frontends.onnx.shape import concat
 from rlx.ir import dtypes
 from rlx.ir.calls import IndexSelect, Reduce
 from rlx.ir.program import Ref

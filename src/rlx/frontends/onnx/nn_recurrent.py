@@ -20,9 +20,9 @@ from rlx.errors import LoweringError
 from rlx.frontends.common import static_dim
 from rlx.frontends.onnx.control import MAX_UNROLL, stack, take
 from rlx.frontends.onnx.elementwise import emit_binary, unary
+from rlx.frontends.onnx.movement import concat, permute, slice_axis
 from rlx.frontends.onnx.nn import matmul
 from rlx.frontends.onnx.registry import Env, OnnxBuilder, OnnxNode, dim_op, onnx_op
-from rlx.frontends.onnx.shape import concat, permute, slice_axis
 from rlx.ir.calls import Clamp, Recurrent
 from rlx.ir.program import Operand, Ref
 from rlx.ir.symbolic import Dim

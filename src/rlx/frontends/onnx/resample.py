@@ -1,4 +1,5 @@
-"""Resampling: Resize (every mode, coordinate transform, nearest rounding, antialias, roi) and Upsample.
+"""Resampling: Resize (every mode, coordinate transform, nearest rounding, antialias, roi), Upsample
+and GridSample (one ``GridSample`` Call).
 
 ONNX resizing is separable and linear in the data, so each resized axis is one matrix fixed while
 converting: ``y = W @ x`` along the axis, ``W[out, in]`` taken from the onnx reference
@@ -21,9 +22,9 @@ import numpy as np
 
 from rlx.errors import LoweringError
 from rlx.frontends.onnx.elementwise import emit_binary
+from rlx.frontends.onnx.movement import permute
 from rlx.frontends.onnx.nn import matmul
 from rlx.frontends.onnx.registry import Env, OnnxBuilder, OnnxNode, onnx_op
-from rlx.frontends.onnx.shape import permute
 from rlx.ir import dtypes, symbolic
 from rlx.ir.calls import Arange, Clamp, GridSample, IndexSelect, Unary
 from rlx.ir.program import Lit, Operand, Ref

@@ -1,4 +1,4 @@
-"""Matrix decompositions and what is built from them: svd, det/slogdet, LU (factor, unpack, solve),
+"""Matrix factorisations and what is built from them: svd, det/slogdet, LU (factor, unpack, solve),
 triangular and Cholesky solves, Householder QR (geqrf) and products (householder_product, ormqr),
 pinv, matrix_exp, the general eigenproblem (eig, eigvals) and the Bunch-Kaufman LDLᵀ (factor, solve).
 

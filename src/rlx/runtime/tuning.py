@@ -7,7 +7,6 @@ Reading the file never imports an engine (versions come from the installed packa
 
 from __future__ import annotations
 
-import importlib.metadata
 import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +37,8 @@ class Choice:
 
 
 def package_version(package: str) -> str | None:
+    import importlib.metadata  # (20 ms: loading a bundle without a tuning.json never needs it)
+
     try:
         return importlib.metadata.version(package)
     except importlib.metadata.PackageNotFoundError:

@@ -242,8 +242,21 @@ def test_int8_static_is_calibrated_once_and_runs_quantized_within_tolerance(tmp_
     with pytest.raises(UsageError, match=r"^int8-static needs the activation ranges of a calibration run \(no "):
         rlx.load(out, engine="onnxruntime", precision="int8-static")
     program, weights, _ = read_bundle(out / "bundle")
-    calibration = [[torch.randn(2, 3, 16, 16).numpy()] for _ in range(4)] + [[x.numpy()[:1]]]
-    assert calibrate(program, weights, calibration, out / "bundle" / CALIBRATION_FILE) == 4  # (one shape)
+    calibration = [[torch.randn(2, 3, 16, 16).numpy()] for _ in range(4)] + [[3 * x.numpy()[:1]]]
+    assert calibrate(program, weights, calibration, out / "bundle" / CALIBRATION_FILE) == 5  # (both shapes)
+    # each tensor's range is the widest the two shapes' own calibrations saw
+    from onnxruntime.quantization.calibrate import load_tensors_data
+
+    apart = [tmp_path / "batch2.json", tmp_path / "batch1.json"]
+    calibrate(program, weights, calibration[:4], apart[0])
+    calibrate(program, weights, calibration[4:], apart[1])
+    (two, one), merged = [load_tensors_data(p) for p in apart], load_tensors_data(out / "bundle" / CALIBRATION_FILE)
+    assert set(merged.keys()) == set(two.keys()) == set(one.keys()) and len(merged.keys()) > 5
+    for name in merged.keys():
+        (lo, hi), (lo2, hi2), (lo1, hi1) = merged[name].range_value, two[name].range_value, one[name].range_value
+        np.testing.assert_array_equal(lo, np.minimum(lo2, lo1))
+        np.testing.assert_array_equal(hi, np.maximum(hi2, hi1))
+    assert any(np.any(one[n].range_value[1] > two[n].range_value[1]) for n in merged.keys())  # (3x: wider)
     static = rlx.load(out, engine="onnxruntime", precision="int8-static")
     f32 = rlx.load(out, engine="onnxruntime")
     for batch in (2, 5):  # the ranges of one calibration serve every binding of the batch axis

@@ -14,6 +14,7 @@ LayerNorm / attention / GELU fusions) unless told otherwise.
 from __future__ import annotations
 
 import math
+import tempfile
 import threading
 from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
@@ -292,20 +293,27 @@ def calibrate_program(
     program: Program, weights: Mapping[str, np.ndarray], sets: Sequence[list[np.ndarray]], path: Path
 ) -> int:
     """int8-static's calibration: the activation ranges of ``program`` run on ``sets`` (each the
-    inputs in program order) written to ``path``; the sets of the first one's shapes are used (one
-    graph is calibrated, its ranges serve every binding). Returns how many sets were used."""
-    from rlx.runtime.onnxruntime_engine.quantize import calibrate
+    inputs in program order) written to ``path``. Sets of different shapes (a dynamic program) are
+    run on the graph of their own shapes, and each tensor's range is the widest any of them saw:
+    one set of ranges serves every binding. Returns how many sets were used (all of them)."""
+    from rlx.runtime.onnxruntime_engine.quantize import calibrate, merge_ranges
 
     engine = OrtEngine(program, weights, precision="int8")  # (the int8 graph: weights embedded)
-    first = [a.shape for a in sets[0]]
-    same = [s for s in sets if [a.shape for a in s] == first]
-    static = specialize(program, bind_symbols(program, list(sets[0]))) if program.is_dynamic else program
-    model = emit_model(static, engine)
-    names = [i.name for i in model.graph.input]
-    bf16 = [v.dtype == "bf16" for v in static.inputs]
-    feeds = [{n: (a.astype(np.float32) if b else a) for n, a, b in zip(names, s, bf16)} for s in same]
-    calibrate(model, feeds, path, program.name)
-    return len(same)
+    by_shape: dict[tuple[tuple[int, ...], ...], list[list[np.ndarray]]] = {}
+    for inputs in sets:
+        by_shape.setdefault(tuple(a.shape for a in inputs), []).append(inputs)
+    with tempfile.TemporaryDirectory(prefix="rlx-calibrate-") as tmp:
+        parts = []
+        for k, group in enumerate(by_shape.values()):
+            static = specialize(program, bind_symbols(program, list(group[0]))) if program.is_dynamic else program
+            model = emit_model(static, engine)
+            names = [i.name for i in model.graph.input]
+            bf16 = [v.dtype == "bf16" for v in static.inputs]
+            feeds = [{n: (a.astype(np.float32) if b else a) for n, a, b in zip(names, s, bf16)} for s in group]
+            parts.append(Path(tmp) / f"ranges.{k}.json")
+            calibrate(model, feeds, parts[-1], program.name)
+        merge_ranges(parts, path)
+    return len(sets)
 
 
 def trace_program(

@@ -89,6 +89,23 @@ def calibrate(model: Any, feeds: Sequence[dict[str, np.ndarray]], path: Path, na
             raise RlxError(f"onnxruntime could not calibrate {name} for int8-static: {first}") from e
 
 
+def merge_ranges(parts: Sequence[Path], path: Path) -> None:
+    """One calibration file from several (one per input shape): each tensor's range is the widest
+    of its ranges in any of them."""
+    from onnxruntime.quantization.calibrate import TensorData, TensorsData, load_tensors_data, save_tensors_data
+
+    loaded = [load_tensors_data(p) for p in parts]
+    merged: dict[str, TensorData] = {}
+    for ranges in loaded:
+        for name, r in ranges.items():
+            lo, hi = r.range_value
+            if name in merged:
+                lo0, hi0 = merged[name].range_value
+                lo, hi = np.minimum(lo0, lo), np.maximum(hi0, hi)
+            merged[name] = TensorData(lowest=lo, highest=hi)
+    save_tensors_data(TensorsData(loaded[0].calibration_method, merged), path)
+
+
 def excluded_nodes(model: Any, float32: Sequence[str]) -> list[str]:
     """The ONNX nodes of the instructions named in ``float32`` (the emitter names each node
     ``RESULT:OP:K`` after the instruction it comes from)."""

@@ -9,8 +9,6 @@ Conventions shared by every Call:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from rlx.ir.program import Call, Operand, Ref
 from rlx.ir.symbolic import Dim
 
@@ -54,7 +52,6 @@ FAMILIES: tuple[str, ...] = (
 
 
 # ── elementwise: per-element functions, broadcasting ──────────────────────────
-@dataclass(frozen=True)
 class Unary(Call):
     """``fn(x)`` elementwise for ``fn`` in ``UNARY_FNS``, with PyTorch's value at every edge (NaN, ±inf, ±0, integer overflow)."""
 
@@ -62,7 +59,6 @@ class Unary(Call):
     x: Operand
 
 
-@dataclass(frozen=True)
 class Binary(Call):
     """``fn(x, y)`` elementwise and broadcasting for ``fn`` in ``BINARY_FNS``; integer division and remainder follow PyTorch's signs."""
 
@@ -71,7 +67,6 @@ class Binary(Call):
     y: Operand
 
 
-@dataclass(frozen=True)
 class Where(Call):
     """``x`` where ``cond`` holds, else ``y``, all three broadcast together."""
 
@@ -80,7 +75,6 @@ class Where(Call):
     y: Operand
 
 
-@dataclass(frozen=True)
 class Clamp(Call):
     """``min(max(x, lo), hi)`` with NaN propagated like ``torch.clamp``; ``None`` bounds are open."""
 
@@ -89,7 +83,6 @@ class Clamp(Call):
     hi: Operand | None
 
 
-@dataclass(frozen=True)
 class LeakyRelu(Call):
     """``x`` where ``x > 0``, else ``slope * x`` (NaN stays NaN)."""
 
@@ -97,7 +90,6 @@ class LeakyRelu(Call):
     slope: float
 
 
-@dataclass(frozen=True)
 class Cast(Call):
     """``x`` converted to ``dtype`` as ``Tensor.to`` does: floats to integers truncate toward zero, to bool is ``!= 0``."""
 
@@ -105,7 +97,6 @@ class Cast(Call):
     dtype: str
 
 
-@dataclass(frozen=True)
 class Bitcast(Call):
     """The bits of ``x`` reinterpreted as ``dtype``, which has the same width (float32 ↔ int32, int8 → uint8)."""
 
@@ -114,7 +105,6 @@ class Bitcast(Call):
 
 
 # ── special: torch.special's functions ────────────────────────────────────────
-@dataclass(frozen=True)
 class Special(Call):
     """A special function of PyTorch's ``torch.special`` family (``SPECIAL_FNS``), elementwise and
     broadcasting: ``fn(x)``, or ``fn(x, y)`` where ``y`` is the second argument (``zeta``'s q,
@@ -127,7 +117,6 @@ class Special(Call):
 
 
 # ── creation: tensors made from a Call's fields alone ─────────────────────────
-@dataclass(frozen=True)
 class Full(Call):
     """A tensor of ``shape`` and ``dtype`` holding ``value`` everywhere."""
 
@@ -136,7 +125,6 @@ class Full(Call):
     dtype: str
 
 
-@dataclass(frozen=True)
 class Arange(Call):
     """``start, start + step, …`` up to but excluding ``end``, in ``dtype`` (``torch.arange``'s length rule)."""
 
@@ -147,7 +135,6 @@ class Arange(Call):
 
 
 # ── random: counter-based random words ────────────────────────────────────────
-@dataclass(frozen=True)
 class RandomBits(Call):
     """Independent, uniformly distributed 32-bit words (``u32``) of ``shape``, drawn from the
     generator ``state`` (an ``i64[2]`` of key and counter, one per program, advanced once per call):
@@ -161,7 +148,6 @@ class RandomBits(Call):
 
 
 # ── movement: shape and data movement ─────────────────────────────────────────
-@dataclass(frozen=True)
 class Reshape(Call):
     """The elements of ``x`` in row-major order, viewed as ``shape`` (same element count)."""
 
@@ -169,7 +155,6 @@ class Reshape(Call):
     shape: tuple[Dim, ...]
 
 
-@dataclass(frozen=True)
 class Permute(Call):
     """``x`` with its axes reordered: result axis ``i`` is input axis ``perm[i]``."""
 
@@ -177,7 +162,6 @@ class Permute(Call):
     perm: tuple[int, ...]
 
 
-@dataclass(frozen=True)
 class Expand(Call):
     """``x`` broadcast to ``shape`` (size-1 axes repeated, leading axes added)."""
 
@@ -185,7 +169,6 @@ class Expand(Call):
     shape: tuple[Dim, ...]
 
 
-@dataclass(frozen=True)
 class Slice(Call):
     """``x[start:stop:step]`` along ``axis``; bounds already clamped to the axis, step ≥ 1."""
 
@@ -196,7 +179,6 @@ class Slice(Call):
     step: int
 
 
-@dataclass(frozen=True)
 class Concat(Call):
     """The operands joined along ``axis``; every other extent agrees."""
 
@@ -204,7 +186,6 @@ class Concat(Call):
     axis: int
 
 
-@dataclass(frozen=True)
 class Pad(Call):
     """Constant padding; ``pads[i] = (before, after)`` for axis ``i`` (negative crops)."""
 
@@ -213,7 +194,6 @@ class Pad(Call):
     value: bool | int | float
 
 
-@dataclass(frozen=True)
 class IndexSelect(Call):
     """``x.index_select(axis, index)`` generalised to an index of any shape (embedding)."""
 
@@ -222,7 +202,6 @@ class IndexSelect(Call):
     index: Ref
 
 
-@dataclass(frozen=True)
 class Gather(Call):
     """``torch.gather``: ``out[i][j] = x[index[i][j]][j]`` along ``axis``."""
 
@@ -231,7 +210,6 @@ class Gather(Call):
     index: Ref
 
 
-@dataclass(frozen=True)
 class Index(Call):
     """Advanced indexing ``x[indices]``, one entry per leading axis (``None`` = take all)."""
 
@@ -240,7 +218,6 @@ class Index(Call):
 
 
 # ── linalg: linear algebra ────────────────────────────────────────────────────
-@dataclass(frozen=True)
 class MatMul(Call):
     """``numpy.matmul`` semantics (batched, broadcasting batch dims)."""
 
@@ -248,7 +225,6 @@ class MatMul(Call):
     y: Ref
 
 
-@dataclass(frozen=True)
 class Linear(Call):
     """``x @ weight.T + bias`` with ``weight`` stored as ``[out, in]`` like ``nn.Linear``."""
 
@@ -257,7 +233,6 @@ class Linear(Call):
     bias: Operand | None
 
 
-@dataclass(frozen=True)
 class Svd(Call):
     """One part of the singular value decomposition ``x = U·diag(S)·Vh`` of the matrices in the
     last two axes: ``part`` is u / s / vh; S is in descending order. ``full_matrices``: U and Vh
@@ -269,7 +244,6 @@ class Svd(Call):
     full_matrices: bool
 
 
-@dataclass(frozen=True)
 class Det(Call):
     """Of the square matrices in the last two axes: ``part`` det (the determinant), sign or
     logabsdet (``slogdet``: sign 0 and logabsdet -inf for a singular matrix)."""
@@ -278,7 +252,6 @@ class Det(Call):
     part: str
 
 
-@dataclass(frozen=True)
 class LuFactor(Call):
     """LU factorisation with partial pivoting of the matrices in the last two axes, as LAPACK's
     ``getrf`` (the pivot of a column is its first entry of largest magnitude): ``part`` lu (L
@@ -290,7 +263,6 @@ class LuFactor(Call):
     part: str
 
 
-@dataclass(frozen=True)
 class LuPermutation(Call):
     """LAPACK pivots (int32, 1-based, ``[..., k]``) as the int64 permutation ``perm`` (``[..., size]``)
     they apply: ``x[perm]`` is ``x`` with the row swaps done in order, so ``A[perm] = L·U``."""
@@ -299,7 +271,6 @@ class LuPermutation(Call):
     size: int
 
 
-@dataclass(frozen=True)
 class TriangularSolve(Call):
     """``x`` with ``a @ x = b`` for triangular ``a`` (the lower triangle, or the upper one with
     ``upper``; the other triangle is never read; ``unitriangular``: the diagonal is taken as ones),
@@ -311,7 +282,6 @@ class TriangularSolve(Call):
     unitriangular: bool
 
 
-@dataclass(frozen=True)
 class Cholesky(Call):
     """The Cholesky factor of the symmetric positive definite matrices in the last two axes: lower
     ``L`` with ``A = L·Lᵀ`` (``upper``: ``Lᵀ``); only the lower triangle of ``A`` is read."""
@@ -320,7 +290,6 @@ class Cholesky(Call):
     upper: bool
 
 
-@dataclass(frozen=True)
 class Qr(Call):
     """One part (q / r) of the Householder QR of the matrices in the last two axes, with LAPACK's
     signs (``geqrf``: R's diagonal may be negative). ``complete``: Q is square (else ``[m, k]``)."""
@@ -330,7 +299,6 @@ class Qr(Call):
     complete: bool
 
 
-@dataclass(frozen=True)
 class Eigh(Call):
     """One part of the eigendecomposition of the symmetric matrices in the last two axes (only
     the ``lower`` — else upper — triangle is read): ``part`` values (ascending) or vectors (columns)."""
@@ -340,7 +308,6 @@ class Eigh(Call):
     lower: bool
 
 
-@dataclass(frozen=True)
 class Geqrf(Call):
     """LAPACK's Householder QR (``geqrf``) of the matrices in the last two axes, in its packed
     form: ``part`` a (R on and above the diagonal, the reflectors' vectors below it, their leading
@@ -350,7 +317,6 @@ class Geqrf(Call):
     part: str
 
 
-@dataclass(frozen=True)
 class Eig(Call):
     """One part of the eigendecomposition of the (general, real or complex) square matrices in the
     last two axes, as LAPACK's ``geev``: ``part`` values (complex, in LAPACK's order) or vectors
@@ -361,7 +327,6 @@ class Eig(Call):
     part: str
 
 
-@dataclass(frozen=True)
 class LdlFactor(Call):
     """LAPACK's Bunch-Kaufman LDLᵀ (``sytrf``; LDLᴴ, ``hetrf``, for a complex ``hermitian`` one)
     of the symmetric matrices in the last two axes, reading their lower triangle: ``part`` ld (the
@@ -373,7 +338,6 @@ class LdlFactor(Call):
     hermitian: bool
 
 
-@dataclass(frozen=True)
 class LdlSolve(Call):
     """``x`` with ``A·x = b`` for ``A`` given as an ``LdlFactor`` (ld, pivots), as LAPACK's
     ``sytrs`` (``hetrs`` for a complex ``hermitian`` one). Batch axes broadcast."""
@@ -384,7 +348,6 @@ class LdlSolve(Call):
     hermitian: bool
 
 
-@dataclass(frozen=True)
 class MatrixExp(Call):
     """The matrix exponential of the square matrices in the last two axes."""
 
@@ -392,7 +355,6 @@ class MatrixExp(Call):
 
 
 # ── reduce: reductions ────────────────────────────────────────────────────────
-@dataclass(frozen=True)
 class Reduce(Call):
     """Reduce over ``axes`` (all axes when empty). ``correction`` is used by var/std only; ``xor``
     (integers only) folds the bit patterns with exclusive or (0 over an empty slice)."""
@@ -404,7 +366,6 @@ class Reduce(Call):
     correction: float = 0.0
 
 
-@dataclass(frozen=True)
 class ReduceAxes(Call):
     """``Reduce`` over the axes a run-time int64 tensor names (ONNX's Reduce* whose ``axes`` input
     is a model input or computed from one). Negative axes count from the end; ``fn`` is sum, mean,
@@ -418,7 +379,6 @@ class ReduceAxes(Call):
     keepdim: bool
 
 
-@dataclass(frozen=True)
 class ArgReduce(Call):
     """``argmax`` / ``argmin`` along ``axis`` (``None`` = over the flattened tensor)."""
 
@@ -429,7 +389,6 @@ class ArgReduce(Call):
 
 
 # ── nn: neural-network blocks ─────────────────────────────────────────────────
-@dataclass(frozen=True)
 class Softmax(Call):
     """Softmax (``log``: log-softmax) along ``axis``, computed stably in the operand's float dtype."""
 
@@ -438,7 +397,6 @@ class Softmax(Call):
     log: bool
 
 
-@dataclass(frozen=True)
 class LayerNorm(Call):
     """Normalise over the trailing ``ndim`` axes, then scale and shift."""
 
@@ -449,7 +407,6 @@ class LayerNorm(Call):
     eps: float
 
 
-@dataclass(frozen=True)
 class RmsNorm(Call):
     """``x / sqrt(mean(x², trailing ndim axes) + eps)``, then scaled by ``weight`` (``torch.nn.functional.rms_norm``)."""
 
@@ -459,7 +416,6 @@ class RmsNorm(Call):
     eps: float
 
 
-@dataclass(frozen=True)
 class BatchNorm(Call):
     """Inference batch norm with running statistics over channel axis 1."""
 
@@ -471,7 +427,6 @@ class BatchNorm(Call):
     eps: float
 
 
-@dataclass(frozen=True)
 class GroupNorm(Call):
     """Normalise each of ``groups`` channel groups of axis 1 over its channels and spatial axes, then scale and shift per channel."""
 
@@ -482,7 +437,6 @@ class GroupNorm(Call):
     eps: float
 
 
-@dataclass(frozen=True)
 class Conv(Call):
     """N-d convolution (N = weight rank − 2), NC… layout, weight ``[out, in/groups, *k]``."""
 
@@ -497,7 +451,6 @@ class Conv(Call):
     output_padding: tuple[int, ...]
 
 
-@dataclass(frozen=True)
 class MaxPool(Call):
     """Max pooling over the trailing spatial axes; ``indices`` returns flat argmax positions instead."""
 
@@ -510,7 +463,6 @@ class MaxPool(Call):
     indices: bool = False
 
 
-@dataclass(frozen=True)
 class AvgPool(Call):
     """Average pooling over the trailing spatial axes with ``torch.nn.functional.avg_pool*``'s padding, ``ceil_mode`` window and divisor rules."""
 
@@ -523,7 +475,6 @@ class AvgPool(Call):
     divisor_override: int | None
 
 
-@dataclass(frozen=True)
 class AdaptiveAvgPool(Call):
     """Average pooling to ``output_size`` over the trailing axes, with PyTorch's adaptive window bounds (floor start, ceil end)."""
 
@@ -531,7 +482,6 @@ class AdaptiveAvgPool(Call):
     output_size: tuple[Dim, ...]
 
 
-@dataclass(frozen=True)
 class Attention(Call):
     """Scaled dot-product attention over ``[..., L, E]`` queries and ``[..., S, E]`` keys.
 
@@ -548,7 +498,6 @@ class Attention(Call):
     gqa: bool
 
 
-@dataclass(frozen=True)
 class Recurrent(Call):
     """A recurrent layer (ONNX's ``RNN``, ``GRU`` or ``LSTM``, ``layout`` 0) run step by step over a
     sequence whose length is known only when the model runs.
@@ -581,7 +530,6 @@ class Recurrent(Call):
 
 
 # ── resample: resampling ──────────────────────────────────────────────────────
-@dataclass(frozen=True)
 class Upsample(Call):
     """Resize the trailing ``len(size)`` spatial axes to ``size``.
 
@@ -599,7 +547,6 @@ class Upsample(Call):
     antialias: bool
 
 
-@dataclass(frozen=True)
 class GridSample(Call):
     """``F.grid_sample`` on ``[N, C, *spatial]`` input (2 or 3 spatial axes) with an
     ``[N, *out, nd]`` grid of (x, y[, z]) in [-1, 1] (x indexes the last axis).
@@ -615,7 +562,6 @@ class GridSample(Call):
 
 
 # ── ordering: ordering and scans ──────────────────────────────────────────────
-@dataclass(frozen=True)
 class ArgTopK(Call):
     """Indices (int64) of the ``k`` largest (or smallest) entries along ``axis``; values are a Gather."""
 
@@ -626,7 +572,6 @@ class ArgTopK(Call):
     sorted: bool
 
 
-@dataclass(frozen=True)
 class ArgSort(Call):
     """Indices (int64) that sort ``x`` along ``axis``; ``stable`` keeps the order of equal entries."""
 
@@ -636,7 +581,6 @@ class ArgSort(Call):
     stable: bool
 
 
-@dataclass(frozen=True)
 class SearchSorted(Call):
     """int64 insertion points of ``values`` in ``sorted`` (ascending along its last axis): the
     number of entries ``< v`` (``right``: ``<= v``). A 1-d ``sorted`` serves values of any shape;
@@ -647,7 +591,6 @@ class SearchSorted(Call):
     right: bool
 
 
-@dataclass(frozen=True)
 class CumReduce(Call):
     """Inclusive scan along ``axis``: ``fn`` is sum / prod / max / min / logsumexp;
     ``indices`` returns the int64 position of the running max/min instead of its value."""
@@ -658,7 +601,6 @@ class CumReduce(Call):
     indices: bool = False
 
 
-@dataclass(frozen=True)
 class Flip(Call):
     """``x`` reversed along each of ``axes``."""
 
@@ -666,7 +608,6 @@ class Flip(Call):
     axes: tuple[int, ...]
 
 
-@dataclass(frozen=True)
 class Roll(Call):
     """``torch.roll`` with one shift per axis (already normalised; empty axes = flattened roll)."""
 
@@ -678,14 +619,12 @@ class Roll(Call):
 # ── selection: results whose size depends on the data ─────────────────────────
 # A result extent that is a bare data symbol (``u0``) is bound at run time from the result itself;
 # the JAX engine, which compiles fixed shapes, refuses programs that have any.
-@dataclass(frozen=True)
 class Nonzero(Call):
     """``torch.nonzero``: the int64 coordinates ``[n, rank]`` of the non-zero entries, row-major order."""
 
     x: Ref
 
 
-@dataclass(frozen=True)
 class NonzeroStatic(Call):
     """``torch.nonzero_static``: ``Nonzero`` cut or padded with ``fill`` to ``size`` rows (a static shape)."""
 
@@ -694,7 +633,6 @@ class NonzeroStatic(Call):
     fill: int
 
 
-@dataclass(frozen=True)
 class MaskedSelect(Call):
     """``torch.masked_select``: the entries of ``x`` where ``mask`` is true (both broadcast), as a vector."""
 
@@ -702,7 +640,6 @@ class MaskedSelect(Call):
     mask: Ref
 
 
-@dataclass(frozen=True)
 class Unique(Call):
     """One result of ``torch.unique`` / ``unique_consecutive`` / ``unique_dim`` / ONNX ``Unique``
     (``part``: values, indices (of each value's first occurrence), inverse or counts). Values come
@@ -717,7 +654,6 @@ class Unique(Call):
     sorted: bool = True
 
 
-@dataclass(frozen=True)
 class NonMaxSuppression(Call):
     """ONNX ``NonMaxSuppression``: per batch and class, boxes in descending score order (ties: lower
     index first), each kept unless its IoU with a box already kept exceeds ``iou_threshold``; at
@@ -734,7 +670,6 @@ class NonMaxSuppression(Call):
     center_point_box: bool
 
 
-@dataclass(frozen=True)
 class Bincount(Call):
     """``torch.bincount``: occurrences (or summed ``weights``) of each value of the int vector
     ``x``; ``max(x) + 1`` entries, at least ``minlength``."""
@@ -744,7 +679,6 @@ class Bincount(Call):
     minlength: int
 
 
-@dataclass(frozen=True)
 class Histc(Call):
     """``torch.histc``: ``bins`` equal-width bins over ``[lo, hi]`` (the data's own range when
     ``lo == hi``); entries outside are ignored, ``hi`` itself falls in the last bin."""
@@ -755,7 +689,6 @@ class Histc(Call):
     hi: float
 
 
-@dataclass(frozen=True)
 class GroupedMatMul(Call):
     """``out[r] = x[r] @ w[g(r)]`` where the rows of ``x`` are sorted by group and ``offsets[g]``
     is the cumulative row count through group ``g`` (``torch._grouped_mm`` with 2-d ``x``,
@@ -767,7 +700,6 @@ class GroupedMatMul(Call):
 
 
 # ── scatter: scatter and diagonals ────────────────────────────────────────────
-@dataclass(frozen=True)
 class IndexPut(Call):
     """``out = x.copy(); out[indices] = values``: one entry per leading axis (``None`` = the whole
     axis; integer indices broadcast, bool masks select their ``True`` positions). ``values``
@@ -779,7 +711,6 @@ class IndexPut(Call):
     accumulate: bool
 
 
-@dataclass(frozen=True)
 class Scatter(Call):
     """``torch.scatter_reduce`` along ``axis``: for every position ``p`` of ``index``, the output
     entry at ``p`` with ``p[axis] = index[p]`` combines ``src[p]`` (a 0-d ``src`` broadcasts).
@@ -794,7 +725,6 @@ class Scatter(Call):
     include_self: bool = True
 
 
-@dataclass(frozen=True)
 class Diagonal(Call):
     """``torch.diagonal``: the entries ``(i, i + offset)`` of axes ``axis1``/``axis2``, which are
     removed, laid along a new last axis."""
@@ -806,7 +736,6 @@ class Diagonal(Call):
 
 
 # ── spectral: Fourier transforms ──────────────────────────────────────────────
-@dataclass(frozen=True)
 class Fft(Call):
     """Discrete Fourier transform over ``axes`` (``torch.fft``'s ``_fft_r2c`` / ``_fft_c2r`` / ``_fft_c2c``).
 
@@ -828,7 +757,6 @@ class Fft(Call):
     last_size: int | None = None
 
 
-@dataclass(frozen=True)
 class Conj(Call):
     """The complex conjugate (``torch.conj_physical``); a real tensor is returned unchanged."""
 

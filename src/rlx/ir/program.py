@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import sys
 import types
 import typing
 from collections.abc import Callable, Iterator, Mapping
@@ -43,20 +44,32 @@ class Lit:
 
 Operand = Ref | Lit
 
+if sys.version_info >= (3, 11):
+    from typing import dataclass_transform
+else:  # (Python 3.10: only type checkers read it)
+
+    def dataclass_transform(**_: Any) -> Callable[[type], type]:
+        return lambda cls: cls
+
+
 CALL_TYPES: dict[str, type[Call]] = {}  # the portable Calls by name: what a program.json may hold
 
 
+@dataclass_transform(frozen_default=True)
 @dataclass(frozen=True)
 class Call:
-    """Base of the Call vocabulary. Subclasses register themselves by class name in ``CALL_TYPES``;
-    an engine's own Calls (``portable=False``: made by its load-time passes) do not, so a
-    program.json cannot name them."""
+    """Base of the Call vocabulary. Every subclass is made a frozen dataclass of the fields it
+    declares (no decorator to forget: Calls are hashable and compared by value, which the passes'
+    common-subexpression and cache keys rely on). Subclasses register themselves by class name in
+    ``CALL_TYPES``; an engine's own Calls (``portable=False``: made by its load-time passes) do
+    not, so a program.json cannot name them."""
 
     op: ClassVar[str] = "call"
     portable: ClassVar[bool] = True
 
     def __init_subclass__(cls, portable: bool = True, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
+        dataclass(frozen=True)(cls)
         cls.op = cls.__name__
         cls.portable = portable
         if portable:

@@ -17,7 +17,6 @@ from rlx.ir.program import Call, Operand, Ref
 from rlx.ir.rules import TensorType, Types, broadcast_dims, matmul_shape, require, type_rule
 
 
-@dataclass(frozen=True)
 class Gemm(Call, portable=False):
     """``activation(x @ w + bias)`` with ``numpy.matmul`` semantics; ``w`` is GEMM-ready (``[.., K, N]``,
     packed at load when it is a weight), ``bias`` broadcasts against the product, ``activation`` is
@@ -45,7 +44,6 @@ class Step:
     param: float | int | None = None
 
 
-@dataclass(frozen=True)
 class Fused(Call, portable=False):
     """An elementwise chain run as one step (the scale + mask + softmax of attention, residual
     adds, RMSNorm's scale …); the result is the last step's."""

@@ -190,6 +190,19 @@ def load_example(name: str) -> ModuleType:
     return module
 
 
+def convert_example(tmp_path_factory: Any, name: str, **options: Any) -> tuple[Path, Any, tuple[Any, ...]]:
+    """``examples/<name>.py`` converted by ``rlx.from_torch`` (``options``) into a fresh temporary OUT
+    directory, its parity checked: the OUT directory, the module and its example inputs (for the
+    module-scoped fixtures that convert once and share the result)."""
+    import rlx
+
+    out = tmp_path_factory.mktemp(name) / name
+    model, inputs = load_example(name).get_model()
+    report = rlx.from_torch(model, inputs, out, **options)
+    assert report.parity.passed, report.parity.table()
+    return out, model, inputs
+
+
 @functools.cache
 def exported_example(name: str, level: str) -> tuple[Any, Program]:
     """``examples/<name>.py`` exported in memory at ``level`` and lowered: (exported, program).

@@ -16,15 +16,12 @@ from rlx.app.convert import debug
 from rlx.cli import main
 from rlx.kernels.numpy.namespace import NUMPY
 
-from helpers import BLOCK_TORCH, load_example
+from helpers import BLOCK_TORCH, convert_example, load_example
 
 
 @pytest.fixture(scope="module")
 def transformer_out(tmp_path_factory):
-    out = tmp_path_factory.mktemp("dbg") / "t"
-    model, inputs = load_example("transformer").get_model()
-    rlx.from_torch(model, inputs, out, keep_exported=True)
-    return out
+    return convert_example(tmp_path_factory, "transformer", keep_exported=True)[0]
 
 
 def test_clean_conversion_has_no_divergent_node(transformer_out, capsys):

@@ -15,15 +15,12 @@ import torch
 import rlx
 from rlx.errors import BundleError, InputError, OutputError, RlxError, SchemaError
 
-from helpers import load_example
+from helpers import convert_example, load_example
 
 
 @pytest.fixture(scope="module")
 def mlp_out(tmp_path_factory):
-    out = tmp_path_factory.mktemp("rel") / "mlp"
-    model, inputs = load_example("mlp").get_model()
-    rlx.from_torch(model, inputs, out)
-    return out
+    return convert_example(tmp_path_factory, "mlp")[0]
 
 
 def snapshot(directory):

@@ -18,16 +18,14 @@ from rlx.formats.layout import TUNING_FILE
 from rlx.runtime.engines import supported_precisions
 from rlx.runtime.tuning import FORMAT, machine
 
-from helpers import load_example
+from helpers import convert_example
 
 pytest.importorskip("onnxruntime")
 
 
 @pytest.fixture(scope="module")
 def mlp(tmp_path_factory):
-    out = tmp_path_factory.mktemp("tune") / "mlp"
-    module, inputs = load_example("mlp").get_model()
-    rlx.from_torch(module, inputs, out)
+    out, module, inputs = convert_example(tmp_path_factory, "mlp")
     with torch.no_grad():
         want = module(*inputs).numpy()
     return out, inputs[0].numpy(), want

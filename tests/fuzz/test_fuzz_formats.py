@@ -30,7 +30,7 @@ from rlx.formats.bundle import bind_weights
 from rlx.ir.dtypes import to_numpy
 from rlx.runtime.model import Model
 
-from helpers import load_example
+from helpers import convert_example
 
 EXAMPLES = int(os.environ.get("RLX_FUZZ_EXAMPLES", "120"))
 CORPUS = Path(__file__).parent / "corpus"
@@ -46,10 +46,7 @@ FUZZ = settings(
 @pytest.fixture(scope="module")
 def valid(tmp_path_factory):
     """A real conversion to mutate: the transformer example (attention, norms, masks)."""
-    out = tmp_path_factory.mktemp("fuzz") / "t"
-    model, inputs = load_example("transformer").get_model()
-    rlx.from_torch(model, inputs, out)
-    return out
+    return convert_example(tmp_path_factory, "transformer")[0]
 
 
 # ── mutations ────────────────────────────────────────────────────────────────

@@ -24,6 +24,7 @@ from helpers import (
     assert_arrays_match,
     assert_converts_and_matches,
     convert,
+    convert_example,
     exported_example,
     load_example,
     rand,
@@ -97,9 +98,7 @@ def test_dynamic_shapes_compile_as_designed(engine):
 
 @pytest.fixture(scope="module")
 def transformer_out(tmp_path_factory):
-    out = tmp_path_factory.mktemp("engines") / "transformer"
-    module, inputs = load_example("transformer").get_model()
-    rlx.from_torch(module, inputs, out)
+    out, _, inputs = convert_example(tmp_path_factory, "transformer")
     return out, [t.numpy() for t in inputs]
 
 

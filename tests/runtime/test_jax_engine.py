@@ -21,7 +21,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-import rlx
 from rlx.errors import UsageError
 from rlx.ir import calls as C
 
@@ -395,12 +394,9 @@ BLOCK_JAX = block_imports("torch", "jax")
 
 @pytest.fixture(scope="module")
 def mlp_out(tmp_path_factory):
-    out = tmp_path_factory.mktemp("jax") / "mlp"
-    from helpers import load_example
+    from helpers import convert_example
 
-    model, inputs = load_example("mlp").get_model()
-    report = rlx.from_torch(model, inputs, out, engine="jax")  # the parity check runs on the JAX engine
-    assert report.parity.passed, report.parity.table()
+    out, model, inputs = convert_example(tmp_path_factory, "mlp", engine="jax")  # parity checked on JAX
     np.save(out / "x.npy", inputs[0].numpy())
     with torch.no_grad():
         np.save(out / "want.npy", model(*inputs).numpy())

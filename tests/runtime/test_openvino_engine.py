@@ -24,7 +24,7 @@ from rlx.runtime.engines import supported_precisions
 from helpers import (
     assert_converts_and_matches,
     block_imports,
-    load_example,
+    convert_example,
     rand,
 )
 
@@ -81,10 +81,7 @@ def test_infinities_and_nan_through_a_linear_model():
 
 @pytest.fixture(scope="module")
 def transformer_out(tmp_path_factory):
-    out = tmp_path_factory.mktemp("openvino") / "transformer"
-    module, inputs = load_example("transformer").get_model()
-    report = rlx.from_torch(module, inputs, out, engine="openvino")  # parity checked on this engine
-    assert report.parity.passed, report.parity.table()
+    out, _, inputs = convert_example(tmp_path_factory, "transformer", engine="openvino")  # parity on OpenVINO
     return out, [t.numpy() for t in inputs]
 
 

@@ -116,3 +116,7 @@ def test_threads_output_structure_and_errors(engine, transformer_out):
         model(arrays[0].astype(np.float64), arrays[1])
     with pytest.raises(UsageError, match="threads"):
         rlx.load(out, engine=engine, threads=0)
+    # an option the engine does not take: one line naming it and the ones it does take
+    with pytest.raises(UsageError, match=rf"^unknown {engine} engine option\(s\) bogus; it takes \w+") as e:
+        rlx.load(out, engine=engine, engine_options={"bogus": 1})
+    assert "\n" not in str(e.value)

@@ -4,8 +4,10 @@ they hand back."""
 
 from __future__ import annotations
 
+import inspect
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -17,13 +19,24 @@ from rlx.ir.program import Program, Ref, Value
 
 class GraphEngine:
     """A program's host weights and settings, shared by the session or compiled model of every
-    input-shape binding; ``compilations`` counts the graphs built (one per binding, or one in all)."""
+    input-shape binding; ``compilations`` counts the graphs built (one per binding, or one in all).
+
+    ``threads`` and ``precision`` are every engine's; each engine declares its own settings as the
+    keyword parameters of ``configure``, which checks them before any graph is built."""
 
     name = ""
 
     def __init__(
-        self, program: Program, weights: Mapping[str, np.ndarray], threads: int | None, precision: str
+        self,
+        program: Program,
+        weights: Mapping[str, np.ndarray],
+        *,
+        threads: int | None = None,
+        precision: str = "f32",
+        **options: Any,
     ) -> None:
+        check_options(self.configure, self.name, options)
+        self.configure(precision, **options)
         check_program(program, threads)
         self._source = program
         self.threads = threads
@@ -32,6 +45,10 @@ class GraphEngine:
         self.compilations = 0
         self._lock = threading.Lock()  # guards the compilation count
 
+    def configure(self, precision: str) -> None:
+        """Check and keep the engine's own settings (its keyword parameters) at ``precision``."""
+        raise NotImplementedError
+
     @property
     def source(self) -> Program:
         return self._source
@@ -39,6 +56,16 @@ class GraphEngine:
     def count_compilation(self) -> None:
         with self._lock:
             self.compilations += 1
+
+
+def check_options(configure: Callable[..., None], engine: str, options: Mapping[str, Any]) -> None:
+    """Refuse, in one line, an option the engine's ``configure`` does not take."""
+    known = [n for n, p in inspect.signature(configure).parameters.items() if p.kind is p.KEYWORD_ONLY]
+    unknown = sorted(set(options) - set(known))
+    if unknown:
+        raise UsageError(
+            f"unknown {engine} engine option(s) {', '.join(unknown)}; it takes {', '.join(known) or 'none'}"
+        )
 
 
 def check_program(program: Program, threads: int | None) -> None:

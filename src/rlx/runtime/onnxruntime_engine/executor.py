@@ -13,6 +13,7 @@ LayerNorm / attention / GELU fusions) unless told otherwise.
 
 from __future__ import annotations
 
+import functools
 import math
 import tempfile
 import threading
@@ -42,16 +43,13 @@ class OrtEngine(GraphEngine):
 
     name = "onnxruntime"
 
-    def __init__(
+    def configure(
         self,
-        program: Program,
-        weights: Mapping[str, np.ndarray],
+        precision: str,
         *,
-        threads: int | None = None,
         optimization: str = "all",
         pooling_nan: bool = True,
         contrib: Collection[str] = DEFAULT_CONTRIB,
-        precision: str = "f32",
         calibration: str | Path | None = None,
         float32: Collection[str] = (),
         prepack: bool = True,
@@ -91,14 +89,17 @@ class OrtEngine(GraphEngine):
             raise UsageError(f"float32 must be a list of instruction result names, got {float32!r}")
         if float32 and precision == "f32":
             raise UsageError("float32= keeps instructions out of int8; it needs precision='int8' or 'int8-static'")
-        super().__init__(program, weights, threads, precision)
         self.optimization = optimization
         self.pooling_nan = pooling_nan
         self.contrib = contrib
         self.calibration = None if calibration is None else Path(calibration)
         self.float32 = tuple(float32)
         self.prepack = prepack
-        self._values = {name: _ort_value(self._ort, arr) for name, arr in self._arrays.items()}
+
+    @functools.cached_property
+    def _values(self) -> dict[str, Any]:
+        """The weights as onnxruntime values, made once and shared by every session."""
+        return {name: _ort_value(self._ort, arr) for name, arr in self._arrays.items()}
 
     def session_options(self) -> Any:
         ort = self._ort

@@ -18,7 +18,6 @@ for, so a model loaded with ``precision="f32"`` computes in float32 everywhere.
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -39,15 +38,7 @@ class OvEngine(GraphEngine):
 
     name = "openvino"
 
-    def __init__(
-        self,
-        program: Program,
-        weights: Mapping[str, np.ndarray],
-        *,
-        threads: int | None = None,
-        precision: str = "f32",
-        dynamic: bool = True,
-    ) -> None:
+    def configure(self, precision: str, *, dynamic: bool = True) -> None:
         """``threads``: OpenVINO's inference threads (``None``: its default, one per physical core);
         ``precision``: ``f32`` / ``bf16`` / ``f16``, OpenVINO's inference-precision hint (refused
         where this CPU lacks it); ``dynamic=False``: compile each input-shape binding on its own
@@ -56,7 +47,6 @@ class OvEngine(GraphEngine):
         check_precision(precision)
         if not isinstance(dynamic, bool):
             raise UsageError(f"dynamic must be True or False, got {dynamic!r}")
-        super().__init__(program, weights, threads, precision)
         self.dynamic = dynamic
         self._core = self._ov.Core()
         self._shared_lock = threading.Lock()  # one thread compiles the dynamic model

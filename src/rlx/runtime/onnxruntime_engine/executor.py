@@ -24,8 +24,7 @@ from typing import Any
 import numpy as np
 
 from rlx.errors import RlxError, UsageError
-from rlx.exporters.onnx import GraphOptions, to_onnx
-from rlx.exporters.onnx.build import NAN_CHECK
+from rlx.exporters.onnx import NAN_CHECK, GraphOptions, to_onnx
 from rlx.exporters.onnx.registry import DEFAULT_CONTRIB, ONNX_TYPES, check_contrib
 from rlx.formats.safetensors_io import file_region
 from rlx.ir import dtypes

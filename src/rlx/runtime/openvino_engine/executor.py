@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from rlx.errors import RlxError, UsageError
-from rlx.exporters.onnx import GraphOptions, to_onnx
+from rlx.exporters.onnx import NAN_CHECK, GraphOptions, to_onnx
 from rlx.ir import dtypes
 from rlx.ir.program import Program
 from rlx.runtime.onnx_graph import GraphEngine, first_line, output_values
@@ -50,7 +50,7 @@ class OvEngine(GraphEngine):
         self.dynamic = dynamic
         self._core = self._ov.Core()
         self._shared_lock = threading.Lock()  # one thread compiles the dynamic model
-        self._shared: Any = None  # the compiled dynamic model, once built
+        self._shared: dict[bool, Any] = {}  # exact -> the compiled dynamic model, once built
         self._shared_failed = False
 
     def config(self) -> dict[str, Any]:
@@ -60,24 +60,25 @@ class OvEngine(GraphEngine):
             cfg["INFERENCE_NUM_THREADS"] = self.threads
         return cfg
 
-    def compile(self, program: Program) -> OvExecutor:
+    def compile(self, program: Program, *, exact: bool = False) -> OvExecutor:
+        """``exact``: the graph whose max pooling pools the NaN mask too (see ``OvExecutor``)."""
         if self._source.is_dynamic and self.dynamic and not program.is_dynamic:
-            shared = self._compiled_source()
+            shared = self._compiled_source(exact)
             if shared is not None:  # one compiled model serves every binding
-                return OvExecutor(program, shared)
-        return OvExecutor(program, self._compile_program(program))
+                return OvExecutor(program, shared, self)
+        return OvExecutor(program, self._compile_program(program, exact), self)
 
-    def _compiled_source(self) -> Any:
+    def _compiled_source(self, exact: bool) -> Any:
         with self._shared_lock:
-            if self._shared is None and not self._shared_failed:
+            if exact not in self._shared and not self._shared_failed:
                 try:
-                    self._shared = self._compile_program(self._source)
+                    self._shared[exact] = self._compile_program(self._source, exact)
                 except RlxError:  # a graph OpenVINO cannot shape dynamically: one compilation per binding
                     self._shared_failed = True
-            return self._shared
+            return self._shared.get(exact)
 
-    def _compile_program(self, program: Program) -> Any:
-        model = self.ov_model(program)
+    def _compile_program(self, program: Program, exact: bool) -> Any:
+        model = self.ov_model(program, exact=exact)
         try:
             compiled = self._core.compile_model(model, "CPU", self.config())
         except Exception as e:
@@ -85,12 +86,14 @@ class OvEngine(GraphEngine):
         self.count_compilation()
         return compiled
 
-    def ov_model(self, program: Program) -> Any:
-        """The OpenVINO model of ``program`` with the weights as shared constants (not compiled)."""
+    def ov_model(self, program: Program, *, exact: bool = False) -> Any:
+        """The OpenVINO model of ``program`` with the weights as shared constants (not compiled);
+        its max pooling is plain and checked (``exact=False``) or pools the NaN mask."""
         import onnx
 
         scalars = {w.name: self._arrays[w.name] for w in program.weights if not w.shape}
-        options = GraphOptions(io_bf16_as_f32=True, external_weights=True, weight_values=self._arrays)
+        options = GraphOptions(io_bf16_as_f32=True, external_weights=True, weight_values=self._arrays,
+                               pooling_nan=True if exact else "check")  # fmt: skip
         proto = to_onnx(program, scalars, options=options)
         graph = proto.graph
         # The graph's inputs are the program's, in order (a bfloat16 one renamed: it crosses as float32).
@@ -131,11 +134,19 @@ def _shared_tensor(ov: Any, arr: np.ndarray) -> Any:
 
 class OvExecutor:
     """One static-shaped Program on a compiled OpenVINO model (its own, or the dynamic one shared
-    by every binding); one infer request per calling thread."""
+    by every binding); one infer request per calling thread.
 
-    def __init__(self, program: Program, compiled: Any) -> None:
+    PyTorch's max pooling propagates NaN, the ONNX MaxPool skips it. Pooling the NaN mask as well
+    costs OpenVINO 10-20% on a ResNet, so the compiled model pools plainly and also returns the
+    sum of every pooled input: on the rare run where that is not finite, the inputs run again
+    through a model, compiled then, that pools the NaN mask."""
+
+    def __init__(self, program: Program, compiled: Any, engine: OvEngine) -> None:
         self.program = program
         self._compiled = compiled
+        self._engine = engine
+        self._exact: OvExecutor | None = None
+        self._exact_lock = threading.Lock()
         names = [v.name for v in program.inputs]
         position = {n: k for k, n in enumerate(names)}
         self._feed: list[int] = []
@@ -148,6 +159,7 @@ class OvExecutor:
             self._feed.append(position[found[0]])
         self._bf16_inputs = {k for k, v in enumerate(program.inputs) if v.dtype == "bf16"}
         self._want = [dtypes.to_numpy(v.dtype) for v in output_values(program)]
+        self._checked = len(compiled.outputs) > len(self._want) and NAN_CHECK in compiled.outputs[-1].get_names()
         self._local = threading.local()
 
     def _request(self) -> Any:
@@ -166,13 +178,23 @@ class OvExecutor:
             results = self._request().infer(feed, share_inputs=True, share_outputs=False)
         except Exception as e:
             raise RlxError(f"runtime error in OpenVINO running {self.program.name}: {_first_line(e)}") from e
+        values = results.to_tuple()
+        if self._checked and not np.isfinite(values[-1]).all():
+            return self.exact().run(inputs)
         out = []
-        for arr, want in zip(results.to_tuple(), self._want):
+        for arr, want in zip(values, self._want):
             arr = np.asarray(arr)
             if arr.dtype != want:  # bfloat16 outputs cross as float32 (exactly); OpenVINO's bool/u8 outputs
                 arr = arr.astype(want)
             out.append(arr)
         return out
+
+    def exact(self) -> OvExecutor:
+        """The executor whose graph pools the NaN mask (compiled on the first run that needs it)."""
+        with self._exact_lock:
+            if self._exact is None:
+                self._exact = self._engine.compile(self.program, exact=True)
+            return self._exact
 
 
 def _first_line(e: BaseException) -> str:

@@ -346,3 +346,25 @@ def test_instructions_kept_in_float32_are_not_quantized(tmp_path, precision):
     np.testing.assert_allclose(kept, f32, rtol=1e-5, atol=1e-6)
     with pytest.raises(UsageError, match=r"^float32= keeps instructions out of int8; it needs precision="):
         rlx.load(out, engine="onnxruntime", engine_options={"float32": every})
+
+
+def test_close_contenders_are_re_timed_together(mlp):
+    from rlx.app.tune import race
+
+    out, x, _ = mlp
+    contenders = [("numpy", "f32", None), ("onnxruntime", "f32", None), ("onnxruntime", "int8", None)]
+    medians = race(str(out), contenders, {"x": x}, 1, rounds=2, block=3)
+    assert len(medians) == 3 and all(0 < m < 1e3 for m in medians)
+    # tune's close contenders (here made equal) get the medians of such a race, in a fresh process
+    from rlx.app.tune import _confirm
+
+    report = tune(out, engines=["onnxruntime"], precisions=["f32", "int8"], write=False, runs=5)
+    for cand in report.candidates:
+        assert cand.passed
+        cand.median_ms = 1e6
+    lines: list[str] = []
+    _confirm(report, out / "bundle", [{"x": x}], 1, 5, lines.append)
+    assert all(0 < c.median_ms < 1e3 for c in report.candidates)
+    assert lines == [
+        "re-timed together: " + ", ".join(f"{c.name} {c.median_ms:.3f} ms" for c in report.candidates)
+    ]

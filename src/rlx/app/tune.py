@@ -50,6 +50,7 @@ DEFAULT_TOLERANCE = 0.999  # cosine, per output (the Rust reference's parity thr
 DEFAULT_MAX_ERROR = 1e-2  # max |error| relative to max(1, max |reference|)
 TIME_BUDGET_S = 1.5  # timing per candidate: at most this long (and at most `runs` calls)
 CONFIRM, CLOSE = 3, 1.3  # the fastest CONFIRM passing candidates within CLOSE x the best are re-timed
+RACE_ROUNDS, BLOCK_S, PAUSE_S = 8, 0.03, 0.1  # re-timing: rounds, seconds of calls per block, pause before one
 
 
 @dataclass
@@ -497,23 +498,60 @@ def _confirm(
     runs: int,
     progress: Callable[[str], None] | None,
 ) -> None:
-    """Time the close contenders once more, each in a fresh process, in reverse order, and keep each
-    one's better median: on a shared machine one timing can be off by more than the gaps between
-    candidates, and the order of the first pass must not decide."""
+    """Time the close contenders again, together: one fresh process loads them all and times them in
+    alternating blocks with pauses (``race``), and each one's median there replaces its first one.
+    On a shared machine, timings taken one process after another drift by more than the gaps
+    between candidates; blocks that alternate meet the same drift."""
     passing = sorted((c for c in report.candidates if c.passed), key=lambda c: c.median_ms)
     if len(passing) < 2:
         return
     close = [c for c in passing[:CONFIRM] if c.median_ms <= CLOSE * passing[0].median_ms]
     if len(close) < 2:
         return
-    for cand in reversed(close):
-        _, median, _, error = _in_subprocess(
-            directory, cand.engine, cand.precision, sets[:1], threads, runs, cand.options
-        )
-        if not error and median < cand.median_ms:
-            cand.median_ms = median
+    # Blocks of about BLOCK_S each, a few calls at least (the first pass's medians size them).
+    block = max(3, min(runs, int(BLOCK_S * 1e3 / max(close[0].median_ms, 1e-3))))
+    contenders = [(c.engine, c.precision, c.options) for c in close]
+    try:
+        medians = in_fresh_process(threads, race, str(directory), contenders, sets[0], threads, RACE_ROUNDS, block)
+    except Exception as e:  # a crashed worker: keep the first pass's timings
+        if progress:
+            progress(f"re-timing failed ({type(e).__name__}); keeping the first timings")
+        return
+    for cand, median in zip(close, medians):
+        cand.median_ms = median
     if progress:
-        progress("re-timed " + ", ".join(f"{c.name} {c.median_ms:.3f} ms" for c in close))
+        progress("re-timed together: " + ", ".join(f"{c.name} {c.median_ms:.3f} ms" for c in close))
+
+
+def race(
+    bundle: str,
+    contenders: list[tuple[str, str, dict[str, Any] | None]],
+    inputs: dict[str, np.ndarray],
+    threads: int | None,
+    rounds: int,
+    block: int,
+) -> list[float]:
+    """In the worker process: load every (engine, precision, options), warm each up, then time them
+    in ``rounds`` rounds of one ``block`` of calls each, with a pause before every block (onnxruntime's
+    and OpenBLAS's worker threads spin on for a while after a run); the median ms of each."""
+    from rlx.runtime.model import load
+
+    calls = []
+    for engine, precision, options in contenders:
+        model = load(bundle, engine=engine, precision=precision, threads=threads, engine_options=options or None)
+        flat = model.bind((), inputs)
+        for _ in range(3):
+            model.run_flat(flat)
+        calls.append((model, flat))
+    times: list[list[float]] = [[] for _ in calls]
+    for _ in range(rounds):
+        for k, (model, flat) in enumerate(calls):
+            time.sleep(PAUSE_S)
+            for _ in range(block):
+                t = time.perf_counter()
+                model.run_flat(flat)
+                times[k].append((time.perf_counter() - t) * 1e3)
+    return [float(np.median(t)) for t in times]
 
 
 def describe_failures(report: TuneReport) -> list[str]:

@@ -50,7 +50,7 @@ DEFAULT_TOLERANCE = 0.999  # cosine, per output (the Rust reference's parity thr
 DEFAULT_MAX_ERROR = 1e-2  # max |error| relative to max(1, max |reference|)
 TIME_BUDGET_S = 1.5  # timing per candidate: at most this long (and at most `runs` calls)
 CONFIRM, CLOSE = 3, 1.3  # the fastest CONFIRM passing candidates within CLOSE x the best are re-timed
-RACE_ROUNDS, BLOCK_S, PAUSE_S = 8, 0.03, 0.1  # re-timing: rounds, seconds of calls per block, pause before one
+RACE_ROUNDS, BLOCK_S, PAUSE_S = 16, 0.03, 0.1  # re-timing: rounds, seconds of calls per block, pause before one
 
 
 @dataclass

@@ -365,6 +365,4 @@ def test_close_contenders_are_re_timed_together(mlp):
     lines: list[str] = []
     _confirm(report, out / "bundle", [{"x": x}], 1, 5, lines.append)
     assert all(0 < c.median_ms < 1e3 for c in report.candidates)
-    assert lines == [
-        "re-timed together: " + ", ".join(f"{c.name} {c.median_ms:.3f} ms" for c in report.candidates)
-    ]
+    assert lines == ["re-timed together: " + ", ".join(f"{c.name} {c.median_ms:.3f} ms" for c in report.candidates)]

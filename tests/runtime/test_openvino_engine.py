@@ -208,3 +208,21 @@ def test_max_pool_is_plain_and_checked(case, tmp_path):
     # pools the NaN mask was compiled and ran.
     assert executor._checked
     assert (executor._exact is not None) == (case != "finite")
+
+
+def test_max_pool_at_f16_is_plain(tmp_path):
+    # float16 would overflow the check's sum on ordinary activations (every run flagged, run twice),
+    # and OpenVINO's f16 turns the NaN mask's constant into 65504: plain MaxPool, one run
+    if "f16" not in supported_precisions("openvino"):
+        pytest.skip("this CPU has no float16 inference for OpenVINO")
+    x = rand((2, 3, 9, 9), F32, seed=4) * 300  # finite, summing past float16's range
+    rlx.from_torch(Pools(), (x,), tmp_path / "pools")
+    model = rlx.load(tmp_path / "pools", engine="openvino", precision="f16")
+    got = model(x.numpy())
+    with torch.no_grad():
+        want = Pools()(x)
+    for g, w in zip(got, want):
+        assert g.dtype == np.float32 and g.shape == tuple(w.shape)
+        np.testing.assert_allclose(g, w.numpy(), rtol=2e-3, atol=0)
+    executor = model.executor_for([x.numpy()])
+    assert not executor._checked and executor._exact is None

@@ -88,12 +88,16 @@ class OvEngine(GraphEngine):
 
     def ov_model(self, program: Program, *, exact: bool = False) -> Any:
         """The OpenVINO model of ``program`` with the weights as shared constants (not compiled);
-        its max pooling is plain and checked (``exact=False``) or pools the NaN mask."""
+        its max pooling is plain and checked (``exact=False``) or pools the NaN mask; plain at f16."""
         import onnx
 
         scalars = {w.name: self._arrays[w.name] for w in program.weights if not w.shape}
+        # At f16 the check's sum overflows float16 on ordinary activations (every run would be
+        # flagged and run twice), and OpenVINO turns the mask's NaN constant into 65504 anyway:
+        # that precision pools plainly, as the ONNX MaxPool does.
+        pooling_nan = False if self.precision == "f16" else True if exact else "check"
         options = GraphOptions(io_bf16_as_f32=True, external_weights=True, weight_values=self._arrays,
-                               pooling_nan=True if exact else "check")  # fmt: skip
+                               pooling_nan=pooling_nan)  # fmt: skip
         proto = to_onnx(program, scalars, options=options)
         graph = proto.graph
         # The graph's inputs are the program's, in order (a bfloat16 one renamed: it crosses as float32).

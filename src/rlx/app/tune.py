@@ -10,7 +10,8 @@ JIT caches and peak memory are its own) on the same input sets: the bundle's ref
 The rule is rlx's parity rule at the user's tolerance: per output, the shape, dtype and NaN/±inf
 pattern equal, then cosine ≥ ``tolerance`` and max |error| ≤ ``max_error`` × max(1, max |reference|);
 integer and boolean outputs exactly equal. Candidates that pass are timed (median of calls after a
-warm-up); the fastest is the choice. Where a candidate fails, the report names the outputs and by
+warm-up); the fastest is the choice, unless it is a lower precision no more than 5% faster than
+the fastest float32 candidate (then float32's exact answer is kept). Where a candidate fails, the report names the outputs and by
 how much.
 
 ``int8-static`` (onnxruntime) is calibrated here, once, on the user's inputs (else the reference
@@ -50,6 +51,7 @@ DEFAULT_TOLERANCE = 0.999  # cosine, per output (the Rust reference's parity thr
 DEFAULT_MAX_ERROR = 1e-2  # max |error| relative to max(1, max |reference|)
 TIME_BUDGET_S = 1.5  # timing per candidate: at most this long (and at most `runs` calls)
 CONFIRM, CLOSE = 3, 1.3  # the fastest CONFIRM passing candidates within CLOSE x the best are re-timed
+KEEP_F32 = 1.05  # a lower precision is chosen only when more than this much faster than float32
 RACE_ROUNDS, BLOCK_S, PAUSE_S = 16, 0.03, 0.1  # re-timing: rounds, seconds of calls per block, pause before one
 
 
@@ -105,7 +107,13 @@ class TuneReport:
 
     @property
     def choice(self) -> Candidate | None:
-        return fastest(self.candidates)
+        """The fastest passing candidate, except that a lower precision must beat the fastest float32
+        one by more than timing noise (``KEEP_F32``): within it, float32's exact answer is kept."""
+        best = fastest(self.candidates)
+        if best is None or best.precision == "f32":
+            return best
+        exact = fastest([c for c in self.candidates if c.precision == "f32"])
+        return exact if exact is not None and exact.median_ms <= KEEP_F32 * best.median_ms else best
 
     def table(self) -> str:
         rows = [f"{'engine':<13}{'precision':<11}{'load s':>8}{'median ms':>11}{'min cosine':>13}  result"]
@@ -118,10 +126,16 @@ class TuneReport:
             )
             if c.note:
                 rows.append(f"{'':<13}note: {c.note}")
-        best = self.choice
-        rows.append(
-            f"fastest within tolerance: {best.name} ({best.median_ms:.3f} ms)" if best else "no candidate passed"
-        )
+        best, quickest = self.choice, fastest(self.candidates)
+        if best is None:
+            rows.append("no candidate passed")
+        elif quickest is not best and quickest is not None:
+            rows.append(
+                f"choice: {best.name} ({best.median_ms:.3f} ms): {quickest.name} ({quickest.median_ms:.3f} ms) "
+                f"is not faster by more than {KEEP_F32 - 1:.0%}, so float32 is kept"
+            )
+        else:
+            rows.append(f"fastest within tolerance: {best.name} ({best.median_ms:.3f} ms)")
         return "\n".join(rows)
 
     def to_json(self) -> dict[str, Any]:

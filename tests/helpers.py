@@ -178,6 +178,18 @@ def with_specials(t: torch.Tensor) -> torch.Tensor:
     return t
 
 
+def pooling_specials(x: torch.Tensor, case: str) -> torch.Tensor:
+    """``x`` ([2, ≥3, ≥8, ≥8]) for a max-pooling test: unchanged (``"finite"``), a NaN at every
+    position of a 2×2 window somewhere (``"nan"``: ONNX's MaxPool skips some), or ±inf and no NaN
+    (``"inf"``: a checked engine flags the run and reruns it, with the same values)."""
+    x = x.clone()
+    if case == "nan":
+        x[0, 0, 0, 0] = x[0, 1, 2, 3] = x[1, 2, 5, 4] = x[1, 0, 7, 7] = float("nan")
+    elif case == "inf":
+        x[0, 0, 0, 0], x[1, 2, 5, 4] = float("inf"), float("-inf")
+    return x
+
+
 EXAMPLES = Path(__file__).parent.parent / "examples"
 
 

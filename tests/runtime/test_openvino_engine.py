@@ -25,6 +25,7 @@ from helpers import (
     assert_converts_and_matches,
     block_imports,
     convert_example,
+    pooling_specials,
     rand,
 )
 
@@ -192,11 +193,7 @@ def test_max_pool_is_plain_and_checked(case, tmp_path):
     x = rand((2, 3, 9, 9), F32, seed=4)
     rlx.from_torch(Pools(), (x,), tmp_path / "pools")
     model = rlx.load(tmp_path / "pools", engine="openvino")
-    inputs = x.clone()
-    if case == "nan":
-        inputs[0, 0, 0, 0] = inputs[0, 1, 2, 3] = inputs[1, 2, 5, 4] = inputs[1, 0, 7, 7] = float("nan")
-    elif case == "inf":
-        inputs[0, 0, 0, 0], inputs[1, 2, 5, 4] = float("inf"), float("-inf")
+    inputs = pooling_specials(x, case)
     got = model(inputs.numpy())
     with torch.no_grad():
         want = Pools()(inputs)

@@ -23,6 +23,7 @@ from helpers import (
     assert_arrays_match,
     block_imports,
     convert,
+    pooling_specials,
     rand,
     sweep,
     with_specials,
@@ -170,22 +171,13 @@ class ConvPools(torch.nn.Module):
         )
 
 
-def _with_nan_and_inf(x: torch.Tensor, case: str) -> torch.Tensor:
-    x = x.clone()
-    if case == "nan":  # a NaN at every position of a 2×2 window somewhere (onnxruntime skips some)
-        x[0, 0, 0, 0] = x[0, 1, 2, 3] = x[1, 2, 5, 4] = x[1, 0, 7, 7] = float("nan")
-    elif case == "inf":  # infinities but no NaN: the flagged run reruns, with the same values
-        x[0, 0, 0, 0], x[1, 2, 5, 4] = float("inf"), float("-inf")
-    return x
-
-
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("case", ["finite", "nan", "inf"])
 def test_max_pool_propagates_nan_like_torch(dtype, case):
     x = rand((2, 3, 9, 9), dtype, seed=4)
     module = ConvPools(dtype)
     model, _, _ = convert(module, (x,), engine="onnxruntime")
-    inputs = _with_nan_and_inf(x, case)
+    inputs = pooling_specials(x, case)
     got = model(inputs.numpy())
     with torch.no_grad():
         want = module(inputs)

@@ -11,8 +11,8 @@ The rule is rlx's parity rule at the user's tolerance: per output, the shape, dt
 pattern equal, then cosine ≥ ``tolerance`` and max |error| ≤ ``max_error`` × max(1, max |reference|);
 integer and boolean outputs exactly equal. Candidates that pass are timed (median of calls after a
 warm-up); the fastest is the choice, unless it is a lower precision no more than 5% faster than
-the fastest float32 candidate (then float32's exact answer is kept). Where a candidate fails, the report names the outputs and by
-how much.
+the fastest float32 candidate (then float32's exact answer is kept). Where a candidate fails, the
+report names the outputs and by how much.
 
 ``int8-static`` (onnxruntime) is calibrated here, once, on the user's inputs (else the reference
 inputs); the ranges are written beside tuning.json (``CALIBRATION_FILE``) and the choice points at

@@ -6,6 +6,7 @@ onnxruntime engine's int8 precision, one of the candidates."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -389,3 +390,28 @@ def test_a_lower_precision_must_be_clearly_faster(medians, chosen):
     assert report.choice is not None and report.choice.precision == chosen
     last = report.table().splitlines()[-1]
     assert last.startswith("choice: onnxruntime f32") == (chosen == "f32" and medians["int8"] < medians["f32"])
+
+
+def test_the_fastest_float32_candidate_is_always_in_the_race(monkeypatch):
+    # choice weighs float32 against a lower precision: both medians must come from the same race
+    import rlx.app.tune as tune_module
+    from rlx.app.tune import Candidate, TuneReport, _confirm
+
+    raced = []
+
+    def fake_race(threads, fn, bundle, contenders, *rest):
+        raced.extend(contenders)
+        return [1.0] * len(contenders)
+
+    monkeypatch.setattr(tune_module, "in_fresh_process", fake_race)
+    medians = {("openvino", "bf16"): 1.0, ("openvino", "f16"): 1.01, ("onnxruntime", "int8"): 1.02,
+               ("onnxruntime", "f32"): 1.04, ("numpy", "f32"): 5.0}  # fmt: skip
+    cands = [Candidate(e, p, passed=True, median_ms=m) for (e, p), m in medians.items()]
+    report = TuneReport("b", 0.999, 0.01, None, [], cands)
+    _confirm(report, Path("b"), [{}], None, 5, None)
+    assert [(e, p) for e, p, _ in raced] == [
+        ("openvino", "bf16"),
+        ("openvino", "f16"),
+        ("onnxruntime", "int8"),
+        ("onnxruntime", "f32"),
+    ]

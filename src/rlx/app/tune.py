@@ -520,6 +520,11 @@ def _confirm(
     if len(passing) < 2:
         return
     close = [c for c in passing[:CONFIRM] if c.median_ms <= CLOSE * passing[0].median_ms]
+    # The fastest float32 candidate runs in the race too when close: ``choice`` weighs it against
+    # a lower precision, and two medians from different timings must not decide that.
+    exact = fastest([c for c in passing if c.precision == "f32"])
+    if exact is not None and exact not in close and exact.median_ms <= CLOSE * passing[0].median_ms:
+        close.append(exact)
     if len(close) < 2:
         return
     # Blocks of about BLOCK_S each, a few calls at least (the first pass's medians size them).

@@ -373,6 +373,66 @@ def test_flattened_products_match_torch(dtype, case, tmp_path):
     assert "FusedMatMul" in fused and "Div" not in fused  # the scores' scale joined their product
 
 
+class Linears(torch.nn.Module):
+    """``nn.Linear`` as PyTorch's decompositions leave it: on rows (``addmm``), on a flattened N-d
+    input (``view → addmm → view``), with and without bias, and a product its bias add shares."""
+
+    def __init__(self, case: str) -> None:
+        super().__init__()
+        self.case = case
+        self.fc = torch.nn.Linear(16, 8, bias="bias" in case)
+
+    def forward(self, x):
+        if self.case.startswith("shared"):
+            product = torch.mm(x, self.fc.weight.t())
+            return product + self.fc.bias, product * 2
+        return self.fc(x)
+
+
+# case → (input shape, the optimized graph's product nodes, nodes it must not have, must have)
+LINEARS = {
+    "rows+bias": ((4, 16), ["Gemm"], {"Add", "FusedMatMul"}, set()),
+    "rows": ((4, 16), ["Gemm"], {"FusedMatMul"}, set()),
+    "nd+bias": ((2, 5, 16), ["Gemm"], {"Add", "FusedMatMul"}, set()),
+    "nd": ((2, 5, 16), ["FusedMatMul"], {"Reshape", "Gemm"}, set()),
+    "shared+bias": ((4, 16), ["Gemm"], {"FusedMatMul"}, {"Add", "Mul"}),
+}
+
+
+@pytest.mark.parametrize("case", list(LINEARS))
+@pytest.mark.parametrize("values", ["finite", "specials"])
+def test_linears_read_weights_in_place(case, values, tmp_path):
+    """A Linear multiplies by its weight in the stored [out, in] layout (no transposed copy): rows
+    with their bias as one Gemm (transB), a flattened N-d input unflattened into one FusedMatMul
+    with no Reshape; a product also read elsewhere keeps its Add. Values, dtypes and NaN/inf as PyTorch's."""
+    import onnx
+    import onnxruntime as ort
+
+    from rlx.exporters.onnx import GraphOptions, to_onnx
+    from rlx.exporters.onnx.registry import DEFAULT_CONTRIB
+    from rlx.runtime.onnxruntime_engine.weights_in_place import read_weights_in_place
+
+    shape, products, absent, present = LINEARS[case]
+    x = rand(shape, F32, seed=3)
+    if values == "specials":
+        x = with_specials(x)
+    module = Linears(case)
+    model, program, _ = convert(module, (x,), engine="onnxruntime")
+    with torch.no_grad():
+        want = module(x)
+    got, want = model(x.numpy()), want if isinstance(want, tuple) else (want,)
+    for k, (g, w) in enumerate(zip(got if isinstance(got, tuple) else (got,), want, strict=True)):
+        assert_arrays_match(g, w.numpy(), f"output {k}", rtol=1e-5, atol=1e-5)
+    graph = to_onnx(read_weights_in_place(program), dict(model.weights), options=GraphOptions(contrib=DEFAULT_CONTRIB))
+    opts = ort.SessionOptions()
+    opts.optimized_model_filepath = str(tmp_path / "optimized.onnx")
+    ort.InferenceSession(graph.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    ops = [n.op_type for n in onnx.load(str(tmp_path / "optimized.onnx")).graph.node]
+    assert [op for op in ops if op in ("Gemm", "FusedMatMul", "MatMul")] == products, ops
+    assert not absent & set(ops) and present <= set(ops), ops
+    assert "Transpose" not in ops  # (no transposed copy of the weight)
+
+
 def _avg_pools(x):
     F = torch.nn.functional
     return (

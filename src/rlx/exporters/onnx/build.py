@@ -164,6 +164,8 @@ def _lift(g: OnnxGraph, ins: Instr, operands: list[Any]) -> T | None:
     not apply. Static shapes only, and only where every reader of the result is a reshape or
     another such step (else the N-d detour would cost a Reshape of its own)."""
     shape = _ints(ins.shape)
+    if isinstance(ins.call, C.Linear) and operands[2] is None:  # (no bias: a product of two operands)
+        operands = operands[:2]
     if shape is None or any(not isinstance(o, T) or _ints(o.shape) is None for o in operands):
         return None
     if g.is_output(ins.result) or not all(isinstance(user.call, _LIFTED) for user in g.consumers(ins.result)):
@@ -173,6 +175,9 @@ def _lift(g: OnnxGraph, ins: Instr, operands: list[Any]) -> T | None:
              for o in operands]  # fmt: skip
     if isinstance(ins.call, C.MatMul):
         lifted = _lift_product(g, ins, operands[0], operands[1], known[0], known[1])
+    elif isinstance(ins.call, C.Linear) and len(operands) == 2:  # (with a bias: one 2-d Gemm)
+        full, args = _lift_product(g, ins, operands[0], _transposed(operands[1]), known[0], None)
+        lifted = full, [*args[:1], operands[1]]  # (the weight [out, in] as it is)
     elif isinstance(ins.call, (C.Unary, C.Cast)) and known[0] is not None:
         lifted = _ints(known[0].shape), [known[0]]
     elif isinstance(ins.call, C.Binary):
@@ -182,13 +187,22 @@ def _lift(g: OnnxGraph, ins: Instr, operands: list[Any]) -> T | None:
     full, args = lifted
     if full is None:
         return None
-    result = g.cast(EMITTERS[type(ins.call)].fn(g, ins.call, replace(ins, shape=full), *args), ins.dtype)
+    no_bias = [None] if isinstance(ins.call, C.Linear) else []
+    result = g.cast(EMITTERS[type(ins.call)].fn(g, ins.call, replace(ins, shape=full), *args, *no_bias), ins.dtype)
     whole = T(result.name, ins.dtype, full)
     g.reshaped[ins.result] = whole
     return g.op("Reshape", [whole, g.ints(shape)], ins.dtype, shape, allowzero=1)
 
 
 _LIFTED = (C.Reshape, C.MatMul, C.Unary, C.Cast, C.Binary)
+
+
+def _transposed(w: T) -> T:
+    """The shape ``w`` has read transposed (a Linear's weight [out, in] as the product's [in, out])."""
+    shape = _ints(w.shape)
+    return T(w.name, w.dtype, None if shape is None else shape[::-1])
+
+
 _NO_LIFT: tuple[None, list[T]] = (None, [])
 
 

@@ -22,13 +22,16 @@ def matmul(g: OnnxGraph, c: C.MatMul, out: Instr, x: T, y: T) -> T:
 
 @emits(C.Linear, widen=True)
 def linear(g: OnnxGraph, c: C.Linear, out: Instr, x: T, w: T, b: T | None) -> T:
+    bias = None if b is None else g.cast(b, x.dtype)
     if "transposed_weights" in g.contrib and x.dtype == "f32":
-        # onnxruntime's MatMul with transB: the weight is read where it lies (memory-mapped).
+        # The weight is read where it lies (memory-mapped), by a product with transB: Gemm for
+        # rows (bias and all, one node: onnxruntime fuses no Add into a FusedMatMul), else
+        # onnxruntime's MatMul with transB.
+        if x.shape is not None and x.rank == 2:
+            return g.op("Gemm", [x, w] + ([bias] if bias is not None else []), x.dtype, out.shape, transB=1)
         y = g.op("FusedMatMul", [x, w], x.dtype, domain=CONTRIB_DOMAIN, transB=1)
     else:
         # MatMul against the transposed weight: onnxruntime folds the Transpose of an initializer
         # once at load (a copy), and fuses MatMul + Add (+ activation) itself.
         y = g.op("MatMul", [x, g.op("Transpose", [w], w.dtype, perm=[1, 0])], x.dtype)
-    if b is not None:
-        y = g.op("Add", [y, g.cast(b, x.dtype)], x.dtype)
-    return y
+    return y if bias is None else g.op("Add", [y, bias], x.dtype)

@@ -3,9 +3,9 @@
 - ``int8``: onnxruntime's dynamic quantization of the MatMul/Gemm weights (``quantize_dynamic``:
   int8 weights, activations quantized per call), the rest left in float (nothing for a convnet);
 - ``int8-static``: onnxruntime's static QDQ quantization (``quantize_static``) of the convolutions
-  and products: weights int8 per output channel, activations uint8 with fixed ranges measured once on calibration inputs
-  (``calibrate``, run by ``rlx tune``), so convolutions run as int8 kernels too (VNNI where the CPU
-  has it). The ranges are kept in onnxruntime's calibration cache, a JSON file of tensor name →
+  and products: weights int8 per output channel, activations uint8 with fixed ranges measured once
+  on calibration inputs (``calibrate``, run by ``rlx tune``), so convolutions run as int8 kernels
+  too (VNNI where the CPU has it). The ranges are kept in onnxruntime's calibration cache, a JSON file of tensor name →
   range; each input-shape binding is quantized from it when its session is built, never recalibrated
   (the graph's tensor names are the program's value names, the same in every binding).
 

@@ -43,7 +43,8 @@ ENGINE_TABLE = "rlx.runtime.engines"
 LIBRARIES = {
     "torch": ("rlx.frontends.torch",),
     "jax": ("rlx.kernels.jax", "rlx.runtime.jax_engine"),
-    "onnxruntime": ("rlx.runtime.onnxruntime_engine", "rlx.app"),  # app: the ONNX import's reference run
+    # app: the ONNX import's reference run; runtime.quantize: its quantizer, for both graph engines
+    "onnxruntime": ("rlx.runtime.onnxruntime_engine", "rlx.runtime.quantize", "rlx.app"),
     "openvino": ("rlx.runtime.openvino_engine",),
     "pyarrow": ("rlx.batch",),
     "ray": ("rlx.batch",),

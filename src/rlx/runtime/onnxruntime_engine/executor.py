@@ -59,7 +59,7 @@ class OrtEngine(GraphEngine):
         ``contrib``: onnxruntime's fused com.microsoft operators to emit where they are faster
         (``"attention"``: an encoder's Attention as one MultiHeadAttention; ``"causal_attention"``:
         causal and grouped-query ones too); ``()`` for standard operators only; ``precision="int8"``:
-        the MatMul/Gemm weights quantized to int8 (``rlx.runtime.onnxruntime_engine.quantize``);
+        the MatMul/Gemm weights quantized to int8 (``rlx.runtime.quantize``);
         ``precision="int8-static"``: static QDQ quantization with the activation ranges in
         ``calibration`` (a file ``calibrate`` wrote); ``float32``: instructions (by result name)
         left unquantized at int8 / int8-static (mixed precision);
@@ -182,7 +182,7 @@ class OrtExecutor:
         if names:  # weights in memory: onnxruntime copies them into the session
             opts.add_external_initializers(names, engine.weight_values(names))
         if int8:
-            from rlx.runtime.onnxruntime_engine.quantize import quantize
+            from rlx.runtime.quantize import quantize
 
             serialized = quantize(model, program.name, engine.precision, engine.calibration, engine.float32)
         else:
@@ -296,7 +296,7 @@ def calibrate_program(
     inputs in program order) written to ``path``. Sets of different shapes (a dynamic program) are
     run on the graph of their own shapes, and each tensor's range is the widest any of them saw:
     one set of ranges serves every binding. Returns how many sets were used (all of them)."""
-    from rlx.runtime.onnxruntime_engine.quantize import calibrate, merge_ranges
+    from rlx.runtime.quantize import calibrate, merge_ranges
 
     engine = OrtEngine(program, weights, precision="int8")  # (the int8 graph: weights embedded)
     by_shape: dict[tuple[tuple[int, ...], ...], list[list[np.ndarray]]] = {}

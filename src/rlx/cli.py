@@ -169,7 +169,7 @@ def _parser() -> argparse.ArgumentParser:
         "(needs rlx[openvino]); default: the bundle's tuning.json (`rlx tune`) where it matches this machine, else numpy",
     )
     run.add_argument("--precision", choices=PRECISIONS,
-                     help="f32 (default), bf16/f16 (openvino), int8/int8-static (onnxruntime)")  # fmt: skip
+                     help="f32 (default), bf16/f16 (openvino), int8 (onnxruntime), int8-static (both)")  # fmt: skip
     run.add_argument(
         "--threads",
         type=count(maximum=MAX_THREADS),

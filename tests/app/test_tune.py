@@ -15,7 +15,7 @@ import torch
 
 import rlx
 from rlx.app.tune import judge, tune
-from rlx.errors import BundleError, InputError, UsageError
+from rlx.errors import BundleError, InputError, RlxError, UsageError
 from rlx.formats.layout import TUNING_FILE
 from rlx.runtime.engines import supported_precisions
 from rlx.runtime.tuning import FORMAT, machine
@@ -303,6 +303,31 @@ def test_int8_static_quantizes_bert(tmp_path):
     assert 0.99 < cand.min_cosine < 1 - 1e-7  # (quantized: close, not float32's answer)
 
 
+@pytest.mark.parametrize("engine", ["onnxruntime", "openvino"])
+def test_a_calibration_lacking_a_range_is_one_line(engine, tmp_path):
+    from rlx.formats.bundle import read_bundle
+    from rlx.formats.layout import CALIBRATION_FILE
+    from rlx.runtime.engines import calibrate
+
+    if engine not in _installed() | {"onnxruntime"} or "int8-static" not in supported_precisions(engine):
+        pytest.skip(f"{engine} runs no int8-static here")
+    x = torch.randn(2, 3, 16, 16)
+    out = _convert(SmallConvNet().eval(), x, tmp_path / "cnn")
+    program, weights, _ = read_bundle(out / "bundle")
+    path = out / "bundle" / CALIBRATION_FILE
+    calibrate(program, weights, [[x.numpy()]], path)
+    ranges = json.loads(path.read_text())
+    del ranges["data"]["max_pool2d_with_indices__0"]  # (the second convolution's input)
+    path.write_text(json.dumps(ranges))
+    with pytest.raises(RlxError) as caught:
+        rlx.load(out, engine=engine, precision="int8-static")
+    message = str(caught.value)
+    assert "\n" not in message and message.startswith(f"{path} has no activation range for a tensor of ")
+    assert "max_pool2d_with_indices__0" in message and message.endswith(
+        "recalibrate: `rlx tune BUNDLE --precisions int8-static`"
+    )
+
+
 def test_the_nodes_that_lose_int8_accuracy_are_named(tmp_path):
     from rlx.app.mixed import culprits, losses
     from rlx.formats.bundle import read_bundle
@@ -323,17 +348,22 @@ def test_the_nodes_that_lose_int8_accuracy_are_named(tmp_path):
     assert blamed[0].loss > 0.1 and all(b.added > 1e-5 for b in blamed)
 
 
-def test_tune_tries_int8_static_and_keeps_the_losing_nodes_in_float32(tmp_path):
+@pytest.mark.parametrize("engine", ["onnxruntime", "openvino"])
+def test_tune_tries_int8_static_and_keeps_the_losing_nodes_in_float32(engine, tmp_path):
+    """On either engine (OpenVINO runs onnxruntime's quantized graph: the nodes are named by
+    tracing it on onnxruntime)."""
     from rlx.formats.layout import CALIBRATION_FILE
 
+    if engine not in _installed() | {"onnxruntime"} or "int8-static" not in supported_precisions(engine):
+        pytest.skip(f"{engine} runs no int8-static here")
     module = OutlierConvNet().eval()
     x = torch.randn(2, 3, 12, 12)
     out = _convert(module, x, tmp_path / "outlier")
     lines: list[str] = []
-    report = tune(out, engines=["onnxruntime"], precisions=["int8-static"], runs=5, progress=lines.append)
+    report = tune(out, engines=[engine], precisions=["int8-static"], runs=5, progress=lines.append)
     (cand,) = report.candidates
     assert lines[0] == "calibrated int8-static on 1 input set(s)"
-    assert lines[-1].startswith("[1/1] onnxruntime int8-static: ") and "pass (mixed precision)" in lines[-1]
+    assert lines[-1].startswith(f"[1/1] {engine} int8-static: ") and "pass (mixed precision)" in lines[-1]
     # each conv with the ReLU after it (static quantization folds a ReLU into its input's range)
     assert cand.passed and cand.options["float32"] == ["convolution_1", "relu_1", "convolution", "relu"]
     table = report.table()
@@ -344,7 +374,7 @@ def test_tune_tries_int8_static_and_keeps_the_losing_nodes_in_float32(tmp_path):
     assert (out / "bundle" / CALIBRATION_FILE).is_file()
     model = rlx.load(out)  # follows the choice: int8-static, those nodes in float32, no recalibration
     assert (model.engine.name, model.precision, model.tuning.startswith("tuned by ")) == (
-        "onnxruntime",
+        engine,
         "int8-static",
         True,
     )

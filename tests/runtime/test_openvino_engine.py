@@ -108,7 +108,8 @@ def test_lower_precision_is_close_or_refused_in_one_line(transformer_out, precis
         (
             "openvino",
             "int8",
-            r"^the openvino engine has no int8 mode \(it runs f32, bf16, f16\); int8 runs on engine='onnxruntime'$",
+            r"^the openvino engine has no int8 mode \(it runs f32, bf16, f16, int8-static\); "
+            r"int8 runs on engine='onnxruntime'$",
         ),
         ("numpy", "bf16", r"^the numpy engine has no bf16 mode \(it runs f32\); bf16 runs on engine='openvino'$"),
         ("onnxruntime", "f64", r"^unknown precision 'f64'; choose one of f32, bf16, f16, int8, int8-static$"),
@@ -223,3 +224,64 @@ def test_max_pool_at_f16_is_plain(tmp_path):
         np.testing.assert_allclose(g, w.numpy(), rtol=2e-3, atol=0)
     executor = model.executor_for([x.numpy()])
     assert not executor._checked and executor._exact is None
+
+
+class ConvNet(torch.nn.Module):
+    """Convolutions, a batch norm, max pooling and a linear head: what static int8 quantizes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.c1, self.c2 = torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.Conv2d(8, 16, 3, padding=1)
+        self.bn, self.fc = torch.nn.BatchNorm2d(8), torch.nn.Linear(16, 10)
+        with torch.no_grad():
+            self.bn.running_mean.uniform_(-0.5, 0.5)
+            self.bn.running_var.uniform_(0.5, 2.0)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = torch.nn.functional.max_pool2d(torch.relu(self.bn(self.c1(x))), 2)
+        return self.fc(torch.relu(self.c2(x)).mean((2, 3)))
+
+
+def test_int8_static_runs_quantized_kernels(tmp_path):
+    """int8-static on OpenVINO: onnxruntime's QDQ graph with the bundle's calibration, run by the
+    CPU plugin as int8 kernels, per input shape of a dynamic model; close to PyTorch, not float32's
+    answer; inputs holding NaN or inf run through the float32 graph (quantizing would make NaN a
+    number), with the float32 engine's answer (OpenVINO's ReLU drops NaN: see KNOWN)."""
+    pytest.importorskip("onnxruntime")
+    from torch.export import Dim
+
+    from rlx.formats.bundle import read_bundle
+    from rlx.formats.layout import CALIBRATION_FILE
+    from rlx.runtime.engines import calibrate
+
+    if "int8-static" not in supported_precisions("openvino"):
+        pytest.skip("OpenVINO has no int8 on this CPU")
+    module = ConvNet().eval()
+    out = tmp_path / "cnn"
+    rlx.from_torch(module, (torch.randn(2, 3, 16, 16),), out, dynamic_shapes=({0: Dim("batch", max=64)},))
+    with pytest.raises(UsageError, match=r"^int8-static needs the activation ranges of a calibration run \(no "):
+        rlx.load(out, engine="openvino", precision="int8-static")
+    program, weights, _ = read_bundle(out / "bundle")
+    calibration = out / "bundle" / CALIBRATION_FILE
+    calibrate(program, weights, [[torch.randn(2, 3, 16, 16).numpy()] for _ in range(8)], calibration)
+    model = rlx.load(out, engine="openvino", precision="int8-static", engine_options={"calibration": calibration})
+    f32 = rlx.load(out, engine="openvino")
+    for batch in (2, 5):
+        x = torch.randn(batch, 3, 16, 16)
+        with torch.no_grad():
+            want = module(x).numpy()
+        got = model(x.numpy())
+        assert got.shape == want.shape and got.dtype == np.float32
+        cosine = float(np.ravel(got) @ np.ravel(want) / (np.linalg.norm(got) * np.linalg.norm(want)))
+        assert cosine > 0.999 and np.abs(got - f32(x.numpy())).max() > 1e-4  # close; quantized
+        runtime = model.executor_for([x.numpy()])._compiled.get_runtime_model()
+        kinds = {op.get_rt_info()["runtimePrecision"].astype(str) for op in runtime.get_ordered_ops()}
+        assert {"u8", "i8"} & kinds, kinds  # int8 kernels ran
+    x = torch.randn(3, 3, 16, 16)
+    x[0, 1, 2, 3], x[1, 0, 5, 5] = float("nan"), float("inf")
+    with torch.no_grad():
+        want = module(x).numpy()
+    got = model(x.numpy())
+    np.testing.assert_allclose(got, f32(x.numpy()), rtol=1e-6, atol=0)  # (NaN where float32 has NaN)
+    np.testing.assert_allclose(got[2], want[2], rtol=1e-5, atol=1e-5)  # (row 2 is finite: float32's answer)

@@ -14,11 +14,12 @@ warm-up); the fastest is the choice, unless it is a lower precision no more than
 the fastest float32 candidate (then float32's exact answer is kept). Where a candidate fails, the
 report names the outputs and by how much.
 
-``int8-static`` (onnxruntime) is calibrated here, once, on the user's inputs (else the reference
-inputs); the ranges are written beside tuning.json (``CALIBRATION_FILE``) and the choice points at
-them. A lower precision that fails is traced node by node (``rlx.app.mixed``): the nodes that add
-the most loss are named in the table's note and kept in float32 in retries (mixed precision); the
-choice records them, and ``rlx.load`` keeps them in float32 too.
+``int8-static`` (onnxruntime's quantizer; its graph runs on onnxruntime or OpenVINO) is calibrated
+here, once, on the user's inputs (else the reference inputs); the ranges are written beside
+tuning.json (``CALIBRATION_FILE``) and the choice points at them. A lower precision that fails is
+traced node by node (``rlx.app.mixed``; int8-static on onnxruntime for either engine): the nodes
+that add the most loss are named in the table's note and kept in float32 in retries (mixed
+precision); the choice records them, and ``rlx.load`` keeps them in float32 too.
 """
 
 from __future__ import annotations
@@ -367,7 +368,7 @@ def tune(
     work = _Work(directory, program, weights, sets, tolerance, max_error, random, threads, runs, progress)
     with tempfile.TemporaryDirectory(prefix="rlx-tune-") as tmp:
         calibration = Path(tmp) / CALIBRATION_FILE
-        calibration_error = _calibrate(work, todo, calibration) if ("onnxruntime", "int8-static") in todo else ""
+        calibration_error = _calibrate(work, todo, calibration) if any(p == "int8-static" for _, p in todo) else ""
         report.candidates = [_candidate(work, k, todo, calibration, calibration_error) for k in range(len(todo))]
         _confirm(report, directory, [s for _, s, _ in sets], threads, runs, progress)
         report.seconds = time.perf_counter() - started
@@ -463,7 +464,7 @@ def _mixed(work: _Work, cand: Candidate) -> None:
     """``cand`` failed the tolerance at a lower precision: name the nodes that lose the accuracy
     (``rlx.app.mixed``) and retry with the worst of them kept in float32, a few more each round,
     until it passes; the note says which nodes and what came of it."""
-    if cand.engine != "onnxruntime":
+    if cand.engine != "onnxruntime" and cand.precision != "int8-static":
         cand.note = (
             f"mixed precision not tried: {cand.engine}'s precision hint applies to the whole model "
             "(no per-node precision its CPU plugin honours)"
@@ -471,8 +472,8 @@ def _mixed(work: _Work, cand: Candidate) -> None:
         return
     label = cand.failures[0].input_set
     named = next(s for lab, s, _ in work.sets if lab == label)
-    try:
-        ranked = losses(cand.engine, work.program, work.weights, _flat(work.program, work.weights, named),
+    try:  # (int8-static is onnxruntime's quantized graph on either engine: traced on onnxruntime)
+        ranked = losses("onnxruntime", work.program, work.weights, _flat(work.program, work.weights, named),
                         cand.precision, cand.options)  # fmt: skip
     except RlxError as e:
         cand.note = f"the per-node comparison failed: {e}"

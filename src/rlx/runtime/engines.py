@@ -10,7 +10,7 @@ A precision (``PRECISIONS``) is how an engine computes the program's float32 wor
 written (every engine), ``bf16`` / ``f16`` through OpenVINO's inference-precision hint, ``int8``
 through onnxruntime's dynamic quantization of the MatMul/Gemm weights, ``int8-static`` through
 onnxruntime's static QDQ quantization (weights per channel, activations with the ranges of a
-calibration run, ``calibrate``). Results of a lower precision
+calibration run, ``calibrate``), run by onnxruntime or OpenVINO. Results of a lower precision
 are approximations: ``rlx tune`` checks them against the reference at the user's tolerance.
 """
 
@@ -32,7 +32,7 @@ ENGINE_PRECISIONS = {
     "numpy": ("f32",),
     "jax": ("f32",),
     "onnxruntime": ("f32", "int8", "int8-static"),
-    "openvino": ("f32", "bf16", "f16"),
+    "openvino": ("f32", "bf16", "f16", "int8-static"),
 }
 
 
@@ -107,9 +107,10 @@ def supported_precisions(engine: str) -> list[str]:
 
 
 def calibrate(program: Program, weights: Mapping[str, np.ndarray], sets: Sequence[list[np.ndarray]], path: Path) -> int:
-    """int8-static's calibration on onnxruntime: the activation ranges of ``program`` on ``sets``
-    (inputs in program order) written to ``path``, which ``precision="int8-static"`` then reads
-    (``calibration=`` engine option). Returns how many sets were used (those of the first one's shapes)."""
+    """int8-static's calibration (run on onnxruntime, for either engine): the activation ranges of
+    ``program`` on ``sets`` (inputs in program order) written to ``path``, which
+    ``precision="int8-static"`` then reads (``calibration=`` engine option). Returns how many sets
+    were used (all of them: sets of other shapes are calibrated at their own shapes)."""
     check_engine("onnxruntime")
     from rlx.runtime.onnxruntime_engine.executor import calibrate_program
 

@@ -345,7 +345,7 @@ def load(
     deprecated spelling of ``engine=``.
 
     ``precision``: ``"f32"`` (default), ``"bf16"`` / ``"f16"`` (openvino), ``"int8"`` (onnxruntime,
-    dynamic) or ``"int8-static"`` (onnxruntime, with the calibration ``rlx tune`` stored in the bundle),
+    dynamic) or ``"int8-static"`` (onnxruntime or openvino, with the calibration ``rlx tune`` stored in the bundle),
     refused where the engine or this CPU lacks it. Without ``engine``, the bundle's ``tuning.json``
     (``rlx tune``) picks the engine, precision and threads when it matches this machine and its
     engine is installed (``model.tuning`` says which file, or why it was ignored); otherwise the
@@ -367,10 +367,10 @@ def load(
             note = f"tuned by {choice.path}"
         elif choice is not None:
             note = f"{choice.path} not used: it chose {choice.precision}, precision={precision!r} was asked for"
-    if engine == "onnxruntime" and precision == "int8-static":
+    if precision == "int8-static":
         from rlx.runtime.tuning import calibration_options
 
-        engine_options = calibration_options(bundle_dir, engine, precision, dict(engine_options or {}))
+        engine_options = calibration_options(bundle_dir, precision, dict(engine_options or {}))
     model = Model(
         program,
         weights,

@@ -1,13 +1,15 @@
-"""int8 on the onnxruntime engine, two ways:
+"""int8 through onnxruntime's quantizer, two ways (the onnxruntime engine runs both, the OpenVINO
+engine int8-static, whose QDQ graph its CPU plugin runs as int8 kernels):
 
 - ``int8``: onnxruntime's dynamic quantization of the MatMul/Gemm weights (``quantize_dynamic``:
   int8 weights, activations quantized per call), the rest left in float (nothing for a convnet);
 - ``int8-static``: onnxruntime's static QDQ quantization (``quantize_static``) of the convolutions
   and products: weights int8 per output channel, activations uint8 with fixed ranges measured once
   on calibration inputs (``calibrate``, run by ``rlx tune``), so convolutions run as int8 kernels
-  too (VNNI where the CPU has it). The ranges are kept in onnxruntime's calibration cache, a JSON file of tensor name →
-  range; each input-shape binding is quantized from it when its session is built, never recalibrated
-  (the graph's tensor names are the program's value names, the same in every binding).
+  too (VNNI where the CPU has it). The ranges are kept in onnxruntime's calibration cache, a JSON
+  file of tensor name → range; each input-shape binding is quantized from it when its session or
+  compiled model is built, never recalibrated (the graph's tensor names are the program's value
+  names, the same in every binding and on both engines).
 
 Either way, ``float32`` names instructions (by result) whose ONNX nodes stay unquantized (mixed
 precision: ``nodes_to_exclude``). The quantizers write their result to a path, so the quantized
@@ -26,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from rlx.errors import RlxError
+from rlx.errors import RlxError, UsageError
 
 OP_TYPES = ["MatMul", "Gemm"]
 # int8-static's: the ops int8 kernels speed up. Left to quantize every op type, the quantizer also
@@ -35,6 +37,21 @@ OP_TYPES = ["MatMul", "Gemm"]
 STATIC_OP_TYPES = ["Conv", "MatMul", "Gemm"]
 # (DefaultTensorType float: the types shape inference cannot see past com.microsoft fusions)
 EXTRA = {"DefaultTensorType": 1}
+
+
+def check_quantization(precision: str, calibration: str | Path | None, float32: Any) -> None:
+    """UsageError unless ``precision``'s quantization settings hold: int8-static's calibration file
+    exists, and ``float32`` is a list of instruction names at an int8 precision only."""
+    if precision == "int8-static" and (calibration is None or not Path(calibration).is_file()):
+        where = "no calibration given" if calibration is None else f"{calibration}: no such file"
+        raise UsageError(
+            f"int8-static needs the activation ranges of a calibration run ({where}); "
+            "run `rlx tune BUNDLE --precisions int8-static` (with --inputs FILE) first"
+        )
+    if isinstance(float32, str) or not all(isinstance(n, str) for n in float32):
+        raise UsageError(f"float32 must be a list of instruction result names, got {float32!r}")
+    if float32 and not precision.startswith("int8"):
+        raise UsageError("float32= keeps instructions out of int8; it needs precision='int8' or 'int8-static'")
 
 
 def quantize(
@@ -65,6 +82,11 @@ def quantize(
         except Exception as e:
             text = str(e).strip().splitlines()
             first = text[0] if text else type(e).__name__
+            if "Quantization parameters are not specified" in first:
+                raise RlxError(
+                    f"{calibration} has no activation range for a tensor of {name}'s graph ({first.split('.')[0]}); "
+                    "recalibrate: `rlx tune BUNDLE --precisions int8-static`"
+                ) from e
             raise RlxError(f"onnxruntime could not quantize {name} to {precision}: {first}") from e
 
 

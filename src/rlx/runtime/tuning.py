@@ -102,10 +102,10 @@ def tuned_choice(path: str | Path) -> tuple[Choice | None, str]:
     return Choice(choice["engine"], choice["precision"], choice.get("threads"), file, options), ""
 
 
-def calibration_options(path: str | Path, engine: str, precision: str, options: dict[str, Any]) -> dict[str, Any]:
+def calibration_options(path: str | Path, precision: str, options: dict[str, Any]) -> dict[str, Any]:
     """``options`` with int8-static's calibration file added where none is given: the bundle's own
     (``CALIBRATION_FILE``, written by ``rlx tune``) when it has one."""
-    if engine != "onnxruntime" or precision != "int8-static" or "calibration" in options:
+    if precision != "int8-static" or "calibration" in options:
         return options
     directory = bundle_root(Path(path))
     if (directory / CALIBRATION_FILE).is_file():

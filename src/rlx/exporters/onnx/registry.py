@@ -16,6 +16,7 @@ instruction's provenance note as its ``doc_string`` and the instruction's result
 from __future__ import annotations
 
 import ast
+from collections import Counter
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -186,7 +187,9 @@ class OnnxGraph:
         self.reshaped: dict[str, T] = {}
         self._const_ids: dict[tuple[str, tuple[int, ...], bytes], str] = {}
         self.values = program.values()
-        self._counter = 0
+        # fresh names count per instruction: an instruction's tensors are named the same in every
+        # graph emitted of the program (int8-static's calibration ranges are looked up by name)
+        self._counts: Counter[str] = Counter()
         self._owner = "graph"  # the instruction whose nodes are being added (names them)
         self._note = ""
         self._dims: dict[str, str] = {}  # symbol / expression → 1-element int64 tensor
@@ -243,8 +246,8 @@ class OnnxGraph:
         self._owner, self._note = owner, note
 
     def fresh(self, hint: str = "t") -> str:
-        self._counter += 1
-        return f"{self._owner}/{hint}{self._counter}"
+        self._counts[self._owner] += 1
+        return f"{self._owner}/{hint}{self._counts[self._owner]}"
 
     # ── nodes ────────────────────────────────────────────────────────────────
     def node(

@@ -33,6 +33,7 @@ from rlx.runtime.binding import bind_symbols
 from rlx.runtime.onnx_graph import GraphEngine, first_line, output_values
 from rlx.runtime.onnxruntime_engine import require_onnxruntime
 from rlx.runtime.onnxruntime_engine.weights_in_place import read_weights_in_place
+from rlx.runtime.quantize import check_quantization
 
 OPTIMIZATION_LEVELS = ("all", "extended", "basic", "none")
 
@@ -78,16 +79,7 @@ class OrtEngine(GraphEngine):
         contrib = check_contrib(contrib)
         if precision not in ("f32", "int8", "int8-static"):
             raise UsageError(f"the onnxruntime engine runs f32, int8 and int8-static, not {precision!r}")
-        if precision == "int8-static" and (calibration is None or not Path(calibration).is_file()):
-            where = "no calibration given" if calibration is None else f"{calibration}: no such file"
-            raise UsageError(
-                f"int8-static needs the activation ranges of a calibration run ({where}); "
-                "run `rlx tune BUNDLE --precisions int8-static` (with --inputs FILE) first"
-            )
-        if isinstance(float32, str) or not all(isinstance(n, str) for n in float32):
-            raise UsageError(f"float32 must be a list of instruction result names, got {float32!r}")
-        if float32 and precision == "f32":
-            raise UsageError("float32= keeps instructions out of int8; it needs precision='int8' or 'int8-static'")
+        check_quantization(precision, calibration, float32)
         self.optimization = optimization
         self.pooling_nan = pooling_nan
         self.contrib = contrib
@@ -298,7 +290,9 @@ def calibrate_program(
     one set of ranges serves every binding. Returns how many sets were used (all of them)."""
     from rlx.runtime.quantize import calibrate, merge_ranges
 
-    engine = OrtEngine(program, weights, precision="int8")  # (the int8 graph: weights embedded)
+    # (the int8 graph: weights embedded; standard operators only, so that every product has its
+    # ranges, attention's included, for OpenVINO's graph too)
+    engine = OrtEngine(program, weights, precision="int8", contrib=())
     by_shape: dict[tuple[tuple[int, ...], ...], list[list[np.ndarray]]] = {}
     for inputs in sets:
         by_shape.setdefault(tuple(a.shape for a in inputs), []).append(inputs)

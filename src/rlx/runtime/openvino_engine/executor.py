@@ -18,6 +18,8 @@ for, so a model loaded with ``precision="f32"`` computes in float32 everywhere.
 from __future__ import annotations
 
 import threading
+from collections.abc import Collection
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -29,6 +31,7 @@ from rlx.ir.program import Program
 from rlx.runtime.onnx_graph import GraphEngine, first_line, output_values
 from rlx.runtime.openvino_engine import require_openvino
 from rlx.runtime.openvino_engine.hints import HINTS, check_precision
+from rlx.runtime.quantize import check_quantization, quantize
 
 BF16 = dtypes.to_numpy("bf16")
 
@@ -38,16 +41,29 @@ class OvEngine(GraphEngine):
 
     name = "openvino"
 
-    def configure(self, precision: str, *, dynamic: bool = True) -> None:
+    def configure(
+        self,
+        precision: str,
+        *,
+        dynamic: bool = True,
+        calibration: str | Path | None = None,
+        float32: Collection[str] = (),
+    ) -> None:
         """``threads``: OpenVINO's inference threads (``None``: its default, one per physical core);
         ``precision``: ``f32`` / ``bf16`` / ``f16``, OpenVINO's inference-precision hint (refused
-        where this CPU lacks it); ``dynamic=False``: compile each input-shape binding on its own
-        (static shapes) instead of one compiled model for all of them."""
+        where this CPU lacks it), or ``int8-static``: the QDQ graph of onnxruntime's static
+        quantizer with the activation ranges in ``calibration`` (``rlx.runtime.quantize``), which
+        OpenVINO runs as int8 kernels; ``float32``: instructions (by result name) left unquantized;
+        ``dynamic=False``: compile each input-shape binding on its own (static shapes) instead of
+        one compiled model for all of them."""
         self._ov = require_openvino()
         check_precision(precision)
         if not isinstance(dynamic, bool):
             raise UsageError(f"dynamic must be True or False, got {dynamic!r}")
+        check_quantization(precision, calibration, float32)
         self.dynamic = dynamic
+        self.calibration = None if calibration is None else Path(calibration)
+        self.float32 = tuple(float32)
         self._core = self._ov.Core()
         self._shared_lock = threading.Lock()  # one thread compiles the dynamic model
         self._shared: dict[bool, Any] = {}  # exact -> the compiled dynamic model, once built
@@ -62,11 +78,13 @@ class OvEngine(GraphEngine):
 
     def compile(self, program: Program, *, exact: bool = False) -> OvExecutor:
         """``exact``: the graph whose max pooling pools the NaN mask too (see ``OvExecutor``)."""
-        if self._source.is_dynamic and self.dynamic and not program.is_dynamic:
+        # (int8-static: each binding is quantized at its static shape, as it was calibrated)
+        shareable = self.dynamic and (exact or self.precision != "int8-static")
+        if self._source.is_dynamic and shareable and not program.is_dynamic:
             shared = self._compiled_source(exact)
             if shared is not None:  # one compiled model serves every binding
-                return OvExecutor(program, shared, self)
-        return OvExecutor(program, self._compile_program(program, exact), self)
+                return OvExecutor(program, shared, self, exact=exact)
+        return OvExecutor(program, self._compile_program(program, exact), self, exact=exact)
 
     def _compiled_source(self, exact: bool) -> Any:
         with self._shared_lock:
@@ -88,9 +106,12 @@ class OvEngine(GraphEngine):
 
     def ov_model(self, program: Program, *, exact: bool = False) -> Any:
         """The OpenVINO model of ``program`` with the weights as shared constants (not compiled);
-        its max pooling is plain and checked (``exact=False``) or pools the NaN mask; plain at f16."""
+        its max pooling is plain and checked (``exact=False``) or pools the NaN mask; plain at f16.
+        At int8-static (``exact=False``) the weights are inside the quantized graph instead."""
         import onnx
 
+        if self.precision == "int8-static" and not exact:
+            return self._quantized_model(program)
         scalars = {w.name: self._arrays[w.name] for w in program.weights if not w.shape}
         # At f16 the check's sum overflows float16 on ordinary activations (every run would be
         # flagged and run twice), and OpenVINO turns the mask's NaN constant into 65504 anyway:
@@ -108,10 +129,7 @@ class OvEngine(GraphEngine):
         graph.initializer.extend(kept)
         for t in external:  # weights enter as inputs, become shared constants below
             graph.input.append(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
-        try:
-            model = self._core.read_model(proto.SerializeToString())
-        except Exception as e:
-            raise RlxError(f"OpenVINO could not read {program.name}'s ONNX graph: {_first_line(e)}") from e
+        model = self._read(proto.SerializeToString(), program)
         ov = self._ov
         for param in list(model.get_parameters()):
             name = param.output(0).get_any_name()
@@ -125,6 +143,27 @@ class OvEngine(GraphEngine):
             model.remove_parameter(param)
         model.validate_nodes_and_infer_types()
         return model
+
+    def _quantized_model(self, program: Program) -> Any:
+        """int8-static: the graph with its weights embedded, quantized by onnxruntime's static
+        quantizer (QDQ), read by OpenVINO, whose CPU plugin runs the quantized convolutions and
+        products as int8 kernels."""
+        # (the options calibrate_program's graph has: the same tensor names)
+        options = GraphOptions(io_bf16_as_f32=True, pooling_nan="check", weight_values=self._arrays)
+        proto = to_onnx(program, dict(self._arrays), options=options)
+        quantized = quantize(proto, program.name, self.precision, self.calibration, self.float32)
+        model = self._read(quantized, program)
+        graph_inputs = [i.name for i in proto.graph.input]
+        for param, name, value in zip(model.get_parameters(), graph_inputs, program.inputs):
+            if name != value.name:  # (a bfloat16 input, renamed: it crosses as float32)
+                param.output(0).get_tensor().add_names({value.name})
+        return model
+
+    def _read(self, serialized: bytes, program: Program) -> Any:
+        try:
+            return self._core.read_model(serialized)
+        except Exception as e:
+            raise RlxError(f"OpenVINO could not read {program.name}'s ONNX graph: {_first_line(e)}") from e
 
 
 def _shared_tensor(ov: Any, arr: np.ndarray) -> Any:
@@ -145,7 +184,7 @@ class OvExecutor:
     sum of every pooled input: on the rare run where that is not finite, the inputs run again
     through a model, compiled then, that pools the NaN mask."""
 
-    def __init__(self, program: Program, compiled: Any, engine: OvEngine) -> None:
+    def __init__(self, program: Program, compiled: Any, engine: OvEngine, *, exact: bool = False) -> None:
         self.program = program
         self._compiled = compiled
         self._engine = engine
@@ -165,6 +204,7 @@ class OvExecutor:
         self._want = [dtypes.to_numpy(v.dtype) for v in output_values(program)]
         self._checked = len(compiled.outputs) > len(self._want) and NAN_CHECK in compiled.outputs[-1].get_names()
         self._local = threading.local()
+        self._quantized = engine.precision == "int8-static" and not exact
 
     def _request(self) -> Any:
         request = getattr(self._local, "request", None)
@@ -174,6 +214,8 @@ class OvExecutor:
 
     def run(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
         """Run on arrays already checked against the program's inputs (in order)."""
+        if self._quantized and not all(np.isfinite(a).all() for a in inputs if a.dtype.kind == "f"):
+            return self.exact().run(inputs)  # (quantizing an activation turns NaN into a number)
         feed = {}
         for port, k in enumerate(self._feed):
             arr = inputs[k]

@@ -385,7 +385,7 @@ COLD = {
     "rlx": """
         import time; t0 = time.perf_counter()
         import numpy as np, rlx
-        m = rlx.load({bundle!r}); x = [np.load(p) for p in {inputs!r}]
+        m = rlx.load({bundle!r}, engine="numpy"); x = [np.load(p) for p in {inputs!r}]
         m(*x); print(time.perf_counter() - t0)
         print(next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM")))
     """,

@@ -51,7 +51,8 @@ from rlx.runtime.tuning import ENGINE_PACKAGES, FORMAT, machine
 DEFAULT_TOLERANCE = 0.999  # cosine, per output (the Rust reference's parity threshold)
 DEFAULT_MAX_ERROR = 1e-2  # max |error| relative to max(1, max |reference|)
 TIME_BUDGET_S = 1.5  # timing per candidate: at most this long (and at most `runs` calls)
-CONFIRM, CLOSE = 3, 1.3  # the fastest CONFIRM passing candidates within CLOSE x the best are re-timed
+CONFIRM, CLOSE = 3, 1.3  # the fastest CONFIRM passing candidates within CLOSE x the best are re-timed,
+WIDE = 2.0  # and each engine's fastest and the fastest float32 candidate within WIDE x the best
 KEEP_F32 = 1.05  # a lower precision is chosen only when more than this much faster than float32
 RACE_ROUNDS, BLOCK_S, PAUSE_S = 16, 0.03, 0.1  # re-timing: rounds, seconds of calls per block, pause before one
 
@@ -520,12 +521,17 @@ def _confirm(
     passing = sorted((c for c in report.candidates if c.passed), key=lambda c: c.median_ms)
     if len(passing) < 2:
         return
-    close = [c for c in passing[:CONFIRM] if c.median_ms <= CLOSE * passing[0].median_ms]
-    # The fastest float32 candidate runs in the race too when close: ``choice`` weighs it against
-    # a lower precision, and two medians from different timings must not decide that.
-    exact = fastest([c for c in passing if c.precision == "f32"])
-    if exact is not None and exact not in close and exact.median_ms <= CLOSE * passing[0].median_ms:
-        close.append(exact)
+    best = passing[0].median_ms
+    close = [c for c in passing[:CONFIRM] if c.median_ms <= CLOSE * best]
+    # Each engine's fastest candidate, and the fastest float32 one, run in the race too when within
+    # WIDE of the best: a first timing taken in a process of its own can be off by more than CLOSE
+    # on a busy machine (an engine left out cannot win the race), and ``choice`` weighs float32
+    # against a lower precision, which two medians from different timings must not decide.
+    engines = dict.fromkeys(c.engine for c in passing)
+    leaders = [fastest([c for c in passing if c.engine == e]) for e in engines]
+    for cand in [*leaders, fastest([c for c in passing if c.precision == "f32"])]:
+        if cand is not None and cand not in close and cand.median_ms <= WIDE * best:
+            close.append(cand)
     if len(close) < 2:
         return
     # Blocks of about BLOCK_S each, a few calls at least (the first pass's medians size them).

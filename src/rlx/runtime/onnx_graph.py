@@ -90,6 +90,11 @@ def output_values(program: Program) -> list[Value]:
     return [values[o.name] if isinstance(o, Ref) else Value("", (), o.dtype) for o in program.outputs]
 
 
+def finite(inputs: list[np.ndarray]) -> bool:
+    """Whether every float input is free of NaN and inf (an int8 graph would quantize them into numbers)."""
+    return all(np.isfinite(a).all() for a in inputs if a.dtype.kind == "f")
+
+
 def first_line(e: BaseException) -> str:
     """The first line of an engine library's exception message (theirs run to many lines)."""
     text = str(e).strip()

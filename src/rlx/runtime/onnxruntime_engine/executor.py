@@ -30,7 +30,7 @@ from rlx.formats.safetensors_io import file_region
 from rlx.ir import dtypes
 from rlx.ir.program import Program, specialize
 from rlx.runtime.binding import bind_symbols
-from rlx.runtime.onnx_graph import GraphEngine, first_line, output_values
+from rlx.runtime.onnx_graph import GraphEngine, finite, first_line, output_values
 from rlx.runtime.onnxruntime_engine import require_onnxruntime
 from rlx.runtime.onnxruntime_engine.weights_in_place import read_weights_in_place
 from rlx.runtime.quantize import check_quantization
@@ -196,7 +196,7 @@ class OrtExecutor:
 
     def run(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
         """Run on arrays already checked against the program's inputs (in order)."""
-        if self._quantized and not _finite(inputs):
+        if self._quantized and not finite(inputs):
             return self.exact().run(inputs)
         if self._plain:  # the common case, kept short: this is per-call overhead on small models
             try:
@@ -217,7 +217,7 @@ class OrtExecutor:
 
     def run_named(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
         """The program outputs, then any extra outputs asked for, in ``output_names`` order."""
-        if self._quantized and not _finite(inputs):
+        if self._quantized and not finite(inputs):
             return self.exact().run_named(inputs)
         feed = {
             name: (arr.astype(np.float32) if bf16 else arr)
@@ -236,10 +236,6 @@ class OrtExecutor:
                 arr = arr.astype(self._want[k])  # bfloat16 outputs cross the boundary as float32 (exactly)
             out.append(arr if arr.flags.writeable else arr.copy())
         return out
-
-
-def _finite(inputs: list[np.ndarray]) -> bool:
-    return all(np.isfinite(a).all() for a in inputs if a.dtype.kind == "f")
 
 
 def _point_at_files(model: Any, arrays: Mapping[str, np.ndarray], opts: Any) -> list[str]:

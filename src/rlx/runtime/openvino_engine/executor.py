@@ -12,7 +12,10 @@ binding gets a static compilation of its own, as on the onnxruntime engine.
 
 OpenVINO's CPU plugin runs in bfloat16 by default on CPUs that have it (AMX, AVX-512 BF16): the
 engine always sets ``INFERENCE_PRECISION_HINT`` itself, to f32 unless a lower precision is asked
-for, so a model loaded with ``precision="f32"`` computes in float32 everywhere.
+for, so a model loaded with ``precision="f32"`` computes in float32 everywhere. At int8-static the
+graph is onnxruntime's quantizer's (``rlx.runtime.quantize``: QDQ around the convolutions and
+products), whose quantized ops the CPU plugin runs as int8 kernels; each binding is quantized and
+compiled at its own shape.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from rlx.errors import RlxError, UsageError
 from rlx.exporters.onnx import NAN_CHECK, GraphOptions, to_onnx
 from rlx.ir import dtypes
 from rlx.ir.program import Program
-from rlx.runtime.onnx_graph import GraphEngine, first_line, output_values
+from rlx.runtime.onnx_graph import GraphEngine, finite, first_line, output_values
 from rlx.runtime.openvino_engine import require_openvino
 from rlx.runtime.openvino_engine.hints import HINTS, check_precision
 from rlx.runtime.quantize import check_quantization, quantize
@@ -214,7 +217,7 @@ class OvExecutor:
 
     def run(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
         """Run on arrays already checked against the program's inputs (in order)."""
-        if self._quantized and not all(np.isfinite(a).all() for a in inputs if a.dtype.kind == "f"):
+        if self._quantized and not finite(inputs):
             return self.exact().run(inputs)  # (quantizing an activation turns NaN into a number)
         feed = {}
         for port, k in enumerate(self._feed):

@@ -20,7 +20,7 @@ from rlx.formats.layout import TUNING_FILE
 from rlx.runtime.engines import supported_precisions
 from rlx.runtime.tuning import FORMAT, machine
 
-from helpers import convert_example
+from helpers import SmallConvNet, convert_example
 
 pytest.importorskip("onnxruntime")
 
@@ -186,23 +186,6 @@ def _installed():
     import importlib.util
 
     return {e for e in ("openvino", "jax") if importlib.util.find_spec(e) is not None}
-
-
-class SmallConvNet(torch.nn.Module):
-    """Conv, BatchNorm, ReLU, max pooling, a second conv and a linear head."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        torch.manual_seed(0)
-        self.c1, self.bn = torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.BatchNorm2d(16)
-        self.c2, self.fc = torch.nn.Conv2d(16, 32, 3, padding=1), torch.nn.Linear(32, 10)
-        with torch.no_grad():
-            self.bn.running_mean.uniform_(-0.5, 0.5)
-            self.bn.running_var.uniform_(0.5, 2.0)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = torch.nn.functional.max_pool2d(torch.relu(self.bn(self.c1(x))), 2)
-        return self.fc(torch.relu(self.c2(x)).mean((2, 3)))
 
 
 class OutlierConvNet(torch.nn.Module):

@@ -22,6 +22,7 @@ from rlx.errors import UsageError
 from rlx.runtime.engines import supported_precisions
 
 from helpers import (
+    SmallConvNet,
     assert_converts_and_matches,
     block_imports,
     convert_example,
@@ -226,23 +227,6 @@ def test_max_pool_at_f16_is_plain(tmp_path):
     assert not executor._checked and executor._exact is None
 
 
-class ConvNet(torch.nn.Module):
-    """Convolutions, a batch norm, max pooling and a linear head: what static int8 quantizes."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        torch.manual_seed(0)
-        self.c1, self.c2 = torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.Conv2d(8, 16, 3, padding=1)
-        self.bn, self.fc = torch.nn.BatchNorm2d(8), torch.nn.Linear(16, 10)
-        with torch.no_grad():
-            self.bn.running_mean.uniform_(-0.5, 0.5)
-            self.bn.running_var.uniform_(0.5, 2.0)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = torch.nn.functional.max_pool2d(torch.relu(self.bn(self.c1(x))), 2)
-        return self.fc(torch.relu(self.c2(x)).mean((2, 3)))
-
-
 def test_int8_static_runs_quantized_kernels(tmp_path):
     """int8-static on OpenVINO: onnxruntime's QDQ graph with the bundle's calibration, run by the
     CPU plugin as int8 kernels, per input shape of a dynamic model; close to PyTorch, not float32's
@@ -257,7 +241,7 @@ def test_int8_static_runs_quantized_kernels(tmp_path):
 
     if "int8-static" not in supported_precisions("openvino"):
         pytest.skip("OpenVINO has no int8 on this CPU")
-    module = ConvNet().eval()
+    module = SmallConvNet().eval()
     out = tmp_path / "cnn"
     rlx.from_torch(module, (torch.randn(2, 3, 16, 16),), out, dynamic_shapes=({0: Dim("batch", max=64)},))
     with pytest.raises(UsageError, match=r"^int8-static needs the activation ranges of a calibration run \(no "):

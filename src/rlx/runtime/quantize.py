@@ -22,13 +22,15 @@ import contextlib
 import logging
 import shutil
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from rlx.errors import RlxError, UsageError
+from rlx.exporters.onnx import GraphOptions, to_onnx
+from rlx.ir.program import Program
 
 OP_TYPES = ["MatMul", "Gemm"]
 # int8-static's: the ops int8 kernels speed up. Left to quantize every op type, the quantizer also
@@ -37,6 +39,15 @@ OP_TYPES = ["MatMul", "Gemm"]
 STATIC_OP_TYPES = ["Conv", "MatMul", "Gemm"]
 # (DefaultTensorType float: the types shape inference cannot see past com.microsoft fusions)
 EXTRA = {"DefaultTensorType": 1}
+
+
+def quantization_graph(program: Program, arrays: Mapping[str, np.ndarray]) -> Any:
+    """The float graph of ``program`` that int8-static is calibrated on and that OpenVINO quantizes
+    (an ``onnx.ModelProto``): weights embedded, standard operators only (every product has its own
+    tensors, attention's included), max pooling plain and checked, bfloat16 inputs and outputs as
+    float32. One graph for both, so that the calibration's tensor names are the quantized graph's."""
+    options = GraphOptions(io_bf16_as_f32=True, pooling_nan="check", weight_values=arrays)
+    return to_onnx(program, dict(arrays), options=options)
 
 
 def check_quantization(precision: str, calibration: str | Path | None, float32: Any) -> None:

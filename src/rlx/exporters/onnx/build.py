@@ -164,8 +164,10 @@ def _lift(g: OnnxGraph, ins: Instr, operands: list[Any]) -> T | None:
     not apply. Static shapes only, and only where every reader of the result is a reshape or
     another such step (else the N-d detour would cost a Reshape of its own)."""
     shape = _ints(ins.shape)
-    if isinstance(ins.call, C.Linear) and operands[2] is None:  # (no bias: a product of two operands)
-        operands = operands[:2]
+    if isinstance(ins.call, C.Linear):
+        if operands[2] is not None:  # (with a bias: one 2-d Gemm)
+            return None
+        operands = operands[:2]  # (the product of two operands)
     if shape is None or any(not isinstance(o, T) or _ints(o.shape) is None for o in operands):
         return None
     if g.is_output(ins.result) or not all(isinstance(user.call, _LIFTED) for user in g.consumers(ins.result)):
@@ -175,7 +177,7 @@ def _lift(g: OnnxGraph, ins: Instr, operands: list[Any]) -> T | None:
              for o in operands]  # fmt: skip
     if isinstance(ins.call, C.MatMul):
         lifted = _lift_product(g, ins, operands[0], operands[1], known[0], known[1])
-    elif isinstance(ins.call, C.Linear) and len(operands) == 2:  # (with a bias: one 2-d Gemm)
+    elif isinstance(ins.call, C.Linear):
         full, args = _lift_product(g, ins, operands[0], _transposed(operands[1]), known[0], None)
         lifted = full, [*args[:1], operands[1]]  # (the weight [out, in] as it is)
     elif isinstance(ins.call, (C.Unary, C.Cast)) and known[0] is not None:

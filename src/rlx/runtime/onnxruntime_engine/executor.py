@@ -30,7 +30,7 @@ from rlx.formats.safetensors_io import file_region
 from rlx.ir import dtypes
 from rlx.ir.program import Program, specialize
 from rlx.runtime.binding import bind_symbols
-from rlx.runtime.onnx_graph import GraphEngine, finite, first_line, output_values
+from rlx.runtime.onnx_graph import GraphEngine, check_program, finite, first_line, host_weights, output_values
 from rlx.runtime.onnxruntime_engine import require_onnxruntime
 from rlx.runtime.onnxruntime_engine.weights_in_place import read_weights_in_place
 from rlx.runtime.quantize import check_quantization
@@ -284,11 +284,10 @@ def calibrate_program(
     inputs in program order) written to ``path``. Sets of different shapes (a dynamic program) are
     run on the graph of their own shapes, and each tensor's range is the widest any of them saw:
     one set of ranges serves every binding. Returns how many sets were used (all of them)."""
-    from rlx.runtime.quantize import calibrate, merge_ranges
+    from rlx.runtime.quantize import calibrate, merge_ranges, quantization_graph
 
-    # (the int8 graph: weights embedded; standard operators only, so that every product has its
-    # ranges, attention's included, for OpenVINO's graph too)
-    engine = OrtEngine(program, weights, precision="int8", contrib=())
+    check_program(program, None)
+    arrays = host_weights(program, weights)
     by_shape: dict[tuple[tuple[int, ...], ...], list[list[np.ndarray]]] = {}
     for inputs in sets:
         by_shape.setdefault(tuple(a.shape for a in inputs), []).append(inputs)
@@ -296,7 +295,7 @@ def calibrate_program(
         parts = []
         for k, group in enumerate(by_shape.values()):
             static = specialize(program, bind_symbols(program, list(group[0]))) if program.is_dynamic else program
-            model = emit_model(static, engine)
+            model = quantization_graph(static, arrays)
             names = [i.name for i in model.graph.input]
             bf16 = [v.dtype == "bf16" for v in static.inputs]
             feeds = [{n: (a.astype(np.float32) if b else a) for n, a, b in zip(names, s, bf16)} for s in group]

@@ -52,11 +52,12 @@ def read_weights_in_place(program: Program) -> Program:
     if not readable:
         return program
     products: dict[str, C.Linear] = {}  # a product's result → the Linear it becomes
+    shapes: dict[str, Shape] = {}  # and its shape
     for ins in program.instrs:
         c = ins.call
         if isinstance(c, C.MatMul) and isinstance(c.y, Ref) and c.y.name in readable and ins.dtype in _DTYPES:
             products[ins.result] = C.Linear(c.x, transposes[c.y.name], None)
-    shapes = {ins.result: ins.shape for ins in program.instrs if ins.result in products}
+            shapes[ins.result] = ins.shape
     folded = set()  # products whose bias add became their Linear
     instrs = []
     for ins in program.instrs:

@@ -34,7 +34,7 @@ from rlx.ir.program import Program
 from rlx.runtime.onnx_graph import GraphEngine, finite, first_line, output_values
 from rlx.runtime.openvino_engine import require_openvino
 from rlx.runtime.openvino_engine.hints import HINTS, check_precision
-from rlx.runtime.quantize import check_quantization, quantize
+from rlx.runtime.quantize import check_quantization, quantization_graph, quantize
 
 BF16 = dtypes.to_numpy("bf16")
 
@@ -151,9 +151,7 @@ class OvEngine(GraphEngine):
         """int8-static: the graph with its weights embedded, quantized by onnxruntime's static
         quantizer (QDQ), read by OpenVINO, whose CPU plugin runs the quantized convolutions and
         products as int8 kernels."""
-        # (the options calibrate_program's graph has: the same tensor names)
-        options = GraphOptions(io_bf16_as_f32=True, pooling_nan="check", weight_values=self._arrays)
-        proto = to_onnx(program, dict(self._arrays), options=options)
+        proto = quantization_graph(program, self._arrays)
         quantized = quantize(proto, program.name, self.precision, self.calibration, self.float32)
         model = self._read(quantized, program)
         graph_inputs = [i.name for i in proto.graph.input]

@@ -331,6 +331,38 @@ def test_the_nodes_that_lose_int8_accuracy_are_named(tmp_path):
     assert blamed[0].loss > 0.1 and all(b.added > 1e-5 for b in blamed)
 
 
+class Attention(torch.nn.Module):
+    """A projection, attention (one of onnxruntime's contrib ops, past which ONNX shape inference
+    cannot type the tensors), GELU and a second projection."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.qkv, self.out = torch.nn.Linear(16, 48), torch.nn.Linear(16, 16)
+
+    def forward(self, x):
+        q, k, v = self.qkv(x).view(1, 6, 3, 2, 8).permute(2, 0, 3, 1, 4)
+        y = torch.nn.functional.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(1, 6, 16)
+        return self.out(torch.nn.functional.gelu(y))
+
+
+def test_int8_is_traced_node_by_node_past_contrib_ops(tmp_path):
+    """Every value returned from dynamic int8's graph (it failed: "onnxruntime could not quantize",
+    or on a ViT "Invalid tensor data type 0", when the traced values' types were left to inference)."""
+    from rlx.app.mixed import losses
+    from rlx.app.node_compare import run_whole
+    from rlx.formats.bundle import read_bundle
+
+    x = torch.randn(1, 6, 16)
+    out = _convert(Attention(), x, tmp_path / "attention")
+    program, weights, _ = read_bundle(out / "bundle")
+    ranked = losses("onnxruntime", program, weights, [x.numpy()], "int8")
+    floats = {i.result for i in run_whole(program, [x.numpy()], weights).program.instrs if i.dtype == "f32"}
+    assert len(ranked) >= 6 and {r.name for r in ranked} <= floats
+    assert all(np.isfinite(r.loss) and 0 <= r.loss < 1e-2 for r in ranked)
+    assert max(ranked, key=lambda r: r.added).op == "aten.addmm.default"  # int8 quantizes the products
+
+
 @pytest.mark.parametrize("engine", ["onnxruntime", "openvino"])
 def test_tune_tries_int8_static_and_keeps_the_losing_nodes_in_float32(engine, tmp_path):
     """On either engine (OpenVINO runs onnxruntime's quantized graph: the nodes are named by

@@ -161,9 +161,13 @@ class OrtExecutor:
 
             known = {o.name for o in model.graph.output}
             produced = {o for node in model.graph.node for o in node.output}
+            # Typed: onnxruntime infers an untyped graph output's type, but not after quantize_dynamic
+            # ("Invalid tensor data type 0"); every tensor named after an instruction has its dtype.
+            typed = {ins.result: ONNX_TYPES[ins.dtype] for ins in program.instrs}
             for name in extra_outputs:
                 if name not in known and name in produced:  # (a value the emitter folded away has no tensor)
-                    model.graph.output.append(onnx.ValueInfoProto(name=name))
+                    out = onnx.helper.make_tensor_value_info(name, typed[name], None) if name in typed else None
+                    model.graph.output.append(out or onnx.ValueInfoProto(name=name))
         self.output_names = [o.name for o in model.graph.output if o.name != NAN_CHECK]
         self._check = checked  # [NAN_CHECK] when the graph has one
         self._exact: OrtExecutor | None = None

@@ -27,7 +27,6 @@ os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=true intra_op_p
 import argparse  # noqa: E402
 import importlib.util  # noqa: E402
 import math  # noqa: E402
-import statistics  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
@@ -40,6 +39,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 import rlx  # noqa: E402
+from rlx.app.bench import interleaved  # noqa: E402
 from rlx.ir import dtypes  # noqa: E402
 from rlx.ir.symbolic import is_static  # noqa: E402
 
@@ -293,9 +293,19 @@ class Engines:
             except rlx.RlxError as e:
                 print(f"  rlx openvino {precision}: {self.name}: {e}")
         t0 = time.perf_counter()
-        report = rlx.tune(self.out / "bundle", engines=["numpy", "onnxruntime", "openvino"], threads=THREADS)
+        raced: list[str] = []  # tune's re-timing of the close contenders, printed with its choice
+
+        def progress(line: str) -> None:
+            if line.startswith("re-timed"):
+                raced.append(line)
+
+        report = rlx.tune(
+            self.out / "bundle", engines=["numpy", "onnxruntime", "openvino"], threads=THREADS, progress=progress
+        )
         choice = report.choice
         print(f"  rlx tune: {choice.name if choice else 'nothing passed'} ({time.perf_counter() - t0:.0f} s)")
+        for line in raced:
+            print(f"    {line}")
         if choice is not None:
             tuned = rlx.load(self.out / "bundle")  # follows tuning.json
             out["rlx tuned"] = lambda: first_tensor(tuned(*self.np_inputs))
@@ -357,22 +367,14 @@ class Engines:
         return engines
 
 
-def measure(engines: dict, rounds: int, warmup: int, block: int = 10, pause: float = 0.2) -> dict[str, float]:
-    """Median latency of each engine. Each round times every engine in a block of its own, with a
-    pause between blocks: onnxruntime's and OpenBLAS's worker threads keep spinning for a while after a run and
-    would steal a core from whichever engine ran right after it."""
+def measure(engines: dict, rounds: int, warmup: int) -> dict[str, float]:
+    """Median latency (s) of each engine, all timed together as ``rlx tune`` times its contenders
+    (``rlx.app.bench.interleaved``: alternating blocks of about 30 ms each, with pauses)."""
     for fn in engines.values():
         for _ in range(warmup):
             fn()
-    times = {k: [] for k in engines}
-    for _ in range(max(1, rounds // block)):
-        for k, fn in engines.items():
-            time.sleep(pause)
-            for _ in range(block):
-                t0 = time.perf_counter()
-                fn()
-                times[k].append(time.perf_counter() - t0)
-    return {k: statistics.median(v) for k, v in times.items()}
+    medians = interleaved(list(engines.values()), rounds)
+    return {k: ms / 1e3 for k, ms in zip(engines, medians)}
 
 
 def parity(engines: dict) -> dict[str, float]:
@@ -491,7 +493,7 @@ def main() -> None:
     args = parser.parse_args()
     only = {n for n in args.only.split(",") if n}
     torch.set_num_threads(THREADS)
-    rounds, warmup = (40, 5) if args.quick else (100, 10)
+    rounds, warmup = (4, 5) if args.quick else (12, 10)
     batches = (1,) if args.quick else (1, 8)
     rows, cold_rows, memory_rows = [], [], []
     tuned: dict[str, str] = {}

@@ -70,3 +70,29 @@ def test_example_inputs_match_the_reference(mlp_out):
     ref, _ = safetensors_io.read(mlp_out / "reference.safetensors")
     for name, arr in arrays.items():
         np.testing.assert_array_equal(arr, ref[f"in::{name}"])
+
+
+def test_interleaved_times_each_call_in_alternating_blocks_of_a_duration():
+    """``rlx tune``'s race and benchmarks/bench.py time engines this way: every round runs each call
+    in a block of about ``block_s`` (at least three calls), one block after the other."""
+    import time
+
+    from rlx.app.bench import MIN_BLOCK, interleaved
+
+    ran: list[str] = []
+
+    def quick():
+        ran.append("quick")
+
+    def slow():
+        ran.append("slow")
+        time.sleep(0.002)
+
+    medians = interleaved([quick, slow], rounds=3, block_s=0.01, pause_s=0.0)
+    timed = ran[6:]  # (three calls each size the blocks)
+    assert ran[:6] == ["quick"] * 3 + ["slow"] * 3
+    quick_block = timed.index("slow")
+    slow_block = timed.index("quick", quick_block) - quick_block
+    assert quick_block > 100 and MIN_BLOCK <= slow_block <= 5  # 10 ms of each
+    assert timed == (["quick"] * quick_block + ["slow"] * slow_block) * 3
+    assert medians[1] >= 2.0 > medians[0] > 0

@@ -425,7 +425,7 @@ def test_close_contenders_are_re_timed_together(mlp):
 
     out, x, _ = mlp
     contenders = [("numpy", "f32", None), ("onnxruntime", "f32", None), ("onnxruntime", "int8", None)]
-    medians = race(str(out), contenders, {"x": x}, 1, rounds=2, block=3)
+    medians = race(str(out), contenders, {"x": x}, 1, rounds=2, block_s=0.001)
     assert len(medians) == 3 and all(0 < m < 1e3 for m in medians)
     # tune's close contenders (here made equal) get the medians of such a race, in a fresh process
     from rlx.app.tune import _confirm
@@ -435,7 +435,7 @@ def test_close_contenders_are_re_timed_together(mlp):
         assert cand.passed
         cand.median_ms = 1e6
     lines: list[str] = []
-    _confirm(report, out / "bundle", [{"x": x}], 1, 5, lines.append)
+    _confirm(report, out / "bundle", [{"x": x}], 1, lines.append)
     assert all(0 < c.median_ms < 1e3 for c in report.candidates)
     assert lines == ["re-timed together: " + ", ".join(f"{c.name} {c.median_ms:.3f} ms" for c in report.candidates)]
 
@@ -500,5 +500,5 @@ def test_the_race_takes_the_close_each_engines_fastest_and_float32(monkeypatch, 
     monkeypatch.setattr(tune_module, "in_fresh_process", fake_race)
     cands = [Candidate(e, p, passed=True, median_ms=m) for (e, p), m in medians.items()]
     report = TuneReport("b", 0.999, 0.01, None, [], cands)
-    _confirm(report, Path("b"), [{}], None, 5, None)
+    _confirm(report, Path("b"), [{}], None, None)
     assert [(e, p) for e, p, _ in raced] == raced_ones

@@ -199,6 +199,41 @@ def in_fresh_process(threads: int | None, fn: Callable[..., R], *args: Any) -> R
                 os.environ[k] = v
 
 
+BLOCK_S, PAUSE_S, MIN_BLOCK = 0.03, 0.1, 3  # interleaved timing: seconds of calls per block, pause before one
+
+
+def interleaved(
+    calls: Sequence[Callable[[], object]], rounds: int, block_s: float = BLOCK_S, pause_s: float = PAUSE_S
+) -> list[float]:
+    """The median ms of each of ``calls`` (warmed up already), timed together: ``rounds`` rounds,
+    each running every call in a block of about ``block_s`` seconds (at least ``MIN_BLOCK`` calls)
+    after a pause of ``pause_s``.
+
+    On a shared machine, timings taken one after another drift by more than the gaps between
+    engines; alternating blocks meet the same drift. The pause lets the previous engine's worker
+    threads stop spinning (onnxruntime's and OpenBLAS's would steal a core). Blocks last a time, not
+    a count: after another onnxruntime session in the process ran, a session runs up to 2× slower
+    for its first few milliseconds (its workers have gone to sleep and are woken per parallel
+    section); a block of ten sub-millisecond calls would mostly time that, not the steady state."""
+    sizes = []
+    for call in calls:
+        once = []
+        for _ in range(3):
+            t = time.perf_counter()
+            call()
+            once.append(time.perf_counter() - t)
+        sizes.append(max(MIN_BLOCK, round(block_s / max(min(once), 1e-7))))
+    times: list[list[float]] = [[] for _ in calls]
+    for _ in range(rounds):
+        for call, size, spent in zip(calls, sizes, times):
+            time.sleep(pause_s)
+            for _ in range(size):
+                t = time.perf_counter()
+                call()
+                spent.append(time.perf_counter() - t)
+    return [float(np.median(t)) * 1e3 for t in times]
+
+
 def _measure_in_subprocess(
     bundle: Path, engine: str, inputs: Mapping[str, np.ndarray], threads: int | None, runs: int, warmup: int
 ) -> tuple[EngineResult, list[np.ndarray] | None]:
@@ -241,4 +276,4 @@ def measure(
     return result, [np.asarray(o) for o in outputs]
 
 
-__all__ = ["BenchReport", "EngineResult", "bench", "example_inputs", "installed_engines", "measure"]
+__all__ = ["BenchReport", "EngineResult", "bench", "example_inputs", "installed_engines", "interleaved", "measure"]

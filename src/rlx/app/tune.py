@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from rlx.app.bench import fastest, in_fresh_process
+from rlx.app.bench import BLOCK_S, fastest, in_fresh_process, interleaved
 from rlx.app.mixed import culprits, losses
 from rlx.errors import InputError, RlxError, UsageError
 from rlx.formats import safetensors_io
@@ -54,7 +54,7 @@ TIME_BUDGET_S = 1.5  # timing per candidate: at most this long (and at most `run
 CONFIRM, CLOSE = 3, 1.3  # the fastest CONFIRM passing candidates within CLOSE x the best are re-timed,
 WIDE = 2.0  # and each engine's fastest and the fastest float32 candidate within WIDE x the best
 KEEP_F32 = 1.05  # a lower precision is chosen only when more than this much faster than float32
-RACE_ROUNDS, BLOCK_S, PAUSE_S = 16, 0.03, 0.1  # re-timing: rounds, seconds of calls per block, pause before one
+RACE_ROUNDS = 16  # re-timing: rounds of interleaved blocks
 
 
 @dataclass
@@ -371,7 +371,7 @@ def tune(
         calibration = Path(tmp) / CALIBRATION_FILE
         calibration_error = _calibrate(work, todo, calibration) if any(p == "int8-static" for _, p in todo) else ""
         report.candidates = [_candidate(work, k, todo, calibration, calibration_error) for k in range(len(todo))]
-        _confirm(report, directory, [s for _, s, _ in sets], threads, runs, progress)
+        _confirm(report, directory, [s for _, s, _ in sets], threads, progress)
         report.seconds = time.perf_counter() - started
         if write and report.choice is not None:
             if calibration.is_file():  # (also when f32 won: `precision="int8-static"` loads without recalibrating)
@@ -511,7 +511,6 @@ def _confirm(
     directory: Path,
     sets: list[dict[str, np.ndarray]],
     threads: int | None,
-    runs: int,
     progress: Callable[[str], None] | None,
 ) -> None:
     """Time the close contenders again, together: one fresh process loads them all and times them in
@@ -534,11 +533,9 @@ def _confirm(
             close.append(cand)
     if len(close) < 2:
         return
-    # Blocks of about BLOCK_S each, a few calls at least (the first pass's medians size them).
-    block = max(3, min(runs, int(BLOCK_S * 1e3 / max(close[0].median_ms, 1e-3))))
     contenders = [(c.engine, c.precision, c.options) for c in close]
     try:
-        medians = in_fresh_process(threads, race, str(directory), contenders, sets[0], threads, RACE_ROUNDS, block)
+        medians = in_fresh_process(threads, race, str(directory), contenders, sets[0], threads, RACE_ROUNDS)
     except Exception as e:  # a crashed worker: keep the first pass's timings
         if progress:
             progress(f"re-timing failed ({type(e).__name__}); keeping the first timings")
@@ -555,11 +552,11 @@ def race(
     inputs: dict[str, np.ndarray],
     threads: int | None,
     rounds: int,
-    block: int,
+    block_s: float = BLOCK_S,
 ) -> list[float]:
     """In the worker process: load every (engine, precision, options), warm each up, then time them
-    in ``rounds`` rounds of one ``block`` of calls each, with a pause before every block (onnxruntime's
-    and OpenBLAS's worker threads spin on for a while after a run); the median ms of each."""
+    together (``rlx.app.bench.interleaved``: ``rounds`` rounds of a ``block_s`` block each, with
+    pauses, as ``benchmarks/bench.py`` times engines); the median ms of each."""
     from rlx.runtime.model import load
 
     calls = []
@@ -568,16 +565,8 @@ def race(
         flat = model.bind((), inputs)
         for _ in range(3):
             model.run_flat(flat)
-        calls.append((model, flat))
-    times: list[list[float]] = [[] for _ in calls]
-    for _ in range(rounds):
-        for k, (model, flat) in enumerate(calls):
-            time.sleep(PAUSE_S)
-            for _ in range(block):
-                t = time.perf_counter()
-                model.run_flat(flat)
-                times[k].append((time.perf_counter() - t) * 1e3)
-    return [float(np.median(t)) for t in times]
+        calls.append(lambda model=model, flat=flat: model.run_flat(flat))
+    return interleaved(calls, rounds, block_s)
 
 
 def describe_failures(report: TuneReport) -> list[str]:

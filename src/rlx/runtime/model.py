@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import math
+import operator
 import os
 import threading
 import warnings
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -95,6 +97,8 @@ class Model:
         # state takes C-contiguous numpy arrays of exactly its input dtypes and shapes on a short path.
         plain = self._static is not None and not program.state and not program.input_updates
         self._exact_inputs = [(dtypes.to_numpy(v.dtype), v.shape) for v in self.inputs] if plain else None
+        self._run_static = self._static.run if self._static is not None else self.run_flat  # (only static ones take it)
+        self._structured = structurer(self.output_tree)
 
     @property
     def backend(self) -> str:
@@ -139,11 +143,11 @@ class Model:
         exact = self._exact_inputs
         if exact is not None and not kwargs and len(args) == len(exact):
             for a, (dtype, shape) in zip(args, exact):
-                if type(a) is not np.ndarray or a.dtype != dtype or a.shape != shape or not a.flags.c_contiguous:
+                # (`is`: numpy's dtypes of one kind are one object; any other is checked the long way)
+                if type(a) is not np.ndarray or a.dtype is not dtype or a.shape != shape or not a.flags.c_contiguous:
                     break
             else:  # every input as check_input would return it
-                assert self._static is not None
-                return unflatten(self.output_tree, self._static.run(list(args)))
+                return self._structured(self._run_static(list(args)))
         return unflatten(self.output_tree, self.run_flat(self.bind(args, kwargs)))
 
     def bind(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> list[np.ndarray]:
@@ -270,6 +274,13 @@ def _check_node(t: Any, n_outputs: int, at: str, depth: int) -> None:
             _check_node(item, n_outputs, at + path, depth + 1)
     elif kind != "const":
         raise BundleError(f"{at}: unknown output-structure node {kind!r}")
+
+
+def structurer(tree: Any) -> Callable[[list[Any]], Any]:
+    """``unflatten`` with ``tree`` bound; for the common one-tensor output, a plain index."""
+    if tree is not None and "out" in tree:
+        return operator.itemgetter(tree["out"])
+    return functools.partial(unflatten, tree)
 
 
 def unflatten(tree: Any, flat: list[Any]) -> Any:

@@ -173,6 +173,7 @@ class OrtExecutor:
         self._exact: OrtExecutor | None = None
         self._exact_lock = threading.Lock()
         self._input_names = [i.name for i in model.graph.input]
+        self._one_input = self._input_names[0] if len(self._input_names) == 1 else None
         opts = engine.session_options()
         names = _point_at_files(model, engine.arrays, opts)
         if names:  # weights in memory: onnxruntime copies them into the session
@@ -203,8 +204,10 @@ class OrtExecutor:
         if self._quantized and not finite(inputs):
             return self.exact().run(inputs)
         if self._plain:  # the common case, kept short: this is per-call overhead on small models
+            one = self._one_input  # (a dict display costs a quarter of dict(zip(...)))
+            feed = {one: inputs[0]} if one is not None else dict(zip(self._input_names, inputs))
             try:
-                results = self._run_session(self._fetch, dict(zip(self._input_names, inputs)), None)
+                results = self._run_session(self._fetch, feed, None)
             except Exception as e:
                 raise RlxError(f"runtime error in onnxruntime running {self.program.name}: {first_line(e)}") from e
             if self._check and not math.isfinite(results.pop()):

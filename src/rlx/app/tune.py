@@ -522,8 +522,9 @@ def _confirm(
     # Wide on purpose: a first timing, taken in a process of its own, can be off by more than 1.3x on
     # a busy machine, and a candidate left out cannot win the race (MobileViT b8: with the three
     # closest and each engine's fastest raced, OpenVINO float32 was left out behind its int8-static,
-    # and the benchmark then ran it at 0.83x the onnxruntime float32 that tune chose). The fastest float32 one always
-    # runs: ``choice`` weighs it against a lower precision, which medians from two timings must not decide.
+    # and the benchmark then ran it at 0.83x the onnxruntime float32 that tune chose). The fastest
+    # float32 one always runs: ``choice`` weighs it against a lower precision, which medians from two
+    # timings must not decide.
     within = [c for c in passing if c.median_ms <= RACE_WITHIN * passing[0].median_ms]
     close = within[:RACE_MAX]
     f32 = fastest([c for c in within if c.precision == "f32"])

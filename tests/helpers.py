@@ -286,3 +286,17 @@ class SmallConvNet(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = torch.nn.functional.max_pool2d(torch.relu(self.bn(self.c1(x))), 2)
         return self.fc(torch.relu(self.c2(x)).mean((2, 3)))
+
+
+class GroupedConv(torch.nn.Module):
+    """A grouped Conv1d over a sequence (as wav2vec2's positional convolution) and a Linear: on
+    AMX, OpenVINO's bf16 loses the most on the grouped convolution (cosine about 0.95)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv, self.lin = torch.nn.Conv1d(64, 64, 16, padding=8, groups=16), torch.nn.Linear(64, 64)
+
+    def forward(self, x):
+        y = self.conv(x.transpose(1, 2))[:, :, : x.shape[1]].transpose(1, 2)
+        return self.lin(x + torch.nn.functional.gelu(y))

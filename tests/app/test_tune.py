@@ -20,7 +20,7 @@ from rlx.formats.layout import TUNING_FILE
 from rlx.runtime.engines import supported_precisions
 from rlx.runtime.tuning import FORMAT, machine
 
-from helpers import SmallConvNet, convert_example
+from helpers import GroupedConv, SmallConvNet, convert_example
 
 pytest.importorskip("onnxruntime")
 
@@ -399,6 +399,35 @@ def test_tune_tries_int8_static_and_keeps_the_losing_nodes_in_float32(engine, tm
         _within_default_tolerance(model(x.numpy()), module(x).numpy())
 
 
+def test_tune_keeps_the_losing_nodes_in_float32_at_openvino_bf16(tmp_path):
+    """Mixed precision at OpenVINO's bf16: traced on OpenVINO itself, the grouped convolution named,
+    kept in float32 by OpenVINO's runtime mark, and the candidate passes. Where this CPU's bf16
+    convolution keeps the tolerance, the plain bf16 candidate passes instead."""
+    if "openvino" not in _installed() or "bf16" not in supported_precisions("openvino"):
+        pytest.skip("OpenVINO runs no bf16 here")
+    module = GroupedConv().eval()
+    x = torch.randn(2, 40, 64, generator=torch.Generator().manual_seed(0))
+    out = _convert(module, x, tmp_path / "grouped")
+    with torch.no_grad():
+        want = module(x).numpy()
+    plain = rlx.load(out, engine="openvino", precision="bf16")(x.numpy())
+    (plain_check,) = judge("torch", [plain], [want], 0.999, 1e-2, set())
+    lines: list[str] = []
+    report = tune(out, engines=["openvino"], precisions=["bf16"], runs=5, progress=lines.append)
+    (cand,) = report.candidates
+    assert cand.passed, report.table()
+    if plain_check.passed:
+        assert "float32" not in cand.options and "mixed" not in lines[-1]
+        return
+    assert lines[-1].startswith("[1/1] openvino bf16: ") and "pass (mixed precision)" in lines[-1]
+    conv = next(i.result for i in rlx.load(out).program.instrs if i.call.op == "Conv")
+    assert cand.options["float32"][0] == conv
+    assert f"losing the accuracy: {conv} (aten.convolution.default, 1-cos " in report.table()
+    model = rlx.load(out)  # follows the choice: bf16 with those nodes in float32
+    assert (model.engine.name, model.precision) == ("openvino", "bf16")
+    _within_default_tolerance(model(x.numpy()), want)
+
+
 @pytest.mark.parametrize("precision", ["int8", "int8-static"])
 def test_instructions_kept_in_float32_are_not_quantized(tmp_path, precision):
     """``float32=`` (mixed precision) keeps the named instructions' nodes out of quantization: with
@@ -418,7 +447,10 @@ def test_instructions_kept_in_float32_are_not_quantized(tmp_path, precision):
     kept = rlx.load(out, engine="onnxruntime", precision=precision, engine_options={"float32": every})(x.numpy())
     assert np.abs(low - f32).max() > 1e-5  # (int8 quantizes the Linear; int8-static the convs too)
     np.testing.assert_allclose(kept, f32, rtol=1e-5, atol=1e-6)
-    with pytest.raises(UsageError, match=r"^float32= keeps instructions out of int8; it needs precision="):
+    with pytest.raises(
+        UsageError,
+        match=r"^float32= keeps instructions out of a lower precision; it needs precision='int8' or 'int8-static'$",
+    ):
         rlx.load(out, engine="onnxruntime", engine_options={"float32": every})
 
 

@@ -22,6 +22,7 @@ from rlx.errors import UsageError
 from rlx.runtime.engines import supported_precisions
 
 from helpers import (
+    GroupedConv,
     SmallConvNet,
     assert_converts_and_matches,
     block_imports,
@@ -269,3 +270,70 @@ def test_int8_static_runs_quantized_kernels(tmp_path):
     got = model(x.numpy())
     np.testing.assert_allclose(got, f32(x.numpy()), rtol=1e-6, atol=0)  # (NaN where float32 has NaN)
     np.testing.assert_allclose(got[2], want[2], rtol=1e-5, atol=1e-5)  # (row 2 is finite: float32's answer)
+
+
+@pytest.fixture(scope="module")
+def grouped_conv(tmp_path_factory):
+    x = torch.randn(2, 40, 64, generator=torch.Generator().manual_seed(0))
+    out = tmp_path_factory.mktemp("grouped") / "grouped"
+    rlx.from_torch(GroupedConv().eval(), (x,), out)
+    return out, x.numpy()
+
+
+def _runtime_precisions(model, x):
+    """{original node name: the precision OpenVINO's CPU plugin runs it at} for the convolution and
+    the product (their nodes' names start with their instruction's)."""
+    runtime = model.executor_for([x])._compiled.get_runtime_model()
+    found = {}
+    for op in runtime.get_ordered_ops():
+        info = op.get_rt_info()
+        if info["layerType"].astype(str) in ("Convolution", "FullyConnected", "MatMul"):
+            found[op.get_friendly_name().split(":", 1)[0]] = info["runtimePrecision"].astype(str)
+    return found
+
+
+@pytest.mark.parametrize("precision", ["bf16", "f16"])
+def test_instructions_kept_in_float32_at_a_lower_precision(grouped_conv, precision):
+    """``float32=`` at bf16/f16 (mixed precision): the named instructions' nodes run in float32 (a
+    runtime mark the IR reader sets), the others at the hint; at bf16, keeping the grouped
+    convolution (where OpenVINO's bf16 loses the most) brings the answer far closer to float32's. (A node that
+    OpenVINO's own fusions rebuild, such as a product with its bias, loses the mark: see the docs.)"""
+    if precision not in supported_precisions("openvino"):
+        pytest.skip(f"OpenVINO runs no {precision} here")
+    out, x = grouped_conv
+    program = rlx.load(out).program
+    conv = next(i.result for i in program.instrs if i.call.op == "Conv")
+    f32 = rlx.load(out, engine="openvino")(x)
+    low = rlx.load(out, engine="openvino", precision=precision)
+    kept = rlx.load(out, engine="openvino", precision=precision, engine_options={"float32": [conv]})
+    assert _runtime_precisions(low, x)[conv] == precision
+    runs = _runtime_precisions(kept, x)
+    assert runs[conv] == "f32" and precision in runs.values(), runs  # the product still at the hint
+    low_error, kept_error = np.abs(low(x) - f32).max(), np.abs(kept(x) - f32).max()
+    if precision == "bf16":  # (at f16 the convolution loses no more than the product)
+        assert 0 < kept_error < low_error / 2, (kept_error, low_error)
+    with pytest.raises(UsageError, match=r"^float32= keeps instructions out of a lower precision; it needs "
+                                         r"precision='bf16' or 'f16' or 'int8-static'$"):  # fmt: skip
+        rlx.load(out, engine="openvino", engine_options={"float32": [conv]})
+
+
+def test_openvino_returns_every_intermediate_value(grouped_conv):
+    """``trace`` on OpenVINO (the per-node view of a lower precision): every float instruction it
+    has a tensor for, float32's values at f32; at bf16 close to them, not equal."""
+    from rlx.app.node_compare import run_whole
+    from rlx.formats.bundle import read_bundle
+    from rlx.runtime.engines import trace
+
+    out, x = grouped_conv
+    program, weights, _ = read_bundle(out / "bundle")
+    whole = run_whole(program, [x], weights)
+    names = [i.result for i in whole.program.instrs if i.dtype == "f32"]
+    traced = trace("openvino", program, weights, [x], names, "f32")
+    assert len([n for n in names if n in traced]) >= len(names) // 2
+    for name in names:
+        if name in traced:
+            np.testing.assert_allclose(traced[name], whole.values[name], rtol=1e-4, atol=1e-4, err_msg=name)
+    if "bf16" in supported_precisions("openvino"):
+        low = trace("openvino", program, weights, [x], names, "bf16")
+        conv = next(i.result for i in program.instrs if i.call.op == "Conv")
+        assert low[conv].shape == whole.values[conv].shape and not np.array_equal(low[conv], traced[conv])

@@ -458,22 +458,22 @@ class _Work:
 
 
 MIXED_ROUNDS = (3, 9, 27)  # how many of the worst nodes each retry keeps in float32
+TRACERS = ("onnxruntime", "openvino")  # the engines that can return every intermediate value
 
 
 def _mixed(work: _Work, cand: Candidate) -> None:
     """``cand`` failed the tolerance at a lower precision: name the nodes that lose the accuracy
     (``rlx.app.mixed``) and retry with the worst of them kept in float32, a few more each round,
     until it passes; the note says which nodes and what came of it."""
-    if cand.engine != "onnxruntime" and cand.precision != "int8-static":
-        cand.note = (
-            f"mixed precision not tried: {cand.engine}'s precision hint applies to the whole model "
-            "(no per-node precision its CPU plugin honours)"
-        )
+    # (int8-static is onnxruntime's quantized graph on either engine: traced on onnxruntime)
+    tracer = "onnxruntime" if cand.precision.startswith("int8") else cand.engine
+    if tracer not in TRACERS:
+        cand.note = f"mixed precision not tried: the {tracer} engine cannot return its intermediate values"
         return
     label = cand.failures[0].input_set
     named = next(s for lab, s, _ in work.sets if lab == label)
-    try:  # (int8-static is onnxruntime's quantized graph on either engine: traced on onnxruntime)
-        ranked = losses("onnxruntime", work.program, work.weights, _flat(work.program, work.weights, named),
+    try:
+        ranked = losses(tracer, work.program, work.weights, _flat(work.program, work.weights, named),
                         cand.precision, cand.options)  # fmt: skip
     except RlxError as e:
         cand.note = f"the per-node comparison failed: {e}"

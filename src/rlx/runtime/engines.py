@@ -127,12 +127,16 @@ def trace(
     options: Mapping[str, Any] | None = None,
 ) -> dict[str, np.ndarray]:
     """The values ``names`` (instruction results) as ``engine`` computes them at ``precision`` on
-    ``inputs``, with the outputs (by the engine's output names); only the onnxruntime engine can
-    return its intermediate values (UsageError for the others)."""
+    ``inputs``, with the outputs (by the engine's output names); the onnxruntime and OpenVINO
+    engines can return their intermediate values (UsageError for the others)."""
     check_engine(engine)
     check_precision(engine, precision)
+    if engine == "openvino":
+        from rlx.runtime.openvino_engine.executor import trace_program as trace_openvino
+
+        return trace_openvino(program, weights, inputs, names, precision, options or {})
     if engine != "onnxruntime":
-        raise UsageError(f"the {engine} engine cannot return intermediate values; only onnxruntime can")
+        raise UsageError(f"the {engine} engine cannot return intermediate values; onnxruntime and openvino can")
     from rlx.runtime.onnxruntime_engine.executor import trace_program
 
     return trace_program(program, weights, inputs, names, precision, options or {})

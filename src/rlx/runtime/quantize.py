@@ -50,9 +50,12 @@ def quantization_graph(program: Program, arrays: Mapping[str, np.ndarray]) -> An
     return to_onnx(program, dict(arrays), options=options)
 
 
-def check_quantization(precision: str, calibration: str | Path | None, float32: Any) -> None:
+def check_quantization(
+    precision: str, calibration: str | Path | None, float32: Any, lowered: Sequence[str] = ("int8", "int8-static")
+) -> None:
     """UsageError unless ``precision``'s quantization settings hold: int8-static's calibration file
-    exists, and ``float32`` is a list of instruction names at an int8 precision only."""
+    exists, and ``float32`` is a list of instruction names, at one of the engine's ``lowered``
+    precisions only (where some instructions can be kept out of the lower precision)."""
     if precision == "int8-static" and (calibration is None or not Path(calibration).is_file()):
         where = "no calibration given" if calibration is None else f"{calibration}: no such file"
         raise UsageError(
@@ -61,8 +64,9 @@ def check_quantization(precision: str, calibration: str | Path | None, float32: 
         )
     if isinstance(float32, str) or not all(isinstance(n, str) for n in float32):
         raise UsageError(f"float32 must be a list of instruction result names, got {float32!r}")
-    if float32 and not precision.startswith("int8"):
-        raise UsageError("float32= keeps instructions out of int8; it needs precision='int8' or 'int8-static'")
+    if float32 and precision not in lowered:
+        choices = " or ".join(repr(p) for p in lowered)
+        raise UsageError(f"float32= keeps instructions out of a lower precision; it needs precision={choices}")
 
 
 def quantize(

@@ -16,12 +16,20 @@ for, so a model loaded with ``precision="f32"`` computes in float32 everywhere. 
 graph is onnxruntime's quantizer's (``rlx.runtime.quantize``: QDQ around the convolutions and
 products), whose quantized ops the CPU plugin runs as int8 kernels; each binding is quantized and
 compiled at its own shape.
+
+Mixed precision at bf16/f16 (``float32=``): the CPU plugin keeps a node in float32 when its
+runtime info disables precision conversion, an attribute the Python API cannot set but the IR
+reader reads; so the model (weights still inputs, a few KB) goes through IR XML once, each node
+emitted for a kept instruction marked. A node that OpenVINO's own fusions replace (attention,
+MVN) loses the mark, and runs at the hint.
 """
 
 from __future__ import annotations
 
+import tempfile
 import threading
-from collections.abc import Collection
+import xml.etree.ElementTree as ET
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,13 +38,18 @@ import numpy as np
 from rlx.errors import RlxError, UsageError
 from rlx.exporters.onnx import NAN_CHECK, GraphOptions, to_onnx
 from rlx.ir import dtypes
-from rlx.ir.program import Program
+from rlx.ir.program import Program, specialize
+from rlx.runtime.binding import bind_symbols
 from rlx.runtime.onnx_graph import GraphEngine, finite, first_line, output_values
 from rlx.runtime.openvino_engine import require_openvino
 from rlx.runtime.openvino_engine.hints import HINTS, check_precision
 from rlx.runtime.quantize import check_quantization, quantization_graph, quantize
 
 BF16 = dtypes.to_numpy("bf16")
+# The precisions at which instructions can be kept in float32 (``float32=``).
+LOWERED = ("bf16", "f16", "int8-static")
+# OpenVINO's runtime attribute (IR name) that keeps a node at its own precision, whatever the hint.
+KEEP_PRECISION = "DisablePrecisionConversion"
 
 
 class OvEngine(GraphEngine):
@@ -57,13 +70,14 @@ class OvEngine(GraphEngine):
         where this CPU lacks it), or ``int8-static``: the QDQ graph of onnxruntime's static
         quantizer with the activation ranges in ``calibration`` (``rlx.runtime.quantize``), which
         OpenVINO runs as int8 kernels; ``float32``: instructions (by result name) left unquantized;
+        at bf16 / f16, instructions computed in float32 (mixed precision);
         ``dynamic=False``: compile each input-shape binding on its own (static shapes) instead of
         one compiled model for all of them."""
         self._ov = require_openvino()
         check_precision(precision)
         if not isinstance(dynamic, bool):
             raise UsageError(f"dynamic must be True or False, got {dynamic!r}")
-        check_quantization(precision, calibration, float32)
+        check_quantization(precision, calibration, float32, lowered=LOWERED)
         self.dynamic = dynamic
         self.calibration = None if calibration is None else Path(calibration)
         self.float32 = tuple(float32)
@@ -133,6 +147,8 @@ class OvEngine(GraphEngine):
         for t in external:  # weights enter as inputs, become shared constants below
             graph.input.append(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
         model = self._read(proto.SerializeToString(), program)
+        if self.float32 and self.precision in ("bf16", "f16"):
+            model = self._keep_float32(model)
         ov = self._ov
         for param in list(model.get_parameters()):
             name = param.output(0).get_any_name()
@@ -146,6 +162,26 @@ class OvEngine(GraphEngine):
             model.remove_parameter(param)
         model.validate_nodes_and_infer_types()
         return model
+
+    def _keep_float32(self, model: Any) -> Any:
+        """``model`` with every node emitted for a ``float32`` instruction marked to stay in float32
+        (the ONNX node's name, OpenVINO's friendly name, starts with its instruction's result)."""
+        keep = set(self.float32)
+        marked = {op.get_friendly_name() for op in model.get_ordered_ops() if _owner(op) in keep}
+        if not marked:
+            return model
+        with tempfile.TemporaryDirectory() as folder:
+            xml_path = Path(folder) / "model.xml"
+            self._ov.save_model(model, str(xml_path), compress_to_fp16=False)
+            tree = ET.parse(xml_path)
+            constants = np.fromfile(xml_path.with_suffix(".bin"), dtype=np.uint8)
+        for layer in tree.getroot().iter("layer"):
+            if layer.get("name") in marked:
+                info = layer.find("rt_info")
+                if info is None:
+                    info = ET.SubElement(layer, "rt_info")
+                ET.SubElement(info, "attribute", name=KEEP_PRECISION, version="0", value="dynamic:dynamic")
+        return self._core.read_model(model=ET.tostring(tree.getroot()), weights=self._ov.Tensor(constants))
 
     def _quantized_model(self, program: Program) -> Any:
         """int8-static: the graph with its weights embedded, quantized by onnxruntime's static
@@ -165,6 +201,49 @@ class OvEngine(GraphEngine):
             return self._core.read_model(serialized)
         except Exception as e:
             raise RlxError(f"OpenVINO could not read {program.name}'s ONNX graph: {_first_line(e)}") from e
+
+
+def trace_program(
+    program: Program,
+    weights: Mapping[str, np.ndarray],
+    inputs: list[np.ndarray],
+    names: Sequence[str],
+    precision: str,
+    options: Mapping[str, Any],
+) -> dict[str, np.ndarray]:
+    """``program``'s outputs and the values ``names`` (where OpenVINO's model has a tensor for them),
+    run once on ``inputs`` at ``precision`` (bf16 / f16: a quantized graph is traced on
+    onnxruntime). Each traced value is a model output, which keeps OpenVINO from fusing it away
+    and its producer from being a fused op's interior, so the numbers are close to, not the same
+    as, an untraced run's: enough to rank where the precision loses the accuracy."""
+    engine = OvEngine(program, weights, precision=precision, **dict(options))
+    static = specialize(program, bind_symbols(program, inputs)) if program.is_dynamic else program
+    model = engine.ov_model(static)
+    wanted = set(names)
+    traced = [out for op in model.get_ordered_ops() if op.get_type_name() not in ("Parameter", "Constant", "Result")
+              for out in op.outputs() if out.get_names() & wanted]  # fmt: skip
+    model.add_outputs(traced)
+    try:
+        compiled = engine._core.compile_model(model, "CPU", engine.config())
+    except Exception as e:
+        raise RlxError(f"OpenVINO could not compile {program.name} with its values traced: {_first_line(e)}") from e
+    position = {v.name: k for k, v in enumerate(static.inputs)}
+    feed = {}
+    for port in compiled.inputs:
+        k = next(position[n] for n in port.get_names() if n in position)
+        feed[port.get_any_name()] = inputs[k].astype(np.float32) if static.inputs[k].dtype == "bf16" else inputs[k]
+    results = compiled.create_infer_request().infer(feed, share_inputs=False, share_outputs=False)
+    found: dict[str, np.ndarray] = {}
+    for port, value in zip(compiled.outputs, results.to_tuple()):
+        for name in port.get_names():
+            found[name] = np.asarray(value)
+    outputs = [v.name for v in output_values(static)]
+    return {name: found[name] for name in [*outputs, *names] if name in found}
+
+
+def _owner(op: Any) -> str:
+    """The instruction an OpenVINO node was emitted for (``owner:OpType:k`` names, from the ONNX graph)."""
+    return str(op.get_friendly_name()).split(":", 1)[0]
 
 
 def _shared_tensor(ov: Any, arr: np.ndarray) -> Any:

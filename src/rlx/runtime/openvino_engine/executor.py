@@ -20,8 +20,9 @@ compiled at its own shape.
 Mixed precision at bf16/f16 (``float32=``): the CPU plugin keeps a node in float32 when its
 runtime info disables precision conversion, an attribute the Python API cannot set but the IR
 reader reads; so the model (weights still inputs, a few KB) goes through IR XML once, each node
-emitted for a kept instruction marked. A node that OpenVINO's own fusions replace (attention,
-MVN) loses the mark, and runs at the hint.
+emitted for a kept instruction marked. A node that OpenVINO's own transformations rebuild loses
+the mark and runs at the hint: a product with constant weights (its FullyConnected kernel), and
+the attention, normalizations and activations it fuses. Convolutions keep it.
 """
 
 from __future__ import annotations
@@ -212,8 +213,8 @@ def trace_program(
     options: Mapping[str, Any],
 ) -> dict[str, np.ndarray]:
     """``program``'s outputs and the values ``names`` (where OpenVINO's model has a tensor for them),
-    run once on ``inputs`` at ``precision`` (bf16 / f16: a quantized graph is traced on
-    onnxruntime). Each traced value is a model output, which keeps OpenVINO from fusing it away
+    run once on ``inputs`` at ``precision`` (tune traces int8-static on onnxruntime, which runs
+    the same quantized graph). Each traced value is a model output, which keeps OpenVINO from fusing it away
     and its producer from being a fused op's interior, so the numbers are close to, not the same
     as, an untraced run's: enough to rank where the precision loses the accuracy."""
     engine = OvEngine(program, weights, precision=precision, **dict(options))

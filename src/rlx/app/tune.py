@@ -45,7 +45,7 @@ from rlx.formats.layout import CALIBRATION_FILE, REFERENCE_FILE, TUNING_FILE, bu
 from rlx.ir import dtypes
 from rlx.ir.program import Program
 from rlx.optional import available, require
-from rlx.runtime.engines import ENGINES, PRECISIONS, calibrate, supported_precisions
+from rlx.runtime.engines import ENGINES, PRECISIONS, TRACEABLE, calibrate, supported_precisions
 from rlx.runtime.tuning import ENGINE_PACKAGES, FORMAT, machine
 
 DEFAULT_TOLERANCE = 0.999  # cosine, per output (the Rust reference's parity threshold)
@@ -458,7 +458,6 @@ class _Work:
 
 
 MIXED_ROUNDS = (3, 9, 27)  # how many of the worst nodes each retry keeps in float32
-TRACERS = ("onnxruntime", "openvino")  # the engines that can return every intermediate value
 
 
 def _mixed(work: _Work, cand: Candidate) -> None:
@@ -467,7 +466,7 @@ def _mixed(work: _Work, cand: Candidate) -> None:
     until it passes; the note says which nodes and what came of it."""
     # (int8-static is onnxruntime's quantized graph on either engine: traced on onnxruntime)
     tracer = "onnxruntime" if cand.precision.startswith("int8") else cand.engine
-    if tracer not in TRACERS:
+    if tracer not in TRACEABLE:
         cand.note = f"mixed precision not tried: the {tracer} engine cannot return its intermediate values"
         return
     label = cand.failures[0].input_set

@@ -23,10 +23,13 @@ from typing import Any, Protocol
 import numpy as np
 
 from rlx.errors import UsageError
-from rlx.ir.program import Program
+from rlx.ir.program import Program, specialize
+from rlx.runtime.binding import bind_symbols
 
 ENGINES = ("numpy", "jax", "onnxruntime", "openvino")
 PRECISIONS = ("f32", "bf16", "f16", "int8", "int8-static")
+# The engines that can return every intermediate value (``trace``: the per-node view of a precision).
+TRACEABLE = ("onnxruntime", "openvino")
 # The precisions each engine has a mode for (whether this CPU runs them: ``check_precision``).
 ENGINE_PRECISIONS = {
     "numpy": ("f32",),
@@ -127,19 +130,20 @@ def trace(
     options: Mapping[str, Any] | None = None,
 ) -> dict[str, np.ndarray]:
     """The values ``names`` (instruction results) as ``engine`` computes them at ``precision`` on
-    ``inputs``, with the outputs (by the engine's output names); the onnxruntime and OpenVINO
-    engines can return their intermediate values (UsageError for the others)."""
+    ``inputs``, with the outputs (by the engine's output names); the ``TRACEABLE`` engines can
+    return their intermediate values (UsageError for the others)."""
     check_engine(engine)
     check_precision(engine, precision)
+    if engine not in TRACEABLE:
+        raise UsageError(f"the {engine} engine cannot return intermediate values; {' and '.join(TRACEABLE)} can")
+    static = specialize(program, bind_symbols(program, inputs)) if program.is_dynamic else program
     if engine == "openvino":
         from rlx.runtime.openvino_engine.executor import trace_program as trace_openvino
 
-        return trace_openvino(program, weights, inputs, names, precision, options or {})
-    if engine != "onnxruntime":
-        raise UsageError(f"the {engine} engine cannot return intermediate values; onnxruntime and openvino can")
+        return trace_openvino(static, weights, inputs, names, precision, options or {})
     from rlx.runtime.onnxruntime_engine.executor import trace_program
 
-    return trace_program(program, weights, inputs, names, precision, options or {})
+    return trace_program(static, weights, inputs, names, precision, options or {})
 
 
 def numpy_pass_names() -> tuple[str, ...]:

@@ -320,9 +320,9 @@ def trace_program(
     precision: str,
     options: Mapping[str, Any],
 ) -> dict[str, np.ndarray]:
-    """``program``'s outputs and the values ``names`` (where the graph has a tensor for them), run
-    once on ``inputs`` at ``precision``: the per-node view of where a lower precision loses accuracy."""
+    """The static ``program``'s outputs and the values ``names`` (where the graph has a tensor for
+    them), run once on ``inputs`` at ``precision``: the per-node view of where a lower precision
+    loses accuracy."""
     engine = OrtEngine(program, weights, precision=precision, **dict(options))
-    static = specialize(program, bind_symbols(program, inputs)) if program.is_dynamic else program
-    executor = OrtExecutor(static, engine, extra_outputs=list(names))
+    executor = OrtExecutor(program, engine, extra_outputs=list(names))
     return dict(zip(executor.output_names, executor.run_named(inputs)))

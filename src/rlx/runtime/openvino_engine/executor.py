@@ -39,8 +39,7 @@ import numpy as np
 from rlx.errors import RlxError, UsageError
 from rlx.exporters.onnx import NAN_CHECK, GraphOptions, to_onnx
 from rlx.ir import dtypes
-from rlx.ir.program import Program, specialize
-from rlx.runtime.binding import bind_symbols
+from rlx.ir.program import Program
 from rlx.runtime.onnx_graph import GraphEngine, finite, first_line, output_values
 from rlx.runtime.openvino_engine import require_openvino
 from rlx.runtime.openvino_engine.hints import HINTS, check_precision
@@ -212,14 +211,13 @@ def trace_program(
     precision: str,
     options: Mapping[str, Any],
 ) -> dict[str, np.ndarray]:
-    """``program``'s outputs and the values ``names`` (where OpenVINO's model has a tensor for them),
-    run once on ``inputs`` at ``precision`` (tune traces int8-static on onnxruntime, which runs
-    the same quantized graph). Each traced value is a model output, which keeps OpenVINO from fusing it away
-    and its producer from being a fused op's interior, so the numbers are close to, not the same
-    as, an untraced run's: enough to rank where the precision loses the accuracy."""
+    """The static ``program``'s outputs and the values ``names`` (where OpenVINO's model has a tensor
+    for them), run once on ``inputs`` at ``precision`` (tune traces int8-static on onnxruntime,
+    which runs the same quantized graph). Each traced value is a model output, which keeps OpenVINO
+    from fusing it away and its producer from being a fused op's interior, so the numbers are close
+    to, not the same as, an untraced run's: enough to rank where the precision loses the accuracy."""
     engine = OvEngine(program, weights, precision=precision, **dict(options))
-    static = specialize(program, bind_symbols(program, inputs)) if program.is_dynamic else program
-    model = engine.ov_model(static)
+    model = engine.ov_model(program)
     wanted = set(names)
     traced = [out for op in model.get_ordered_ops() if op.get_type_name() not in ("Parameter", "Constant", "Result")
               for out in op.outputs() if out.get_names() & wanted]  # fmt: skip
@@ -228,17 +226,9 @@ def trace_program(
         compiled = engine._core.compile_model(model, "CPU", engine.config())
     except Exception as e:
         raise RlxError(f"OpenVINO could not compile {program.name} with its values traced: {_first_line(e)}") from e
-    position = {v.name: k for k, v in enumerate(static.inputs)}
-    feed = {}
-    for port in compiled.inputs:
-        k = next(position[n] for n in port.get_names() if n in position)
-        feed[port.get_any_name()] = inputs[k].astype(np.float32) if static.inputs[k].dtype == "bf16" else inputs[k]
-    results = compiled.create_infer_request().infer(feed, share_inputs=False, share_outputs=False)
-    found: dict[str, np.ndarray] = {}
-    for port, value in zip(compiled.outputs, results.to_tuple()):
-        for name in port.get_names():
-            found[name] = np.asarray(value)
-    outputs = [v.name for v in output_values(static)]
+    values = OvExecutor(program, compiled, engine).infer(inputs)
+    found = {name: np.asarray(value) for port, value in zip(compiled.outputs, values) for name in port.get_names()}
+    outputs = [v.name for v in output_values(program)]
     return {name: found[name] for name in [*outputs, *names] if name in found}
 
 
@@ -297,15 +287,7 @@ class OvExecutor:
         """Run on arrays already checked against the program's inputs (in order)."""
         if self._quantized and not finite(inputs):
             return self.exact().run(inputs)  # (quantizing an activation turns NaN into a number)
-        feed = {}
-        for port, k in enumerate(self._feed):
-            arr = inputs[k]
-            feed[port] = arr.astype(np.float32) if k in self._bf16_inputs else arr
-        try:
-            results = self._request().infer(feed, share_inputs=True, share_outputs=False)
-        except Exception as e:
-            raise RlxError(f"runtime error in OpenVINO running {self.program.name}: {_first_line(e)}") from e
-        values = results.to_tuple()
+        values = self.infer(inputs)
         if self._checked and not np.isfinite(values[-1]).all():
             return self.exact().run(inputs)
         out = []
@@ -315,6 +297,18 @@ class OvExecutor:
                 arr = arr.astype(want)
             out.append(arr)
         return out
+
+    def infer(self, inputs: list[np.ndarray]) -> tuple[Any, ...]:
+        """Every output of the compiled model, as OpenVINO returns them, on ``inputs`` (in program order)."""
+        feed = {}
+        for port, k in enumerate(self._feed):
+            arr = inputs[k]
+            feed[port] = arr.astype(np.float32) if k in self._bf16_inputs else arr
+        try:
+            results = self._request().infer(feed, share_inputs=True, share_outputs=False)
+        except Exception as e:
+            raise RlxError(f"runtime error in OpenVINO running {self.program.name}: {_first_line(e)}") from e
+        return results.to_tuple()
 
     def exact(self) -> OvExecutor:
         """The executor whose graph pools the NaN mask (compiled on the first run that needs it)."""

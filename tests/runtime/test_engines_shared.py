@@ -10,6 +10,7 @@ own file: tests/runtime/test_jax_engine.py, test_ort_engine.py, test_openvino_en
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 import pytest
 import torch
@@ -120,3 +121,26 @@ def test_threads_output_structure_and_errors(engine, transformer_out):
     with pytest.raises(UsageError, match=rf"^unknown {engine} engine option\(s\) bogus; it takes \w+") as e:
         rlx.load(out, engine=engine, engine_options={"bogus": 1})
     assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32, torch.bool])
+@pytest.mark.parametrize("case", ["finite", "huge", "nan", "inf", "-inf", "strided", "scalar", "empty"])
+def test_inputs_checked_for_nan_and_inf_before_a_run(dtype, case):
+    """The host check of the graph inputs that alone can make a pooled value NaN (onnxruntime and
+    OpenVINO): the same answer as torch.isfinite(x).all() for every dtype, where squares overflow
+    (the fast dot product's only false alarm) and on strided, 0-d and empty arrays."""
+    from rlx.runtime.onnx_graph import all_finite
+
+    x = (rand((3, 4, 5), torch.float64, seed=8) * 10).to(dtype)
+    if case == "huge":
+        x = x * (1e30 if dtype in (torch.float32, torch.float64, torch.bfloat16) else 60)
+    elif case in ("nan", "inf", "-inf") and dtype.is_floating_point:
+        x[1, 2, 3] = float(case)
+    elif case == "strided":
+        x = x[:, ::2, 1:]
+    elif case == "scalar":
+        x = x[0, 0, 0]
+    elif case == "empty":
+        x = x[:0]
+    arr = x.view(torch.int16).numpy().view(ml_dtypes.bfloat16) if dtype == torch.bfloat16 else x.numpy()
+    assert all_finite(arr) is bool(torch.isfinite(x).all())

@@ -191,22 +191,30 @@ class Pools(torch.nn.Module):
         )
 
 
+class DividedPools(Pools):
+    """``Pools``, and a pooled quotient: a NaN the image's finiteness does not rule out (0 / 0)."""
+
+    def forward(self, x):
+        return (*super().forward(x), torch.nn.functional.max_pool2d(x / x.flip(-1), 2))
+
+
 @pytest.mark.parametrize("case", ["finite", "nan", "inf"])
 def test_max_pool_is_plain_and_checked(case, tmp_path):
     x = rand((2, 3, 9, 9), F32, seed=4)
-    rlx.from_torch(Pools(), (x,), tmp_path / "pools")
+    rlx.from_torch(DividedPools(), (x,), tmp_path / "pools")
     model = rlx.load(tmp_path / "pools", engine="openvino")
     inputs = pooling_specials(x, case)
     got = model(inputs.numpy())
     with torch.no_grad():
-        want = Pools()(inputs)
+        want = DividedPools()(inputs)
     for k, (g, w) in enumerate(zip(got, want)):
         np.testing.assert_allclose(g, w.numpy(), rtol=1e-6, atol=0, err_msg=f"{case} pool {k}")
         assert g.dtype == np.float32 and g.shape == tuple(w.shape)
     executor = model.executor_for([inputs.numpy()])
     # The plain-MaxPool model ran alone unless a pooled input held NaN or inf; then the model that
-    # pools the NaN mask was compiled and ran.
-    assert executor._checked
+    # pools the NaN mask was compiled and ran. The quotient is checked in the graph, the scaled
+    # image's pools through the image, before the run.
+    assert executor._checked and executor._finite_inputs == (0,)
     assert (executor._exact is not None) == (case != "finite")
 
 
@@ -225,7 +233,7 @@ def test_max_pool_at_f16_is_plain(tmp_path):
         assert g.dtype == np.float32 and g.shape == tuple(w.shape)
         np.testing.assert_allclose(g, w.numpy(), rtol=2e-3, atol=0)
     executor = model.executor_for([x.numpy()])
-    assert not executor._checked and executor._exact is None
+    assert not executor._checked and not executor._finite_inputs and executor._exact is None
 
 
 def test_int8_static_runs_quantized_kernels(tmp_path):

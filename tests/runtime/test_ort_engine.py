@@ -243,7 +243,7 @@ def test_max_pool_nan_made_inside_the_graph_like_torch():
     """Where a step on the way can make NaN of finite values, the pooled tensor itself is checked
     (not the image): PyTorch's NaN still propagates through the pools; a chain that cannot is
     checked through its image once."""
-    from rlx.exporters.onnx import GraphOptions, to_onnx
+    from rlx.exporters.onnx import FINITE_INPUTS, GraphOptions, to_onnx
 
     x, y = rand((2, 3, 8, 8), F32, seed=6), rand((2, 3, 8, 8), F32, seed=7)
     y[0, 1, 2, 3] = 0.0  # with x's value there: ±inf, NaN where x is 0 too
@@ -256,13 +256,16 @@ def test_max_pool_nan_made_inside_the_graph_like_torch():
     for k, (g, w) in enumerate(zip(got, want)):
         assert np.isnan(w.numpy()).any() == (k < 4), f"pool {k}: the case makes no NaN"
         assert_arrays_match(g, w.numpy(), f"pool {k}", rtol=1e-5, atol=1e-5)
-    graph = to_onnx(
+    graph_model = to_onnx(
         program, {}, options=GraphOptions(external_weights=True, pooling_nan="check", weight_values=dict(model.weights))
-    ).graph
+    )
+    graph = graph_model.graph
     ops = [n.op_type for n in graph.node]
     assert ops.count("GlobalAveragePool") == 4  # the four that can make NaN: checked themselves
     sums = [n for n in graph.node if n.op_type == "ReduceSum"]
-    assert len(sums) == 5 and sum(n.input[0] == "x" for n in sums) == 1  # the plain chain: its image
+    assert len(sums) == 4 and all(n.input[0] != "x" for n in sums)
+    # the plain chain: no node; its image is named for the engine to check before the run
+    assert {p.key: p.value for p in graph_model.metadata_props}[FINITE_INPUTS] == '["x"]'
     clean = NanMakers().eval()
     clean.bad_conv.weight.data[1, 0, 1, 1] = 0.0
     model, _, _ = convert(lambda x: torch.nn.functional.max_pool2d(torch.relu(clean.bad_conv(x)), 2), (x,),
@@ -273,7 +276,9 @@ def test_max_pool_nan_made_inside_the_graph_like_torch():
         with torch.no_grad():
             want = torch.nn.functional.max_pool2d(torch.relu(clean.bad_conv(inputs)), 2)
         assert_arrays_match(model(inputs.numpy()), want.numpy(), "image-checked pool", rtol=1e-5, atol=1e-5)
-    assert model.executor_for([nan_x.numpy()])._exact is not None  # the NaN image was rerun exactly
+    executor = model.executor_for([nan_x.numpy()])
+    assert executor._finite_inputs == (0,) and not executor._check  # the image checked, no check node
+    assert executor._exact is not None  # the NaN image was run exactly
 
 
 class TanhGelu(torch.nn.Module):

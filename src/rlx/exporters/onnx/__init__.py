@@ -16,13 +16,20 @@ from rlx.exporters.onnx import elementwise, linalg, movement, nn, ordering, rand
 
 from rlx.exporters.onnx import reduce, resample, scatter, selection, spectral  # isort: split
 
-from rlx.exporters.onnx.build import EXTERNAL_DATA_THRESHOLD, NAN_CHECK, check_coverage, to_onnx, write_onnx
+from rlx.exporters.onnx.build import (
+    EXTERNAL_DATA_THRESHOLD,
+    FINITE_INPUTS,
+    NAN_CHECK,
+    check_coverage,
+    to_onnx,
+    write_onnx,
+)
 from rlx.exporters.onnx.registry import EMITTERS, NO_ONNX_FORM, OPSET, PORTABLE, EmitError, GraphOptions, emits
 
 FAMILIES = (elementwise, linalg, movement, nn, ordering, random, reduce, resample, scatter, selection, spectral)
 
 __all__ = [
-    "EMITTERS", "EXTERNAL_DATA_THRESHOLD", "FAMILIES", "NAN_CHECK", "NO_ONNX_FORM", "OPSET", "PORTABLE", "EmitError", "GraphOptions",
+    "EMITTERS", "EXTERNAL_DATA_THRESHOLD", "FAMILIES", "FINITE_INPUTS", "NAN_CHECK", "NO_ONNX_FORM", "OPSET", "PORTABLE", "EmitError", "GraphOptions",
     "check_coverage",
     "emits", "to_onnx", "write_onnx",
 ]  # fmt: skip

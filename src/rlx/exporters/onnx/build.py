@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from collections.abc import Mapping
@@ -32,6 +33,7 @@ from rlx.ir.program import Instr, Lit, Program, Ref
 from rlx.ir.symbolic import Dim, Sym, static_shape
 
 NAN_CHECK = "rlx/nan_check"  # the output of pooling_nan="check"
+FINITE_INPUTS = "rlx/finite_inputs"  # metadata of pooling_nan="check": the inputs to check, as JSON
 EXTERNAL_DATA_THRESHOLD = 2 * 1024**3  # protobuf's limit on one message
 
 
@@ -61,6 +63,7 @@ class Emitted:
     outputs: list[T]  # graph outputs, one per program output
     weights: list[str] = field(default_factory=list)  # program weights the graph reads
     nan_check: T | None = None  # pooling_nan="check": a last float32 output, finite when pooling was exact
+    finite_inputs: list[str] = field(default_factory=list)  # pooling_nan="check": inputs to check before a run
 
 
 def emit(program: Program, options: GraphOptions = PORTABLE) -> Emitted:
@@ -98,7 +101,8 @@ def emit(program: Program, options: GraphOptions = PORTABLE) -> Emitted:
             g.node("Sum", g.nan_checks, outputs=[NAN_CHECK])
     _prune(g, [t.name for t in outputs] + ([NAN_CHECK] if check else []))
     used = {name for node in g.nodes for name in node[1]}
-    return Emitted(g, inputs, outputs, [w.name for w in program.weights if w.name in used], check)
+    weights = [w.name for w in program.weights if w.name in used]
+    return Emitted(g, inputs, outputs, weights, check, sorted(g.finite_inputs))
 
 
 def _prune(g: OnnxGraph, roots: list[str]) -> None:
@@ -348,6 +352,8 @@ def to_onnx(
     model = onnx.helper.make_model(graph, opset_imports=opsets,
                                    producer_name="rlx", producer_version=__version__)  # fmt: skip
     model.ir_version = 10  # onnxruntime ≥ 1.18 reads IR 10 (opset 21)
+    if emitted.finite_inputs:
+        onnx.helper.set_model_props(model, {FINITE_INPUTS: json.dumps(emitted.finite_inputs)})
     return model
 
 

@@ -158,15 +158,13 @@ def _max_pool_nan(g: OnnxGraph, x: T, y: T, attrs: dict[str, Any], pooled: str |
     NaN mask too; or (``pooling_nan="check"``) by flagging the run: the sum of ``x`` is finite only
     when no window held a NaN, and a per-channel mean keeps the NCHWc layout of a conv → pool chain;
     where the program value ``pooled`` can hold NaN only from non-finite graph inputs
-    (``OnnxGraph.nan_sources``), the sum of those inputs instead."""
+    (``OnnxGraph.nan_sources``), no node at all: the engine checks those inputs before the run
+    (``OnnxGraph.finite_inputs``), which costs a small CNN less than a reduction node and its
+    extra output."""
     if g.pooling_nan == "check":
         sources = g.nan_sources(pooled) if pooled is not None else None
         if sources is not None and all(g.values[s].dtype in ("f32", "f64") for s in sources):
-            # NaN here only from a non-finite graph input: sum those (once per graph)
-            for name in sorted(sources - g.checked_inputs):
-                g.checked_inputs.add(name)
-                source = T(name, g.values[name].dtype, g.values[name].shape)
-                g.nan_checks.append(g.cast(g.op("ReduceSum", [source], source.dtype, keepdims=0), "f32"))
+            g.finite_inputs.update(sources)
             return y
         # (onnxruntime's GlobalAveragePool is float32 only)
         channel_means = g.op("GlobalAveragePool", [x], x.dtype) if x.dtype == "f32" else x

@@ -129,7 +129,9 @@ class GraphOptions:
     True keeps PyTorch's rule in the graph (a second pooling of the NaN mask, which also breaks
     onnxruntime's NCHWc conv/pool chains); "check" runs the plain MaxPool and adds an output
     ``nan_check``, not finite on a run where a pooled input held NaN or inf (the engine then reruns
-    the exact graph); False takes onnxruntime's rule. ``contrib``: onnxruntime's com.microsoft
+    the exact graph), and names in the model's ``rlx/finite_inputs`` metadata the graph inputs the
+    engine must find finite before running it (a pooled value that only they can make NaN);
+    False takes onnxruntime's rule. ``contrib``: onnxruntime's com.microsoft
     fusions to use (``CONTRIB_FUSIONS``). ``weight_values``: the weights' arrays, so that emitters
     can use what they hold (a pooled input's NaN traced to graph inputs, ``nan_sources``; values
     fixed on every run, ``static_values``)."""
@@ -172,7 +174,7 @@ class OnnxGraph:
         self.pooling_nan = options.pooling_nan
         self.nan_checks: list[T] = []  # pooling_nan="check": the pooled inputs' sums
         self.weight_values = options.weight_values
-        self.checked_inputs: set[str] = set()
+        self.finite_inputs: set[str] = set()  # pooling_nan="check": inputs the engine checks before a run
         self._nan_sources: Any = None
         self._static_values: Any = None
         self._producers: dict[str, Instr] | None = None

@@ -30,7 +30,16 @@ from rlx.formats.safetensors_io import file_region
 from rlx.ir import dtypes
 from rlx.ir.program import Program, specialize
 from rlx.runtime.binding import bind_symbols
-from rlx.runtime.onnx_graph import GraphEngine, check_program, finite, first_line, host_weights, output_values
+from rlx.runtime.onnx_graph import (
+    GraphEngine,
+    all_finite,
+    check_program,
+    finite,
+    finite_inputs,
+    first_line,
+    host_weights,
+    output_values,
+)
 from rlx.runtime.onnxruntime_engine import require_onnxruntime
 from rlx.runtime.onnxruntime_engine.weights_in_place import read_weights_in_place
 from rlx.runtime.quantize import check_quantization
@@ -138,8 +147,9 @@ class OrtExecutor:
 
     PyTorch's max pooling propagates NaN, onnxruntime's MaxPool skips it. Pooling the NaN mask
     too costs a second pooling per MaxPool and breaks onnxruntime's NCHWc conv → pool chains, so
-    the session runs the plain MaxPool and checks each pooled input's sum (``pooling_nan="check"``):
-    on the rare run where one is not finite, the inputs are run again through a second session,
+    the session runs the plain MaxPool and checks each pooled input's sum (``pooling_nan="check"``),
+    or, where only non-finite graph inputs can make a pooled input NaN, checks those inputs before
+    the run: on the rare run where one is not finite, the inputs run through a second session,
     built then, whose graph pools the NaN mask (exact for every input). At int8 / int8-static,
     inputs holding NaN or inf run through that second session too, in float32 (quantizing an
     activation turns NaN into a number)."""
@@ -156,6 +166,8 @@ class OrtExecutor:
         self._quantized = int8
         model = emit_model(program, engine, exact=exact)
         checked = [o.name for o in model.graph.output if o.name == NAN_CHECK]
+        # (an int8 session checks every input anyway: quantizing turns NaN into a number)
+        self._finite_inputs = () if int8 else finite_inputs(model, program)
         if extra_outputs:  # intermediate values to return too (the per-node debugger)
             import onnx
 
@@ -203,6 +215,9 @@ class OrtExecutor:
         """Run on arrays already checked against the program's inputs (in order)."""
         if self._quantized and not finite(inputs):
             return self.exact().run(inputs)
+        for k in self._finite_inputs:
+            if not all_finite(inputs[k]):
+                return self.exact().run(inputs)
         if self._plain:  # the common case, kept short: this is per-call overhead on small models
             one = self._one_input  # (a dict display costs a quarter of dict(zip(...)))
             feed = {one: inputs[0]} if one is not None else dict(zip(self._input_names, inputs))
@@ -224,7 +239,7 @@ class OrtExecutor:
 
     def run_named(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
         """The program outputs, then any extra outputs asked for, in ``output_names`` order."""
-        if self._quantized and not finite(inputs):
+        if (self._quantized and not finite(inputs)) or not finite([inputs[k] for k in self._finite_inputs]):
             return self.exact().run_named(inputs)
         feed = {
             name: (arr.astype(np.float32) if bf16 else arr)

@@ -32,7 +32,7 @@ import threading
 import xml.etree.ElementTree as ET
 from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -40,7 +40,7 @@ from rlx.errors import RlxError, UsageError
 from rlx.exporters.onnx import NAN_CHECK, GraphOptions, to_onnx
 from rlx.ir import dtypes
 from rlx.ir.program import Program
-from rlx.runtime.onnx_graph import GraphEngine, finite, first_line, output_values
+from rlx.runtime.onnx_graph import GraphEngine, all_finite, finite, finite_inputs, first_line, output_values
 from rlx.runtime.openvino_engine import require_openvino
 from rlx.runtime.openvino_engine.hints import HINTS, check_precision
 from rlx.runtime.quantize import check_quantization, quantization_graph, quantize
@@ -50,6 +50,13 @@ BF16 = dtypes.to_numpy("bf16")
 LOWERED = ("bf16", "f16", "int8-static")
 # OpenVINO's runtime attribute (IR name) that keeps a node at its own precision, whatever the hint.
 KEEP_PRECISION = "DisablePrecisionConversion"
+
+
+class Compiled(NamedTuple):
+    """A compiled OpenVINO model and the inputs to check for NaN and inf before each of its runs."""
+
+    model: Any
+    finite_inputs: tuple[int, ...]
 
 
 class OvEngine(GraphEngine):
@@ -83,7 +90,7 @@ class OvEngine(GraphEngine):
         self.float32 = tuple(float32)
         self._core = self._ov.Core()
         self._shared_lock = threading.Lock()  # one thread compiles the dynamic model
-        self._shared: dict[bool, Any] = {}  # exact -> the compiled dynamic model, once built
+        self._shared: dict[bool, Compiled] = {}  # exact -> the compiled dynamic model, once built
         self._shared_failed = False
 
     def config(self) -> dict[str, Any]:
@@ -103,7 +110,7 @@ class OvEngine(GraphEngine):
                 return OvExecutor(program, shared, self, exact=exact)
         return OvExecutor(program, self._compile_program(program, exact), self, exact=exact)
 
-    def _compiled_source(self, exact: bool) -> Any:
+    def _compiled_source(self, exact: bool) -> Compiled | None:
         with self._shared_lock:
             if exact not in self._shared and not self._shared_failed:
                 try:
@@ -112,23 +119,24 @@ class OvEngine(GraphEngine):
                     self._shared_failed = True
             return self._shared.get(exact)
 
-    def _compile_program(self, program: Program, exact: bool) -> Any:
-        model = self.ov_model(program, exact=exact)
+    def _compile_program(self, program: Program, exact: bool) -> Compiled:
+        model, finite = self.ov_model(program, exact=exact)
         try:
             compiled = self._core.compile_model(model, "CPU", self.config())
         except Exception as e:
             raise RlxError(f"OpenVINO could not compile {program.name}: {_first_line(e)}") from e
         self.count_compilation()
-        return compiled
+        return Compiled(compiled, finite)
 
-    def ov_model(self, program: Program, *, exact: bool = False) -> Any:
-        """The OpenVINO model of ``program`` with the weights as shared constants (not compiled);
+    def ov_model(self, program: Program, *, exact: bool = False) -> tuple[Any, tuple[int, ...]]:
+        """The OpenVINO model of ``program`` with the weights as shared constants (not compiled),
+        and the positions of the inputs to check for NaN and inf before each run (``finite_inputs``);
         its max pooling is plain and checked (``exact=False``) or pools the NaN mask; plain at f16.
         At int8-static (``exact=False``) the weights are inside the quantized graph instead."""
         import onnx
 
         if self.precision == "int8-static" and not exact:
-            return self._quantized_model(program)
+            return self._quantized_model(program), ()  # (every input is checked at int8)
         scalars = {w.name: self._arrays[w.name] for w in program.weights if not w.shape}
         # At f16 the check's sum overflows float16 on ordinary activations (every run would be
         # flagged and run twice), and OpenVINO turns the mask's NaN constant into 65504 anyway:
@@ -137,6 +145,7 @@ class OvEngine(GraphEngine):
         options = GraphOptions(io_bf16_as_f32=True, external_weights=True, weight_values=self._arrays,
                                pooling_nan=pooling_nan)  # fmt: skip
         proto = to_onnx(program, scalars, options=options)
+        finite = finite_inputs(proto, program)
         graph = proto.graph
         # The graph's inputs are the program's, in order (a bfloat16 one renamed: it crosses as float32).
         renamed = {i.name: v.name for i, v in zip(graph.input, program.inputs) if i.name != v.name}
@@ -161,7 +170,7 @@ class OvEngine(GraphEngine):
             param.output(0).replace(const.output(0))
             model.remove_parameter(param)
         model.validate_nodes_and_infer_types()
-        return model
+        return model, finite
 
     def _keep_float32(self, model: Any) -> Any:
         """``model`` with every node emitted for a ``float32`` instruction marked to stay in float32
@@ -217,7 +226,7 @@ def trace_program(
     from fusing it away and its producer from being a fused op's interior, so the numbers are close
     to, not the same as, an untraced run's: enough to rank where the precision loses the accuracy."""
     engine = OvEngine(program, weights, precision=precision, **dict(options))
-    model = engine.ov_model(program)
+    model, _ = engine.ov_model(program)
     wanted = set(names)
     traced = [out for op in model.get_ordered_ops() if op.get_type_name() not in ("Parameter", "Constant", "Result")
               for out in op.outputs() if out.get_names() & wanted]  # fmt: skip
@@ -226,7 +235,7 @@ def trace_program(
         compiled = engine._core.compile_model(model, "CPU", engine.config())
     except Exception as e:
         raise RlxError(f"OpenVINO could not compile {program.name} with its values traced: {_first_line(e)}") from e
-    values = OvExecutor(program, compiled, engine).infer(inputs)
+    values = OvExecutor(program, Compiled(compiled, ()), engine).infer(inputs)
     found = {name: np.asarray(value) for port, value in zip(compiled.outputs, values) for name in port.get_names()}
     outputs = [v.name for v in output_values(program)]
     return {name: found[name] for name in [*outputs, *names] if name in found}
@@ -252,12 +261,14 @@ class OvExecutor:
 
     PyTorch's max pooling propagates NaN, the ONNX MaxPool skips it. Pooling the NaN mask as well
     costs OpenVINO 10-20% on a ResNet, so the compiled model pools plainly and also returns the
-    sum of every pooled input: on the rare run where that is not finite, the inputs run again
-    through a model, compiled then, that pools the NaN mask."""
+    sum of every pooled input, or checks the graph inputs that alone can make a pooled input NaN
+    before the run: on the rare run where one is not finite, the inputs run again through a model,
+    compiled then, that pools the NaN mask."""
 
-    def __init__(self, program: Program, compiled: Any, engine: OvEngine, *, exact: bool = False) -> None:
+    def __init__(self, program: Program, built: Compiled, engine: OvEngine, *, exact: bool = False) -> None:
         self.program = program
-        self._compiled = compiled
+        self._compiled = compiled = built.model
+        self._finite_inputs = built.finite_inputs
         self._engine = engine
         self._exact: OvExecutor | None = None
         self._exact_lock = threading.Lock()
@@ -287,6 +298,9 @@ class OvExecutor:
         """Run on arrays already checked against the program's inputs (in order)."""
         if self._quantized and not finite(inputs):
             return self.exact().run(inputs)  # (quantizing an activation turns NaN into a number)
+        for k in self._finite_inputs:
+            if not all_finite(inputs[k]):
+                return self.exact().run(inputs)
         values = self.infer(inputs)
         if self._checked and not np.isfinite(values[-1]).all():
             return self.exact().run(inputs)

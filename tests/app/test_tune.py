@@ -280,7 +280,7 @@ def test_int8_static_quantizes_bert(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # (transformers' and torch.export's chatter)
         rlx.from_torch(model, (torch.randint(0, 100, (2, 8)),), tmp_path / "bert")
-    report = tune(tmp_path / "bert", engines=["onnxruntime"], precisions=["int8-static"], runs=3)
+    report = tune(tmp_path / "bert", engines=["onnxruntime"], precisions=["int8-static"], threads=1, runs=3)
     (cand,) = report.candidates
     assert not cand.error, cand.error
     assert 0.99 < cand.min_cosine < 1 - 1e-7  # (quantized: close, not float32's answer)
@@ -377,7 +377,7 @@ def test_tune_tries_int8_static_and_keeps_the_losing_nodes_in_float32(engine, tm
     x = torch.randn(2, 3, 12, 12)
     out = _convert(module, x, tmp_path / "outlier")
     lines: list[str] = []
-    report = tune(out, engines=[engine], precisions=["int8-static"], runs=5, progress=lines.append)
+    report = tune(out, engines=[engine], precisions=["int8-static"], threads=1, runs=5, progress=lines.append)
     (cand,) = report.candidates
     assert lines[0] == "calibrated int8-static on 1 input set(s)"
     assert lines[-1].startswith(f"[1/1] {engine} int8-static: ") and "pass (mixed precision)" in lines[-1]
@@ -413,7 +413,7 @@ def test_tune_keeps_the_losing_nodes_in_float32_at_openvino_bf16(tmp_path):
     plain = rlx.load(out, engine="openvino", precision="bf16")(x.numpy())
     (plain_check,) = judge("torch", [plain], [want], 0.999, 1e-2, set())
     lines: list[str] = []
-    report = tune(out, engines=["openvino"], precisions=["bf16"], runs=5, progress=lines.append)
+    report = tune(out, engines=["openvino"], precisions=["bf16"], threads=1, runs=5, progress=lines.append)
     (cand,) = report.candidates
     assert cand.passed, report.table()
     if plain_check.passed:
@@ -458,13 +458,13 @@ def test_close_contenders_are_re_timed_together(mlp):
     from rlx.app.tune import race
 
     out, x, _ = mlp
-    contenders = [("numpy", "f32", None), ("onnxruntime", "f32", None), ("onnxruntime", "int8", None)]
+    contenders = [("numpy", "f32", None, None), ("onnxruntime", "f32", None, 1), ("onnxruntime", "int8", None, 2)]
     medians = race(str(out), contenders, {"x": x}, 1, rounds=2, block_s=0.001)
     assert len(medians) == 3 and all(0 < m < 1e3 for m in medians)
     # tune's close contenders (here made equal) get the medians of such a race, in a fresh process
     from rlx.app.tune import _confirm
 
-    report = tune(out, engines=["onnxruntime"], precisions=["f32", "int8"], write=False, runs=5)
+    report = tune(out, engines=["onnxruntime"], precisions=["f32", "int8"], threads=1, write=False, runs=5)
     for cand in report.candidates:
         assert cand.passed
         cand.median_ms = 1e6
@@ -545,4 +545,73 @@ def test_the_race_takes_every_candidate_within_2x_and_float32(monkeypatch, media
     cands = [Candidate(e, p, passed=True, median_ms=m) for (e, p), m in medians.items()]
     report = TuneReport("b", 0.999, 0.01, None, [], cands)
     _confirm(report, Path("b"), [{}], None, None)
-    assert [(e, p) for e, p, _ in raced] == raced_ones
+    assert [(e, p) for e, p, _, _ in raced] == raced_ones
+    assert all(threads is None for *_, threads in raced)  # (tune's own threads)
+
+
+@pytest.mark.parametrize("medians,threads", [([1.0, 0.5], 1), ([0.5, 1.0], 2), ([1.0, 1.0], 2)])
+def test_the_fastest_are_raced_at_fewer_threads(monkeypatch, mlp, medians, threads):
+    """tune times its fastest candidates at halvings of its threads too (small models often run
+    faster on fewer); a count that wins is judged again at that count, in a process of its own,
+    and becomes the choice that tuning.json records and rlx.load follows. The race's medians are
+    given here (which count wins on this machine is its own business); the judging and loading are
+    real."""
+    import rlx.app.tune as tune_module
+
+    out, x, want = mlp
+    raced: list = []
+    real = tune_module.in_fresh_process
+
+    def fake_race(threads, fn, *args):
+        if fn is not tune_module.race:
+            return real(threads, fn, *args)
+        raced.append(args[1])
+        return medians
+
+    monkeypatch.setattr(tune_module, "in_fresh_process", fake_race)
+    lines: list[str] = []
+    report = tune(out, engines=["onnxruntime"], precisions=["f32"], threads=2, runs=5, progress=lines.append)
+    assert raced == [[("onnxruntime", "f32", {}, 2), ("onnxruntime", "f32", {}, 1)]]
+    timed = f"timed together at fewer threads: onnxruntime f32 {medians[0]:.3f} ms, onnxruntime f32 on 1 thread "
+    assert any(line.startswith(timed) for line in lines)
+    choice = report.choice
+    assert choice is not None and choice.passed and (choice.threads or 2) == threads
+    assert [c.threads for c in report.candidates] == ([None, 1] if threads == 1 else [None])
+    assert choice.median_ms == min(medians)  # the race's medians
+    if threads == 1:
+        assert lines[-1] == "onnxruntime f32 on 1 thread: pass"  # judged in a process of its own
+    doc = json.loads((out / "bundle" / TUNING_FILE).read_text())
+    assert doc["choice"]["threads"] == threads and doc["choice"]["median_ms"] == choice.median_ms
+    assert report.table().splitlines()[-1] == f"fastest within tolerance: {choice.name} ({choice.median_ms:.3f} ms)"
+    assert choice.name == "onnxruntime f32" + (" on 1 thread" if threads == 1 else "")
+    model = rlx.load(out)
+    assert model.engine.name == "onnxruntime" and model.engine.threads == threads
+    np.testing.assert_allclose(model(x), want, rtol=1e-5, atol=1e-6)
+    (out / "bundle" / TUNING_FILE).unlink()
+
+
+def test_a_fewer_threads_variant_that_fails_is_not_chosen(monkeypatch):
+    """Only a variant that would be the choice is judged; one that fails stays in the table as
+    failed, and the next fastest is the choice (here the same engine at tune's threads)."""
+    import rlx.app.tune as tune_module
+    from rlx.app.tune import Candidate, TuneReport, _fewer_threads, _Work
+
+    monkeypatch.setattr(tune_module, "in_fresh_process", lambda *a: [1.0, 2.0, 0.5, 1.5])
+    judged = []
+
+    def run(self, cand):
+        judged.append(cand.name)
+        cand.passed, cand.median_ms = False, 9.0
+
+    monkeypatch.setattr(_Work, "run", run)
+    cands = [Candidate("onnxruntime", "f32", passed=True, median_ms=1.0),
+             Candidate("openvino", "f32", passed=True, median_ms=1.1)]  # fmt: skip
+    report = TuneReport("b", 0.999, 0.01, 2, [], cands)
+    _fewer_threads(report, _Work(Path("b"), None, {}, [("set", {}, [])], 0.999, 0.01, set(), 2, 5, None))
+    assert judged == ["onnxruntime f32 on 1 thread"]
+    assert [(c.name, c.passed, c.median_ms) for c in report.candidates] == [
+        ("onnxruntime f32", True, 1.0),
+        ("openvino f32", True, 2.0),
+        ("onnxruntime f32 on 1 thread", False, 0.5),
+    ]
+    assert report.choice is cands[0]

@@ -45,7 +45,8 @@ from rlx.formats.layout import CALIBRATION_FILE, REFERENCE_FILE, TUNING_FILE, bu
 from rlx.ir import dtypes
 from rlx.ir.program import Program
 from rlx.optional import available, require
-from rlx.runtime.engines import ENGINES, PRECISIONS, TRACEABLE, calibrate, supported_precisions
+from rlx.runtime.cpu import cores
+from rlx.runtime.engines import ENGINES, PRECISIONS, THREADS_PER_SESSION, TRACEABLE, calibrate, supported_precisions
 from rlx.runtime.tuning import ENGINE_PACKAGES, FORMAT, machine
 
 DEFAULT_TOLERANCE = 0.999  # cosine, per output (the Rust reference's parity threshold)
@@ -54,6 +55,7 @@ TIME_BUDGET_S = 1.5  # timing per candidate: at most this long (and at most `run
 RACE_WITHIN, RACE_MAX = 2.0, 6  # re-timed together: the RACE_MAX fastest passing ones within 2x the best
 KEEP_F32 = 1.05  # a lower precision is chosen only when more than this much faster than float32
 RACE_ROUNDS = 16  # re-timing: rounds of interleaved blocks
+THREAD_RACE = 3  # how many of the fastest passing candidates are timed at fewer threads too
 
 
 @dataclass
@@ -80,10 +82,12 @@ class Candidate:
     # engine options: int8-static's calibration file, and (mixed precision) the instructions kept in float32
     options: dict[str, Any] = field(default_factory=dict)
     note: str = ""  # mixed precision: which nodes lost the accuracy, what keeping them in float32 did
+    threads: int | None = None  # fewer than tune's threads (``_fewer_threads``); None: tune's own
 
     @property
     def name(self) -> str:
-        return f"{self.engine} {self.precision}"
+        threads = "" if self.threads is None else f" on {self.threads} thread{'s' * (self.threads > 1)}"
+        return f"{self.engine} {self.precision}{threads}"
 
     def verdict(self) -> str:
         if self.error:
@@ -117,13 +121,16 @@ class TuneReport:
         return exact if exact is not None and exact.median_ms <= KEEP_F32 * best.median_ms else best
 
     def table(self) -> str:
-        rows = [f"{'engine':<13}{'precision':<11}{'load s':>8}{'median ms':>11}{'min cosine':>13}  result"]
+        rows = [
+            f"{'engine':<13}{'precision':<11}{'threads':>8}{'load s':>8}{'median ms':>11}{'min cosine':>13}  result"
+        ]
         for c in self.candidates:
             timed = not c.error and c.passed
             cosine = "-" if c.min_cosine is None else f"{c.min_cosine:.6f}"
+            threads = c.threads or self.threads or "default"
             rows.append(
-                f"{c.engine:<13}{c.precision:<11}{_num(c.load_s, '8.2f')}{_num(c.median_ms if timed else math.nan, '11.3f')}"
-                f"{cosine:>13}  {c.verdict()}"
+                f"{c.engine:<13}{c.precision:<11}{threads:>8}{_num(c.load_s, '8.2f')}"
+                f"{_num(c.median_ms if timed else math.nan, '11.3f')}{cosine:>13}  {c.verdict()}"
             )
             if c.note:
                 rows.append(f"{'':<13}note: {c.note}")
@@ -150,7 +157,7 @@ class TuneReport:
             else {
                 "engine": best.engine,
                 "precision": best.precision,
-                "threads": self.threads,
+                "threads": self.threads if best.threads is None else best.threads,
                 "median_ms": best.median_ms,
                 "options": _recorded(best.options),
             },  # fmt: skip
@@ -371,6 +378,7 @@ def tune(
         calibration_error = _calibrate(work, todo, calibration) if any(p == "int8-static" for _, p in todo) else ""
         report.candidates = [_candidate(work, k, todo, calibration, calibration_error) for k in range(len(todo))]
         _confirm(report, directory, [s for _, s, _ in sets], threads, progress)
+        _fewer_threads(report, work)
         report.seconds = time.perf_counter() - started
         if write and report.choice is not None:
             if calibration.is_file():  # (also when f32 won: `precision="int8-static"` loads without recalibrating)
@@ -441,8 +449,9 @@ class _Work:
 
     def run(self, cand: Candidate) -> None:
         """Run ``cand`` (with its options) in a fresh process, judge every output, keep the timing."""
+        threads = self.threads if cand.threads is None else cand.threads
         load_s, median, outputs, error = _in_subprocess(
-            self.directory, cand.engine, cand.precision, [s for _, s, _ in self.sets], self.threads, self.runs,
+            self.directory, cand.engine, cand.precision, [s for _, s, _ in self.sets], threads, self.runs,
             cand.options,
         )  # fmt: skip
         cand.load_s, cand.error = load_s, error
@@ -531,7 +540,7 @@ def _confirm(
         close.append(f32)
     if len(close) < 2:
         return
-    contenders = [(c.engine, c.precision, c.options) for c in close]
+    contenders = [(c.engine, c.precision, c.options, c.threads or threads) for c in close]
     try:
         medians = in_fresh_process(threads, race, str(directory), contenders, sets[0], threads, RACE_ROUNDS)
     except Exception as e:  # a crashed worker: keep the first pass's timings
@@ -544,22 +553,69 @@ def _confirm(
         progress("re-timed together: " + ", ".join(f"{c.name} {c.median_ms:.3f} ms" for c in close))
 
 
+def _fewer_threads(report: TuneReport, work: _Work) -> None:
+    """A small model often runs faster on fewer threads than it may use (a parallel section costs it
+    more than it saves). The fastest passing candidates (``THREAD_RACE`` of them, and the fastest
+    float32 one, on engines whose threads are a session setting) are timed together, in one fresh
+    process, at tune's threads and at halvings of them, and take the medians of that race. A count
+    below tune's joins the candidates, and so can be the choice, only after its outputs are judged
+    again on every input set at that count, in a process of its own."""
+    passing = sorted((c for c in report.candidates if c.passed and c.engine in THREADS_PER_SESSION),
+                     key=lambda c: c.median_ms)  # fmt: skip
+    budget = work.threads or cores()
+    counts = [budget >> k for k in range(1, budget.bit_length())][:2]  # (16 threads: 8 and 4)
+    if not passing or not counts:
+        return
+    raced = passing[:THREAD_RACE]
+    f32 = fastest([c for c in passing if c.precision == "f32"])
+    if f32 is not None and f32 not in raced:
+        raced.append(f32)
+    variants = [Candidate(c.engine, c.precision, options=dict(c.options), threads=n) for c in raced for n in counts]
+    timed = raced + variants
+    contenders = [(c.engine, c.precision, c.options, c.threads or work.threads) for c in timed]
+    try:
+        medians = in_fresh_process(work.threads, race, str(work.directory), contenders, work.sets[0][1],
+                                   work.threads, RACE_ROUNDS)  # fmt: skip
+    except Exception as e:  # a crashed worker: every candidate stays at tune's threads
+        if work.progress:
+            work.progress(f"timing at fewer threads failed ({type(e).__name__}); keeping tune's threads")
+        return
+    for cand, median in zip(timed, medians):
+        cand.median_ms = median
+    if work.progress:
+        work.progress("timed together at fewer threads: " + ", ".join(f"{c.name} {c.median_ms:.3f} ms" for c in timed))
+    for v in variants:  # (provisionally, until judged: only a variant that would be the choice is run)
+        v.passed = True
+    report.candidates += variants
+    unjudged = {id(v) for v in variants}  # (by identity: a dataclass's == compares the fields)
+    while (best := report.choice) is not None and id(best) in unjudged:
+        unjudged.remove(id(best))
+        median = best.median_ms
+        work.run(best)
+        best.median_ms = median  # (the race's: the others were timed with it)
+        if work.progress:
+            work.progress(f"{best.name}: {best.verdict()}")
+    report.candidates = [c for c in report.candidates if id(c) not in unjudged]
+
+
 def race(
     bundle: str,
-    contenders: list[tuple[str, str, dict[str, Any] | None]],
+    contenders: list[tuple[str, str, dict[str, Any] | None, int | None]],
     inputs: dict[str, np.ndarray],
     threads: int | None,
     rounds: int,
     block_s: float = BLOCK_S,
 ) -> list[float]:
-    """In the worker process: load every (engine, precision, options), warm each up, then time them
-    together (``rlx.app.bench.interleaved``: ``rounds`` rounds of a ``block_s`` block each, with
-    pauses, as ``benchmarks/bench.py`` times engines); the median ms of each."""
+    """In the worker process: load every (engine, precision, options, threads), warm each up, then
+    time them together (``rlx.app.bench.interleaved``: ``rounds`` rounds of a ``block_s`` block each,
+    with pauses, as ``benchmarks/bench.py`` times engines); the median ms of each. ``threads``: the
+    process's BLAS threads (set when it started), the default of a contender that names none."""
     from rlx.runtime.model import load
 
     calls = []
-    for engine, precision, options in contenders:
-        model = load(bundle, engine=engine, precision=precision, threads=threads, engine_options=options or None)
+    for engine, precision, options, own in contenders:
+        model = load(bundle, engine=engine, precision=precision, threads=own or threads,
+                     engine_options=options or None)  # fmt: skip
         flat = model.bind((), inputs)
         for _ in range(3):
             model.run_flat(flat)

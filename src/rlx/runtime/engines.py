@@ -30,6 +30,9 @@ ENGINES = ("numpy", "jax", "onnxruntime", "openvino")
 PRECISIONS = ("f32", "bf16", "f16", "int8", "int8-static")
 # The engines that can return every intermediate value (``trace``: the per-node view of a precision).
 TRACEABLE = ("onnxruntime", "openvino")
+# The engines whose ``threads`` is a setting of each session (numpy's BLAS and XLA take theirs per
+# process, when it starts): ``rlx tune`` races these at fewer threads within one process.
+THREADS_PER_SESSION = ("onnxruntime", "openvino")
 # The precisions each engine has a mode for (whether this CPU runs them: ``check_precision``).
 ENGINE_PRECISIONS = {
     "numpy": ("f32",),

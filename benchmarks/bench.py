@@ -40,6 +40,7 @@ import torch  # noqa: E402
 
 import rlx  # noqa: E402
 from rlx.app.bench import interleaved  # noqa: E402
+from rlx.app.tune import DEFAULT_MAX_ERROR, DEFAULT_TOLERANCE, judge  # noqa: E402
 from rlx.ir import dtypes  # noqa: E402
 from rlx.ir.symbolic import is_static  # noqa: E402
 
@@ -377,10 +378,18 @@ def measure(engines: dict, rounds: int, warmup: int) -> dict[str, float]:
     return {k: ms / 1e3 for k, ms in zip(engines, medians)}
 
 
-def parity(engines: dict) -> dict[str, float]:
-    want = np.asarray(engines["eager"](), dtype=np.float64)
+def parity(engines: dict) -> tuple[dict[str, float], dict[str, bool]]:
+    """Each engine's max |error| against eager over max(1, max |eager|), and whether its output is
+    within rlx tune's default tolerance of eager's (``rlx.app.tune.judge``: cosine, max error, NaN/inf)."""
+    want = np.asarray(engines["eager"]())
     scale = max(1.0, float(np.abs(want).max()))
-    return {k: float(np.abs(np.asarray(fn(), dtype=np.float64) - want).max()) / scale for k, fn in engines.items()}
+    errors, within = {}, {}
+    for k, fn in engines.items():
+        got = np.asarray(fn())
+        errors[k] = float(np.abs(got.astype(np.float64) - want).max()) / scale
+        (check,) = judge(k, [got.astype(want.dtype)], [want], DEFAULT_TOLERANCE, DEFAULT_MAX_ERROR, set())
+        within[k] = check.passed
+    return errors, within
 
 
 COLD = {
@@ -455,34 +464,47 @@ def geomean(values):
 
 PRECISION_COLUMNS = ("compile", "ort", "ov f32", "ov bf16", "rlx ort", "rlx ov f32", "rlx ov bf16", "rlx tuned")
 F32_PEERS = ("eager", "compile", "ort", "ov f32")
+PEERS = (*F32_PEERS, "ov bf16")  # at any precision: those within the default tolerance of eager count
 
 
 def print_precisions(rows, tuned: dict[str, str]) -> None:
     """Median ms (ratio to the fastest float32 peer) per engine and precision, the tuned choice,
-    rlx's OpenVINO graph against torch.onnx's at each precision, and the largest error."""
+    rlx's OpenVINO graph against torch.onnx's at each precision, the largest error, and rlx tuned
+    against the fastest peer at any precision whose output is within the default tolerance."""
     print()
     print(
         "Engines and precisions: median ms (ratio to the fastest float32 peer of eager, torch.compile, torch.onnx+ORT, "
         "OpenVINO f32)"
     )
     head = f"{'model':<22}" + "".join(f"{c:>17}" for c in PRECISION_COLUMNS)
-    head += f"{'tuned choice':>20}{'rlxov/ov f32':>14}{'rlxov/ov bf16':>15}{'err tuned':>11}"
+    head += f"{'tuned choice':>30}{'rlxov/ov f32':>14}{'rlxov/ov bf16':>15}{'err tuned':>11}{'tuned/any peer':>16}"
     print(head)
     print("-" * len(head))
-    ratios = []
-    for label, med, err in rows:
+    ratios, any_ratios = [], []
+    for label, med, err, within in rows:
         best = min(med[k] for k in F32_PEERS if k in med)
+        any_best = min((med[k] for k in PEERS if k in med and within.get(k)), default=math.nan)
+        mark = "" if within.get("rlx tuned", True) else " (tuned out of tolerance!)"
         cells = "".join(
             f"{med[c] * 1e3:>9.3f} ({med[c] / best:>4.2f})" if c in med else f"{'-':>17}" for c in PRECISION_COLUMNS
         )
         ov32 = med.get("rlx ov f32", math.nan) / med.get("ov f32", math.nan)
         ov16 = med.get("rlx ov bf16", math.nan) / med.get("ov bf16", math.nan)
         ratios.append(med.get("rlx tuned", math.nan) / best)
+        any_ratios.append(med.get("rlx tuned", math.nan) / any_best)
         print(
-            f"{label:<22}{cells}{tuned.get(label, '-'):>20}{ov32:>14.2f}{ov16:>15.2f}{err.get('rlx tuned', math.nan):>11.1e}"
+            f"{label:<22}{cells}{tuned.get(label, '-'):>30}{ov32:>14.2f}{ov16:>15.2f}{err.get('rlx tuned', math.nan):>11.1e}"
+            f"{any_ratios[-1]:>16.2f}{mark}"
         )
     print("-" * len(head))
     print(f"{'geomean rlx tuned / fastest f32 peer':<40}{geomean(ratios):>6.2f}")
+    print(f"{'geomean rlx tuned / fastest peer in tolerance':<40}{geomean(any_ratios):>6.2f}")
+    above = [f"{label} {r:.2f}" for (label, *_), r in zip(rows, ratios) if r > 1.0]
+    print(f"rlx tuned above the fastest f32 peer on {len(above)} of {len(rows)} rows: {', '.join(above) or '-'}")
+    above = [f"{label} {r:.2f}" for (label, *_), r in zip(rows, any_ratios) if r > 1.0]
+    print(
+        f"rlx tuned above the fastest peer in tolerance on {len(above)} of {len(rows)} rows: {', '.join(above) or '-'}"
+    )
 
 
 def main() -> None:
@@ -516,8 +538,8 @@ def main() -> None:
                 continue
             fns = engines.callables()
             med = measure(fns, rounds, warmup)
-            err = parity(fns)
-            rows.append((label, med, err))
+            err, within = parity(fns)
+            rows.append((label, med, err, within))
             tuned[label] = getattr(engines, "tuned_choice", "-")
             memory_rows.append((label, peak_memory(engines)))
             if example_file is not None and label.endswith("/b1"):
@@ -530,7 +552,7 @@ def main() -> None:
     head += f"{'rlx ort':>9}{'rort/ORT':>9}{'err rort':>10}"  # rlx's onnxruntime engine vs torch.onnx + ORT
     print(head)
     print("-" * len(head))
-    for label, med, err in rows:
+    for label, med, err, _ in rows:
         ort = med.get("ort", math.nan)
         jx = med.get("rlx jax", math.nan)
         print(
@@ -545,14 +567,14 @@ def main() -> None:
         )
     print("-" * len(head))
     print(
-        f"{'geomean ratio':<22}{'':>27}{geomean([m['rlx'] / m['eager'] for _, m, _ in rows]):>11.2f}"
-        f"{geomean([m['rlx'] / m['ort'] for _, m, _ in rows if 'ort' in m]):>9.2f}{'':>29}"
-        f"{geomean([m['rlx'] / m['compile'] for _, m, _ in rows if 'compile' in m]):>10.2f}{'':>19}"
-        f"{geomean([m['rlx jax'] / m['eager'] for _, m, _ in rows if 'rlx jax' in m]):>11.2f}"
-        f"{geomean([m['rlx jax'] / m['ort'] for _, m, _ in rows if 'rlx jax' in m and 'ort' in m]):>9.2f}"
-        f"{'':>19}{geomean([m['rlx ort'] / m['ort'] for _, m, _ in rows if 'rlx ort' in m and 'ort' in m]):>9.2f}"
+        f"{'geomean ratio':<22}{'':>27}{geomean([m['rlx'] / m['eager'] for _, m, _, _ in rows]):>11.2f}"
+        f"{geomean([m['rlx'] / m['ort'] for _, m, _, _ in rows if 'ort' in m]):>9.2f}{'':>29}"
+        f"{geomean([m['rlx'] / m['compile'] for _, m, _, _ in rows if 'compile' in m]):>10.2f}{'':>19}"
+        f"{geomean([m['rlx jax'] / m['eager'] for _, m, _, _ in rows if 'rlx jax' in m]):>11.2f}"
+        f"{geomean([m['rlx jax'] / m['ort'] for _, m, _, _ in rows if 'rlx jax' in m and 'ort' in m]):>9.2f}"
+        f"{'':>19}{geomean([m['rlx ort'] / m['ort'] for _, m, _, _ in rows if 'rlx ort' in m and 'ort' in m]):>9.2f}"
     )
-    if any("rlx tuned" in m for _, m, _ in rows):
+    if any("rlx tuned" in m for _, m, _, _ in rows):
         print_precisions(rows, tuned)
     print()
     print("Cold start: new process, import + load + first output (s) and peak RSS (MB)")

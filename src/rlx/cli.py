@@ -252,7 +252,8 @@ def _parser() -> argparse.ArgumentParser:
                      "that an engine runs on this CPU)")  # fmt: skip
     tun.add_argument("--inputs", help="more inputs to check, which also calibrate int8-static: .npz (arrays by "
                      "input name), .safetensors (in::NAME) or .parquet (a column per input, a row per set)")  # fmt: skip
-    tun.add_argument("--threads", type=int, help="threads per engine (recorded in tuning.json; default: each engine's)")
+    tun.add_argument("--threads", type=int, help="threads per engine at most (the fastest candidates are also "
+                     "timed at halvings of it; the choice's count goes to tuning.json; default: each engine's)")  # fmt: skip
     tun.add_argument("--no-write", action="store_true", help="report only; leave tuning.json as it is")
     tun.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
     return p

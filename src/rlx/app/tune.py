@@ -10,9 +10,11 @@ JIT caches and peak memory are its own) on the same input sets: the bundle's ref
 The rule is rlx's parity rule at the user's tolerance: per output, the shape, dtype and NaN/±inf
 pattern equal, then cosine ≥ ``tolerance`` and max |error| ≤ ``max_error`` × max(1, max |reference|);
 integer and boolean outputs exactly equal. Candidates that pass are timed (median of calls after a
-warm-up); the fastest is the choice, unless it is a lower precision no more than 5% faster than
-the fastest float32 candidate (then float32's exact answer is kept). Where a candidate fails, the
-report names the outputs and by how much.
+warm-up), the close ones again together in one process, and the fastest few once more at halvings
+of the threads (``_fewer_threads``: small models often run faster on fewer); the fastest is the
+choice, unless it is a lower precision no more than 5% faster than the fastest float32 candidate
+(then float32's exact answer is kept). Where a candidate fails, the report names the outputs and
+by how much.
 
 ``int8-static`` (onnxruntime's quantizer; its graph runs on onnxruntime or OpenVINO) is calibrated
 here, once, on the user's inputs (else the reference inputs); the ranges are written beside

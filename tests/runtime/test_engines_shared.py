@@ -123,7 +123,9 @@ def test_threads_output_structure_and_errors(engine, transformer_out):
     assert "\n" not in str(e.value)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32, torch.bool])
+@pytest.mark.parametrize(
+    "dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32, torch.bool]
+)
 @pytest.mark.parametrize("case", ["finite", "huge", "nan", "inf", "-inf", "strided", "scalar", "empty"])
 def test_inputs_checked_for_nan_and_inf_before_a_run(dtype, case):
     """The host check of the graph inputs that alone can make a pooled value NaN (onnxruntime and

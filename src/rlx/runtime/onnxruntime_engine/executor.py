@@ -163,11 +163,11 @@ class OrtExecutor:
         # The exact graph of a quantized engine is float32: quantizing an activation turns NaN into
         # a number, so a run whose inputs hold NaN or inf gets PyTorch's answer only in float32.
         int8 = engine.precision != "f32" and not exact
-        self._quantized = int8
         model = emit_model(program, engine, exact=exact)
         checked = [o.name for o in model.graph.output if o.name == NAN_CHECK]
-        # (an int8 session checks every input anyway: quantizing turns NaN into a number)
-        self._finite_inputs = () if int8 else finite_inputs(model, program)
+        # The inputs a run must find finite, else it goes to the exact graph: at int8 every one
+        # (quantizing turns NaN into a number), else those the emitter named (max pooling's NaN).
+        self._finite_inputs = tuple(range(len(program.inputs))) if int8 else finite_inputs(model, program)
         if extra_outputs:  # intermediate values to return too (the per-node debugger)
             import onnx
 
@@ -213,8 +213,6 @@ class OrtExecutor:
 
     def run(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
         """Run on arrays already checked against the program's inputs (in order)."""
-        if self._quantized and not finite(inputs):
-            return self.exact().run(inputs)
         for k in self._finite_inputs:
             if not all_finite(inputs[k]):
                 return self.exact().run(inputs)
@@ -239,7 +237,7 @@ class OrtExecutor:
 
     def run_named(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
         """The program outputs, then any extra outputs asked for, in ``output_names`` order."""
-        if (self._quantized and not finite(inputs)) or not finite([inputs[k] for k in self._finite_inputs]):
+        if not finite([inputs[k] for k in self._finite_inputs]):
             return self.exact().run_named(inputs)
         feed = {
             name: (arr.astype(np.float32) if bf16 else arr)

@@ -40,7 +40,7 @@ from rlx.errors import RlxError, UsageError
 from rlx.exporters.onnx import NAN_CHECK, GraphOptions, to_onnx
 from rlx.ir import dtypes
 from rlx.ir.program import Program
-from rlx.runtime.onnx_graph import GraphEngine, all_finite, finite, finite_inputs, first_line, output_values
+from rlx.runtime.onnx_graph import GraphEngine, all_finite, finite_inputs, first_line, output_values
 from rlx.runtime.openvino_engine import require_openvino
 from rlx.runtime.openvino_engine.hints import HINTS, check_precision
 from rlx.runtime.quantize import check_quantization, quantization_graph, quantize
@@ -107,8 +107,8 @@ class OvEngine(GraphEngine):
         if self._source.is_dynamic and shareable and not program.is_dynamic:
             shared = self._compiled_source(exact)
             if shared is not None:  # one compiled model serves every binding
-                return OvExecutor(program, shared, self, exact=exact)
-        return OvExecutor(program, self._compile_program(program, exact), self, exact=exact)
+                return OvExecutor(program, shared, self)
+        return OvExecutor(program, self._compile_program(program, exact), self)
 
     def _compiled_source(self, exact: bool) -> Compiled | None:
         with self._shared_lock:
@@ -136,7 +136,8 @@ class OvEngine(GraphEngine):
         import onnx
 
         if self.precision == "int8-static" and not exact:
-            return self._quantized_model(program), ()  # (every input is checked at int8)
+            # (every input is checked: quantizing an activation turns NaN into a number)
+            return self._quantized_model(program), tuple(range(len(program.inputs)))
         scalars = {w.name: self._arrays[w.name] for w in program.weights if not w.shape}
         # At f16 the check's sum overflows float16 on ordinary activations (every run would be
         # flagged and run twice), and OpenVINO turns the mask's NaN constant into 65504 anyway:
@@ -265,7 +266,7 @@ class OvExecutor:
     before the run: on the rare run where one is not finite, the inputs run again through a model,
     compiled then, that pools the NaN mask."""
 
-    def __init__(self, program: Program, built: Compiled, engine: OvEngine, *, exact: bool = False) -> None:
+    def __init__(self, program: Program, built: Compiled, engine: OvEngine) -> None:
         self.program = program
         self._compiled = compiled = built.model
         self._finite_inputs = built.finite_inputs
@@ -286,7 +287,6 @@ class OvExecutor:
         self._want = [dtypes.to_numpy(v.dtype) for v in output_values(program)]
         self._checked = len(compiled.outputs) > len(self._want) and NAN_CHECK in compiled.outputs[-1].get_names()
         self._local = threading.local()
-        self._quantized = engine.precision == "int8-static" and not exact
 
     def _request(self) -> Any:
         request = getattr(self._local, "request", None)
@@ -296,8 +296,6 @@ class OvExecutor:
 
     def run(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
         """Run on arrays already checked against the program's inputs (in order)."""
-        if self._quantized and not finite(inputs):
-            return self.exact().run(inputs)  # (quantizing an activation turns NaN into a number)
         for k in self._finite_inputs:
             if not all_finite(inputs[k]):
                 return self.exact().run(inputs)

@@ -17,19 +17,13 @@ graph is onnxruntime's quantizer's (``rlx.runtime.quantize``: QDQ around the con
 products), whose quantized ops the CPU plugin runs as int8 kernels; each binding is quantized and
 compiled at its own shape.
 
-Mixed precision at bf16/f16 (``float32=``): the CPU plugin keeps a node in float32 when its
-runtime info disables precision conversion, an attribute the Python API cannot set but the IR
-reader reads; so the model (weights still inputs, a few KB) goes through IR XML once, each node
-emitted for a kept instruction marked. A node that OpenVINO's own transformations rebuild loses
-the mark and runs at the hint: a product with constant weights (its FullyConnected kernel), and
-the attention, normalizations and activations it fuses. Convolutions keep it.
+Mixed precision at bf16/f16 (``float32=``): the nodes of the named instructions are marked to
+compute in float32 (``keep_float32``).
 """
 
 from __future__ import annotations
 
-import tempfile
 import threading
-import xml.etree.ElementTree as ET
 from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -43,13 +37,12 @@ from rlx.ir.program import Program
 from rlx.runtime.onnx_graph import GraphEngine, all_finite, finite_inputs, first_line, output_values
 from rlx.runtime.openvino_engine import require_openvino
 from rlx.runtime.openvino_engine.hints import HINTS, check_precision
+from rlx.runtime.openvino_engine.keep_float32 import keep_float32
 from rlx.runtime.quantize import check_quantization, quantization_graph, quantize
 
 BF16 = dtypes.to_numpy("bf16")
 # The precisions at which instructions can be kept in float32 (``float32=``).
 LOWERED = ("bf16", "f16", "int8-static")
-# OpenVINO's runtime attribute (IR name) that keeps a node at its own precision, whatever the hint.
-KEEP_PRECISION = "DisablePrecisionConversion"
 
 
 class Compiled(NamedTuple):
@@ -158,7 +151,7 @@ class OvEngine(GraphEngine):
             graph.input.append(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
         model = self._read(proto.SerializeToString(), program)
         if self.float32 and self.precision in ("bf16", "f16"):
-            model = self._keep_float32(model)
+            model = keep_float32(self._core, model, self.float32, self._arrays, self.precision)
         ov = self._ov
         for param in list(model.get_parameters()):
             name = param.output(0).get_any_name()
@@ -172,26 +165,6 @@ class OvEngine(GraphEngine):
             model.remove_parameter(param)
         model.validate_nodes_and_infer_types()
         return model, finite
-
-    def _keep_float32(self, model: Any) -> Any:
-        """``model`` with every node emitted for a ``float32`` instruction marked to stay in float32
-        (the ONNX node's name, OpenVINO's friendly name, starts with its instruction's result)."""
-        keep = set(self.float32)
-        marked = {op.get_friendly_name() for op in model.get_ordered_ops() if _owner(op) in keep}
-        if not marked:
-            return model
-        with tempfile.TemporaryDirectory() as folder:
-            xml_path = Path(folder) / "model.xml"
-            self._ov.save_model(model, str(xml_path), compress_to_fp16=False)
-            tree = ET.parse(xml_path)
-            constants = np.fromfile(xml_path.with_suffix(".bin"), dtype=np.uint8)
-        for layer in tree.getroot().iter("layer"):
-            if layer.get("name") in marked:
-                info = layer.find("rt_info")
-                if info is None:
-                    info = ET.SubElement(layer, "rt_info")
-                ET.SubElement(info, "attribute", name=KEEP_PRECISION, version="0", value="dynamic:dynamic")
-        return self._core.read_model(model=ET.tostring(tree.getroot()), weights=self._ov.Tensor(constants))
 
     def _quantized_model(self, program: Program) -> Any:
         """int8-static: the graph with its weights embedded, quantized by onnxruntime's static
@@ -240,11 +213,6 @@ def trace_program(
     found = {name: np.asarray(value) for port, value in zip(compiled.outputs, values) for name in port.get_names()}
     outputs = [v.name for v in output_values(program)]
     return {name: found[name] for name in [*outputs, *names] if name in found}
-
-
-def _owner(op: Any) -> str:
-    """The instruction an OpenVINO node was emitted for (``owner:OpType:k`` names, from the ONNX graph)."""
-    return str(op.get_friendly_name()).split(":", 1)[0]
 
 
 def _shared_tensor(ov: Any, arr: np.ndarray) -> Any:

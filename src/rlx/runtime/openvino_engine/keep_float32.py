@@ -1,0 +1,132 @@
+"""Mixed precision on OpenVINO: the nodes of chosen instructions computed in float32 at bf16 / f16.
+
+The CPU plugin keeps a node at its own precision when its runtime info disables precision
+conversion. The Python API cannot set that attribute, but the IR reader reads it, so the model
+(weights still inputs, a few KB) goes through IR XML once, each node emitted for a kept instruction
+marked (the ONNX node's name, OpenVINO's friendly name, starts with its instruction's result).
+
+The mark is not copied when a transformation replaces a node, and two of OpenVINO's rebuild
+``nn.Linear``: the product by ``Transpose(W)`` (as rlx emits it) becomes a FullyConnected node, and
+at bf16 the bias add is fused into that node after precisions are decided. So a kept product
+multiplies by the stored weight with ``transpose_b`` (a FullyConnected that keeps the mark), and at
+bf16 its bias is added one axis up (a Reshape, no copy), where the bias fusion does not match, then
+summed back down over that unit axis. A Linear is kept whole: naming its product or its bias add
+keeps both. A kept graph output's Result is marked too (at f16 OpenVINO would round it).
+OpenVINO's fused attention, normalizations and GELU still lose the mark and run at the hint.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import xml.etree.ElementTree as ET
+from collections.abc import Collection, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+# OpenVINO's runtime attribute (IR name) that keeps a node at its own precision, whatever the hint.
+KEEP_PRECISION = "DisablePrecisionConversion"
+
+
+def owner(op: Any) -> str:
+    """The instruction an OpenVINO node was emitted for (``owner:OpType:k`` names, from the ONNX graph)."""
+    return str(op.get_friendly_name()).split(":", 1)[0]
+
+
+def keep_float32(
+    core: Any, model: Any, keep: Collection[str], weights: Mapping[str, np.ndarray], precision: str
+) -> Any:
+    """``model`` (weights still Parameters) with the nodes emitted for the ``keep`` instructions,
+    and the Linears they belong to, marked to compute in float32 at ``precision`` (read again by
+    the OpenVINO ``core``)."""
+    import openvino as ov
+
+    kept = _linears_kept_whole(model, set(keep), weights, precision)
+    marked = {op.get_friendly_name() for op in model.get_ordered_ops() if owner(op) in kept}
+    marked |= {r.get_friendly_name() for r in model.get_results() if owner(r.input_value(0).get_node()) in kept}
+    if not marked:
+        return model
+    with tempfile.TemporaryDirectory() as folder:
+        xml_path = Path(folder) / "model.xml"
+        ov.save_model(model, str(xml_path), compress_to_fp16=False)
+        tree = ET.parse(xml_path)
+        constants = np.fromfile(xml_path.with_suffix(".bin"), dtype=np.uint8)
+    for layer in tree.getroot().iter("layer"):
+        if layer.get("name") in marked:
+            info = layer.find("rt_info")
+            if info is None:
+                info = ET.SubElement(layer, "rt_info")
+            ET.SubElement(info, "attribute", name=KEEP_PRECISION, version="0", value="dynamic:dynamic")
+    return core.read_model(model=ET.tostring(tree.getroot()), weights=ov.Tensor(constants))
+
+
+def _linears_kept_whole(model: Any, keep: set[str], weights: Mapping[str, np.ndarray], precision: str) -> set[str]:
+    """Rewrite, in ``model``, each Linear one of whose instructions is in ``keep`` into the form whose
+    nodes keep the mark (see the module's docstring); ``keep`` with the Linears' other instructions."""
+    from openvino import opset13 as ops
+
+    kept = set(keep)
+    for op in list(model.get_ordered_ops()):
+        weight = _transposed_weight(op, weights)
+        if weight is None:
+            continue
+        bias = _bias_add(op, weights)
+        names = {owner(op)} | ({owner(bias[0])} if bias is not None else set())
+        if not names & keep:
+            continue
+        kept |= names
+        product = ops.matmul(op.input_value(0), weight, False, True)
+        product.set_friendly_name(op.get_friendly_name())
+        op.output(0).replace(product.output(0))
+        if bias is not None and precision == "bf16":
+            add, vector = bias
+            name, width = owner(add), vector.get_partial_shape()[0].get_length()
+            axis = op.get_output_partial_shape(0).rank.get_length() - 1
+            # (0: that axis as it is; the sum over the unit axis, as OpenVINO moves no activation
+            # above it and rebuilds no node, keeps its mark where a Squeeze or Reshape would not)
+            up = ops.reshape(product, _dims([0] * axis + [1, width]), True, name=f"{name}:Reshape:up")
+            added = ops.add(up, vector, name=add.get_friendly_name())
+            down = ops.reduce_sum(added, _dims([axis]), False, name=f"{name}:ReduceSum:down")
+            add.output(0).replace(down.output(0))
+    return kept
+
+
+def _dims(dims: list[int]) -> Any:
+    from openvino import opset13 as ops
+
+    return ops.constant(np.array(dims, dtype=np.int64))
+
+
+def _transposed_weight(op: Any, weights: Mapping[str, np.ndarray]) -> Any | None:
+    """The weight Parameter ``W`` where ``op`` is ``MatMul(x, Transpose(W, (1, 0)))`` of a 2-d
+    float32 weight (rlx's ``nn.Linear``), else None."""
+    if op.get_type_name() != "MatMul" or op.get_attributes() != {"transpose_a": False, "transpose_b": False}:
+        return None
+    transpose = op.input_value(1).get_node()
+    if transpose.get_type_name() != "Transpose":
+        return None
+    source, perm = (v.get_node() for v in transpose.input_values())
+    if source.get_type_name() != "Parameter" or perm.get_type_name() != "Constant":
+        return None
+    arr = weights.get(source.output(0).get_any_name())
+    if arr is None or arr.ndim != 2 or arr.dtype != np.float32 or list(perm.get_data()) != [1, 0]:
+        return None
+    return source
+
+
+def _bias_add(product: Any, weights: Mapping[str, np.ndarray]) -> tuple[Any, Any] | None:
+    """(the Add, the bias) where ``product``'s only reader adds it a 1-d float32 weight over its
+    last axis (of static rank and width), else None."""
+    readers = list(product.output(0).get_target_inputs())
+    shape = product.get_output_partial_shape(0)
+    if len(readers) != 1 or shape.rank.is_dynamic or not shape[-1].is_static:
+        return None
+    add = readers[0].get_node()
+    if add.get_type_name() != "Add":
+        return None
+    (vector,) = (v for k, v in enumerate(add.input_values()) if k != readers[0].get_index())
+    arr = weights.get(vector.get_any_name()) if vector.get_node().get_type_name() == "Parameter" else None
+    if arr is None or arr.ndim != 1 or arr.dtype != np.float32 or arr.shape[0] != shape[-1].get_length():
+        return None
+    return add, vector

@@ -288,6 +288,22 @@ class SmallConvNet(torch.nn.Module):
         return self.fc(torch.relu(self.c2(x)).mean((2, 3)))
 
 
+class CancellingLinear(torch.nn.Module):
+    """Two Linears, the first with zero-sum weight rows: on inputs near a large constant (100 ± 0.1)
+    its products cancel that constant, so rounding the input to bfloat16 (steps of 0.5 there) loses
+    most of the answer, while float32 keeps it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.lin, self.out = torch.nn.Linear(64, 16), torch.nn.Linear(16, 8)
+        with torch.no_grad():
+            self.lin.weight -= self.lin.weight.mean(dim=1, keepdim=True)
+
+    def forward(self, x):
+        return self.out(torch.relu(self.lin(x)))
+
+
 class GroupedConv(torch.nn.Module):
     """A grouped Conv1d over a sequence (as wav2vec2's positional convolution) and a Linear: on
     AMX, OpenVINO's bf16 loses the most on the grouped convolution (cosine about 0.95)."""

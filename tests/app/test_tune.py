@@ -20,7 +20,7 @@ from rlx.formats.layout import TUNING_FILE
 from rlx.runtime.engines import supported_precisions
 from rlx.runtime.tuning import FORMAT, machine
 
-from helpers import GroupedConv, SmallConvNet, convert_example
+from helpers import CancellingLinear, GroupedConv, SmallConvNet, convert_example
 
 pytest.importorskip("onnxruntime")
 
@@ -426,6 +426,35 @@ def test_tune_keeps_the_losing_nodes_in_float32_at_openvino_bf16(tmp_path):
     model = rlx.load(out)  # follows the choice: bf16 with those nodes in float32
     assert (model.engine.name, model.precision) == ("openvino", "bf16")
     _within_default_tolerance(model(x.numpy()), want)
+
+
+def test_tune_keeps_a_losing_linear_in_float32_at_openvino_bf16(tmp_path):
+    """Mixed precision where OpenVINO's bf16 loses the accuracy in a product (a Linear whose
+    products cancel a large common input): the product is named, its Linear computes in float32
+    though OpenVINO rebuilds it, and the candidate passes; ``rlx.load`` follows the choice."""
+    if "openvino" not in _installed() or "bf16" not in supported_precisions("openvino"):
+        pytest.skip("OpenVINO runs no bf16 here")
+    module = CancellingLinear().eval()
+    x = torch.randn(4, 64, generator=torch.Generator().manual_seed(0)) * 0.1 + 100.0
+    out = _convert(module, x, tmp_path / "cancelling")
+    with torch.no_grad():
+        want = module(x).numpy()
+    plain = rlx.load(out, engine="openvino", precision="bf16")(x.numpy())
+    (plain_check,) = judge("torch", [plain], [want], 0.999, 1e-2, set())
+    if plain_check.passed:
+        pytest.skip("OpenVINO keeps this product in float32 at bf16 on this CPU anyway")
+    lines: list[str] = []
+    report = tune(out, engines=["openvino"], precisions=["bf16"], threads=1, runs=5, progress=lines.append)
+    (cand,) = report.candidates
+    assert cand.passed and "pass (mixed precision)" in lines[-1], report.table()
+    product = next(i.result for i in rlx.load(out).program.instrs if i.call.op == "MatMul")
+    assert cand.options["float32"][0] == product
+    assert f"losing the accuracy: {product} (aten.addmm.default, 1-cos " in report.table()
+    model = rlx.load(out)  # follows the choice: bf16 with that Linear in float32
+    assert (model.engine.name, model.precision) == ("openvino", "bf16")
+    got = model(x.numpy())
+    assert got.shape == want.shape and got.dtype == np.float32
+    _within_default_tolerance(got, want)
 
 
 @pytest.mark.parametrize("precision", ["int8", "int8-static"])

@@ -329,25 +329,47 @@ def test_instructions_kept_in_float32_at_a_lower_precision(grouped_conv, precisi
         rlx.load(out, engine="openvino", engine_options={"float32": [conv]})
 
 
+class BiasAfterReshape(torch.nn.Module):
+    """``x @ W.T + b`` on a sequence: the product on rows, viewed back, then the bias added."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.w, self.b = torch.nn.Parameter(torch.randn(128, 64) / 8), torch.nn.Parameter(torch.randn(128))
+        self.out = torch.nn.Linear(128, 16)
+
+    def forward(self, x):
+        return self.out(torch.relu(x @ self.w.t() + self.b))
+
+
+def _two_linears() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 16)).eval()
+
+
 @pytest.mark.parametrize("precision", ["bf16", "f16"])
-def test_linears_kept_in_float32_compute_in_float32(tmp_path, precision):
-    """A kept ``nn.Linear`` (named by its product or by its bias add) runs as a FullyConnected in
-    float32, though OpenVINO rebuilds the product by a transposed weight and fuses its bias (either
-    would drop the mark); the other Linear runs as without the mark; with every instruction kept,
-    each batch size of the one dynamic compilation gets float32's answer (output included)."""
+@pytest.mark.parametrize(
+    "make, shape",
+    [(_two_linears, (8, 64)), (_two_linears, (2, 5, 64)), (BiasAfterReshape, (2, 5, 64))],
+    ids=["rows", "sequence", "bias-after-reshape"],
+)
+def test_linears_kept_in_float32_compute_in_float32(tmp_path, precision, make, shape):
+    """A kept Linear (named by its product or by its bias add) runs as a FullyConnected in float32,
+    though OpenVINO rebuilds the product by a transposed weight and fuses its bias (either would
+    drop the mark); the other Linear runs as without the mark; with every instruction kept, each
+    batch size of the one dynamic compilation gets float32's answer (output included)."""
     from torch.export import Dim
 
     if precision not in supported_precisions("openvino"):
         pytest.skip(f"OpenVINO runs no {precision} here")
-    torch.manual_seed(0)
-    module = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 16)).eval()
+    module = make().eval()
     out = tmp_path / "mlp"
-    rlx.from_torch(module, (torch.randn(8, 64),), out, dynamic_shapes=({0: Dim("rows", max=64)},), verify=False)
+    rlx.from_torch(module, (torch.randn(*shape),), out, dynamic_shapes=({0: Dim("n", max=64)},), verify=False)
     program = rlx.load(out).program
     products = [i.result for i in program.instrs if i.call.op == "MatMul"]
     adds = [i.result for i in program.instrs if i.call.op == "Binary"]  # (each Linear's bias add)
     assert len(products) == len(adds) == 2
-    x = torch.randn(8, 64).numpy()
+    x = torch.randn(*shape).numpy()
 
     def fully_connected(model) -> list[str]:
         """The precision each Linear's FullyConnected node runs at, in order."""
@@ -358,17 +380,17 @@ def test_linears_kept_in_float32_compute_in_float32(tmp_path, precision):
     plain = fully_connected(low)
     if "f32" in plain:
         pytest.skip(f"OpenVINO runs these products in float32 at {precision} on this CPU anyway")
-    for named in (adds[1], products[1]):
+    for named in (adds[0], products[0]):
         kept = rlx.load(out, engine="openvino", precision=precision, engine_options={"float32": [named]})
-        assert fully_connected(kept) == [plain[0], "f32"]
+        assert fully_connected(kept) == ["f32", plain[1]]
     f32 = rlx.load(out, engine="openvino")
     every = [i.result for i in program.instrs]
     kept = rlx.load(out, engine="openvino", precision=precision, engine_options={"float32": every})
     assert fully_connected(kept) == ["f32", "f32"]
-    for rows in (8, 3):
-        x = np.random.default_rng(rows).standard_normal((rows, 64)).astype(np.float32)
+    for n in (shape[0], 3):
+        x = np.random.default_rng(n).standard_normal((n, *shape[1:])).astype(np.float32)
         want, got = f32(x), kept(x)
-        assert got.shape == want.shape == (rows, 16) and got.dtype == np.float32
+        assert got.shape == want.shape == (n, *shape[1:-1], 16) and got.dtype == np.float32
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
         assert np.abs(low(x) - want).max() > 1e-4  # (the lower precision alone is visibly off)
 

@@ -146,3 +146,39 @@ def test_inputs_checked_for_nan_and_inf_before_a_run(dtype, case):
         x = x[:0]
     arr = x.view(torch.int16).numpy().view(ml_dtypes.bfloat16) if dtype == torch.bfloat16 else x.numpy()
     assert all_finite(arr) is bool(torch.isfinite(x).all())
+
+
+class MaskedScale(torch.nn.Module):
+    """A float batch, a boolean mask, a 0-d scale and integer positions: the input kinds an engine
+    hands over (each as a tensor on the array's memory where it can)."""
+
+    def forward(self, x, mask, scale, positions):
+        picked = torch.where(mask, x * scale, -x)
+        return picked.sum(-1) + positions.to(torch.float32), mask.logical_not()
+
+
+@pytest.mark.parametrize("engine", list(ENGINES))
+def test_inputs_as_users_hand_them(engine, tmp_path):
+    """Read-only (a memory-mapped .npy), strided, boolean, 0-d and integer inputs give PyTorch's
+    answer, and no input is written to."""
+    _installed(engine)
+    g = torch.Generator().manual_seed(0)
+    args = (torch.randn(3, 4, generator=g), torch.rand(3, 4, generator=g) > 0.5, torch.tensor(1.5),
+            torch.arange(3))  # fmt: skip
+    out = tmp_path / "masked"
+    rlx.from_torch(MaskedScale().eval(), args, out, verify=False)
+    model = rlx.load(out, engine=engine)
+    x = torch.randn(3, 4, generator=g)
+    np.save(tmp_path / "x.npy", x.numpy())
+    mapped = np.load(tmp_path / "x.npy", mmap_mode="r")  # (read-only)
+    strided = np.asfortranarray(torch.rand(3, 4, generator=g).numpy() > 0.5)
+    scale, positions = np.array(-2.0, dtype=np.float32), np.array([4, -1, 7])
+    before = [np.array(a) for a in (mapped, strided, scale, positions)]
+    got = model(mapped, strided, scale, positions)
+    with torch.no_grad():
+        want = MaskedScale()(x, torch.from_numpy(strided), torch.tensor(-2.0), torch.tensor([4, -1, 7]))
+    assert [a.dtype for a in got] == [np.float32, np.bool_] and [a.shape for a in got] == [(3,), (3, 4)]
+    np.testing.assert_allclose(got[0], want[0].numpy(), rtol=1e-6, atol=1e-6)
+    np.testing.assert_array_equal(got[1], want[1].numpy())
+    for a, b in zip((mapped, strided, scale, positions), before):
+        np.testing.assert_array_equal(a, b)

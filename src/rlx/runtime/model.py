@@ -97,6 +97,7 @@ class Model:
         # state takes C-contiguous numpy arrays of exactly its input dtypes and shapes on a short path.
         plain = self._static is not None and not program.state and not program.input_updates
         self._exact_inputs = [(dtypes.to_numpy(v.dtype), v.shape) for v in self.inputs] if plain else None
+        self._one_input = self._exact_inputs[0] if self._exact_inputs and len(self._exact_inputs) == 1 else None
         self._run_static = self._static.run if self._static is not None else self.run_flat  # (only static ones take it)
         self._structured = structurer(self.output_tree)
 
@@ -140,6 +141,11 @@ class Model:
         return twin
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        one = self._one_input
+        if one is not None and len(args) == 1 and not kwargs:  # (most models: one input, unrolled)
+            a = args[0]
+            if type(a) is np.ndarray and a.dtype is one[0] and a.shape == one[1] and a.flags.c_contiguous:
+                return self._structured(self._run_static([a]))
         exact = self._exact_inputs
         if exact is not None and not kwargs and len(args) == len(exact):
             for a, (dtype, shape) in zip(args, exact):

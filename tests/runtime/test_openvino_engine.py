@@ -138,6 +138,27 @@ def test_cli_run_engine_openvino(transformer_out, tmp_path, capsys):
     )
 
 
+def test_a_binding_that_takes_other_arguments_falls_back_to_the_public_call(transformer_out):
+    """The engine calls OpenVINO's binding-level infer; where a version's takes other arguments
+    (TypeError), the executor switches to the public call for good, with the same answer."""
+    out, inputs = transformer_out
+    model = rlx.load(out, engine="openvino")
+    want = model(*inputs)
+    executor = model.executor_for(list(inputs))
+    calls = []
+
+    def other_signature(*args):
+        calls.append(len(args))
+        raise TypeError("incompatible function arguments")
+
+    executor._binding_infer = other_signature
+    got = model(*inputs)
+    assert calls == [4] and executor._binding_infer is None
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(model(*inputs), want)
+    assert calls == [4]
+
+
 def test_openvino_is_imported_only_when_asked_for(transformer_out):
     out, arrays = transformer_out
     script = block_imports("openvino") + textwrap.dedent(

@@ -32,11 +32,12 @@ import numpy as np
 
 from rlx.errors import RlxError, UsageError
 from rlx.exporters.onnx import NAN_CHECK, GraphOptions, to_onnx
+from rlx.ir import calls as C
 from rlx.ir import dtypes
 from rlx.ir.program import Program
 from rlx.runtime.onnx_graph import GraphEngine, all_finite, finite_inputs, first_line, output_values
 from rlx.runtime.openvino_engine import require_openvino
-from rlx.runtime.openvino_engine.hints import HINTS, check_precision
+from rlx.runtime.openvino_engine.hints import HINTS, bf16_grouped_conv_is_wrong, check_precision
 from rlx.runtime.openvino_engine.keep_float32 import keep_float32
 from rlx.runtime.quantize import check_quantization, quantization_graph, quantize
 
@@ -150,8 +151,11 @@ class OvEngine(GraphEngine):
         for t in external:  # weights enter as inputs, become shared constants below
             graph.input.append(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
         model = self._read(proto.SerializeToString(), program)
-        if self.float32 and self.precision in ("bf16", "f16"):
-            model = keep_float32(self._core, model, self.float32, self._arrays, self.precision)
+        keep = set(self.float32) if self.precision in ("bf16", "f16") else set()
+        if self.precision == "bf16":
+            keep |= _wrong_bf16_convolutions(program)
+        if keep:
+            model = keep_float32(self._core, model, keep, self._arrays, self.precision)
         ov = self._ov
         for param in list(model.get_parameters()):
             name = param.output(0).get_any_name()
@@ -213,6 +217,27 @@ def trace_program(
     found = {name: np.asarray(value) for port, value in zip(compiled.outputs, values) for name in port.get_names()}
     outputs = [v.name for v in output_values(program)]
     return {name: found[name] for name in [*outputs, *names] if name in found}
+
+
+def _wrong_bf16_convolutions(program: Program) -> set[str]:
+    """The grouped convolutions (2–15 channels a group) of ``program`` to compute in float32 at
+    bf16, where OpenVINO's bf16 grouped convolution is wrong on this CPU (``hints``); none elsewhere."""
+    values = program.values()
+    grouped = {
+        ins.result
+        for ins in program.instrs
+        if isinstance(ins.call, C.Conv)
+        and not ins.call.transposed
+        and ins.call.groups > 1
+        and _grouped_width(values[ins.call.weight.name].shape)
+    }
+    return grouped if grouped and bf16_grouped_conv_is_wrong() else set()
+
+
+def _grouped_width(weight_shape: tuple[Any, ...]) -> bool:
+    """Whether a convolution weight ``[out, in / groups, *kernel]`` has 2–15 channels a group."""
+    width = weight_shape[1]
+    return isinstance(width, int) and 1 < width < 16
 
 
 def _shared_tensor(ov: Any, arr: np.ndarray) -> Any:

@@ -6,6 +6,8 @@ a refusal names the instruction-set extensions this CPU lacks, read from ``/proc
 
 from __future__ import annotations
 
+import functools
+
 from rlx.errors import UsageError
 from rlx.optional import require
 from rlx.runtime.cpu import cpu_flags, cpu_model
@@ -44,3 +46,34 @@ def check_precision(precision: str) -> None:
             f"OpenVINO cannot run {precision} on this CPU ({cpu_model()}): it lacks {' and '.join(lacking)}; "
             f"use precision='f32'"
         )
+
+
+# A grouped convolution in the shape where oneDNN's bf16 kernel on AMX CPUs returns values with
+# almost no relation to the right ones (2–8 channels a group, a long kernel; PyTorch's own bf16
+# conv on such a CPU gives the same numbers): (channels, groups, kernel, length).
+_GROUPED_PROBE = (64, 16, 16, 48)
+
+
+@functools.cache
+def bf16_grouped_conv_is_wrong() -> bool:
+    """Whether OpenVINO's bf16 grouped convolution is wrong on this CPU: a probe convolution in the
+    shape where it is on AMX, compiled at f32 and bf16 once per process, its answers compared
+    (bf16's ordinary rounding keeps a cosine above 0.9999; the wrong kernel's is near 0)."""
+    import numpy as np
+    from openvino import opset13 as ops
+
+    from rlx.runtime.openvino_engine import require_openvino
+
+    ov = require_openvino()
+    channels, groups, kernel, length = _GROUPED_PROBE
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((1, channels, length)).astype(np.float32)
+    w = rng.standard_normal((groups, channels // groups, channels // groups, kernel)).astype(np.float32)
+    data = ops.parameter([1, channels, length], np.float32)
+    conv = ops.group_convolution(data, ops.constant(w), [1], [kernel // 2], [kernel // 2], [1])
+    core = ov.Core()
+    answers = [core.compile_model(ov.Model([conv], [data]), "CPU", {"INFERENCE_PRECISION_HINT": hint})(x)[0].ravel()
+               for hint in ("f32", "bf16")]  # fmt: skip
+    f32, bf16 = (a.astype(np.float64) for a in answers)
+    cosine = f32 @ bf16 / (np.linalg.norm(f32) * np.linalg.norm(bf16) or 1.0)
+    return bool(cosine < 0.999)

@@ -94,7 +94,7 @@ def output_values(program: Program) -> list[Value]:
 
 
 def finite(inputs: Sequence[np.ndarray]) -> bool:
-    """Whether every float input is free of NaN and inf (an int8 graph would quantize them into numbers)."""
+    """Whether every one of ``inputs`` is free of NaN and inf (``all_finite`` of each)."""
     return all(all_finite(a) for a in inputs)
 
 

@@ -320,15 +320,13 @@ class OvExecutor:
     def infer(self, inputs: list[np.ndarray]) -> tuple[Any, ...]:
         """Every output of the compiled model, as OpenVINO returns them, on ``inputs`` (in program order)."""
         arrays = [inputs[k].astype(np.float32) if k in self._bf16_inputs else inputs[k] for k in self._feed]
-        if self._binding_infer is not None:
-            try:  # (outputs copied out of the request, in the compiled model's order)
-                feed = {port: _input_tensor(self._engine._ov, arr) for port, arr in enumerate(arrays)}
-                return tuple(self._binding_infer(self._request(), feed, False, False).values())
-            except TypeError:  # another OpenVINO's binding takes other arguments: the public call from now on
-                self._binding_infer = None
-            except Exception as e:
-                raise RlxError(f"runtime error in OpenVINO running {self.program.name}: {_first_line(e)}") from e
         try:
+            if self._binding_infer is not None:
+                try:  # (outputs copied out of the request, in the compiled model's order)
+                    feed = {port: _input_tensor(self._engine._ov, arr) for port, arr in enumerate(arrays)}
+                    return tuple(self._binding_infer(self._request(), feed, False, False).values())
+                except TypeError:  # another OpenVINO's binding takes other arguments: the public call from now on
+                    self._binding_infer = None
             results = self._request().infer(dict(enumerate(arrays)), share_inputs=True, share_outputs=False)
         except Exception as e:
             raise RlxError(f"runtime error in OpenVINO running {self.program.name}: {_first_line(e)}") from e

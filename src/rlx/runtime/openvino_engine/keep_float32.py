@@ -13,8 +13,9 @@ bf16 its bias is added one axis up (a Reshape, no copy), where the bias fusion d
 summed back down over that unit axis (a bias added after a reshape of the product is moved above
 the reshape first). A Linear is kept whole: naming its product or its bias add keeps both. At bf16
 OpenVINO also moves an activation above the reshape before it, rebuilding the reshape unmarked
-(which then rounds the value between two kept nodes): for kept nodes that move is made here. A kept graph output's Result is marked too (at f16 OpenVINO would round it).
-OpenVINO's fused attention, normalizations and GELU still lose the mark and run at the hint.
+(which then rounds the value between two kept nodes): for kept nodes that move is made here. A
+kept graph output's Result is marked too (at f16 OpenVINO would round it). OpenVINO's fused
+attention, normalizations and GELU still lose the mark and run at the hint.
 """
 
 from __future__ import annotations

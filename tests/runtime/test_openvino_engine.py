@@ -451,6 +451,24 @@ def test_wrong_bf16_grouped_convolutions_run_in_float32(grouped_conv, monkeypatc
     assert cosine(guarded(x), f32(x)) > 0.999
 
 
+def test_a_probe_that_cannot_run_keeps_grouped_convolutions_in_float32(monkeypatch):
+    """Where OpenVINO cannot compile the bf16 probe, the verdict is "wrong" (grouped convolutions
+    then compute in float32: slower, never a wrong answer), not an exception at load."""
+    import openvino
+
+    from rlx.runtime.openvino_engine import hints
+
+    def refuse(self, *args, **kwargs):
+        raise RuntimeError("no bf16 here")
+
+    hints.bf16_grouped_conv_is_wrong.cache_clear()
+    monkeypatch.setattr(openvino.Core, "compile_model", refuse)
+    try:
+        assert hints.bf16_grouped_conv_is_wrong() is True
+    finally:
+        hints.bf16_grouped_conv_is_wrong.cache_clear()  # (the real verdict for the tests after)
+
+
 def trace_conv(model, program, out, x, conv):
     """The convolution's own value on ``model``'s engine and precision (traced as an output)."""
     from rlx.formats.bundle import read_bundle

@@ -155,7 +155,12 @@ class OvEngine(GraphEngine):
         if self.precision == "bf16":
             keep |= _wrong_bf16_convolutions(program)
         if keep:
-            model = keep_float32(self._core, model, keep, self._arrays, self.precision)
+            try:
+                model = keep_float32(self._core, model, keep, self._arrays, self.precision)
+            except Exception as e:  # (OpenVINO's graph API or IR reader refusing the marked model)
+                raise RlxError(
+                    f"OpenVINO could not keep {program.name}'s instructions in float32: {_first_line(e)}"
+                ) from e
         ov = self._ov
         for param in list(model.get_parameters()):
             name = param.output(0).get_any_name()

@@ -72,8 +72,11 @@ def bf16_grouped_conv_is_wrong() -> bool:
     data = ops.parameter([1, channels, length], np.float32)
     conv = ops.group_convolution(data, ops.constant(w), [1], [kernel // 2], [kernel // 2], [1])
     core = ov.Core()
-    answers = [core.compile_model(ov.Model([conv], [data]), "CPU", {"INFERENCE_PRECISION_HINT": hint})(x)[0].ravel()
-               for hint in ("f32", "bf16")]  # fmt: skip
+    try:
+        answers = [core.compile_model(ov.Model([conv], [data]), "CPU", {"INFERENCE_PRECISION_HINT": hint})(x)[0].ravel()
+                   for hint in ("f32", "bf16")]  # fmt: skip
+    except Exception:  # (a probe that cannot run proves nothing: grouped convolutions stay in float32)
+        return True
     f32, bf16 = (a.astype(np.float64) for a in answers)
     cosine = f32 @ bf16 / (np.linalg.norm(f32) * np.linalg.norm(bf16) or 1.0)
     return bool(cosine < 0.999)

@@ -297,7 +297,7 @@ class Engines:
         raced: list[str] = []  # tune's re-timing of the close contenders, printed with its choice
 
         def progress(line: str) -> None:
-            if line.startswith("re-timed"):
+            if line.startswith("timed together"):
                 raced.append(line)
 
         report = rlx.tune(

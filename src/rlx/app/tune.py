@@ -10,8 +10,8 @@ JIT caches and peak memory are its own) on the same input sets: the bundle's ref
 The rule is rlx's parity rule at the user's tolerance: per output, the shape, dtype and NaN/±inf
 pattern equal, then cosine ≥ ``tolerance`` and max |error| ≤ ``max_error`` × max(1, max |reference|);
 integer and boolean outputs exactly equal. Candidates that pass are timed (median of calls after a
-warm-up), the close ones again together in one process, and the fastest few once more at halvings
-of the threads (``_fewer_threads``: small models often run faster on fewer); the fastest is the
+warm-up), then the close ones again together in one process, at tune's threads and at halvings of
+them (``_race``: small models often run faster on fewer); the fastest is the
 choice, unless it is a lower precision no more than 5% faster than the fastest float32 candidate
 (then float32's exact answer is kept). Where a candidate fails, the report names the outputs and
 by how much.
@@ -57,7 +57,6 @@ TIME_BUDGET_S = 1.5  # timing per candidate: at most this long (and at most `run
 RACE_WITHIN, RACE_MAX = 2.0, 6  # re-timed together: the RACE_MAX fastest passing ones within 2x the best
 KEEP_F32 = 1.05  # a lower precision is chosen only when more than this much faster than float32
 RACE_ROUNDS = 16  # re-timing: rounds of interleaved blocks
-THREAD_RACE = 3  # how many of the fastest passing candidates are timed at fewer threads too
 
 
 @dataclass
@@ -84,7 +83,7 @@ class Candidate:
     # engine options: int8-static's calibration file, and (mixed precision) the instructions kept in float32
     options: dict[str, Any] = field(default_factory=dict)
     note: str = ""  # mixed precision: which nodes lost the accuracy, what keeping them in float32 did
-    threads: int | None = None  # fewer than tune's threads (``_fewer_threads``); None: tune's own
+    threads: int | None = None  # fewer than tune's threads (``_race``); None: tune's own
 
     @property
     def name(self) -> str:
@@ -379,8 +378,7 @@ def tune(
         calibration = Path(tmp) / CALIBRATION_FILE
         calibration_error = _calibrate(work, todo, calibration) if any(p == "int8-static" for _, p in todo) else ""
         report.candidates = [_candidate(work, k, todo, calibration, calibration_error) for k in range(len(todo))]
-        _confirm(report, directory, [s for _, s, _ in sets], threads, progress)
-        _fewer_threads(report, work)
+        _race(report, work)
         report.seconds = time.perf_counter() - started
         if write and report.choice is not None:
             if calibration.is_file():  # (also when f32 won: `precision="int8-static"` loads without recalibrating)
@@ -515,19 +513,21 @@ def _mixed(work: _Work, cand: Candidate) -> None:
     cand.note = f"losing the accuracy: {worst}; still fails with {len(keep)} node(s) kept in float32"
 
 
-def _confirm(
-    report: TuneReport,
-    directory: Path,
-    sets: list[dict[str, np.ndarray]],
-    threads: int | None,
-    progress: Callable[[str], None] | None,
-) -> None:
-    """Time the close contenders again, together: one fresh process loads them all and times them in
-    alternating blocks with pauses (``race``), and each one's median there replaces its first one.
+def _race(report: TuneReport, work: _Work) -> None:
+    """Time the close contenders again, together, at tune's threads and at halvings of them: one
+    fresh process loads them all and times them in alternating blocks with pauses (``race``), and
+    each one's median there replaces its first one.
+
     On a shared machine, timings taken one process after another drift by more than the gaps
-    between candidates; blocks that alternate meet the same drift."""
+    between candidates; blocks that alternate meet the same drift. A small model often runs faster
+    on fewer threads than it may use (a parallel section costs it more than it saves), and which
+    candidate gains most from fewer differs: ResNet b1 ran onnxruntime f32, int8 and OpenVINO bf16
+    within 2% of each other at two threads, and OpenVINO bf16 at 0.73x of them on one, so every
+    close contender on an engine whose threads are a session setting is timed at each count. A count
+    below tune's joins the candidates, and so can be the choice, only after its outputs are judged
+    again on every input set at that count, in a process of its own."""
     passing = sorted((c for c in report.candidates if c.passed), key=lambda c: c.median_ms)
-    if len(passing) < 2:
+    if not passing:
         return
     # Wide on purpose: a first timing, taken in a process of its own, can be off by more than 1.3x on
     # a busy machine, and a candidate left out cannot win the race (MobileViT b8: with the three
@@ -540,52 +540,25 @@ def _confirm(
     f32 = fastest([c for c in within if c.precision == "f32"])
     if f32 is not None and f32 not in close:
         close.append(f32)
-    if len(close) < 2:
-        return
-    contenders = [(c.engine, c.precision, c.options, c.threads or threads) for c in close]
-    try:
-        medians = in_fresh_process(threads, race, str(directory), contenders, sets[0], threads, RACE_ROUNDS)
-    except Exception as e:  # a crashed worker: keep the first pass's timings
-        if progress:
-            progress(f"re-timing failed ({type(e).__name__}); keeping the first timings")
-        return
-    for cand, median in zip(close, medians):
-        cand.median_ms = median
-    if progress:
-        progress("re-timed together: " + ", ".join(f"{c.name} {c.median_ms:.3f} ms" for c in close))
-
-
-def _fewer_threads(report: TuneReport, work: _Work) -> None:
-    """A small model often runs faster on fewer threads than it may use (a parallel section costs it
-    more than it saves). The fastest passing candidates (``THREAD_RACE`` of them, and the fastest
-    float32 one, on engines whose threads are a session setting) are timed together, in one fresh
-    process, at tune's threads and at halvings of them, and take the medians of that race. A count
-    below tune's joins the candidates, and so can be the choice, only after its outputs are judged
-    again on every input set at that count, in a process of its own."""
-    passing = sorted((c for c in report.candidates if c.passed and c.engine in THREADS_PER_SESSION),
-                     key=lambda c: c.median_ms)  # fmt: skip
     budget = work.threads or cores()
     counts = [budget >> k for k in range(1, budget.bit_length())][:2]  # (16 threads: 8 and 4)
-    if not passing or not counts:
+    variants = [Candidate(c.engine, c.precision, options=dict(c.options), threads=n)
+                for c in close if c.engine in THREADS_PER_SESSION for n in counts]  # fmt: skip
+    timed = close + variants
+    if len(timed) < 2:
         return
-    raced = passing[:THREAD_RACE]
-    f32 = fastest([c for c in passing if c.precision == "f32"])
-    if f32 is not None and f32 not in raced:
-        raced.append(f32)
-    variants = [Candidate(c.engine, c.precision, options=dict(c.options), threads=n) for c in raced for n in counts]
-    timed = raced + variants
     contenders = [(c.engine, c.precision, c.options, c.threads or work.threads) for c in timed]
     try:
         medians = in_fresh_process(work.threads, race, str(work.directory), contenders, work.sets[0][1],
                                    work.threads, RACE_ROUNDS)  # fmt: skip
-    except Exception as e:  # a crashed worker: every candidate stays at tune's threads
+    except Exception as e:  # a crashed worker: keep the first timings, at tune's threads
         if work.progress:
-            work.progress(f"timing at fewer threads failed ({type(e).__name__}); keeping tune's threads")
+            work.progress(f"timing together failed ({type(e).__name__}); keeping the first timings")
         return
     for cand, median in zip(timed, medians):
         cand.median_ms = median
     if work.progress:
-        work.progress("timed together at fewer threads: " + ", ".join(f"{c.name} {c.median_ms:.3f} ms" for c in timed))
+        work.progress("timed together: " + ", ".join(f"{c.name} {c.median_ms:.3f} ms" for c in timed))
     for v in variants:  # (provisionally, until judged: only a variant that would be the choice is run)
         v.passed = True
     report.candidates += variants

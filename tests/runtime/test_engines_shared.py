@@ -182,3 +182,31 @@ def test_inputs_as_users_hand_them(engine, tmp_path):
     np.testing.assert_array_equal(got[1], want[1].numpy())
     for a, b in zip((mapped, strided, scale, positions), before):
         np.testing.assert_array_equal(a, b)
+
+
+class Lone(torch.nn.Module):
+    def forward(self, x):
+        return x * 2.0 + x.sum()
+
+
+@pytest.mark.parametrize("kind", ["read-only", "fortran", "0-d"])
+@pytest.mark.parametrize("engine", list(ENGINES))
+def test_a_lone_input_as_users_hand_it(engine, kind, tmp_path):
+    """A one-input model (OpenVINO hands it over as a lone tensor, not a dict) gives PyTorch's
+    answer on a read-only, a Fortran-order and a 0-d input, and does not write to it."""
+    _installed(engine)
+    x = torch.randn(()) if kind == "0-d" else torch.randn(3, 4)
+    rlx.from_torch(Lone().eval(), (x,), tmp_path / "lone", verify=False)
+    model = rlx.load(tmp_path / "lone", engine=engine)
+    arr = x.numpy()
+    if kind == "read-only":
+        np.save(tmp_path / "x.npy", arr)
+        arr = np.load(tmp_path / "x.npy", mmap_mode="r")
+    elif kind == "fortran":
+        arr = np.asfortranarray(arr)
+    before = np.array(arr)
+    got = model(arr)
+    want = Lone()(x).numpy()
+    assert got.dtype == np.float32 and got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+    np.testing.assert_array_equal(arr, before)

@@ -3,10 +3,11 @@
     python benchmarks/bench.py            # examples + transformers models (if installed), batch 1 and 8
     python benchmarks/bench.py --quick    # a one-minute smoke run
 
-Everything runs in this one process, interleaved by rounds (each round times every engine in a
-short block of its own, so load drift hits all of them alike, with a pause between blocks so
-onnxruntime's spinning threads don't slow the next engine), after warm-up, with 2 threads everywhere. Cold start is measured
-in fresh processes. PyTorch is timed eager and through torch.compile (inductor, compiled before
+Each row (model and batch) runs in a fresh process of its own, which times every engine of the
+row interleaved by rounds (each round times every engine in a short block of its own, so load
+drift hits all of them alike, with a pause between blocks so onnxruntime's spinning threads don't
+slow the next engine), after warm-up, with 2 threads everywhere. Cold start is measured in fresh
+processes too. PyTorch is timed eager and through torch.compile (inductor, compiled before
 timing; --no-compile skips it: it compiles each model for minutes on a busy 2-core machine). With
 OpenVINO installed, a second table puts OpenVINO at f32 and bf16 (on torch.onnx's graph and on
 rlx's openvino engine) beside "rlx tuned": the choice `rlx tune` makes for the bundle (numpy,
@@ -26,6 +27,7 @@ os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=true intra_op_p
 
 import argparse  # noqa: E402
 import importlib.util  # noqa: E402
+import json  # noqa: E402
 import math  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
@@ -521,43 +523,70 @@ def print_precisions(rows, tuned: dict[str, str]) -> None:
     )
 
 
+def cases(quick: bool, only: set[str]):
+    """(label, model, inputs, example file or None) of every benchmark row, in the table's order."""
+    out = []
+    for batch in (1,) if quick else (1, 8):
+        for name in ("mlp", "transformer", "cnn", "decoder_lm"):
+            out.append((f"{name}/b{batch}", *example(name, batch), ROOT / "examples" / f"{name}.py"))
+        if not quick:
+            out += [(f"{n}/b{batch}", m, i, None) for n, m, i in hf_models(batch)]
+    return [c for c in out if not only or c[0].split("/")[0] in only]
+
+
+def run_row(label: str, args: argparse.Namespace, work: Path) -> dict | None:
+    """One row, measured in this process: latencies, parity, tune's choice, memory, cold start."""
+    rounds, warmup = (4, 5) if args.quick else (12, 10)
+    label, model, inputs, example_file = next(c for c in cases(args.quick, set()) if c[0] == label)
+    try:
+        engines = Engines(label.replace("/", "_"), model, inputs, work, compile=not args.no_compile)
+    except rlx.RlxError as e:  # one model rlx cannot take: say so, benchmark the rest
+        print(f"  rlx: {label}: {e}")
+        return None
+    fns = engines.callables()
+    med = measure(fns, rounds, warmup)
+    err, within = parity(fns)
+    cold = cold_start(engines, example_file) if example_file is not None and label.endswith("/b1") else None
+    return {"label": label, "med": med, "err": err, "within": within, "tuned": getattr(engines, "tuned_choice", "-"),
+            "memory": peak_memory(engines), "cold": cold}  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="examples only, batch 1, few rounds")
     parser.add_argument("--only", default="", help="comma-separated model names (e.g. bert,swin): those only")
     parser.add_argument("--no-compile", action="store_true", help="leave the torch.compile column out")
+    parser.add_argument("--row", default="", help=argparse.SUPPRESS)  # (a child process: this row only)
+    parser.add_argument("--row-out", default="", help=argparse.SUPPRESS)  # (where the child writes it, JSON)
     args = parser.parse_args()
-    only = {n for n in args.only.split(",") if n}
     torch.set_num_threads(THREADS)
-    rounds, warmup = (4, 5) if args.quick else (12, 10)
-    batches = (1,) if args.quick else (1, 8)
+    if args.row:
+        with tempfile.TemporaryDirectory() as tmp:
+            row = run_row(args.row, args, Path(tmp))
+        Path(args.row_out).write_text(json.dumps(row, default=lambda v: v.item()))  # (numpy scalars)
+        return
     rows, cold_rows, memory_rows = [], [], []
     tuned: dict[str, str] = {}
+    labels = [c[0] for c in cases(args.quick, {n for n in args.only.split(",") if n})]
     with tempfile.TemporaryDirectory() as tmp:
-        work = Path(tmp)
-        cases = []
-        for batch in batches:
-            for name in ("mlp", "transformer", "cnn", "decoder_lm"):
-                cases.append((f"{name}/b{batch}", *example(name, batch), ROOT / "examples" / f"{name}.py"))
-            if not args.quick:
-                cases += [(f"{n}/b{batch}", m, i, None) for n, m, i in hf_models(batch)]
-        for label, model, inputs, example_file in cases:
-            if only and label.split("/")[0] not in only:
-                continue
+        for label in labels:
+            # Each row in a process of its own: in one process that had run the rows before it,
+            # rlx's onnxruntime session on MobileViT b1 ran 1.10-1.13x torch.onnx's in four full
+            # runs, and 0.97x with that row alone.
             print(f"benchmarking {label} ...", flush=True)
-            try:
-                engines = Engines(label.replace("/", "_"), model, inputs, work, compile=not args.no_compile)
-            except rlx.RlxError as e:  # one model rlx cannot take: say so, benchmark the rest
-                print(f"  rlx: {label}: {e}")
+            out = Path(tmp) / "row.json"
+            flags = [f for f, on in (("--quick", args.quick), ("--no-compile", args.no_compile)) if on]
+            done = subprocess.run([sys.executable, __file__, "--row", label, "--row-out", str(out), *flags])
+            row = json.loads(out.read_text()) if done.returncode == 0 and out.is_file() else None
+            out.unlink(missing_ok=True)
+            if row is None:
+                print(f"  {label}: no result (exit code {done.returncode})")
                 continue
-            fns = engines.callables()
-            med = measure(fns, rounds, warmup)
-            err, within = parity(fns)
-            rows.append((label, med, err, within))
-            tuned[label] = getattr(engines, "tuned_choice", "-")
-            memory_rows.append((label, peak_memory(engines)))
-            if example_file is not None and label.endswith("/b1"):
-                cold_rows.append((label, cold_start(engines, example_file)))
+            rows.append((label, row["med"], row["err"], row["within"]))
+            tuned[label] = row["tuned"]
+            memory_rows.append((label, row["memory"]))
+            if row["cold"] is not None:
+                cold_rows.append((label, row["cold"]))
     print()
     print("Latency (median ms, 2 threads) and parity (max abs err / max(1, |eager|)) against PyTorch eager")
     head = f"{'model':<22}{'eager':>9}{'ORT':>9}{'rlx':>9}{'rlx/eager':>11}{'rlx/ORT':>9}{'err rlx':>10}{'err ORT':>10}"

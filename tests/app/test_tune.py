@@ -602,6 +602,45 @@ def test_every_close_contender_is_raced_at_fewer_threads_too(monkeypatch):
     assert [(e, p, n) for e, p, _, n in raced] == at_four + fewer
 
 
+def test_a_race_that_crashes_at_fewer_threads_is_run_again_without_the_crashing_ones(monkeypatch):
+    """An engine can crash the race's process at a thread count no candidate ran at yet (OpenVINO
+    2026.4 compiling the transformer example at bf16 on one thread: SIGFPE). Each fewer-threads
+    variant is then tried alone, and the race runs again without the ones that crash."""
+    import rlx.app.tune as tune_module
+    from rlx.app.tune import Candidate, TuneReport, _race, _Work
+
+    races: list[list] = []
+
+    def fake_race(threads, fn, bundle, contenders, *rest):
+        races.append([(e, p, n) for e, p, _, n in contenders])
+        if ("openvino", "bf16", 1) in races[-1]:
+            raise RuntimeError("A process in the process pool was terminated abruptly")
+        return [2.0, 1.5, 1.0][: len(contenders)]
+
+    monkeypatch.setattr(tune_module, "in_fresh_process", fake_race)
+    cands = [Candidate("onnxruntime", "f32", passed=True, median_ms=1.0),
+             Candidate("openvino", "bf16", passed=True, median_ms=1.1)]  # fmt: skip
+    report = TuneReport("b", 0.999, 0.01, 2, [], cands)
+    lines: list[str] = []
+    monkeypatch.setattr(_Work, "run", lambda self, cand: None)  # (the winning variant's judging: passes)
+    _race(report, _Work(Path("b"), None, {}, [("set", {}, [])], 0.999, 0.01, set(), 2, 5, lines.append))
+    at_two = [("onnxruntime", "f32", 2), ("openvino", "bf16", 2)]
+    assert races == [
+        at_two + [("onnxruntime", "f32", 1), ("openvino", "bf16", 1)],
+        [("onnxruntime", "f32", 1)],  # each variant alone
+        [("openvino", "bf16", 1)],
+        at_two + [("onnxruntime", "f32", 1)],
+    ]
+    assert [(c.name, c.median_ms) for c in report.candidates] == [
+        ("onnxruntime f32", 2.0), ("openvino bf16", 1.5), ("onnxruntime f32 on 1 thread", 1.0)
+    ]  # fmt: skip
+    assert lines[:2] == [
+        "the race's process crashed; crashing on their own: openvino bf16 on 1 thread; timing together without them",
+        "timed together: onnxruntime f32 2.000 ms, openvino bf16 1.500 ms, onnxruntime f32 on 1 thread 1.000 ms",
+    ]
+    assert report.choice is not None and report.choice.name == "onnxruntime f32 on 1 thread"
+
+
 @pytest.mark.parametrize("medians,threads", [([1.0, 0.5], 1), ([0.5, 1.0], 2), ([1.0, 1.0], 2)])
 def test_the_fastest_are_raced_at_fewer_threads(monkeypatch, mlp, medians, threads):
     """tune times its fastest candidates at halvings of its threads too (small models often run

@@ -547,18 +547,33 @@ def _race(report: TuneReport, work: _Work) -> None:
     timed = close + variants
     if len(timed) < 2:
         return
-    contenders = [(c.engine, c.precision, c.options, c.threads or work.threads) for c in timed]
-    try:
-        medians = in_fresh_process(work.threads, race, str(work.directory), contenders, work.sets[0][1],
-                                   work.threads, RACE_ROUNDS)  # fmt: skip
-    except Exception as e:  # a crashed worker: keep the first timings, at tune's threads
+    medians = _race_medians(work, timed)
+    if medians is None and variants:
+        # A count below tune's is a configuration no candidate ran at yet, and an engine can crash
+        # the process there (OpenVINO 2026.4 compiling the transformer example at bf16 on one
+        # thread: SIGFPE). Each such variant is tried alone, and the race runs again without the
+        # ones that crash.
+        crashed = [v for v in variants if _race_medians(work, [v], rounds=1) is None]
         if work.progress:
-            work.progress(f"timing together failed ({type(e).__name__}); keeping the first timings")
+            names = ", ".join(v.name for v in crashed) or "none alone"
+            work.progress(f"the race's process crashed; crashing on their own: {names}; timing together without them")
+        variants = [v for v in variants if v not in crashed]
+        timed = close + variants
+        medians = _race_medians(work, timed) if len(timed) > 1 else None
+    if medians is None:  # a crashed worker: keep the first timings, at tune's threads
+        if work.progress:
+            work.progress("timing together failed; keeping the first timings")
         return
     for cand, median in zip(timed, medians):
         cand.median_ms = median
     if work.progress:
         work.progress("timed together: " + ", ".join(f"{c.name} {c.median_ms:.3f} ms" for c in timed))
+    _judge_variants(report, work, variants)
+
+
+def _judge_variants(report: TuneReport, work: _Work, variants: list[Candidate]) -> None:
+    """Add the raced fewer-threads ``variants`` to the candidates; each one that would be the choice
+    is judged on every input set at its count, in a process of its own, before it can be."""
     for v in variants:  # (provisionally, until judged: only a variant that would be the choice is run)
         v.passed = True
     report.candidates += variants
@@ -571,6 +586,16 @@ def _race(report: TuneReport, work: _Work) -> None:
         if work.progress:
             work.progress(f"{best.name}: {best.verdict()}")
     report.candidates = [c for c in report.candidates if id(c) not in unjudged]
+
+
+def _race_medians(work: _Work, timed: list[Candidate], rounds: int = RACE_ROUNDS) -> list[float] | None:
+    """``race`` over ``timed`` in a fresh process: the median ms of each (None: the worker crashed)."""
+    contenders = [(c.engine, c.precision, c.options, c.threads or work.threads) for c in timed]
+    try:
+        return in_fresh_process(work.threads, race, str(work.directory), contenders, work.sets[0][1],
+                                work.threads, rounds)  # fmt: skip
+    except Exception:  # (a crashed worker: BrokenProcessPool, or the error the worker raised)
+        return None
 
 
 def race(

@@ -483,6 +483,13 @@ def test_instructions_kept_in_float32_are_not_quantized(tmp_path, precision):
         rlx.load(out, engine="onnxruntime", engine_options={"float32": every})
 
 
+def _race_work(threads: int, progress=None, bundle: Path = Path("b"), inputs: dict | None = None):
+    """What ``_race`` reads of tune's work: the bundle, the first input set, threads, progress."""
+    from rlx.app.tune import _Work
+
+    return _Work(bundle, None, {}, [("set", inputs or {}, [])], 0.999, 0.01, set(), threads, 5, progress)
+
+
 def test_close_contenders_are_re_timed_together(mlp):
     from rlx.app.tune import race
 
@@ -491,14 +498,14 @@ def test_close_contenders_are_re_timed_together(mlp):
     medians = race(str(out), contenders, {"x": x}, 1, rounds=2, block_s=0.001)
     assert len(medians) == 3 and all(0 < m < 1e3 for m in medians)
     # tune's close contenders (here made equal) get the medians of such a race, in a fresh process
-    from rlx.app.tune import _race, _Work
+    from rlx.app.tune import _race
 
     report = tune(out, engines=["onnxruntime"], precisions=["f32", "int8"], threads=1, write=False, runs=5)
     for cand in report.candidates:
         assert cand.passed
         cand.median_ms = 1e6
     lines: list[str] = []
-    _race(report, _Work(out / "bundle", None, {}, [("set", {"x": x}, [])], 0.999, 0.01, set(), 1, 5, lines.append))
+    _race(report, _race_work(1, lines.append, out / "bundle", {"x": x}))
     assert all(0 < c.median_ms < 1e3 for c in report.candidates)
     assert lines == ["timed together: " + ", ".join(f"{c.name} {c.median_ms:.3f} ms" for c in report.candidates)]
 
@@ -562,7 +569,7 @@ RACES = [
 @pytest.mark.parametrize("medians,raced_ones", RACES)
 def test_the_race_takes_every_candidate_within_2x_and_float32(monkeypatch, medians, raced_ones):
     import rlx.app.tune as tune_module
-    from rlx.app.tune import Candidate, TuneReport, _race, _Work
+    from rlx.app.tune import Candidate, TuneReport, _race
 
     raced = []
 
@@ -573,7 +580,7 @@ def test_the_race_takes_every_candidate_within_2x_and_float32(monkeypatch, media
     monkeypatch.setattr(tune_module, "in_fresh_process", fake_race)
     cands = [Candidate(e, p, passed=True, median_ms=m) for (e, p), m in medians.items()]
     report = TuneReport("b", 0.999, 0.01, None, [], cands)
-    _race(report, _Work(Path("b"), None, {}, [("set", {}, [])], 0.999, 0.01, set(), 1, 5, None))
+    _race(report, _race_work(1))
     assert [(e, p) for e, p, _, _ in raced] == raced_ones
     assert all(threads == 1 for *_, threads in raced)  # (tune's own threads: one, so no fewer)
 
@@ -583,7 +590,7 @@ def test_every_close_contender_is_raced_at_fewer_threads_too(monkeypatch):
     halvings of tune's threads as well, not only the fastest few: on ResNet b1 the three fastest at
     two threads were onnxruntime's, and the fourth, OpenVINO bf16, ran 0.73x of them on one."""
     import rlx.app.tune as tune_module
-    from rlx.app.tune import Candidate, TuneReport, _race, _Work
+    from rlx.app.tune import Candidate, TuneReport, _race
 
     raced = []
 
@@ -596,7 +603,7 @@ def test_every_close_contender_is_raced_at_fewer_threads_too(monkeypatch):
               ("openvino", "bf16", 1.03), ("numpy", "f32", 1.5)]  # fmt: skip
     cands = [Candidate(e, p, passed=True, median_ms=m) for e, p, m in firsts]
     report = TuneReport("b", 0.999, 0.01, 4, [], cands)
-    _race(report, _Work(Path("b"), None, {}, [("set", {}, [])], 0.999, 0.01, set(), 4, 5, None))
+    _race(report, _race_work(4))
     at_four = [(e, p, 4) for e, p, _ in firsts]
     fewer = [(e, p, n) for e, p, _ in firsts if e != "numpy" for n in (2, 1)]
     assert [(e, p, n) for e, p, _, n in raced] == at_four + fewer
@@ -623,7 +630,7 @@ def test_a_race_that_crashes_at_fewer_threads_is_run_again_without_the_crashing_
     report = TuneReport("b", 0.999, 0.01, 2, [], cands)
     lines: list[str] = []
     monkeypatch.setattr(_Work, "run", lambda self, cand: None)  # (the winning variant's judging: passes)
-    _race(report, _Work(Path("b"), None, {}, [("set", {}, [])], 0.999, 0.01, set(), 2, 5, lines.append))
+    _race(report, _race_work(2, lines.append))
     at_two = [("onnxruntime", "f32", 2), ("openvino", "bf16", 2)]
     assert races == [
         at_two + [("onnxruntime", "f32", 1), ("openvino", "bf16", 1)],
@@ -699,7 +706,7 @@ def test_a_fewer_threads_variant_that_fails_is_not_chosen(monkeypatch):
     cands = [Candidate("onnxruntime", "f32", passed=True, median_ms=1.0),
              Candidate("openvino", "f32", passed=True, median_ms=1.1)]  # fmt: skip
     report = TuneReport("b", 0.999, 0.01, 2, [], cands)
-    _race(report, _Work(Path("b"), None, {}, [("set", {}, [])], 0.999, 0.01, set(), 2, 5, None))
+    _race(report, _race_work(2))
     assert judged == ["onnxruntime f32 on 1 thread"]
     assert [(c.name, c.passed, c.median_ms) for c in report.candidates] == [
         ("onnxruntime f32", True, 1.0),

@@ -311,16 +311,22 @@ def grouped_conv(tmp_path_factory):
     return out, x.numpy()
 
 
-def _runtime_precisions(model, x):
-    """{original node name: the precision OpenVINO's CPU plugin runs it at} for the convolution and
-    the product (their nodes' names start with their instruction's)."""
+def _runtime_kernels(model, x) -> dict[str, tuple[str, str]]:
+    """{original node name: (kernel, precision)} that OpenVINO's CPU plugin runs the convolutions
+    and products with (their nodes' names start with their instruction's)."""
     runtime = model.executor_for([x])._compiled.get_runtime_model()
     found = {}
     for op in runtime.get_ordered_ops():
         info = op.get_rt_info()
         if info["layerType"].astype(str) in ("Convolution", "FullyConnected", "MatMul"):
-            found[op.get_friendly_name().split(":", 1)[0]] = info["runtimePrecision"].astype(str)
+            kernel = (info["primitiveType"].astype(str), info["runtimePrecision"].astype(str))
+            found[op.get_friendly_name().split(":", 1)[0]] = kernel
     return found
+
+
+def _runtime_precisions(model, x) -> dict[str, str]:
+    """{original node name: the precision OpenVINO's CPU plugin runs it at} (``_runtime_kernels``)."""
+    return {name: precision for name, (_, precision) in _runtime_kernels(model, x).items()}
 
 
 @pytest.mark.parametrize("precision", ["bf16", "f16"])
@@ -449,6 +455,43 @@ def test_wrong_bf16_grouped_convolutions_run_in_float32(grouped_conv, monkeypatc
     assert runs[conv] == ("f32" if wrong else raw_runs[conv])
     assert {n: p for n, p in runs.items() if n != conv} == {n: p for n, p in raw_runs.items() if n != conv}
     assert cosine(guarded(x), f32(x)) > 0.999
+
+
+def test_convolutions_on_a_slow_bf16_kernel_compute_in_float32(tmp_path, monkeypatch):
+    """Where OpenVINO's bf16 compilation runs a convolution on a fallback kernel (without AMX, the
+    grouped one of a small wav2vec2 runs on im2col + gemm, 10-50x its float32 time), the engine
+    compiles again with that convolution in float32; every other node runs as before, one
+    compilation serves the later bindings, and the answer stays within tolerance of float32's."""
+    from torch.export import Dim
+
+    if "bf16" not in supported_precisions("openvino"):
+        pytest.skip("OpenVINO runs no bf16 here")
+    monkeypatch.setattr(executor, "bf16_grouped_conv_is_wrong", lambda: False)  # (this test is about speed)
+    out = tmp_path / "positional"
+    x = torch.randn(2, 40, 128, generator=torch.Generator().manual_seed(0))
+    module = GroupedConv(channels=128, kernel=128, groups=16).eval()
+    rlx.from_torch(module, (x,), out, dynamic_shapes=({0: Dim("n", max=8)},), verify=False)
+    x = x.numpy()
+    conv = next(i.result for i in rlx.load(out).program.instrs if i.call.op == "Conv")
+    with monkeypatch.context() as patched:
+        patched.setattr(executor, "SLOW_CONVOLUTION_KERNELS", ())  # (OpenVINO's own choice)
+        raw = _runtime_kernels(rlx.load(out, engine="openvino", precision="bf16"), x)
+    guarded = rlx.load(out, engine="openvino", precision="bf16")
+    runs = _runtime_kernels(guarded, x)
+    slow = raw[conv][0].startswith(executor.SLOW_CONVOLUTION_KERNELS) and raw[conv][1] != "f32"
+    assert runs[conv][1] == ("f32" if slow else raw[conv][1]), (raw, runs)
+    assert not runs[conv][0].startswith(executor.SLOW_CONVOLUTION_KERNELS) or runs[conv][1] == "f32"
+    assert {n: k for n, k in runs.items() if n != conv} == {n: k for n, k in raw.items() if n != conv}
+    engine = guarded.executor_for([x])._engine
+    assert engine._slow_convolutions == ({conv} if slow else set())
+    f32 = rlx.load(out, engine="openvino")
+    for n in (2, 5):  # (a second batch size: the one dynamic compilation, conv still in float32)
+        xs = np.random.default_rng(n).standard_normal((n, 40, 128)).astype(np.float32)
+        got, want = guarded(xs), f32(xs)
+        assert got.shape == want.shape == (n, 40, 64) and got.dtype == np.float32
+        cosine = float(np.ravel(got) @ np.ravel(want) / (np.linalg.norm(got) * np.linalg.norm(want)))
+        assert cosine > 0.999 and np.abs(got - want).max() < 5e-2, (cosine, np.abs(got - want).max())
+    assert _runtime_kernels(guarded, xs)[conv] == runs[conv]
 
 
 def test_a_probe_that_cannot_run_keeps_grouped_convolutions_in_float32(monkeypatch):

@@ -18,7 +18,10 @@ products), whose quantized ops the CPU plugin runs as int8 kernels; each binding
 compiled at its own shape.
 
 Mixed precision at bf16/f16 (``float32=``): the nodes of the named instructions are marked to
-compute in float32 (``keep_float32``).
+compute in float32 (``keep_float32``). The engine keeps two kinds of convolution in float32 itself
+at bf16: grouped ones where OpenVINO's bf16 kernel is wrong on this CPU (a probe, ``hints``), and
+any that the compiled model runs on one of OpenVINO's slow fallback kernels at the lower precision
+(read from the compiled model, which is then compiled again with them kept).
 """
 
 from __future__ import annotations
@@ -44,6 +47,11 @@ from rlx.runtime.quantize import check_quantization, quantization_graph, quantiz
 BF16 = dtypes.to_numpy("bf16")
 # The precisions at which instructions can be kept in float32 (``float32=``).
 LOWERED = ("bf16", "f16", "int8-static")
+# Convolution kernels of OpenVINO's CPU plugin that are fallbacks, not tuned kernels: im2col + gemm
+# and the reference loop. Without AMX, its bf16 grouped convolution with a long kernel (wav2vec2's
+# positional convolution: 8 channels a group, kernel 128) runs on ``jit_gemm_bf16``, 10-50x slower
+# than its float32 kernel, so at bf16 such a convolution computes in float32 instead.
+SLOW_CONVOLUTION_KERNELS = ("jit_gemm", "ref")
 
 
 class Compiled(NamedTuple):
@@ -86,6 +94,8 @@ class OvEngine(GraphEngine):
         self._shared_lock = threading.Lock()  # one thread compiles the dynamic model
         self._shared: dict[bool, Compiled] = {}  # exact -> the compiled dynamic model, once built
         self._shared_failed = False
+        # Convolutions found on a slow kernel at the lower precision: every later compilation keeps them.
+        self._slow_convolutions: set[str] = set()
 
     def config(self) -> dict[str, Any]:
         """The compile_model properties: precision, latency (one stream), threads."""
@@ -115,12 +125,22 @@ class OvEngine(GraphEngine):
 
     def _compile_program(self, program: Program, exact: bool) -> Compiled:
         model, finite = self.ov_model(program, exact=exact)
+        compiled = self._compile(model, program)
+        if self.precision in ("bf16", "f16"):
+            slow = _slow_convolutions(compiled, program) - self._slow_convolutions
+            if slow:  # (once per engine: later bindings are emitted with them kept)
+                self._slow_convolutions |= slow
+                model, finite = self.ov_model(program, exact=exact)
+                compiled = self._compile(model, program)
+        return Compiled(compiled, finite)
+
+    def _compile(self, model: Any, program: Program) -> Any:
         try:
             compiled = self._core.compile_model(model, "CPU", self.config())
         except Exception as e:
             raise RlxError(f"OpenVINO could not compile {program.name}: {_first_line(e)}") from e
         self.count_compilation()
-        return Compiled(compiled, finite)
+        return compiled
 
     def ov_model(self, program: Program, *, exact: bool = False) -> tuple[Any, tuple[int, ...]]:
         """The OpenVINO model of ``program`` with the weights as shared constants (not compiled),
@@ -151,7 +171,7 @@ class OvEngine(GraphEngine):
         for t in external:  # weights enter as inputs, become shared constants below
             graph.input.append(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
         model = self._read(proto.SerializeToString(), program)
-        keep = set(self.float32) if self.precision in ("bf16", "f16") else set()
+        keep = set(self.float32) | self._slow_convolutions if self.precision in ("bf16", "f16") else set()
         if self.precision == "bf16":
             keep |= _wrong_bf16_convolutions(program)
         if keep:
@@ -237,6 +257,24 @@ def _wrong_bf16_convolutions(program: Program) -> set[str]:
         and _grouped_width(values[ins.call.weight.name].shape)
     }
     return grouped if grouped and bf16_grouped_conv_is_wrong() else set()
+
+
+def _slow_convolutions(compiled: Any, program: Program) -> set[str]:
+    """The convolutions of ``program`` that OpenVINO's ``compiled`` model runs below float32 on a
+    fallback kernel (``SLOW_CONVOLUTION_KERNELS``), by instruction (a runtime node lists the nodes
+    it was fused from; their names start with their instruction's)."""
+    convolutions = {ins.result for ins in program.instrs if isinstance(ins.call, C.Conv)}
+    slow = set()
+    for node in compiled.get_runtime_model().get_ordered_ops():
+        info = node.get_rt_info()
+        if (
+            info["layerType"].astype(str) == "Convolution"
+            and info["primitiveType"].astype(str).startswith(SLOW_CONVOLUTION_KERNELS)
+            and info["runtimePrecision"].astype(str) != "f32"
+        ):
+            fused = info["originalLayersNames"].astype(str).split(",")
+            slow |= {name.split(":", 1)[0] for name in fused} & convolutions
+    return slow
 
 
 def _grouped_width(weight_shape: tuple[Any, ...]) -> bool:

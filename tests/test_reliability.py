@@ -179,3 +179,23 @@ def test_memory_does_not_grow_over_many_calls(mlp_out):
     after, _ = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     assert after - base < 256 * 1024, f"grew by {after - base} bytes over 10,000 calls"
+
+
+@pytest.mark.parametrize(
+    "error, line, summary",
+    [
+        (RuntimeError("Exception from src/core.cpp:12:\nCheck failed\n"), "Exception from src/core.cpp:12:",
+         "RuntimeError: Exception from src/core.cpp:12:"),
+        (ValueError("  \n"), "ValueError", "ValueError"),
+        (MemoryError(), "MemoryError", "MemoryError"),
+    ],
+    ids=["many-lines", "blank", "no-message"],
+)  # fmt: skip
+def test_a_library_error_is_quoted_in_one_line(error, line, summary):
+    """An engine library's exception, quoted inside rlx's own one-line messages: its first line (or
+    its type where it says nothing), and with its type for the messages that name it."""
+    from rlx.errors import first_line
+    from rlx.errors import summary as summarize
+
+    assert first_line(error) == line
+    assert summarize(error) == summary

@@ -21,6 +21,18 @@ def printable(text: str) -> str:
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
+def first_line(e: BaseException) -> str:
+    """The first line of an exception's message (a library's run to many lines), or its type's
+    name where it has none."""
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+def summary(e: BaseException) -> str:
+    """``Type: first line`` of an exception that is not rlx's own, to quote it in one line."""
+    return f"{type(e).__name__}: {first_line(e)}" if str(e).strip() else type(e).__name__
+
+
 class SchemaError(RlxError):
     """A ``torch-ir.json`` / ``program.json`` / ``meta.json`` that does not follow its schema."""
 

@@ -642,7 +642,8 @@ def test_a_race_that_crashes_at_fewer_threads_is_run_again_without_the_crashing_
         ("onnxruntime f32", 2.0), ("openvino bf16", 1.5), ("onnxruntime f32 on 1 thread", 1.0)
     ]  # fmt: skip
     assert lines[:2] == [
-        "the race's process crashed; crashing on their own: openvino bf16 on 1 thread; timing together without them",
+        "the race's process crashed (RuntimeError: A process in the process pool was terminated abruptly); "
+        "crashing on their own: openvino bf16 on 1 thread; timing together without them",
         "timed together: onnxruntime f32 2.000 ms, openvino bf16 1.500 ms, onnxruntime f32 on 1 thread 1.000 ms",
     ]
     assert report.choice is not None and report.choice.name == "onnxruntime f32 on 1 thread"

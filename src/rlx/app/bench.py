@@ -25,7 +25,7 @@ from typing import Any, Protocol, TypeVar
 import numpy as np
 
 from rlx.app.verify import compare
-from rlx.errors import RlxError, UsageError
+from rlx.errors import RlxError, UsageError, summary
 from rlx.formats import safetensors_io
 from rlx.formats.layout import PROGRAM_FILE, REFERENCE_FILE, input_key
 from rlx.ir import dtypes
@@ -242,9 +242,7 @@ def _measure_in_subprocess(
     except RlxError:
         raise
     except Exception as e:  # a crashed worker: report the engine as failed, keep the others
-        return EngineResult(
-            engine, error=f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
-        ), None
+        return EngineResult(engine, error=summary(e)), None
 
 
 def measure(

@@ -40,7 +40,7 @@ import numpy as np
 
 from rlx.app.bench import BLOCK_S, fastest, in_fresh_process, interleaved
 from rlx.app.mixed import culprits, losses
-from rlx.errors import InputError, RlxError, UsageError
+from rlx.errors import InputError, RlxError, UsageError, summary
 from rlx.formats import safetensors_io
 from rlx.formats.atomic import atomic_write_text
 from rlx.formats.layout import CALIBRATION_FILE, REFERENCE_FILE, TUNING_FILE, bundle_root, input_key, output_key
@@ -547,22 +547,24 @@ def _race(report: TuneReport, work: _Work) -> None:
     timed = close + variants
     if len(timed) < 2:
         return
-    medians = _race_medians(work, timed)
+    medians, failure = _race_medians(work, timed)
     if medians is None and variants:
         # A count below tune's is a configuration no candidate ran at yet, and an engine can crash
         # the process there (OpenVINO 2026.4 compiling the transformer example at bf16 on one
         # thread: SIGFPE). Each such variant is tried alone, and the race runs again without the
         # ones that crash.
-        crashed = [v for v in variants if _race_medians(work, [v], rounds=1) is None]
+        crashed = [v for v in variants if _race_medians(work, [v], rounds=1)[0] is None]
         if work.progress:
             names = ", ".join(v.name for v in crashed) or "none alone"
-            work.progress(f"the race's process crashed; crashing on their own: {names}; timing together without them")
+            work.progress(
+                f"the race's process crashed ({failure}); crashing on their own: {names}; timing together without them"
+            )
         variants = [v for v in variants if v not in crashed]
         timed = close + variants
-        medians = _race_medians(work, timed) if len(timed) > 1 else None
+        medians, failure = _race_medians(work, timed) if len(timed) > 1 else (None, "one candidate left")
     if medians is None:  # a crashed worker: keep the first timings, at tune's threads
         if work.progress:
-            work.progress("timing together failed; keeping the first timings")
+            work.progress(f"timing together failed ({failure}); keeping the first timings")
         return
     for cand, median in zip(timed, medians):
         cand.median_ms = median
@@ -588,14 +590,15 @@ def _judge_variants(report: TuneReport, work: _Work, variants: list[Candidate]) 
     report.candidates = [c for c in report.candidates if id(c) not in unjudged]
 
 
-def _race_medians(work: _Work, timed: list[Candidate], rounds: int = RACE_ROUNDS) -> list[float] | None:
-    """``race`` over ``timed`` in a fresh process: the median ms of each (None: the worker crashed)."""
+def _race_medians(work: _Work, timed: list[Candidate], rounds: int = RACE_ROUNDS) -> tuple[list[float] | None, str]:
+    """``race`` over ``timed`` in a fresh process: the median ms of each, or None and why not (the
+    worker crashed: BrokenProcessPool, or the error the worker raised, by its type and first line)."""
     contenders = [(c.engine, c.precision, c.options, c.threads or work.threads) for c in timed]
     try:
         return in_fresh_process(work.threads, race, str(work.directory), contenders, work.sets[0][1],
-                                work.threads, rounds)  # fmt: skip
-    except Exception:  # (a crashed worker: BrokenProcessPool, or the error the worker raised)
-        return None
+                                work.threads, rounds), ""  # fmt: skip
+    except Exception as e:
+        return None, summary(e)
 
 
 def race(

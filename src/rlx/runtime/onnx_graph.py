@@ -123,9 +123,3 @@ def finite_inputs(model: Any, program: Program) -> tuple[int, ...]:
     names: list[str] = next((json.loads(p.value) for p in model.metadata_props if p.key == FINITE_INPUTS), [])
     position = {v.name: k for k, v in enumerate(program.inputs)}
     return tuple(sorted(position[n] for n in names))
-
-
-def first_line(e: BaseException) -> str:
-    """The first line of an engine library's exception message (theirs run to many lines)."""
-    text = str(e).strip()
-    return text.splitlines()[0] if text else ""

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 from torch.export import ExportedProgram
 
-from rlx.errors import BundleError
+from rlx.errors import BundleError, summary
 from rlx.frontends.torch.tensors import numpy_to_tensor, tensor_to_numpy
 
 
@@ -24,7 +24,7 @@ def save_exported(ep: ExportedProgram, path: Path) -> str | None:
             torch.export.save(ep, str(path))
     except Exception as e:  # torch's serialiser raises many types
         path.unlink(missing_ok=True)
-        return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:200]
+        return summary(e)[:200]
     return None
 
 

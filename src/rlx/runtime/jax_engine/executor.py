@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rlx.errors import RlxError
+from rlx.errors import RlxError, summary
 from rlx.ir import dtypes
 from rlx.ir.program import Program, Ref, resolve_operand
 from rlx.kernels.jax.coverage import check_coverage
@@ -70,7 +70,7 @@ class JaxExecutor:
                 except RlxError:
                     raise
                 except Exception as e:  # a kernel failure is reported with the instruction
-                    raise RlxError(f"runtime error in {label}: {type(e).__name__}: {_first_line(e)}") from e
+                    raise RlxError(f"runtime error in {label}: {summary(e)}") from e
                 out = jnp.asarray(out)
                 want = dtypes.to_numpy(ins.dtype)
                 if out.dtype != want:
@@ -89,9 +89,7 @@ class JaxExecutor:
             except RlxError:
                 raise
             except Exception as e:
-                raise RlxError(
-                    f"the JAX engine could not compile {program.name}: {type(e).__name__}: {_first_line(e)}"
-                ) from e
+                raise RlxError(f"the JAX engine could not compile {program.name}: {summary(e)}") from e
         self._outputs = [
             None if isinstance(o, Ref) else np.asarray(o.value, dtypes.to_numpy(o.dtype)) for o in program.outputs
         ]
@@ -102,8 +100,3 @@ class JaxExecutor:
             results = iter(self._compiled(self._weights, list(inputs)))
         # Writable host copies, like the numpy engine's outputs (a device array's view is read-only).
         return [np.array(next(results)) if const is None else const.copy() for const in self._outputs]
-
-
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return text.splitlines()[0] if text else ""

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from rlx.errors import RlxError, UsageError
+from rlx.errors import RlxError, UsageError, first_line, summary
 from rlx.exporters.onnx import NAN_CHECK, GraphOptions, to_onnx
 from rlx.exporters.onnx.registry import DEFAULT_CONTRIB, ONNX_TYPES, check_contrib
 from rlx.formats.safetensors_io import file_region
@@ -36,7 +36,6 @@ from rlx.runtime.onnx_graph import (
     check_program,
     finite,
     finite_inputs,
-    first_line,
     host_weights,
     output_values,
 )
@@ -199,7 +198,7 @@ class OrtExecutor:
         try:
             self._session = ort.InferenceSession(serialized, opts, providers=["CPUExecutionProvider"])
         except Exception as e:
-            raise RlxError(f"onnxruntime could not load {program.name}: {type(e).__name__}: {first_line(e)}") from e
+            raise RlxError(f"onnxruntime could not load {program.name}: {summary(e)}") from e
         self._bf16_inputs = [v.dtype == "bf16" for v in program.inputs]
         self._want = [dtypes.to_numpy(v.dtype) for v in output_values(program)]
         self._fetch = self.output_names[: len(self._want)] + self._check

@@ -33,12 +33,12 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from rlx.errors import RlxError, UsageError
+from rlx.errors import RlxError, UsageError, first_line
 from rlx.exporters.onnx import NAN_CHECK, GraphOptions, to_onnx
 from rlx.ir import calls as C
 from rlx.ir import dtypes
 from rlx.ir.program import Program
-from rlx.runtime.onnx_graph import GraphEngine, all_finite, finite_inputs, first_line, output_values
+from rlx.runtime.onnx_graph import GraphEngine, all_finite, finite_inputs, output_values
 from rlx.runtime.openvino_engine import require_openvino
 from rlx.runtime.openvino_engine.hints import HINTS, bf16_grouped_conv_is_wrong, check_precision
 from rlx.runtime.openvino_engine.keep_float32 import keep_float32
@@ -138,7 +138,7 @@ class OvEngine(GraphEngine):
         try:
             compiled = self._core.compile_model(model, "CPU", self.config())
         except Exception as e:
-            raise RlxError(f"OpenVINO could not compile {program.name}: {_first_line(e)}") from e
+            raise RlxError(f"OpenVINO could not compile {program.name}: {first_line(e)}") from e
         self.count_compilation()
         return compiled
 
@@ -179,7 +179,7 @@ class OvEngine(GraphEngine):
                 model = keep_float32(self._core, model, keep, self._arrays, self.precision)
             except Exception as e:  # (OpenVINO's graph API or IR reader refusing the marked model)
                 raise RlxError(
-                    f"OpenVINO could not keep {program.name}'s instructions in float32: {_first_line(e)}"
+                    f"OpenVINO could not keep {program.name}'s instructions in float32: {first_line(e)}"
                 ) from e
         ov = self._ov
         for param in list(model.get_parameters()):
@@ -212,7 +212,7 @@ class OvEngine(GraphEngine):
         try:
             return self._core.read_model(serialized)
         except Exception as e:
-            raise RlxError(f"OpenVINO could not read {program.name}'s ONNX graph: {_first_line(e)}") from e
+            raise RlxError(f"OpenVINO could not read {program.name}'s ONNX graph: {first_line(e)}") from e
 
 
 def trace_program(
@@ -237,7 +237,7 @@ def trace_program(
     try:
         compiled = engine._core.compile_model(model, "CPU", engine.config())
     except Exception as e:
-        raise RlxError(f"OpenVINO could not compile {program.name} with its values traced: {_first_line(e)}") from e
+        raise RlxError(f"OpenVINO could not compile {program.name} with its values traced: {first_line(e)}") from e
     values = OvExecutor(program, Compiled(compiled, ()), engine).infer(inputs)
     found = {name: np.asarray(value) for port, value in zip(compiled.outputs, values) for name in port.get_names()}
     outputs = [v.name for v in output_values(program)]
@@ -376,7 +376,7 @@ class OvExecutor:
                     self._binding_infer = None
             results = self._request().infer(dict(enumerate(arrays)), share_inputs=True, share_outputs=False)
         except Exception as e:
-            raise RlxError(f"runtime error in OpenVINO running {self.program.name}: {_first_line(e)}") from e
+            raise RlxError(f"runtime error in OpenVINO running {self.program.name}: {first_line(e)}") from e
         return results.to_tuple()
 
     def exact(self) -> OvExecutor:
@@ -385,7 +385,3 @@ class OvExecutor:
             if self._exact is None:
                 self._exact = self._engine.compile(self.program, exact=True)
             return self._exact
-
-
-def _first_line(e: BaseException) -> str:
-    return first_line(e) or type(e).__name__

@@ -574,7 +574,8 @@ def test_the_race_takes_every_candidate_within_2x_and_float32(monkeypatch, media
     raced = []
 
     def fake_race(threads, fn, bundle, contenders, *rest):
-        raced.extend(contenders)
+        if not rest[-1]:  # (the second race, in reverse order, times the same contenders)
+            raced.extend(contenders)
         return [1.0] * len(contenders)
 
     monkeypatch.setattr(tune_module, "in_fresh_process", fake_race)
@@ -595,7 +596,8 @@ def test_every_close_contender_is_raced_at_fewer_threads_too(monkeypatch):
     raced = []
 
     def fake_race(threads, fn, bundle, contenders, *rest):
-        raced.extend(contenders)
+        if not rest[-1]:  # (the second race, in reverse order, times the same contenders)
+            raced.extend(contenders)
         return [1.0] * len(contenders)
 
     monkeypatch.setattr(tune_module, "in_fresh_process", fake_race)
@@ -607,6 +609,38 @@ def test_every_close_contender_is_raced_at_fewer_threads_too(monkeypatch):
     at_four = [(e, p, 4) for e, p, _ in firsts]
     fewer = [(e, p, n) for e, p, _ in firsts if e != "numpy" for n in (2, 1)]
     assert [(e, p, n) for e, p, _, n in raced] == at_four + fewer
+
+
+def test_each_contender_keeps_its_lower_median_of_two_races(monkeypatch):
+    """The race runs twice, in a fresh process each, the second timing the contenders in reverse
+    order; each keeps the lower of its two medians, since a disturbance only adds time: here the
+    first race was slowed on both cores (the two-thread contenders 1.4x), the second was not."""
+    import rlx.app.tune as tune_module
+    from rlx.app.tune import Candidate, TuneReport, _race, _Work
+
+    calls: list[tuple] = []
+
+    def fake_race(threads, fn, bundle, contenders, inputs, own, rounds, block_s, reverse):
+        calls.append(([(e, p, n) for e, p, _, n in contenders], rounds, reverse))
+        return [1.4, 1.1, 1.4, 1.0] if not reverse else [1.0, 1.05, 1.3, 0.98]
+
+    monkeypatch.setattr(tune_module, "in_fresh_process", fake_race)
+    monkeypatch.setattr(_Work, "run", lambda self, cand: None)  # (the winning variant's judging: passes)
+    cands = [Candidate("openvino", "bf16", passed=True, median_ms=1.0),
+             Candidate("onnxruntime", "f32", passed=True, median_ms=1.2)]  # fmt: skip
+    report = TuneReport("b", 0.999, 0.01, 2, [], cands)
+    _race(report, _race_work(2))
+    contenders = [
+        ("openvino", "bf16", 2),
+        ("onnxruntime", "f32", 2),
+        ("openvino", "bf16", 1),
+        ("onnxruntime", "f32", 1),
+    ]
+    assert calls == [(contenders, tune_module.RACE_ROUNDS, False), (contenders, tune_module.RACE_ROUNDS, True)]
+    assert [(c.name, c.median_ms) for c in report.candidates] == [
+        ("openvino bf16", 1.0), ("onnxruntime f32", 1.05), ("onnxruntime f32 on 1 thread", 0.98)
+    ]  # fmt: skip
+    assert report.choice is not None and report.choice.name == "onnxruntime f32 on 1 thread"
 
 
 def test_a_race_that_crashes_at_fewer_threads_is_run_again_without_the_crashing_ones(monkeypatch):
@@ -634,8 +668,9 @@ def test_a_race_that_crashes_at_fewer_threads_is_run_again_without_the_crashing_
     at_two = [("onnxruntime", "f32", 2), ("openvino", "bf16", 2)]
     assert races == [
         at_two + [("onnxruntime", "f32", 1), ("openvino", "bf16", 1)],
-        [("onnxruntime", "f32", 1)],  # each variant alone
+        [("onnxruntime", "f32", 1)],  # each variant alone, once
         [("openvino", "bf16", 1)],
+        at_two + [("onnxruntime", "f32", 1)],  # (twice: the second time in reverse order)
         at_two + [("onnxruntime", "f32", 1)],
     ]
     assert [(c.name, c.median_ms) for c in report.candidates] == [
@@ -671,7 +706,7 @@ def test_the_fastest_are_raced_at_fewer_threads(monkeypatch, mlp, medians, threa
     monkeypatch.setattr(tune_module, "in_fresh_process", fake_race)
     lines: list[str] = []
     report = tune(out, engines=["onnxruntime"], precisions=["f32"], threads=2, runs=5, progress=lines.append)
-    assert raced == [[("onnxruntime", "f32", {}, 2), ("onnxruntime", "f32", {}, 1)]]
+    assert raced == [[("onnxruntime", "f32", {}, 2), ("onnxruntime", "f32", {}, 1)]] * 2
     timed = f"timed together: onnxruntime f32 {medians[0]:.3f} ms, onnxruntime f32 on 1 thread "
     assert any(line.startswith(timed) for line in lines)
     choice = report.choice

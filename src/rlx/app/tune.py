@@ -56,7 +56,13 @@ DEFAULT_MAX_ERROR = 1e-2  # max |error| relative to max(1, max |reference|)
 TIME_BUDGET_S = 1.5  # timing per candidate: at most this long (and at most `runs` calls)
 RACE_WITHIN, RACE_MAX = 2.0, 6  # re-timed together: the RACE_MAX fastest passing ones within 2x the best
 KEEP_F32 = 1.05  # a lower precision is chosen only when more than this much faster than float32
-RACE_ROUNDS = 16  # re-timing: rounds of interleaved blocks
+# Re-timing: rounds of interleaved blocks in each of RACES races. A disturbance only ever adds time,
+# and one that lasts a whole race (another process busy on one of two cores for ten seconds) slows
+# the contenders that use every core and not those on fewer: in one benchmark run, EfficientNet b8
+# timed OpenVINO bf16 on one thread level with two, where two ran 1.4x faster before and after.
+# So the race runs twice, in a fresh process each, the second in reverse order, and each
+# contender's time is the lower of its two medians.
+RACE_ROUNDS, RACES = 10, 2
 
 
 @dataclass
@@ -514,9 +520,9 @@ def _mixed(work: _Work, cand: Candidate) -> None:
 
 
 def _race(report: TuneReport, work: _Work) -> None:
-    """Time the close contenders again, together, at tune's threads and at halvings of them: one
-    fresh process loads them all and times them in alternating blocks with pauses (``race``), and
-    each one's median there replaces its first one.
+    """Time the close contenders again, together, at tune's threads and at halvings of them: a
+    fresh process loads them all and times them in alternating blocks with pauses (``race``), twice
+    (``RACES``), and each one's lower median of the two replaces its first one.
 
     On a shared machine, timings taken one process after another drift by more than the gaps
     between candidates; blocks that alternate meet the same drift. A small model often runs faster
@@ -553,7 +559,7 @@ def _race(report: TuneReport, work: _Work) -> None:
         # the process there (OpenVINO 2026.4 compiling the transformer example at bf16 on one
         # thread: SIGFPE). Each such variant is tried alone, and the race runs again without the
         # ones that crash.
-        crashed = [v for v in variants if _race_medians(work, [v], rounds=1)[0] is None]
+        crashed = [v for v in variants if _race_medians(work, [v], rounds=1, races=1)[0] is None]
         if work.progress:
             names = ", ".join(v.name for v in crashed) or "none alone"
             work.progress(
@@ -590,15 +596,21 @@ def _judge_variants(report: TuneReport, work: _Work, variants: list[Candidate]) 
     report.candidates = [c for c in report.candidates if id(c) not in unjudged]
 
 
-def _race_medians(work: _Work, timed: list[Candidate], rounds: int = RACE_ROUNDS) -> tuple[list[float] | None, str]:
-    """``race`` over ``timed`` in a fresh process: the median ms of each, or None and why not (the
-    worker crashed: BrokenProcessPool, or the error the worker raised, by its type and first line)."""
+def _race_medians(
+    work: _Work, timed: list[Candidate], rounds: int = RACE_ROUNDS, races: int = RACES
+) -> tuple[list[float] | None, str]:
+    """``race`` over ``timed``, ``races`` times, each in a fresh process (every second one in
+    reverse order): the lowest median ms of each, or None and why not (a worker crashed:
+    BrokenProcessPool, or the error the worker raised, by its type and first line)."""
     contenders = [(c.engine, c.precision, c.options, c.threads or work.threads) for c in timed]
-    try:
-        return in_fresh_process(work.threads, race, str(work.directory), contenders, work.sets[0][1],
-                                work.threads, rounds), ""  # fmt: skip
-    except Exception as e:
-        return None, summary(e)
+    medians = []
+    for k in range(races):
+        try:
+            medians.append(in_fresh_process(work.threads, race, str(work.directory), contenders, work.sets[0][1],
+                                            work.threads, rounds, BLOCK_S, k % 2 == 1))  # fmt: skip
+        except Exception as e:
+            return None, summary(e)
+    return [min(each) for each in zip(*medians)], ""
 
 
 def race(
@@ -608,10 +620,12 @@ def race(
     threads: int | None,
     rounds: int,
     block_s: float = BLOCK_S,
+    reverse: bool = False,
 ) -> list[float]:
     """In the worker process: load every (engine, precision, options, threads), warm each up, then
     time them together (``rlx.app.bench.interleaved``: ``rounds`` rounds of a ``block_s`` block each,
-    with pauses, as ``benchmarks/bench.py`` times engines); the median ms of each. ``threads``: the
+    with pauses, as ``benchmarks/bench.py`` times engines; ``reverse``: last to first); the median ms
+    of each, in the given order. ``threads``: the
     process's BLAS threads (set when it started), the default of a contender that names none."""
     from rlx.runtime.model import load
 
@@ -623,6 +637,8 @@ def race(
         for _ in range(3):
             model.run_flat(flat)
         calls.append(lambda model=model, flat=flat: model.run_flat(flat))
+    if reverse:  # (timed last to first, reported in the given order)
+        return interleaved(calls[::-1], rounds, block_s)[::-1]
     return interleaved(calls, rounds, block_s)
 
 

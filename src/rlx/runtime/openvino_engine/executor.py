@@ -123,24 +123,26 @@ class OvEngine(GraphEngine):
                     self._shared_failed = True
             return self._shared.get(exact)
 
-    def _compile_program(self, program: Program, exact: bool) -> Compiled:
-        model, finite = self.ov_model(program, exact=exact)
-        compiled = self._compile(model, program)
-        if self.precision in ("bf16", "f16"):
-            slow = _slow_convolutions(compiled, program) - self._slow_convolutions
-            if slow:  # (once per engine: later bindings are emitted with them kept)
-                self._slow_convolutions |= slow
-                model, finite = self.ov_model(program, exact=exact)
-                compiled = self._compile(model, program)
-        return Compiled(compiled, finite)
-
-    def _compile(self, model: Any, program: Program) -> Any:
-        try:
-            compiled = self._core.compile_model(model, "CPU", self.config())
-        except Exception as e:
-            raise RlxError(f"OpenVINO could not compile {program.name}: {first_line(e)}") from e
-        self.count_compilation()
-        return compiled
+    def _compile_program(self, program: Program, exact: bool, traced: Collection[str] = ()) -> Compiled:
+        """``program`` compiled; ``traced``: values (by name) made outputs too, after the program's
+        own, where OpenVINO's model has a tensor for them. A convolution that the lower precision
+        runs on a slow kernel is kept in float32 from then on, and the model compiled again."""
+        while True:
+            model, finite = self.ov_model(program, exact=exact)
+            if traced:
+                wanted = set(traced)
+                model.add_outputs([out for op in model.get_ordered_ops()
+                                   if op.get_type_name() not in ("Parameter", "Constant", "Result")
+                                   for out in op.outputs() if out.get_names() & wanted])  # fmt: skip
+            try:
+                compiled = self._core.compile_model(model, "CPU", self.config())
+            except Exception as e:
+                raise RlxError(f"OpenVINO could not compile {program.name}: {first_line(e)}") from e
+            self.count_compilation()
+            slow = _slow_convolutions(compiled, program) if self.precision in ("bf16", "f16") else set()
+            if not slow - self._slow_convolutions:  # (one kept that still runs slow is not tried again)
+                return Compiled(compiled, finite)
+            self._slow_convolutions |= slow  # (for every later binding too)
 
     def ov_model(self, program: Program, *, exact: bool = False) -> tuple[Any, tuple[int, ...]]:
         """The OpenVINO model of ``program`` with the weights as shared constants (not compiled),
@@ -229,17 +231,9 @@ def trace_program(
     from fusing it away and its producer from being a fused op's interior, so the numbers are close
     to, not the same as, an untraced run's: enough to rank where the precision loses the accuracy."""
     engine = OvEngine(program, weights, precision=precision, **dict(options))
-    model, _ = engine.ov_model(program)
-    wanted = set(names)
-    traced = [out for op in model.get_ordered_ops() if op.get_type_name() not in ("Parameter", "Constant", "Result")
-              for out in op.outputs() if out.get_names() & wanted]  # fmt: skip
-    model.add_outputs(traced)
-    try:
-        compiled = engine._core.compile_model(model, "CPU", engine.config())
-    except Exception as e:
-        raise RlxError(f"OpenVINO could not compile {program.name} with its values traced: {first_line(e)}") from e
-    values = OvExecutor(program, Compiled(compiled, ()), engine).infer(inputs)
-    found = {name: np.asarray(value) for port, value in zip(compiled.outputs, values) for name in port.get_names()}
+    built = engine._compile_program(program, exact=False, traced=names)
+    values = OvExecutor(program, built, engine).infer(inputs)
+    found = {name: np.asarray(value) for port, value in zip(built.model.outputs, values) for name in port.get_names()}
     outputs = [v.name for v in output_values(program)]
     return {name: found[name] for name in [*outputs, *names] if name in found}
 

@@ -252,3 +252,42 @@ def test_kv_cache_state_on_onnxruntime(tmp_path):
             want = reference(x, pos)
         assert_arrays_match(model(x.numpy(), pos.numpy()), want.numpy(), f"step {step}", rtol=1e-5, atol=1e-6)
     assert_arrays_match(model.state["b_k"], reference.k.numpy(), "state", rtol=1e-5, atol=1e-6)
+
+
+HEADS = {
+    # the reduction, reshaped (as a classifier head flattens it) into a Linear of this many
+    # features; how many Reshape nodes the emitted graph keeps (sum-last-axis: the 3-d Linear's
+    # own flatten and unflatten)
+    "avgpool-flatten": (lambda x: torch.flatten(torch.nn.functional.adaptive_avg_pool2d(x, 1), 1), 8, 0),
+    "amax-view": (lambda x: torch.amax(x, dim=(2, 3), keepdim=True).view(x.shape[0], -1), 8, 0),
+    "sum-last-axis": (lambda x: x.sum(dim=-1, keepdim=True).reshape(x.shape[0], x.shape[1], x.shape[2]), 4, 2),
+    # (its reader keeps a unit axis: that reshape stays, the flatten after it folds into it)
+    "mean-kept-as-3d": (lambda x: x.mean(dim=(2, 3), keepdim=True).reshape(x.shape[0], x.shape[1], 1).flatten(1), 8, 1),
+}
+
+
+@pytest.mark.parametrize("name", sorted(HEADS))
+def test_a_reduction_whose_reshape_drops_its_unit_axes_emits_no_reshape(name):
+    """A keepdim reduction read only by a reshape that drops exactly the kept unit axes (a
+    classifier's global average pool, flattened into its Linear) drops them itself: the reshape
+    is no node. A reshape to any other shape keeps its node. onnxruntime's answers match PyTorch's,
+    NaN included (amax propagates it)."""
+    reduce_to, features, reshapes = HEADS[name]
+
+    class Head(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            torch.manual_seed(0)
+            self.lin = torch.nn.Linear(features, 3)
+
+        def forward(self, x):
+            return self.lin(reduce_to(x))
+
+    x = torch.randn(2, 8, 4, 5)
+    x[1, 2, 3, 4] = float("nan")
+    model, program, exported = convert(Head(), (x,), engine="onnxruntime")
+    proto = to_onnx(program, bind_weights(program, exported.weights, "weights"))
+    assert [n.op_type for n in proto.graph.node].count("Reshape") == reshapes
+    with torch.no_grad():
+        want = Head()(x).numpy()
+    assert_arrays_match(model(x.numpy()), want, name, rtol=1e-5, atol=1e-6)

@@ -52,6 +52,8 @@ def arange(g: OnnxGraph, c: C.Arange, out: Instr) -> T:
 
 @emits(C.Reshape)
 def reshape(g: OnnxGraph, c: C.Reshape, out: Instr, x: T) -> T:
+    if x.name in g.units_dropped:  # (the reduction before it has this shape already: no node)
+        return T(x.name, x.dtype, c.shape)
     inner = g.producer(x.name)
     if x.name in g.reshaped:  # a reshape of a reshape (or of a product run N-d) is one reshape
         x = g.reshaped[x.name]

@@ -187,6 +187,9 @@ class OnnxGraph:
         # tensor instead, as torch.onnx's graphs do (fewer Reshapes, and MatMul + scale stays one
         # pattern for onnxruntime's fusions).
         self.reshaped: dict[str, T] = {}
+        # Keepdim reductions emitted without their unit axes, because their only reader is a
+        # reshape that drops those axes (``reduce``): that reshape then needs no node.
+        self.units_dropped: set[str] = set()
         self._const_ids: dict[tuple[str, tuple[int, ...], bytes], str] = {}
         self.values = program.values()
         # fresh names count per instruction: an instruction's tensors are named the same in every

@@ -43,6 +43,7 @@ import torch  # noqa: E402
 import rlx  # noqa: E402
 from rlx.app.bench import interleaved  # noqa: E402
 from rlx.app.tune import DEFAULT_MAX_ERROR, DEFAULT_TOLERANCE, judge  # noqa: E402
+from rlx.errors import first_line  # noqa: E402
 from rlx.ir import dtypes  # noqa: E402
 from rlx.ir.symbolic import is_static  # noqa: E402
 
@@ -274,7 +275,7 @@ class Engines:
             with torch.inference_mode():
                 compiled(*self.inputs)
         except Exception as e:  # no C++ compiler, or a model inductor cannot take: report it, keep benchmarking
-            print(f"  torch.compile: {self.name}: {type(e).__name__}: {str(e).strip().splitlines()[0][:100]}")
+            print(f"  torch.compile: {self.name}: {type(e).__name__}: {first_line(e)[:100]}")
             return None
         print(f"  torch.compile: {self.name}: compiled in {time.perf_counter() - t0:.0f} s")
 
@@ -303,7 +304,7 @@ class Engines:
                     request = compiled.create_infer_request()
                     out[f"ov {precision}"] = lambda r=request: r.infer(feeds)[0]
                 except Exception as e:
-                    print(f"  openvino {precision}: {self.name}: {type(e).__name__}: {str(e).splitlines()[0][:100]}")
+                    print(f"  openvino {precision}: {self.name}: {type(e).__name__}: {first_line(e)[:100]}")
             try:
                 m = rlx.load(self.out / "bundle", engine="openvino", precision=precision, threads=THREADS)
                 out[f"rlx ov {precision}"] = lambda m=m: first_tensor(m(*self.np_inputs))
@@ -361,7 +362,7 @@ class Engines:
             session = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
             self.onnx_path = path
         except Exception as e:  # a model ORT's exporter cannot take: report it, keep benchmarking
-            print(f"  onnxruntime: {self.name}: {type(e).__name__}: {str(e).splitlines()[0][:100]}")
+            print(f"  onnxruntime: {self.name}: {type(e).__name__}: {first_line(e)[:100]}")
             return None
         feeds = {i.name: a for i, a in zip(session.get_inputs(), self.np_inputs)}
         return lambda: session.run(None, feeds)[0]

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from rlx.errors import first_line
 from rlx.exporters.onnx.registry import (
     CONTRIB_DOMAIN,
     EMITTERS,
@@ -385,5 +386,5 @@ def write_onnx(program: Program, weights: Mapping[str, np.ndarray], out_dir: str
         try:
             onnx.checker.check_model(os.fspath(path), full_check=True)
         except Exception as e:  # onnx's ValidationError / InferenceError
-            raise EmitError(f"{path}: the emitted model fails onnx's checker: {str(e).splitlines()[0]}") from e
+            raise EmitError(f"{path}: the emitted model fails onnx's checker: {first_line(e)}") from e
     return path

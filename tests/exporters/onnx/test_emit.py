@@ -291,3 +291,39 @@ def test_a_reduction_whose_reshape_drops_its_unit_axes_emits_no_reshape(name):
     with torch.no_grad():
         want = Head()(x).numpy()
     assert_arrays_match(model(x.numpy()), want, name, rtol=1e-5, atol=1e-6)
+
+
+SPATIAL_MEANS = {
+    # name: (the reduction, input shape, dtype, whether it is a GlobalAveragePool)
+    "image-kept": (lambda x: x.mean(dim=(2, 3), keepdim=True) * x, (2, 3, 4, 5), torch.float32, True),
+    "image-dropped": (lambda x: x.mean(dim=(-1, -2)), (2, 3, 4, 5), torch.float32, True),
+    "sequence": (lambda x: x.mean(dim=2), (2, 3, 7), torch.float32, True),
+    "volume": (lambda x: x.mean(dim=(2, 3, 4), keepdim=True), (1, 2, 3, 4, 5), torch.float32, True),
+    "half": (lambda x: x.mean(dim=(2, 3)), (2, 3, 4, 5), torch.float16, True),  # (reduced in float32)
+    "double": (lambda x: x.mean(dim=(2, 3)), (2, 3, 4, 5), torch.float64, False),
+    "not-the-spatial-axes": (lambda x: x.mean(dim=(1, 2)), (2, 3, 4, 5), torch.float32, False),
+    "one-spatial-axis-of-two": (lambda x: x.mean(dim=3), (2, 3, 4, 5), torch.float32, False),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SPATIAL_MEANS))
+def test_a_mean_over_the_spatial_axes_is_a_global_average_pool(name):
+    """A float32 mean over every axis after batch and channel is emitted as GlobalAveragePool
+    (onnxruntime keeps it in its blocked layout); any other mean stays a ReduceMean. Values and
+    dtype match PyTorch's on onnxruntime, NaN and inf included."""
+    fn, shape, dtype, pooled = SPATIAL_MEANS[name]
+
+    class Mean(torch.nn.Module):
+        def forward(self, x):
+            return fn(x)
+
+    x = torch.randn(shape).to(dtype)
+    x.view(-1)[1] = float("nan")
+    x.view(-1)[-1] = float("inf")
+    model, program, exported = convert(Mean(), (x,), engine="onnxruntime")
+    ops = [n.op_type for n in to_onnx(program, bind_weights(program, exported.weights, "weights")).graph.node]
+    assert ("GlobalAveragePool" in ops, "ReduceMean" in ops) == (pooled, not pooled), ops
+    got, want = model(x.numpy()), Mean()(x).numpy()
+    assert got.dtype == want.dtype and got.shape == want.shape
+    tol = 1e-3 if dtype == torch.float16 else 1e-6
+    assert_arrays_match(got, want, name, rtol=tol, atol=tol)

@@ -41,7 +41,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 import rlx  # noqa: E402
-from rlx.app.bench import interleaved  # noqa: E402
+from rlx.app.bench import PAUSE_S, interleaved_rounds, paired_ratio  # noqa: E402
 from rlx.app.tune import DEFAULT_MAX_ERROR, DEFAULT_TOLERANCE, judge  # noqa: E402
 from rlx.errors import first_line  # noqa: E402
 from rlx.ir import dtypes  # noqa: E402
@@ -385,14 +385,24 @@ class Engines:
         return engines
 
 
-def measure(engines: dict, rounds: int, warmup: int) -> dict[str, float]:
-    """Median latency (s) of each engine, all timed together as ``rlx tune`` times its contenders
-    (``rlx.app.bench.interleaved``: alternating blocks of about 30 ms each, with pauses)."""
+def measure(
+    engines: dict, rounds: int, warmup: int, pause_s: float = PAUSE_S
+) -> tuple[dict[str, float], dict[str, list[float]]]:
+    """Each engine's median latency (s) over all its runs, and its median in each round, all timed
+    together as ``rlx tune`` times its contenders (``rlx.app.bench.interleaved_rounds``: alternating
+    blocks of about 30 ms each, with pauses)."""
     for fn in engines.values():
         for _ in range(warmup):
             fn()
-    medians = interleaved(list(engines.values()), rounds)
-    return {k: ms / 1e3 for k, ms in zip(engines, medians)}
+    runs = interleaved_rounds(list(engines.values()), rounds, pause_s=pause_s)
+    medians = {k: float(np.median([t for block in blocks for t in block])) for k, blocks in zip(engines, runs)}
+    return medians, {k: [float(np.median(block)) for block in blocks] for k, blocks in zip(engines, runs)}
+
+
+def ratio(rounds: dict[str, list[float]], a: str, b: str) -> float:
+    """How much slower engine ``a`` ran than ``b`` in this row: the median over rounds of the
+    ratio of their blocks (``rlx.app.bench.paired_ratio``); NaN where either did not run."""
+    return paired_ratio(rounds[a], rounds[b]) if a in rounds and b in rounds else math.nan
 
 
 def parity(engines: dict) -> tuple[dict[str, float], dict[str, bool]]:
@@ -487,30 +497,31 @@ PEERS = (*F32_PEERS, "ov bf16")  # at any precision: those within the default to
 def print_precisions(rows, tuned: dict[str, str]) -> None:
     """Median ms (ratio to the fastest float32 peer) per engine and precision, the tuned choice,
     rlx's OpenVINO graph against torch.onnx's at each precision, the largest error, and rlx tuned
-    against the fastest peer at any precision whose output is within the default tolerance."""
+    against the fastest peer at any precision whose output is within the default tolerance. The
+    fastest peer is the one with the lowest median; every ratio is paired by rounds (``ratio``)."""
     print()
     print(
         "Engines and precisions: median ms (ratio to the fastest float32 peer of eager, torch.compile, torch.onnx+ORT, "
-        "OpenVINO f32)"
+        "OpenVINO f32; median of the per-round ratios)"
     )
     head = f"{'model':<22}" + "".join(f"{c:>17}" for c in PRECISION_COLUMNS)
     head += f"{'tuned choice':>30}{'rlxov/ov f32':>14}{'rlxov/ov bf16':>15}{'err tuned':>11}{'tuned/any peer':>16}"
     print(head)
     print("-" * len(head))
     ratios, any_ratios = [], []
-    for label, med, err, within in rows:
-        best = min(med[k] for k in F32_PEERS if k in med)
-        any_best = min((med[k] for k in PEERS if k in med and within.get(k)), default=math.nan)
+    for label, med, rounds, err, within in rows:
+        best = min((k for k in F32_PEERS if k in med), key=med.__getitem__)
+        any_best = min((k for k in PEERS if k in med and within.get(k)), key=med.__getitem__, default="")
         mark = "" if within.get("rlx tuned", True) else " (tuned out of tolerance!)"
         cells = "".join(
-            f"{med[c] * 1e3:>9.3f} ({med[c] / best:>4.2f})" if c in med else f"{'-':>17}" for c in PRECISION_COLUMNS
+            f"{med[c] * 1e3:>9.3f} ({ratio(rounds, c, best):>4.2f})" if c in med else f"{'-':>17}"
+            for c in PRECISION_COLUMNS
         )
-        ov32 = med.get("rlx ov f32", math.nan) / med.get("ov f32", math.nan)
-        ov16 = med.get("rlx ov bf16", math.nan) / med.get("ov bf16", math.nan)
-        ratios.append(med.get("rlx tuned", math.nan) / best)
-        any_ratios.append(med.get("rlx tuned", math.nan) / any_best)
+        ratios.append(ratio(rounds, "rlx tuned", best))
+        any_ratios.append(ratio(rounds, "rlx tuned", any_best))
         print(
-            f"{label:<22}{cells}{tuned.get(label, '-'):>30}{ov32:>14.2f}{ov16:>15.2f}{err.get('rlx tuned', math.nan):>11.1e}"
+            f"{label:<22}{cells}{tuned.get(label, '-'):>30}{ratio(rounds, 'rlx ov f32', 'ov f32'):>14.2f}"
+            f"{ratio(rounds, 'rlx ov bf16', 'ov bf16'):>15.2f}{err.get('rlx tuned', math.nan):>11.1e}"
             f"{any_ratios[-1]:>16.2f}{mark}"
         )
     print("-" * len(head))
@@ -545,10 +556,10 @@ def run_row(label: str, args: argparse.Namespace, work: Path) -> dict | None:
         print(f"  rlx: {label}: {e}")
         return None
     fns = engines.callables()
-    med = measure(fns, rounds, warmup)
+    med, per_round = measure(fns, rounds, warmup)
     err, within = parity(fns)
     cold = cold_start(engines, example_file) if example_file is not None and label.endswith("/b1") else None
-    return {"label": label, "med": med, "err": err, "within": within, "tuned": getattr(engines, "tuned_choice", "-"),
+    return {"label": label, "med": med, "rounds": per_round, "err": err, "within": within, "tuned": getattr(engines, "tuned_choice", "-"),
             "memory": peak_memory(engines), "cold": cold}  # fmt: skip
 
 
@@ -583,42 +594,46 @@ def main() -> None:
             if row is None:
                 print(f"  {label}: no result (exit code {done.returncode})")
                 continue
-            rows.append((label, row["med"], row["err"], row["within"]))
+            rows.append((label, row["med"], row["rounds"], row["err"], row["within"]))
             tuned[label] = row["tuned"]
             memory_rows.append((label, row["memory"]))
             if row["cold"] is not None:
                 cold_rows.append((label, row["cold"]))
     print()
-    print("Latency (median ms, 2 threads) and parity (max abs err / max(1, |eager|)) against PyTorch eager")
+    print(
+        "Latency (median ms, 2 threads; ratios: median of the per-round ratios) and parity "
+        "(max abs err / max(1, |eager|)) against PyTorch eager"
+    )
     head = f"{'model':<22}{'eager':>9}{'ORT':>9}{'rlx':>9}{'rlx/eager':>11}{'rlx/ORT':>9}{'err rlx':>10}{'err ORT':>10}"
     head += f"{'compile':>9}{'rlx/comp':>10}{'err comp':>10}"  # torch.compile (inductor)
     head += f"{'rlx jax':>9}{'jax/eager':>11}{'jax/ORT':>9}{'err jax':>10}"
     head += f"{'rlx ort':>9}{'rort/ORT':>9}{'err rort':>10}"  # rlx's onnxruntime engine vs torch.onnx + ORT
     print(head)
     print("-" * len(head))
-    for label, med, err, _ in rows:
-        ort = med.get("ort", math.nan)
-        jx = med.get("rlx jax", math.nan)
+    pairs = [("rlx", "eager"), ("rlx", "ort"), ("rlx", "compile"), ("rlx jax", "eager"), ("rlx jax", "ort"),
+             ("rlx ort", "ort")]  # fmt: skip
+    paired = {pair: [] for pair in pairs}
+    for label, med, rounds, err, _ in rows:
+        r = {pair: ratio(rounds, *pair) for pair in pairs}
+        for pair, value in r.items():
+            paired[pair].append(value)
+        ms = {k: med.get(k, math.nan) * 1e3 for k in ("eager", "ort", "rlx", "compile", "rlx jax", "rlx ort")}
         print(
-            f"{label:<22}{med['eager'] * 1e3:>9.3f}{ort * 1e3:>9.3f}{med['rlx'] * 1e3:>9.3f}"
-            f"{med['rlx'] / med['eager']:>11.2f}{med['rlx'] / ort if ort == ort else math.nan:>9.2f}"
-            f"{err['rlx']:>10.1e}{err.get('ort', math.nan):>10.1e}"
-            f"{med.get('compile', math.nan) * 1e3:>9.3f}{med['rlx'] / med.get('compile', math.nan):>10.2f}"
-            f"{err.get('compile', math.nan):>10.1e}"
-            f"{jx * 1e3:>9.3f}{jx / med['eager']:>11.2f}{jx / ort:>9.2f}{err.get('rlx jax', math.nan):>10.1e}"
-            f"{med.get('rlx ort', math.nan) * 1e3:>9.3f}{med.get('rlx ort', math.nan) / ort:>9.2f}"
-            f"{err.get('rlx ort', math.nan):>10.1e}"
+            f"{label:<22}{ms['eager']:>9.3f}{ms['ort']:>9.3f}{ms['rlx']:>9.3f}"
+            f"{r['rlx', 'eager']:>11.2f}{r['rlx', 'ort']:>9.2f}{err['rlx']:>10.1e}{err.get('ort', math.nan):>10.1e}"
+            f"{ms['compile']:>9.3f}{r['rlx', 'compile']:>10.2f}{err.get('compile', math.nan):>10.1e}"
+            f"{ms['rlx jax']:>9.3f}{r['rlx jax', 'eager']:>11.2f}{r['rlx jax', 'ort']:>9.2f}"
+            f"{err.get('rlx jax', math.nan):>10.1e}"
+            f"{ms['rlx ort']:>9.3f}{r['rlx ort', 'ort']:>9.2f}{err.get('rlx ort', math.nan):>10.1e}"
         )
     print("-" * len(head))
+    g = {pair: geomean(values) for pair, values in paired.items()}
     print(
-        f"{'geomean ratio':<22}{'':>27}{geomean([m['rlx'] / m['eager'] for _, m, _, _ in rows]):>11.2f}"
-        f"{geomean([m['rlx'] / m['ort'] for _, m, _, _ in rows if 'ort' in m]):>9.2f}{'':>29}"
-        f"{geomean([m['rlx'] / m['compile'] for _, m, _, _ in rows if 'compile' in m]):>10.2f}{'':>19}"
-        f"{geomean([m['rlx jax'] / m['eager'] for _, m, _, _ in rows if 'rlx jax' in m]):>11.2f}"
-        f"{geomean([m['rlx jax'] / m['ort'] for _, m, _, _ in rows if 'rlx jax' in m and 'ort' in m]):>9.2f}"
-        f"{'':>19}{geomean([m['rlx ort'] / m['ort'] for _, m, _, _ in rows if 'rlx ort' in m and 'ort' in m]):>9.2f}"
+        f"{'geomean ratio':<22}{'':>27}{g['rlx', 'eager']:>11.2f}{g['rlx', 'ort']:>9.2f}{'':>29}"
+        f"{g['rlx', 'compile']:>10.2f}{'':>19}{g['rlx jax', 'eager']:>11.2f}{g['rlx jax', 'ort']:>9.2f}"
+        f"{'':>19}{g['rlx ort', 'ort']:>9.2f}"
     )
-    if any("rlx tuned" in m for _, m, _, _ in rows):
+    if any("rlx tuned" in m for _, m, *_ in rows):
         print_precisions(rows, tuned)
     print()
     print("Cold start: new process, import + load + first output (s) and peak RSS (MB)")

@@ -4,7 +4,7 @@
 
 For each model and batch: one bundle, loaded with ``threads=1`` and with ``threads=2`` at each
 ``--min-bytes`` threshold (``parallel.MIN_BYTES``, fixed at load); every variant is checked
-bit-identical to ``threads=1``, then timed with ``bench.measure`` (blocks of runs, interleaved),
+bit-identical to ``threads=1``, then timed with ``bench.measure`` (blocks of runs, interleaved; ratios paired by round),
 ``--repeats`` times. Prints how many steps each threshold splits and the median (min–max) of
 each variant's latency / eager's over the repeats. ``--repeats 0``: split counts only.
 """
@@ -59,9 +59,9 @@ def run_case(name: str, model: torch.nn.Module, inputs: tuple, thresholds: list[
         for r in range(repeats):
             # A pause longer than OpenBLAS's idle workers spin (2^28 cycles, ~0.1 s): else they steal a core
             # from eager, timed right after rlx (measured: ConvNeXt b8 eager 1.5-2x slower).
-            med = bench.measure(fns, rounds=30, warmup=3 if r == 0 else 1, block=5, pause=0.25)
+            _, rounds = bench.measure(fns, rounds=30, warmup=3 if r == 0 else 1, pause_s=0.25)
             for k in models:
-                ratios[k].append(med[k] / med["eager"])
+                ratios[k].append(bench.ratio(rounds, k, "eager"))
         return line + "".join(
             f"  {k} {statistics.median(v):.2f} ({min(v):.2f}-{max(v):.2f})" for k, v in ratios.items()
         )

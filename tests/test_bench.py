@@ -96,3 +96,28 @@ def test_interleaved_times_each_call_in_alternating_blocks_of_a_duration():
     assert quick_block > 100 and MIN_BLOCK <= slow_block <= 5  # 10 ms of each
     assert timed == (["quick"] * quick_block + ["slow"] * slow_block) * 3
     assert medians[1] >= 2.0 > medians[0] > 0
+
+
+def test_interleaved_rounds_returns_each_calls_runs_per_round():
+    from rlx.app.bench import MIN_BLOCK, interleaved_rounds
+
+    calls = [lambda: None, lambda: sum(range(1000))]
+    runs = interleaved_rounds(calls, rounds=4, block_s=0.005, pause_s=0.0)
+    assert len(runs) == 2 and all(len(per_call) == 4 for per_call in runs)
+    assert all(len(block) >= MIN_BLOCK and all(t > 0 for t in block) for per_call in runs for block in per_call)
+    assert len({len(block) for block in runs[0]}) == 1  # (one block size per call, fixed before the rounds)
+
+
+def test_a_paired_ratio_sees_through_a_change_of_machine_speed():
+    """b runs 10% slower than a. The machine runs 1.6x slower until round 5, and turns fast again
+    after a's block of that round: a meets the slow state in 5 rounds, b in 4. The medians over all
+    runs put a 1.45x behind b; the median of the per-round ratios gives the true ratio."""
+    from rlx.app.bench import paired_ratio
+
+    a = [28e-6 * s for s in [1.6] * 5 + [1.0] * 4]
+    b = [28e-6 * 1.1 * s for s in [1.6] * 4 + [1.0] * 5]
+    assert np.median(a) / np.median(b) == pytest.approx(1.6 / 1.1)
+    assert paired_ratio(a, b) == pytest.approx(1 / 1.1)
+    assert paired_ratio(b, a) == pytest.approx(1.1)
+    with pytest.raises(ValueError):
+        paired_ratio(a, b[:-1])

@@ -205,9 +205,18 @@ BLOCK_S, PAUSE_S, MIN_BLOCK = 0.03, 0.1, 3  # interleaved timing: seconds of cal
 def interleaved(
     calls: Sequence[Callable[[], object]], rounds: int, block_s: float = BLOCK_S, pause_s: float = PAUSE_S
 ) -> list[float]:
-    """The median ms of each of ``calls`` (warmed up already), timed together: ``rounds`` rounds,
-    each running every call in a block of about ``block_s`` seconds (at least ``MIN_BLOCK`` calls)
-    after a pause of ``pause_s``.
+    """The median ms of each of ``calls`` (warmed up already) over every run of
+    ``interleaved_rounds``."""
+    per_round = interleaved_rounds(calls, rounds, block_s, pause_s)
+    return [float(np.median([t for block in blocks for t in block])) * 1e3 for blocks in per_round]
+
+
+def interleaved_rounds(
+    calls: Sequence[Callable[[], object]], rounds: int, block_s: float = BLOCK_S, pause_s: float = PAUSE_S
+) -> list[list[list[float]]]:
+    """Each of ``calls`` (warmed up already) timed together: ``rounds`` rounds, each running every
+    call in a block of about ``block_s`` seconds (at least ``MIN_BLOCK`` calls) after a pause of
+    ``pause_s``. Returns, per call, per round, the seconds of each run.
 
     On a shared machine, timings taken one after another drift by more than the gaps between
     engines; alternating blocks meet the same drift. The pause lets the previous engine's worker
@@ -223,15 +232,26 @@ def interleaved(
             call()
             once.append(time.perf_counter() - t)
         sizes.append(max(MIN_BLOCK, round(block_s / max(min(once), 1e-7))))
-    times: list[list[float]] = [[] for _ in calls]
+    times: list[list[list[float]]] = [[] for _ in calls]
     for _ in range(rounds):
         for call, size, spent in zip(calls, sizes, times):
             time.sleep(pause_s)
+            block = []
             for _ in range(size):
                 t = time.perf_counter()
                 call()
-                spent.append(time.perf_counter() - t)
-    return [float(np.median(t)) * 1e3 for t in times]
+                block.append(time.perf_counter() - t)
+            spent.append(block)
+    return times
+
+
+def paired_ratio(a: Sequence[float], b: Sequence[float]) -> float:
+    """How much slower ``a`` ran than ``b``, from their median seconds in each round of
+    ``interleaved_rounds``: the median over rounds of the ratio. A shared machine's speed changes
+    for seconds at a time (a 2-core VM ran an onnxruntime session at 44 µs, then at 28 µs, every
+    session alike); the blocks of one round meet the same state. Of two sessions timed together,
+    the medians over all runs read 1.27 apart where the paired ratio read 1.06."""
+    return float(np.median([x / y for x, y in zip(a, b, strict=True)]))
 
 
 def _measure_in_subprocess(
@@ -274,4 +294,14 @@ def measure(
     return result, [np.asarray(o) for o in outputs]
 
 
-__all__ = ["BenchReport", "EngineResult", "bench", "example_inputs", "installed_engines", "interleaved", "measure"]
+__all__ = [
+    "BenchReport",
+    "EngineResult",
+    "bench",
+    "example_inputs",
+    "installed_engines",
+    "interleaved",
+    "interleaved_rounds",
+    "measure",
+    "paired_ratio",
+]

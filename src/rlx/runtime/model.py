@@ -283,9 +283,14 @@ def _check_node(t: Any, n_outputs: int, at: str, depth: int) -> None:
 
 
 def structurer(tree: Any) -> Callable[[list[Any]], Any]:
-    """``unflatten`` with ``tree`` bound; for the common one-tensor output, a plain index."""
+    """``unflatten`` with ``tree`` bound; for the common one-tensor output a plain index, and for a
+    tuple of two or more tensors one ``itemgetter`` (it returns the tuple; half a microsecond a call
+    less than walking the tree, a model's own per-call overhead on onnxruntime at these sizes)."""
     if tree is not None and "out" in tree:
         return operator.itemgetter(tree["out"])
+    leaves = tree.get("tuple", ()) if tree is not None else ()
+    if len(leaves) >= 2 and all(set(leaf) == {"out"} for leaf in leaves):
+        return operator.itemgetter(*(leaf["out"] for leaf in leaves))
     return functools.partial(unflatten, tree)
 
 

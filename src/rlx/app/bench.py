@@ -220,8 +220,9 @@ def interleaved_rounds(
 
     On a shared machine, timings taken one after another drift by more than the gaps between
     engines; alternating blocks meet the same drift. The pause lets the previous engine's worker
-    threads stop spinning (onnxruntime's and OpenBLAS's would steal a core). Blocks last a time, not
-    a count: after another onnxruntime session in the process ran, a session runs up to 2× slower
+    threads stop spinning (onnxruntime's and OpenBLAS's would steal a core). Each round starts one
+    call later than the round before, so that no call always follows the same one. Blocks last a
+    time, not a count: after another onnxruntime session in the process ran, a session runs up to 2× slower
     for its first few milliseconds (its workers have gone to sleep and are woken per parallel
     section); a block of ten sub-millisecond calls would mostly time that, not the steady state."""
     sizes = []
@@ -233,8 +234,10 @@ def interleaved_rounds(
             once.append(time.perf_counter() - t)
         sizes.append(max(MIN_BLOCK, round(block_s / max(min(once), 1e-7))))
     times: list[list[list[float]]] = [[] for _ in calls]
-    for _ in range(rounds):
-        for call, size, spent in zip(calls, sizes, times):
+    order = list(range(len(calls)))
+    for r in range(rounds):
+        for k in order[r % len(order) :] + order[: r % len(order)]:
+            call, size, spent = calls[k], sizes[k], times[k]
             time.sleep(pause_s)
             block = []
             for _ in range(size):

@@ -74,8 +74,7 @@ def test_example_inputs_match_the_reference(mlp_out):
 
 def test_interleaved_times_each_call_in_alternating_blocks_of_a_duration():
     """``rlx tune``'s race and benchmarks/bench.py time engines this way: every round runs each call
-    in a block of about ``block_s`` (at least three calls), one block after the other, each round
-    starting one call later than the round before."""
+    once, in a block of about ``block_s`` (at least three calls), one block after the other."""
     import time
 
     from rlx.app.bench import MIN_BLOCK, interleaved
@@ -92,12 +91,38 @@ def test_interleaved_times_each_call_in_alternating_blocks_of_a_duration():
     medians = interleaved([quick, slow], rounds=3, block_s=0.01, pause_s=0.0)
     timed = ran[6:]  # (three calls each size the blocks)
     assert ran[:6] == ["quick"] * 3 + ["slow"] * 3
-    quick_block = timed.index("slow")
-    slow_block = timed.count("slow") // 3
-    assert quick_block > 100 and MIN_BLOCK <= slow_block <= 5  # 10 ms of each
-    quick_run, slow_run = ["quick"] * quick_block, ["slow"] * slow_block
-    assert timed == quick_run + slow_run + slow_run + quick_run + quick_run + slow_run  # (each round starts one later)
+    size = {"quick": timed.count("quick") // 3, "slow": timed.count("slow") // 3}
+    assert size["quick"] > 100 and MIN_BLOCK <= size["slow"] <= 5  # 10 ms of each
+    assert timed[: size["quick"] + size["slow"]] == ["quick"] * size["quick"] + ["slow"] * size["slow"]  # (given order)
+    at = 0
+    for _ in range(3):  # each round: one whole block of each call
+        names = []
+        for _ in range(2):
+            names.append(timed[at])
+            assert timed[at : at + size[timed[at]]] == [timed[at]] * size[timed[at]]
+            at += size[names[-1]]
+        assert sorted(names) == ["quick", "slow"]
+    assert at == len(timed)
     assert medians[1] >= 2.0 > medians[0] > 0
+
+
+def test_interleaved_rounds_vary_which_call_goes_before_which():
+    """No call follows the same call in every round (a neighbour's spinning workers would slow it
+    every time), and the orders are the same in every run."""
+    from rlx.app.bench import MIN_BLOCK, interleaved_rounds
+
+    def orders() -> list[list[int]]:
+        ran: list[int] = []
+        interleaved_rounds([lambda k=k: ran.append(k) for k in range(4)], rounds=12, block_s=0.0, pause_s=0.0)
+        blocks = ran[4 * 3 :: MIN_BLOCK]  # (after the sizing calls: blocks of MIN_BLOCK calls)
+        return [blocks[r * 4 : r * 4 + 4] for r in range(12)]
+
+    rounds = orders()
+    assert rounds[0] == [0, 1, 2, 3] and all(sorted(r) == [0, 1, 2, 3] for r in rounds)
+    for k in range(4):
+        before = {r[r.index(k) - 1] for r in rounds if r.index(k) > 0}
+        assert len(before) >= 2, (k, rounds)
+    assert orders() == rounds
 
 
 def test_interleaved_rounds_returns_each_calls_runs_per_round():

@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib.util
 import math
 import os
+import random
 import resource
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -220,8 +221,10 @@ def interleaved_rounds(
 
     On a shared machine, timings taken one after another drift by more than the gaps between
     engines; alternating blocks meet the same drift. The pause lets the previous engine's worker
-    threads stop spinning (onnxruntime's and OpenBLAS's would steal a core). Each round starts one
-    call later than the round before, so that no call always follows the same one. Blocks last a
+    threads stop spinning (onnxruntime's and OpenBLAS's would steal a core). The first round times the
+    calls in the given order, each later one in a new order (shuffled), so that no call always
+    follows the same one (a neighbour whose workers still spin after its block would slow it in
+    every round; rotating the order would not help, as each call would keep its predecessor). Blocks last a
     time, not a count: after another onnxruntime session in the process ran, a session runs up to 2× slower
     for its first few milliseconds (its workers have gone to sleep and are woken per parallel
     section); a block of ten sub-millisecond calls would mostly time that, not the steady state."""
@@ -234,17 +237,17 @@ def interleaved_rounds(
             once.append(time.perf_counter() - t)
         sizes.append(max(MIN_BLOCK, round(block_s / max(min(once), 1e-7))))
     times: list[list[list[float]]] = [[] for _ in calls]
-    order = list(range(len(calls)))
-    for r in range(rounds):
-        for k in order[r % len(order) :] + order[: r % len(order)]:
-            call, size, spent = calls[k], sizes[k], times[k]
+    order, shuffle = list(range(len(calls))), random.Random(0).shuffle  # (seeded: the same orders every run)
+    for _ in range(rounds):
+        for k in order:
             time.sleep(pause_s)
             block = []
-            for _ in range(size):
+            for _ in range(sizes[k]):
                 t = time.perf_counter()
-                call()
+                calls[k]()
                 block.append(time.perf_counter() - t)
-            spent.append(block)
+            times[k].append(block)
+        shuffle(order)
     return times
 
 

@@ -559,3 +559,92 @@ def test_constant_attention_masks_match_torch(contrib):
         program, {}, options=GraphOptions(contrib=contrib)
     ).graph.node  # (no weights' values: nothing known)
     assert sum(n.op_type == "ReduceMin" for n in plain) == 7
+
+
+class MixedOutputs(torch.nn.Module):
+    """Three inputs and three outputs of three dtypes (float32, int64, bool), and a fourth output
+    ``wide`` of ``width`` floats a row."""
+
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.width = width
+
+    def forward(self, x, index, mask):
+        picked = torch.gather(x, 1, index)
+        wide = x.sum(1, keepdim=True).expand(x.shape[0], self.width) * 2.0
+        return torch.where(mask, picked, -picked), index * 3 - 1, picked > 0, wide
+
+
+def _mixed_inputs(seed: int) -> tuple[torch.Tensor, ...]:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(4, 6, generator=g), torch.randint(0, 6, (4, 3), generator=g), torch.rand(4, 3, generator=g) > 0.5
+
+
+def _bound_in_this_thread(executor) -> bool:
+    import threading
+
+    runs = executor._bound_runs
+    return runs is not None and runs.get(threading.get_ident()) is not None
+
+
+@pytest.mark.parametrize("width", [8, 16 * 1024])  # outputs of 0.3 KB in all (bound) and 256 KB (unbound)
+def test_bound_runs_return_fresh_outputs_that_match_torch(width):
+    """Small outputs are written into arrays bound to the session and copied out: each call's
+    outputs are its own (the next call does not overwrite them), of every dtype, equal to PyTorch's."""
+    module = MixedOutputs(width)
+    model, _, _ = convert(module, _mixed_inputs(0), engine="onnxruntime")
+    calls = [_mixed_inputs(seed) for seed in (1, 2, 3)]
+    got = [model(*(t.numpy() for t in inputs)) for inputs in calls]
+    for inputs, outputs in zip(calls, got):  # (checked after every call has run)
+        with torch.no_grad():
+            want = module(*inputs)
+        for n, (g, w) in enumerate(zip(outputs, want)):
+            assert_arrays_match(g, w.numpy(), f"output {n}")
+            assert g.flags.writeable
+    for first, later in zip(got[0], got[2]):
+        assert not np.shares_memory(first, later)
+    executor = model.executor_for([t.numpy() for t in calls[0]])
+    assert _bound_in_this_thread(executor) == (width == 8)
+
+
+def test_bound_runs_keep_threads_apart():
+    """Every thread runs on a binding of its own (at most BOUND_THREADS of them, the rest
+    unbound): threads calling one model at once each get their own inputs' outputs."""
+    import threading
+
+    from rlx.runtime.onnxruntime_engine.executor import BOUND_THREADS
+
+    module = MixedOutputs(8)
+    model, _, _ = convert(module, _mixed_inputs(0), engine="onnxruntime")
+    n_threads = BOUND_THREADS + 4
+    cases = [_mixed_inputs(seed) for seed in range(n_threads)]
+    wants = [model(*(t.numpy() for t in inputs)) for inputs in cases]  # one at a time
+    for inputs, outputs in zip(cases, wants):
+        with torch.no_grad():
+            for n, (g, w) in enumerate(zip(outputs, module(*inputs))):
+                assert_arrays_match(g, w.numpy(), f"output {n}")
+    start = threading.Barrier(n_threads)
+    wrong: list[str] = []
+
+    def work(k: int) -> None:
+        arrays = [t.numpy() for t in cases[k]]
+        start.wait()
+        for _ in range(200):
+            for n, (g, w) in enumerate(zip(model(*arrays), wants[k])):
+                if not np.array_equal(g, w):
+                    wrong.append(f"thread {k}, output {n}")
+                    return
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(n_threads)]
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # threads take turns often, between any two steps of a call
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert not wrong, wrong[:3]
+    executor = model.executor_for([t.numpy() for t in cases[0]])
+    assert len(executor._bound_runs) == BOUND_THREADS

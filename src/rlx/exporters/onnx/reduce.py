@@ -39,18 +39,22 @@ def _drops_units_for_its_reader(g: OnnxGraph, c: C.Reduce, out: Instr) -> bool:
     return target == tuple(d for k, d in enumerate(shape) if k not in kept)
 
 
-def _is_spatial_mean(c: C.Reduce, x: T) -> bool:
+def _is_spatial_mean(g: OnnxGraph, c: C.Reduce, x: T) -> bool:
     """Whether this is a mean over every axis after batch and channel of a float32 image or
     sequence (``mean(x, (2, 3))``: a global average pool, as squeeze-excitation blocks and
     classifier heads write it). onnxruntime runs it as GlobalAveragePool in its blocked channel
     layout, so the convolutions around it need no layout change back and forth: 2-5% of ResNet and
-    EfficientNet at batch 1. (onnxruntime's GlobalAveragePool is float32 only.)"""
+    EfficientNet at batch 1. Not where the pooled tensor is a model output too (as a backbone's
+    last hidden state is): that one is changed back to the plain layout anyway, and pooling it
+    there saves the pooled result's own change of layout (a node). (onnxruntime's
+    GlobalAveragePool is float32 only.)"""
     rank = x.rank or 0
     return (
         c.fn == "mean"
         and x.dtype == "f32"
         and rank >= 3
         and sorted(a % rank for a in c.axes or ()) == list(range(2, rank))
+        and not g.is_output(c.x.name)
     )
 
 
@@ -72,7 +76,7 @@ def reduce(g: OnnxGraph, c: C.Reduce, out: Instr, x: T) -> T:
     if _drops_units_for_its_reader(g, c, out):
         keepdim = False
         g.units_dropped.add(out.result)
-    if _is_spatial_mean(c, x):
+    if _is_spatial_mean(g, c, x):
         pooled = g.op("GlobalAveragePool", [x], x.dtype)
         return pooled if keepdim else g.op("Flatten", [pooled], x.dtype, axis=1)
     work = g.cast(x, "i32") if x.dtype in ("i8", "i16", "u8", "bool") else x

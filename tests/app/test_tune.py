@@ -486,8 +486,10 @@ def test_instructions_kept_in_float32_are_not_quantized(tmp_path, precision):
 def _race_work(threads: int, progress=None, bundle: Path = Path("b"), inputs: dict | None = None):
     """What ``_race`` reads of tune's work: the bundle, the first input set, threads, progress."""
     from rlx.app.tune import _Work
+    from rlx.ir.program import Program
 
-    return _Work(bundle, None, {}, [("set", inputs or {}, [])], 0.999, 0.01, set(), threads, 5, progress)
+    program = Program("p", [], [], [], [])  # (no convolution: no padded-channels variant)
+    return _Work(bundle, program, {}, [("set", inputs or {}, [])], 0.999, 0.01, set(), threads, 5, progress)
 
 
 def test_close_contenders_are_re_timed_together(mlp):
@@ -750,3 +752,41 @@ def test_a_fewer_threads_variant_that_fails_is_not_chosen(monkeypatch):
         ("onnxruntime f32 on 1 thread", False, 0.5),
     ]
     assert report.choice is cands[0]
+
+
+def test_onnxruntime_float32_is_raced_with_padded_channels_too(monkeypatch):
+    """Where padding convolution channels to onnxruntime's block may change the graph, every
+    onnxruntime float32 contender is raced with ``pad_channels`` as well, at each thread count; the
+    other engines and precisions are not."""
+    import rlx.app.tune as tune_module
+    from rlx.app.tune import Candidate, TuneReport, _race
+
+    raced = []
+
+    def fake_race(threads, fn, bundle, contenders, *rest):
+        if not rest[-1]:
+            raced.extend(contenders)
+        return [1.0] * len(contenders)
+
+    monkeypatch.setattr(tune_module, "in_fresh_process", fake_race)
+    monkeypatch.setattr(tune_module, "pads_channels", lambda program, weights: True)
+    firsts = [("onnxruntime", "f32", 1.0), ("onnxruntime", "int8", 1.01), ("openvino", "bf16", 1.02)]
+    report = TuneReport("b", 0.999, 0.01, 2, [], [Candidate(e, p, passed=True, median_ms=m) for e, p, m in firsts])
+    _race(report, _race_work(2))
+    padded = [(e, p, n) for e, p, options, n in raced if options and options.get("pad_channels")]
+    assert padded == [("onnxruntime", "f32", 2), ("onnxruntime", "f32", 1)]
+    assert Candidate("onnxruntime", "f32", options={"pad_channels": True}, threads=1).name == (
+        "onnxruntime f32 padded on 1 thread"
+    )
+
+
+@pytest.mark.parametrize("mid,off_block", [(12, True), (16, False)])
+def test_pads_channels_finds_convolutions_off_the_block(mid, off_block):
+    from rlx.runtime.engines import pads_channels
+    from rlx.runtime.onnxruntime_engine.pad_channels import channel_block
+
+    from helpers import convert
+
+    module = torch.nn.Sequential(torch.nn.Conv2d(3, mid, 1), torch.nn.ReLU(), torch.nn.Conv2d(mid, 16, 1))
+    model, program, _ = convert(module, (torch.randn(1, 3, 4, 4),))
+    assert pads_channels(program, dict(model.weights)) == (off_block and channel_block() > 1)

@@ -32,7 +32,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +48,15 @@ from rlx.ir import dtypes
 from rlx.ir.program import Program
 from rlx.optional import available, require
 from rlx.runtime.cpu import cores
-from rlx.runtime.engines import ENGINES, PRECISIONS, THREADS_PER_SESSION, TRACEABLE, calibrate, supported_precisions
+from rlx.runtime.engines import (
+    ENGINES,
+    PRECISIONS,
+    THREADS_PER_SESSION,
+    TRACEABLE,
+    calibrate,
+    pads_channels,
+    supported_precisions,
+)
 from rlx.runtime.tuning import ENGINE_PACKAGES, FORMAT, machine
 
 DEFAULT_TOLERANCE = 0.999  # cosine, per output (the Rust reference's parity threshold)
@@ -94,7 +102,8 @@ class Candidate:
     @property
     def name(self) -> str:
         threads = "" if self.threads is None else f" on {self.threads} thread{'s' * (self.threads > 1)}"
-        return f"{self.engine} {self.precision}{threads}"
+        padded = " padded" if self.options.get("pad_channels") else ""
+        return f"{self.engine} {self.precision}{padded}{threads}"
 
     def verdict(self) -> str:
         if self.error:
@@ -550,6 +559,9 @@ def _race(report: TuneReport, work: _Work) -> None:
     counts = [budget >> k for k in range(1, budget.bit_length())][:2]  # (16 threads: 8 and 4)
     variants = [Candidate(c.engine, c.precision, options=dict(c.options), threads=n)
                 for c in close if c.engine in THREADS_PER_SESSION for n in counts]  # fmt: skip
+    if pads_channels(work.program, work.weights):  # onnxruntime f32 with the channels padded, raced too
+        plain = [c for c in close + variants if c.engine == "onnxruntime" and c.precision == "f32"]
+        variants += [replace(c, options={**c.options, "pad_channels": True}) for c in plain]
     timed = close + variants
     if len(timed) < 2:
         return

@@ -30,6 +30,7 @@ FINITE_UNARY = frozenset({
     "relu6", "elu", "selu", "celu", "softplus", "mish", "logsigmoid",
 })  # fmt: skip
 FINITE_BINARY = frozenset({"add", "sub", "mul", "maximum", "minimum"})
+FINITE_REDUCTIONS = frozenset({"sum", "mean", "amax", "amin"})
 # Calls whose result is finite wherever their operands are (norms: their eps keeps the divisor
 # positive; BatchNorm's running variance is checked at load with the weights).
 FINITE_CALLS = (
@@ -91,6 +92,8 @@ class NanSources:
             return not isinstance(call.value, float) or math.isfinite(call.value)
         if isinstance(call, (C.LayerNorm, C.GroupNorm)):
             return call.eps > 0
+        if isinstance(call, C.Reduce):  # (a squeeze-excitation block's global mean)
+            return call.fn in FINITE_REDUCTIONS
         return isinstance(call, (*FINITE_CALLS, C.BatchNorm))
 
     def _positive(self, var: Ref, eps: float) -> bool:

@@ -41,6 +41,7 @@ from rlx.runtime.onnx_graph import (
     output_values,
 )
 from rlx.runtime.onnxruntime_engine import require_onnxruntime
+from rlx.runtime.onnxruntime_engine.pad_channels import pad_channels
 from rlx.runtime.onnxruntime_engine.weights_in_place import read_weights_in_place
 from rlx.runtime.quantize import check_quantization
 
@@ -62,6 +63,7 @@ class OrtEngine(GraphEngine):
         calibration: str | Path | None = None,
         float32: Collection[str] = (),
         prepack: bool = True,
+        pad_channels: bool = False,
     ) -> None:
         """``optimization``: onnxruntime's graph optimization level (all / extended / basic / none);
         ``pooling_nan=False``: max pooling skips NaN as onnxruntime's MaxPool does, instead of
@@ -75,7 +77,10 @@ class OrtEngine(GraphEngine):
         left unquantized at int8 / int8-static (mixed precision);
         ``prepack=False``: onnxruntime multiplies by the weights where they lie (a loaded bundle's
         mapped file, whose pages every process running the model shares) instead of packing each
-        product's weight once into memory of its own (faster products: about 1.6× at 4 rows)."""
+        product's weight once into memory of its own (faster products: about 1.6× at 4 rows);
+        ``pad_channels=True``: convolution channels off onnxruntime's channel block padded to it at
+        float32, so its blocked layout is kept (``rlx.runtime.onnxruntime_engine.pad_channels``;
+        faster or slower by model and batch: ``rlx tune`` tries it)."""
         self._ort = require_onnxruntime()
         if optimization not in OPTIMIZATION_LEVELS:
             raise UsageError(
@@ -85,6 +90,8 @@ class OrtEngine(GraphEngine):
             raise UsageError(f"prepack must be True or False, got {prepack!r}")
         if not isinstance(pooling_nan, bool):
             raise UsageError(f"pooling_nan must be True or False, got {pooling_nan!r}")
+        if not isinstance(pad_channels, bool):
+            raise UsageError(f"pad_channels must be True or False, got {pad_channels!r}")
         contrib = check_contrib(contrib)
         if precision not in ("f32", "int8", "int8-static"):
             raise UsageError(f"the onnxruntime engine runs f32, int8 and int8-static, not {precision!r}")
@@ -95,6 +102,7 @@ class OrtEngine(GraphEngine):
         self.calibration = None if calibration is None else Path(calibration)
         self.float32 = tuple(float32)
         self.prepack = prepack
+        self.pad_channels = pad_channels
 
     @functools.cached_property
     def _values(self) -> dict[str, Any]:
@@ -386,7 +394,10 @@ def emit_model(program: Program, engine: OrtEngine, *, exact: bool = False) -> A
         program = read_weights_in_place(program)
     options = GraphOptions(io_bf16_as_f32=True, external_weights=not int8, pooling_nan=pooling_nan,
                            contrib=engine.contrib, weight_values=engine.arrays)  # fmt: skip
-    return to_onnx(program, scalars, options=options)
+    model = to_onnx(program, scalars, options=options)
+    if engine.pad_channels and not exact and not int8:  # (the exact graph: NaN and inf meet no padding)
+        pad_channels(model, program, engine.arrays)
+    return model
 
 
 def calibrate_program(

@@ -775,9 +775,9 @@ def test_onnxruntime_float32_is_raced_with_padded_channels_too(monkeypatch):
     _race(report, _race_work(2))
     padded = [(e, p, n) for e, p, options, n in raced if options and options.get("pad_channels")]
     assert padded == [("onnxruntime", "f32", 2), ("onnxruntime", "f32", 1)]
-    assert Candidate("onnxruntime", "f32", options={"pad_channels": True}, threads=1).name == (
-        "onnxruntime f32 padded on 1 thread"
-    )
+    shown = Candidate("onnxruntime", "f32", options={"pad_channels": True}, passed=True, threads=1)
+    assert shown.verdict() == "pass (channels padded)"
+    assert shown.name == ("onnxruntime f32 padded on 1 thread")
 
 
 @pytest.mark.parametrize("mid,off_block", [(12, True), (16, False)])

@@ -109,7 +109,9 @@ class Candidate:
         if self.error:
             return f"failed: {self.error}"
         if self.passed:
-            return "pass (mixed precision)" if self.options.get("float32") else "pass"
+            how = [what for what, key in (("mixed precision", "float32"), ("channels padded", "pad_channels"))
+                   if self.options.get(key)]  # fmt: skip
+            return f"pass ({', '.join(how)})" if how else "pass"
         worst = "; ".join(f"{f.input_set} out{f.index}: {f.reason}" for f in self.failures[:3])
         more = f" (+{len(self.failures) - 3} more)" if len(self.failures) > 3 else ""
         return f"FAIL {worst}{more}"

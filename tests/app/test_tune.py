@@ -149,6 +149,7 @@ def test_a_malformed_tuning_is_refused_in_one_line(mlp):
         ({"calibration": 3}, "malformed choice options; re-run `rlx tune`"),
         ({"float32": "relu"}, "malformed choice options; re-run `rlx tune`"),
         ({"threads": 2}, "malformed choice options; re-run `rlx tune`"),  # (not an option a choice records)
+        ({"pad_channels": "yes"}, "malformed choice options; re-run `rlx tune`"),
         ({"calibration": "../../elsewhere.json"}, "resolves outside the bundle directory"),
     ]:
         _tuning(out, "onnxruntime", "int8-static")
@@ -157,8 +158,27 @@ def test_a_malformed_tuning_is_refused_in_one_line(mlp):
         (out / "bundle" / TUNING_FILE).write_text(json.dumps(doc))
         with pytest.raises(BundleError, match=message):
             rlx.load(out)
+    _tuning(out, "openvino", "f32")
+    doc = json.loads((out / "bundle" / TUNING_FILE).read_text())
+    doc["choice"]["options"] = {"pad_channels": True}  # (an onnxruntime option)
+    (out / "bundle" / TUNING_FILE).write_text(json.dumps(doc))
+    with pytest.raises(BundleError, match="malformed choice options"):
+        rlx.load(out)
     (out / "bundle" / TUNING_FILE).unlink()
     assert rlx.load(out).engine.name == "numpy"
+
+
+def test_a_padded_channels_choice_loads_padded(mlp):
+    """A choice tune recorded with ``pad_channels`` loads with it (the option reaches the engine)."""
+    out, x, want = mlp
+    _tuning(out, "onnxruntime", "f32")
+    doc = json.loads((out / "bundle" / TUNING_FILE).read_text())
+    doc["choice"]["options"] = {"pad_channels": True}
+    (out / "bundle" / TUNING_FILE).write_text(json.dumps(doc))
+    model = rlx.load(out)
+    assert model.engine.name == "onnxruntime" and model.engine.pad_channels
+    np.testing.assert_allclose(model(x), want, rtol=1e-5, atol=1e-6)
+    (out / "bundle" / TUNING_FILE).unlink()
 
 
 def test_int8_on_onnxruntime_is_close_not_exact(mlp):

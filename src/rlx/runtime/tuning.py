@@ -22,7 +22,7 @@ from rlx.version import __version__
 FORMAT = "rlx-tuning"
 # The engine options a tuning choice may record: the calibration file (a name inside the bundle
 # directory) and the instructions kept in float32 (mixed precision; their result names)
-CHOICE_OPTIONS = ("calibration", "float32")
+CHOICE_OPTIONS = ("calibration", "float32", "pad_channels")
 # The package each engine runs on (its version is part of the machine a choice was measured on).
 ENGINE_PACKAGES = {"numpy": "numpy", "jax": "jaxlib", "onnxruntime": "onnxruntime", "openvino": "openvino"}
 
@@ -73,6 +73,8 @@ def mismatch(doc: Any, where: Path) -> str:
         or not isinstance(options.get("calibration", ""), str)
         or not isinstance(options.get("float32", []), list)
         or not all(isinstance(n, str) for n in options.get("float32", []))
+        or not isinstance(options.get("pad_channels", False), bool)
+        or ("pad_channels" in options and engine != "onnxruntime")
     ):
         raise BundleError(f"{where}: malformed choice options; re-run `rlx tune`")
     if importlib.util.find_spec(ENGINE_PACKAGES[engine].replace("jaxlib", "jax")) is None:

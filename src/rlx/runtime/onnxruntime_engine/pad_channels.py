@@ -73,6 +73,8 @@ class _Padder:
     """The padded weights of one graph, by new initializer name, as they are worked out."""
 
     def __init__(self, graph: Any, program: Program, arrays: Mapping[str, np.ndarray]) -> None:
+        # (nodes are told apart by id: these lists hold every node's wrapper for the padder's life,
+        # so protobuf hands out the same one each time)
         self.readers: dict[str, list[tuple[Any, int]]] = defaultdict(list)
         for node in graph.node:
             for k, name in enumerate(node.input):

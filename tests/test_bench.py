@@ -135,6 +135,22 @@ def test_interleaved_rounds_returns_each_calls_runs_per_round():
     assert len({len(block) for block in runs[0]}) == 1  # (one block size per call, fixed before the rounds)
 
 
+def test_steady_medians_see_through_a_change_of_machine_speed():
+    """tune's race: the same machine as below (a meets the slow state in 5 rounds, b in 4, a third
+    call c in 4). The medians over all runs put a behind b; the steady medians keep b 10% and c 20%
+    behind a, and a race slowed 1.5x all through reads 1.5x slower as a whole."""
+    from rlx.app.bench import steady_medians
+
+    slow = {"a": [1.6] * 5 + [1.0] * 4, "b": [1.6] * 4 + [1.0] * 5, "c": [1.6] * 4 + [1.0] * 5}
+    speed = {"a": 1.0, "b": 1.1, "c": 1.2}
+    rounds = [[[28e-6 * speed[k] * s] * 3 for s in slow[k]] for k in "abc"]  # (three runs a block)
+    assert np.median(rounds[0]) > np.median(rounds[1])
+    a, b, c = steady_medians(rounds)
+    assert (b / a, c / a) == (pytest.approx(1.1), pytest.approx(1.2))
+    slowed = steady_medians([[[t * 1.5 for t in block] for block in blocks] for blocks in rounds])
+    assert slowed == pytest.approx([1.5 * m for m in (a, b, c)])
+
+
 def test_a_paired_ratio_sees_through_a_change_of_machine_speed():
     """b runs 10% slower than a. The machine runs 1.6x slower until round 5, and turns fast again
     after a's block of that round: a meets the slow state in 5 rounds, b in 4. The medians over all

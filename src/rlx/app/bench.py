@@ -251,6 +251,17 @@ def interleaved_rounds(
     return times
 
 
+def steady_medians(per_round: Sequence[Sequence[Sequence[float]]]) -> list[float]:
+    """Each call's median ms from ``interleaved_rounds``, with the machine's changes of speed between
+    rounds taken out: in each round, every call's median relative to the geometric mean of all the
+    calls' medians in that round; each call's median of those over rounds, times the median of the
+    rounds' geometric means (so a race slowed all through reads slower as a whole, and the lower
+    of two races' medians still picks the calmer one for every call)."""
+    medians = np.array([[np.median(block) for block in blocks] for blocks in per_round])  # calls × rounds
+    level = np.exp(np.log(medians).mean(axis=0))
+    return [float(m) * 1e3 for m in np.median(medians / level, axis=1) * np.median(level)]
+
+
 def paired_ratio(a: Sequence[float], b: Sequence[float]) -> float:
     """How much slower ``a`` ran than ``b``, from their median seconds in each round of
     ``interleaved_rounds``: the median over rounds of the ratio. A shared machine's speed changes

@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from rlx.app.bench import BLOCK_S, fastest, in_fresh_process, interleaved
+from rlx.app.bench import BLOCK_S, fastest, in_fresh_process, interleaved_rounds, steady_medians
 from rlx.app.mixed import culprits, losses
 from rlx.errors import InputError, RlxError, UsageError, summary
 from rlx.formats import safetensors_io
@@ -69,7 +69,8 @@ KEEP_F32 = 1.05  # a lower precision is chosen only when more than this much fas
 # the contenders that use every core and not those on fewer: in one benchmark run, EfficientNet b8
 # timed OpenVINO bf16 on one thread level with two, where two ran 1.4x faster before and after.
 # So the race runs twice, in a fresh process each, the second in reverse order, and each
-# contender's time is the lower of its two medians.
+# contender's time is the lower of its two medians. Within a race, the medians are taken round by
+# round against all contenders (``steady_medians``): a change of machine speed between rounds cancels.
 RACE_ROUNDS, RACES = 10, 2
 
 
@@ -637,9 +638,11 @@ def race(
     reverse: bool = False,
 ) -> list[float]:
     """In the worker process: load every (engine, precision, options, threads), warm each up, then
-    time them together (``rlx.app.bench.interleaved``: ``rounds`` rounds of a ``block_s`` block each,
-    with pauses, as ``benchmarks/bench.py`` times engines; ``reverse``: last to first); the median ms
-    of each, in the given order. ``threads``: the
+    time them together (``rlx.app.bench.interleaved_rounds``: ``rounds`` rounds of a ``block_s``
+    block each, with pauses, as ``benchmarks/bench.py`` times engines; ``reverse``: last to first);
+    the median ms of each, in the given order, with the machine's changes of speed between rounds
+    taken out (``steady_medians``: a contender's blocks met the slow state in one round more than
+    another's should not decide between them). ``threads``: the
     process's BLAS threads (set when it started), the default of a contender that names none."""
     from rlx.runtime.model import load
 
@@ -652,8 +655,8 @@ def race(
             model.run_flat(flat)
         calls.append(lambda model=model, flat=flat: model.run_flat(flat))
     if reverse:  # (timed last to first, reported in the given order)
-        return interleaved(calls[::-1], rounds, block_s)[::-1]
-    return interleaved(calls, rounds, block_s)
+        return steady_medians(interleaved_rounds(calls[::-1], rounds, block_s))[::-1]
+    return steady_medians(interleaved_rounds(calls, rounds, block_s))
 
 
 def describe_failures(report: TuneReport) -> list[str]:

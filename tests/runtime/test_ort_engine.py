@@ -648,3 +648,63 @@ def test_bound_runs_keep_threads_apart():
     assert not wrong, wrong[:3]
     executor = model.executor_for([t.numpy() for t in cases[0]])
     assert len(executor._bound_runs) == BOUND_THREADS
+
+
+class ConvActConv(torch.nn.Module):
+    """conv 3×3 (8 → 16) → ``act`` → conv 3×3 (16 → 16): channels on every block."""
+
+    def __init__(self, act) -> None:
+        super().__init__()
+        torch.manual_seed(7)
+        self.a, self.b, self.act = torch.nn.Conv2d(8, 16, 3, padding=1), torch.nn.Conv2d(16, 16, 3, padding=1), act
+
+    def forward(self, x):
+        return self.b(self.act(self.a(x)))
+
+
+ACTIVATIONS = {  # name: (module, the node the engine's graph computes it with)
+    "hardswish": (torch.nn.Hardswish(), "HardSwish"),
+    "leaky-relu": (torch.nn.LeakyReLU(0.2), "LeakyRelu"),
+    "relu6": (torch.nn.ReLU6(), "Clip"),
+    "hardtanh": (torch.nn.Hardtanh(-0.5, 2.0), "Clip"),
+}
+
+
+@pytest.mark.parametrize("values", ["finite", "specials"])
+@pytest.mark.parametrize("name", sorted(ACTIVATIONS))
+def test_activations_onnxruntime_fuses_into_convolutions(name, values, tmp_path):
+    """PyTorch's hardswish (decomposed to five nodes), leaky relu and clamps between constants are
+    the single nodes onnxruntime fuses into the convolution before them, so the chain stays in its
+    blocked layout (one layout change back at the end); a clamp's Clip only where the engine checks
+    its input for NaN (the exact graph, run on an input holding one, keeps Max and Min). Values,
+    shapes, dtypes, NaN and inf as PyTorch's."""
+    import onnx
+    import onnxruntime as ort
+
+    from rlx.runtime.onnxruntime_engine.executor import emit_model
+
+    module, op = ACTIVATIONS[name]
+    module = ConvActConv(module).eval()
+    x = rand((2, 8, 6, 6), seed=4)
+    inputs = with_specials(x) if values == "specials" else x
+    model, program, _ = convert(module, (inputs,), engine="onnxruntime")
+    with torch.no_grad():
+        want = module(inputs)
+    got = model(inputs.numpy())
+    assert got.dtype == np.float32
+    assert_arrays_match(got, want.numpy(), name, rtol=1e-5, atol=1e-5)
+    if values == "specials":
+        return
+    graph, exact = emit_model(program, model.engine), emit_model(program, model.engine, exact=True)
+    assert [n.op_type for n in graph.graph.node].count(op) == 1
+    assert (op == "Clip") == any(n.op_type in ("Max", "Min") for n in exact.graph.node)
+    opts = model.engine.session_options()
+    opts.optimized_model_filepath = str(tmp_path / "optimized.onnx")
+    names = [t.name for t in graph.graph.initializer if t.data_location == 1]
+    opts.add_external_initializers(names, model.engine.weight_values(names))
+    ort.InferenceSession(graph.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    optimized = [n.op_type for n in onnx.load(str(tmp_path / "optimized.onnx")).graph.node]
+    from rlx.runtime.onnxruntime_engine.pad_channels import channel_block
+
+    if channel_block() > 1:
+        assert optimized.count("ReorderOutput") == 1, optimized

@@ -16,7 +16,7 @@ from typing import Any
 from rlx.exporters.onnx.registry import HALF, ONNX_TYPES, EmitError, OnnxGraph, T, emits
 from rlx.ir import calls as C
 from rlx.ir import dtypes
-from rlx.ir.program import Instr, Ref
+from rlx.ir.program import Instr, Lit, Ref
 
 Fn = Callable[[OnnxGraph, T], T]
 Fn2 = Callable[[OnnxGraph, T, T], T]
@@ -80,6 +80,14 @@ def _softplus(g: OnnxGraph, x: T) -> T:
 
 def _hard(g: OnnxGraph, x: T) -> T:
     return _op(g, "Min", _op(g, "Max", _op(g, "Add", x, _k(g, 3, x)), _k(g, 0, x)), _k(g, 6, x))
+
+
+def _hardswish(g: OnnxGraph, x: T) -> T:
+    # (onnxruntime fuses HardSwish into the convolution before it, in its blocked layout; the
+    # spelled-out form leaves that layout for four elementwise nodes. Its NaN stays NaN: x is a factor.)
+    if x.dtype == "f32":
+        return _op(g, "HardSwish", x)
+    return _op(g, "Div", _op(g, "Mul", x, _hard(g, x)), _k(g, 6, x))
 
 
 def _elu_neg(g: OnnxGraph, x: T) -> T:
@@ -156,7 +164,7 @@ UNARY: dict[str, Fn] = {
     "relu": _relu,
     "relu6": lambda g, x: _op(g, "Clip", x, _k(g, 0, x), _k(g, 6, x)),
     "hardsigmoid": lambda g, x: _op(g, "Div", _hard(g, x), _k(g, 6, x)),
-    "hardswish": lambda g, x: _op(g, "Div", _op(g, "Mul", x, _hard(g, x)), _k(g, 6, x)),
+    "hardswish": _hardswish,
     "elu": lambda g, x: _where(g, _bool(g, "Greater", x, _k(g, 0, x)), x, _elu_neg(g, x)),
     "selu": lambda g, x: _op(
         g,
@@ -385,6 +393,10 @@ def binary(g: OnnxGraph, c: C.Binary, out: Instr, x: T, y: T) -> T:
         base = _cube_base(g, x, y)
         if base is not None:  # the spelling of x³ that onnxruntime's FastGelu fusion looks for
             return _op(g, "Pow", base, _k(g, 3, base))
+    if c.fn == "div" and x.dtype == "f32":
+        swish = _hardswish_base(g, c)
+        if swish is not None:  # PyTorch's decomposition of hardswish, as the node it decomposed
+            return _op(g, "HardSwish", T(swish, "f32"))
     if x.dtype in HALF:  # exact for predicates, rounded once otherwise
         result = fn(g, g.cast(x, "f32"), g.cast(y, "f32"))
         return result if c.fn in PREDICATES else g.cast(result, x.dtype)
@@ -405,6 +417,52 @@ def _cube_base(g: OnnxGraph, x: T, y: T) -> T | None:
     return None
 
 
+def _hardswish_base(g: OnnxGraph, c: C.Binary) -> str | None:
+    """``x`` where ``c`` is ``x · clamp(x + 3, 0, 6) / 6`` (how PyTorch decomposes hardswish),
+    float32 throughout. onnxruntime fuses HardSwish into the convolution before it, in its blocked
+    layout, where the five nodes of the decomposition leave that layout; x is a factor of both, so
+    a NaN stays NaN, and −inf gives NaN in both (−inf · 0)."""
+    mul = g.producer(c.x.name) if isinstance(c.x, Ref) and _is_lit(c.y, 6.0) else None
+    if mul is None or not isinstance(mul.call, C.Binary) or mul.call.fn != "mul":
+        return None
+    for base, factor in ((mul.call.x, mul.call.y), (mul.call.y, mul.call.x)):
+        if not isinstance(base, Ref) or not isinstance(factor, Ref) or g.values[base.name].dtype != "f32":
+            continue
+        add = g.producer(_clamped(g, factor.name, 0.0, 6.0) or "")
+        if add is not None and isinstance(add.call, C.Binary) and add.call.fn == "add":
+            if {_ref_name(add.call.x), _ref_name(add.call.y)} == {base.name, None} and 3.0 in _lits(add.call):
+                return base.name
+    return None
+
+
+def _clamped(g: OnnxGraph, name: str, lo: float, hi: float) -> str | None:
+    """The value that ``name`` clamps between exactly ``lo`` and ``hi`` (one Clamp or two)."""
+    bounds: list[tuple[Any, Any]] = []
+    while len(bounds) < 2:
+        ins = g.producer(name)
+        if ins is None or not isinstance(ins.call, C.Clamp) or not isinstance(ins.call.x, Ref):
+            break
+        bounds.append((ins.call.lo, ins.call.hi))
+        name = ins.call.x.name
+        los = [b for b, _ in bounds if b is not None]
+        his = [b for _, b in bounds if b is not None]
+        if len(los) == len(his) == 1 and _is_lit(los[0], lo) and _is_lit(his[0], hi):
+            return name
+    return None
+
+
+def _is_lit(v: Any, value: float) -> bool:
+    return isinstance(v, Lit) and isinstance(v.value, (int, float)) and float(v.value) == value
+
+
+def _ref_name(v: Any) -> str | None:
+    return v.name if isinstance(v, Ref) else None
+
+
+def _lits(call: C.Binary) -> list[float]:
+    return [float(v.value) for v in (call.x, call.y) if isinstance(v, Lit) and isinstance(v.value, (int, float))]
+
+
 # ── select, clamp, cast ──────────────────────────────────────────────────────
 @emits(C.Where)
 def where(g: OnnxGraph, c: C.Where, out: Instr, cond: T, x: T, y: T) -> T:
@@ -418,6 +476,9 @@ def where(g: OnnxGraph, c: C.Where, out: Instr, cond: T, x: T, y: T) -> T:
 
 @emits(C.Clamp, widen=True)
 def clamp(g: OnnxGraph, c: C.Clamp, out: Instr, x: T, lo: T | None, hi: T | None) -> T:
+    if _clip_keeps_nan(g, c, x):
+        bounds = [b if b is None else g.const(b.value, "f32") for b in (c.lo, c.hi)]  # type: ignore[union-attr]
+        return g.op("Clip", [x, *bounds], "f32")
     narrow = x.dtype in _NARROW_INTS or x.dtype == "bool"
     work = g.cast(x, "i32") if narrow else x
     if lo is not None:
@@ -427,8 +488,28 @@ def clamp(g: OnnxGraph, c: C.Clamp, out: Instr, x: T, lo: T | None, hi: T | None
     return g.cast(work, x.dtype)
 
 
+def _clip_keeps_nan(g: OnnxGraph, c: C.Clamp, x: T) -> bool:
+    """Whether a float32 clamp between constants may be onnxruntime's Clip, which it fuses into a
+    convolution in its blocked layout (Max and Min leave that layout). Clip's NaN is not PyTorch's
+    on every kernel (a vector max of NaN and a bound gives the bound), so only where the engine
+    checks before each run that ``x`` holds none (``pooling_nan="check"``: a NaN that only
+    non-finite graph inputs can make, ``OnnxGraph.nan_sources``; otherwise the exact graph runs)."""
+    bounds = [b for b in (c.lo, c.hi) if b is not None]
+    if g.pooling_nan != "check" or x.dtype != "f32" or not isinstance(c.x, Ref) or not bounds:
+        return False
+    if not all(isinstance(b, Lit) and isinstance(b.value, (int, float)) and math.isfinite(b.value) for b in bounds):
+        return False
+    sources = g.nan_sources(c.x.name)
+    if sources is None or any(g.values[s].dtype not in ("f32", "f64") for s in sources):
+        return False
+    g.finite_inputs.update(sources)
+    return True
+
+
 @emits(C.LeakyRelu, widen=True)
 def leaky_relu(g: OnnxGraph, c: C.LeakyRelu, out: Instr, x: T) -> T:
+    if x.dtype == "f32":  # (fused into a convolution like HardSwish; NaN · slope is NaN)
+        return _op(g, "LeakyRelu", x, alpha=c.slope)
     return _where(g, _bool(g, "Greater", x, _k(g, 0, x)), x, _op(g, "Mul", x, _k(g, c.slope, x)))
 
 

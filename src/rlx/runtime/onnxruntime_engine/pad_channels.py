@@ -5,16 +5,21 @@ AVX-512, 8 with AVX2). A convolution whose output has a channel count off the bl
 block's padding anyway, but the convolution reading that output cannot take it blocked: onnxruntime
 changes the tensor back to the plain layout (a ReorderOutput node) and runs the reader on it. A
 ResNet bottleneck of 8 channels costs two such changes; EfficientNet's 8- and 24-channel
-projections three. Padding the channels in the graph keeps the chain blocked: the producer gets
-zero filters up to the block (and neutral BatchNorm statistics for them), each reader zero weights
-for the extra input channels. For finite values that is exact: the padded channels hold finite
-values (zero, or an activation of zero) that meet zero weights. A NaN or inf would not stay out of
-the sum (0 × inf is NaN), so the engine checks the graph inputs the padded chain can get a NaN or
-inf from before each run and runs the unpadded graph on the rare run that has one
-(``rlx.exporters.onnx.nan_sources``); a chain with a step that can make them of finite values is
-left as it is. Whether it pays depends on the model and batch (more multiply-adds against fewer
-layout changes: ResNet b1 0.97×, b8 1.02×; EfficientNet b1 0.91×), so it is an option that
-``rlx tune`` tries, not a default.
+projections three. Padding the channels in the graph keeps them blocked.
+
+What is padded is a *channel group*: the values that share one channel axis because per-channel
+steps join them (activations, BatchNorm, depthwise convolutions, pools, residual sums, a
+squeeze-excitation's scale, elementwise steps with constants), from the convolutions that make
+them (the producers) to the convolutions that read them. The producers get zero filters up to the
+block, the steps neutral parameters (BatchNorm statistics, depthwise filters, per-channel
+constants), each reading convolution zero weights for the extra input channels. For finite values
+that is exact: a padded channel starts at zero, every step maps finite values to finite ones, and
+what it holds meets zero weights. A NaN or inf would not stay out of the sum (0 × inf is NaN), so
+the engine checks the graph inputs the producers can get a NaN or inf from before each run and
+runs the unpadded graph on the rare run that has one (``rlx.exporters.onnx.nan_sources``); a group
+after a step that can make them of finite values is left as it is. Whether it pays depends on the
+model and batch (more multiply-adds against fewer layout changes: ResNet b1 0.97×, b8 1.02×;
+EfficientNet b1 0.91×), so it is an option that ``rlx tune`` tries, not a default.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -32,9 +38,18 @@ from rlx.ir import calls as C
 from rlx.ir.program import Program
 from rlx.runtime.cpu import cpu_flags
 
-# Between the producer and its readers: per-channel steps that map finite values to finite ones.
-PASS_THROUGH = frozenset({"Relu", "Clip", "LeakyRelu", "HardSwish", "HardSigmoid", "Sigmoid", "Tanh", "Identity"})
+# Per-channel steps whose every operand is a member of the group or a constant: each maps finite
+# values to finite ones, so a padded channel (zero where it starts) stays finite.
+ELEMENTWISE = frozenset({
+    "Relu", "Clip", "LeakyRelu", "HardSwish", "HardSigmoid", "Sigmoid", "Tanh", "Identity", "Neg", "Abs",
+    "Add", "Sub", "Mul", "Max", "Min", "Where", "Greater", "Less", "GreaterOrEqual", "LessOrEqual",
+})  # fmt: skip
+POOLS = frozenset({"MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool"})
+REDUCTIONS = frozenset({"ReduceMean", "ReduceMax", "ReduceMin", "ReduceSum"})
 BATCH_NORM = "BatchNormalization"
+# BatchNorm's scale, bias, mean and variance: a padded channel gets 0 · (x − 0) / √(1 + eps) + 0.
+NEUTRAL_NORM = {1: 0.0, 2: 0.0, 3: 0.0, 4: 1.0}
+NOT_PER_CHANNEL = -1
 
 
 def channel_block() -> int:
@@ -44,18 +59,25 @@ def channel_block() -> int:
 
 
 def pad_channels(model: Any, program: Program, arrays: Mapping[str, np.ndarray], block: int | None = None) -> list[str]:
-    """Pad, in ``model`` (an ``onnx.ModelProto`` emitted for ``program``, weights external), each
-    float32 convolution whose output channels are off ``block`` and whose output reaches only
-    convolutions (through ``PASS_THROUGH`` steps and BatchNorms); ``arrays``: the weights by name.
-    The padded weights become initializers of their own, held in the graph. The graph inputs the
-    padded chains need finite join the model's ``FINITE_INPUTS``. Returns the padded outputs' names."""
+    """Pad, in ``model`` (an ``onnx.ModelProto`` emitted for ``program``, weights external), every
+    float32 channel group off ``block`` that convolutions of one group read; ``arrays``: the
+    weights by name. The padded weights become initializers of their own, held in the graph; the
+    graph inputs the padded groups need finite join the model's ``FINITE_INPUTS``. Returns the
+    names of the padded producers' outputs."""
     from onnx import numpy_helper
 
     block = block or channel_block()
     if block <= 1:
         return []
     padder = _Padder(model.graph, program, arrays)
-    done = [node.output[0] for node in list(model.graph.node) if padder.pad(node, block)]
+    done: list[str] = []
+    for node in list(model.graph.node):
+        weight = padder.value(node, 1) if _plain_conv(node) and id(node) not in padder.seen else None
+        if weight is not None and weight.shape[0] % block:
+            group = padder.group(node)
+            if group is not None:
+                padder.pad(group, block - group.channels % block)
+                done += [p.output[0] for p in group.producers]
     if done:
         for node in model.graph.node:
             for k in range(len(node.input)):
@@ -69,29 +91,187 @@ def pad_channels(model: Any, program: Program, arrays: Mapping[str, np.ndarray],
     return done
 
 
+@dataclass
+class _Group:
+    """One channel group: who makes it, what steps it takes, who reads it."""
+
+    channels: int
+    rank: int
+    producers: list[Any] = field(default_factory=list)  # convolutions whose output channels grow
+    steps: list[Any] = field(default_factory=list)  # per-channel nodes inside the group
+    params: list[tuple[Any, int, int, float]] = field(default_factory=list)  # (step, input, axis, fill)
+    readers: list[Any] = field(default_factory=list)  # convolutions whose input channels grow
+    needs: frozenset[str] = frozenset()  # graph inputs that must be finite
+    producer_ids: set[int] = field(default_factory=set)
+    step_ids: set[int] = field(default_factory=set)
+    reader_ids: set[int] = field(default_factory=set)
+
+
 class _Padder:
     """The padded weights of one graph, by new initializer name, as they are worked out."""
 
     def __init__(self, graph: Any, program: Program, arrays: Mapping[str, np.ndarray]) -> None:
+        from onnx import numpy_helper
+
         # (nodes are told apart by id: these lists hold every node's wrapper for the padder's life,
         # so protobuf hands out the same one each time)
         self.readers: dict[str, list[tuple[Any, int]]] = defaultdict(list)
+        self.producer: dict[str, Any] = {}
         for node in graph.node:
             for k, name in enumerate(node.input):
-                self.readers[name].append((node, k))
+                if name:
+                    self.readers[name].append((node, k))
+            for name in node.output:
+                self.producer[name] = node
         self.outputs = {o.name for o in graph.output}
+        self.constants = {t.name: numpy_helper.to_array(t) for t in graph.initializer if t.data_location != 1}
         self.conv_inputs = {ins.result: ins.call.x.name for ins in program.instrs if isinstance(ins.call, C.Conv)}
         self.sources = NanSources(program, lambda name: arrays.get(name))
         self.arrays = arrays
+        self.seen: set[int] = set()  # convolutions already taken into a group as producers
         self.padded: dict[str, np.ndarray] = {}  # new initializer name → padded value
         self.renamed: dict[tuple[int, int], str] = {}  # (node id, input index) → its padded initializer
-        self.finite: set[str] = set()  # graph inputs the padded chains need finite
+        self.finite: set[str] = set()  # graph inputs the padded groups need finite
 
     def value(self, node: Any, k: int) -> np.ndarray | None:
         name = self.renamed.get((id(node), k)) or node.input[k]
-        return self.padded[name] if name in self.padded else self.arrays.get(name)
+        if name in self.padded:
+            return self.padded[name]
+        return self.arrays.get(name) if name in self.arrays else self.constants.get(name)
 
-    def grow(self, node: Any, k: int, axis: int, extra: int, fill: float = 0.0) -> None:
+    def group(self, start: Any) -> _Group | None:
+        """The channel group ``start``'s output belongs to, or None where it cannot be padded."""
+        weight = self.value(start, 1)
+        if weight is None or weight.dtype != np.float32:
+            self.seen.add(id(start))
+            return None
+        group = _Group(channels=weight.shape[0], rank=weight.ndim)
+        members: set[str] = set()
+        todo = [start.output[0]]
+        while todo:
+            name = todo.pop()
+            if name in members:
+                continue
+            members.add(name)
+            if name in self.outputs:
+                return None
+            node = self.producer.get(name)
+            if node is None or not self._join(node, group, todo, k=None):
+                return None
+            for reader, k in self.readers[name]:
+                if not self._join(reader, group, todo, k=k):
+                    return None
+        if not group.readers:
+            return None
+        needs: set[str] = set()
+        for producer in group.producers:
+            x = self.conv_inputs.get(producer.output[0])
+            found = self.sources.inputs(x) if x is not None else None
+            if found is None:  # (a step before it can make NaN of finite values)
+                return None
+            needs |= found
+        group.needs = frozenset(needs)
+        return group
+
+    def _join(self, node: Any, group: _Group, todo: list[str], k: int | None) -> bool:
+        """Take ``node`` into ``group``: the producer of a member (``k`` None) or a reader of one
+        at input ``k``. Returns False where it cannot be padded with the group."""
+        key = id(node)
+        if _plain_conv(node):
+            if k is None:
+                role, axis, found = group.producers, 0, key in group.producer_ids
+            elif k == 0:
+                role, axis, found = group.readers, 1, key in group.reader_ids
+            else:
+                return False
+            if not found:
+                weight = self.value(node, 1)
+                if weight is None or weight.dtype != np.float32 or weight.shape[axis] != group.channels:
+                    return False
+                if k is None and len(node.input) > 2 and node.input[2] and self.value(node, 2) is None:
+                    return False
+                (group.producer_ids if k is None else group.reader_ids).add(key)
+                role.append(node)
+                if k is None:
+                    self.seen.add(key)
+            return True
+        if key in group.step_ids:
+            return True
+        step = self._step(node, group)
+        if step is None:
+            return False
+        members, params = step
+        group.step_ids.add(key)
+        group.steps.append(node)
+        group.params += [(node, k, axis, fill) for k, axis, fill in params]
+        todo += [node.input[i] for i in members]
+        todo += [name for name in node.output if name]
+        return True
+
+    def _step(self, node: Any, group: _Group) -> tuple[list[int], list[tuple[int, int, float]]] | None:
+        """Per-channel step ``node``'s inputs that join the group, and its constants to pad (input,
+        axis, fill); None where ``node`` is no such step."""
+        if node.domain not in ("", "ai.onnx") or len(node.output) != 1:
+            return None
+        op = node.op_type
+        if op == BATCH_NORM:
+            if any(_shape(self.value(node, k)) != (group.channels,) for k in NEUTRAL_NORM):
+                return None
+            return [0], [(k, 0, fill) for k, fill in NEUTRAL_NORM.items()]
+        if op == "Conv":  # depthwise: one filter (and bias) per channel, zero where padded
+            weight, biased = self.value(node, 1), len(node.input) > 2 and bool(node.input[2])
+            if _attr(node, "group", 1) != group.channels or _shape(weight)[:2] != (group.channels, 1):
+                return None
+            if biased and self.value(node, 2) is None:
+                return None
+            return [0], [(k, 0, 0.0) for k in ((1, 2) if biased else (1,))]
+        if op in POOLS or (op in REDUCTIONS and self._spatial(node, group)):
+            return [0], []
+        if op in ELEMENTWISE or op == "Div":
+            return self._elementwise(node, group)
+        return None
+
+    def _spatial(self, node: Any, group: _Group) -> bool:
+        """A reduction over spatial axes only, keeping them (the channel axis stays where it is)."""
+        axes = self.value(node, 1) if len(node.input) > 1 and node.input[1] else _attr(node, "axes", None)
+        if axes is None or not len(axes) or not _attr(node, "keepdims", 1):
+            return False
+        return all(int(a) % group.rank > 1 for a in axes)
+
+    def _elementwise(self, node: Any, group: _Group) -> tuple[list[int], list[tuple[int, int, float]]] | None:
+        members, params = [], []
+        for k, name in enumerate(node.input):
+            const = self.value(node, k) if name else None
+            if name and const is None:
+                members.append(k)
+            elif const is not None:
+                axis = _constant_axis(const, group)
+                if axis == NOT_PER_CHANNEL or not _finite_constant(const):
+                    return None
+                if node.op_type == "Div" and k == 1 and not (np.asarray(const) != 0).all():
+                    return None
+                if axis is not None:  # (a padded divisor is 1, any other padded constant 0)
+                    params.append((k, axis, 1.0 if node.op_type == "Div" and k == 1 else 0.0))
+        if node.op_type == "Div" and 1 in members:  # (a divisor from the group is 0 where padded)
+            return None
+        return members, params
+
+    def pad(self, group: _Group, extra: int) -> None:
+        """Grow every producer, step and reader of ``group`` by ``extra`` channels."""
+        for producer in group.producers:
+            self._grow(producer, 1, 0, extra)
+            if len(producer.input) > 2 and producer.input[2]:
+                self._grow(producer, 2, 0, extra)
+        for step, k, axis, fill in group.params:
+            self._grow(step, k, axis, extra, fill)
+        for step in group.steps:
+            if step.op_type == "Conv":
+                next(a for a in step.attribute if a.name == "group").i = group.channels + extra
+        for reader in group.readers:
+            self._grow(reader, 1, 1, extra)
+        self.finite |= group.needs
+
+    def _grow(self, node: Any, k: int, axis: int, extra: int, fill: float = 0.0) -> None:
         arr = self.value(node, k)
         assert arr is not None  # (checked before anything is padded)
         shape = list(arr.shape)
@@ -100,56 +280,43 @@ class _Padder:
         self.padded[name] = np.concatenate([np.asarray(arr), np.full(shape, fill, arr.dtype)], axis=axis)
         self.renamed[(id(node), k)] = name
 
-    def pad(self, node: Any, block: int) -> bool:
-        """Pad ``node``'s output channels and its readers' input channels, where it qualifies."""
-        weight = self.value(node, 1) if _plain_conv(node) else None
-        x = self.conv_inputs.get(node.output[0])
-        if weight is None or x is None or weight.dtype != np.float32 or weight.shape[0] % block == 0:
-            return False
-        chain, end = _chain(node.output[0], self.readers, self.outputs)
-        readers = [r for r, _ in self.readers[end]]
-        if chain is None or not all(_plain_conv(r) and k == 0 and self.value(r, 1) is not None
-                                    for r, k in self.readers[end]):  # fmt: skip
-            return False
-        bias = len(node.input) > 2 and bool(node.input[2])
-        norms = [n for n in chain if n.op_type == BATCH_NORM]
-        if (bias and self.value(node, 2) is None) or any(self.value(n, k) is None for n in norms for k in range(1, 5)):
-            return False
-        needs = self.sources.inputs(x)  # (None: a step on the way can make NaN of finite values)
-        if needs is None:
-            return False
-        extra = block - weight.shape[0] % block
-        self.grow(node, 1, 0, extra)
-        if bias:
-            self.grow(node, 2, 0, extra)
-        for norm in norms:  # scale, bias, mean, variance: the extra channels stay 0
-            for k, fill in zip(range(1, 5), (0.0, 0.0, 0.0, 1.0)):
-                self.grow(norm, k, 0, extra, fill)
-        for reader in readers:
-            self.grow(reader, 1, 1, extra)
-        self.finite |= needs
-        return True
-
 
 def _plain_conv(node: Any) -> bool:
-    """A 2-d convolution of one group (depthwise and grouped ones keep their channels)."""
-    group = next((a.i for a in node.attribute if a.name == "group"), 1)
-    return node.op_type == "Conv" and node.domain in ("", "ai.onnx") and group == 1 and len(node.input) >= 2
+    """A convolution of one group (depthwise and grouped ones keep their channels)."""
+    return (
+        node.op_type == "Conv"
+        and node.domain in ("", "ai.onnx")
+        and _attr(node, "group", 1) == 1
+        and len(node.input) >= 2
+    )
 
 
-def _chain(start: str, readers: Mapping[str, list[tuple[Any, int]]], outputs: set[str]) -> tuple[list[Any] | None, str]:
-    """The per-channel steps from value ``start`` on, each the only reader of the one before, and
-    the value their readers take (None: a value on the way is a graph output, or nothing reads it)."""
-    chain, value = [], start
-    while value not in outputs and len(readers[value]) == 1:
-        step, k = readers[value][0]
-        if k != 0 or not (step.op_type in PASS_THROUGH or step.op_type == BATCH_NORM):
-            break
-        chain.append(step)
-        value = step.output[0]
-    if value in outputs or not readers[value]:
-        return None, value
-    return chain, value
+def _attr(node: Any, name: str, default: Any) -> Any:
+    from onnx import helper
+
+    return next((helper.get_attribute_value(a) for a in node.attribute if a.name == name), default)
+
+
+def _shape(arr: np.ndarray | None) -> tuple[int, ...]:
+    return () if arr is None else tuple(np.shape(arr))
+
+
+def _finite_constant(const: np.ndarray) -> bool:
+    arr = np.asarray(const)
+    return arr.dtype.kind not in "fc" or bool(np.isfinite(arr).all())
+
+
+def _constant_axis(const: np.ndarray, group: _Group) -> int | None:
+    """Where a constant operand of a step holds the group's channels: None for one value (it
+    broadcasts over padded channels as it is), the axis to pad for one value per channel,
+    ``NOT_PER_CHANNEL`` for any other shape."""
+    shape = np.shape(const)
+    if int(np.prod(shape)) == 1:
+        return None
+    axis = len(shape) - (group.rank - 1)  # (operands align to the right: the channel axis is 1)
+    if axis < 0 or shape[axis] != group.channels or any(d != 1 for i, d in enumerate(shape) if i != axis):
+        return NOT_PER_CHANNEL
+    return axis
 
 
 def _add_finite_inputs(model: Any, names: set[str]) -> None:

@@ -81,6 +81,8 @@ class Group(torch.nn.Module):
         h = self.a(x)
         if self.body == "inverted-residual":  # MobileNet: expand, depthwise, activations
             h = torch.nn.functional.relu6(self.norm(self.c(torch.nn.functional.relu6(h))))
+        elif self.body == "tf-padded":  # transformers' MobileNet: a zero pad before the depthwise one
+            h = self.c(torch.nn.functional.pad(torch.relu(h), (0, 1, 0, 1)))
         elif self.body == "residual":  # two producers joined by a sum
             h = torch.relu(h + self.b(torch.relu(h)))
         elif self.body == "squeeze-excitation":  # the scale: a mean, two convolutions, a sigmoid
@@ -103,6 +105,7 @@ class Group(torch.nn.Module):
 GROUPS = {  # body: padded
     "inverted-residual": True,
     "residual": True,
+    "tf-padded": True,
     "squeeze-excitation": True,
     "layer-scale": True,
     "pooled": True,
@@ -194,7 +197,7 @@ def test_padded_chains_match_torch_with_nan_and_inf(name, values):
 @pytest.mark.skipif(channel_block() <= 1, reason="onnxruntime has no blocked layout on this CPU")
 @pytest.mark.parametrize("kind,name", [("chain", "bottleneck"), ("chain", "silu"), ("chain", "hardswish"),
                                        ("chain", "leaky-relu"), ("group", "inverted-residual"), ("group", "residual"),
-                                       ("group", "pooled")])  # fmt: skip
+                                       ("group", "pooled"), ("group", "tf-padded")])  # fmt: skip
 def test_a_padded_group_stays_in_the_blocked_layout(kind, name, tmp_path):
     """onnxruntime changes an off-block group back to the plain layout (ReorderOutput) and keeps a
     padded one blocked: one change back, at the end."""

@@ -225,7 +225,11 @@ class _Padder:
             if biased and self.value(node, 2) is None:
                 return None
             return [0], [(k, 0, 0.0) for k in ((1, 2) if biased else (1,))]
-        if op in POOLS or (op in REDUCTIONS and self._spatial(node, group)):
+        if (
+            op in POOLS
+            or (op in REDUCTIONS and self._spatial(node, group))
+            or (op == "Pad" and self._spatial_pad(node))
+        ):
             return [0], []
         if op in ELEMENTWISE or op == "Div":
             return self._elementwise(node, group)
@@ -237,6 +241,17 @@ class _Padder:
         if axes is None or not len(axes) or not _attr(node, "keepdims", 1):
             return False
         return all(int(a) % group.rank > 1 for a in axes)
+
+    def _spatial_pad(self, node: Any) -> bool:
+        """A constant pad of spatial axes only (a finite value, or zero), as ``tf_padding`` writes."""
+        pads, value = (self.value(node, k) if len(node.input) > k and node.input[k] else None for k in (1, 2))
+        axes = self.value(node, 3) if len(node.input) > 3 and node.input[3] else None
+        if _attr(node, "mode", b"constant") not in (b"constant", "constant") or pads is None or axes is not None:
+            return False
+        if value is not None and not _finite_constant(value):
+            return False
+        rank = len(pads) // 2
+        return rank > 2 and not any(int(pads[k]) for k in (0, 1, rank, rank + 1))
 
     def _elementwise(self, node: Any, group: _Group) -> tuple[list[int], list[tuple[int, int, float]]] | None:
         members, params = [], []

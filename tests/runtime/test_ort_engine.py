@@ -708,3 +708,52 @@ def test_activations_onnxruntime_fuses_into_convolutions(name, values, tmp_path)
 
     if channel_block() > 1:
         assert optimized.count("ReorderOutput") == 1, optimized
+
+
+class SqueezeExcitation(torch.nn.Module):
+    """conv 3×3 (8 → 16) → SiLU → x · sigmoid(excite(silu(squeeze(mean(x))))) → conv 3×3: an
+    EfficientNet block's scale per channel, channels on every block."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(8)
+        self.a, self.b = torch.nn.Conv2d(8, 16, 3, padding=1), torch.nn.Conv2d(16, 16, 3, padding=1)
+        self.squeeze, self.excite = torch.nn.Conv2d(16, 16, 1), torch.nn.Conv2d(16, 16, 1)
+
+    def forward(self, x):
+        h = torch.nn.functional.silu(self.a(x))
+        s = self.excite(torch.nn.functional.silu(self.squeeze(h.mean((2, 3), keepdim=True))))
+        return self.b(h * torch.sigmoid(s))
+
+
+@pytest.mark.parametrize("values", ["finite", "specials"])
+def test_a_scale_per_channel_keeps_the_blocked_layout(values, tmp_path):
+    """The engine's graph upsamples a squeeze-excitation scale to the image before the product
+    (an exact copy), which onnxruntime runs in its blocked layout with the product: the block
+    changes layout once, at the end, where the broadcast product cost a change each way. The
+    portable export keeps the broadcast product. Values, NaN and inf as PyTorch's."""
+    import onnx
+    import onnxruntime as ort
+
+    from rlx.exporters.onnx import to_onnx
+    from rlx.runtime.onnxruntime_engine.executor import emit_model
+    from rlx.runtime.onnxruntime_engine.pad_channels import channel_block
+
+    module = SqueezeExcitation().eval()
+    x = rand((2, 8, 6, 6), seed=6)
+    inputs = with_specials(x) if values == "specials" else x
+    model, program, _ = convert(module, (inputs,), engine="onnxruntime")
+    with torch.no_grad():
+        want = module(inputs)
+    assert_arrays_match(model(inputs.numpy()), want.numpy(), "squeeze-excitation", rtol=1e-5, atol=1e-5)
+    if values == "specials" or channel_block() <= 1:
+        return
+    assert "Resize" not in [n.op_type for n in to_onnx(program, dict(model.weights)).graph.node]
+    graph = emit_model(program, model.engine)
+    opts = model.engine.session_options()
+    opts.optimized_model_filepath = str(tmp_path / "optimized.onnx")
+    names = [t.name for t in graph.graph.initializer if t.data_location == 1]
+    opts.add_external_initializers(names, model.engine.weight_values(names))
+    ort.InferenceSession(graph.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    optimized = [n.op_type for n in onnx.load(str(tmp_path / "optimized.onnx")).graph.node]
+    assert optimized.count("ReorderOutput") == 1 and "Upsample" in optimized, optimized

@@ -13,6 +13,8 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from rlx.exporters.onnx.registry import HALF, ONNX_TYPES, EmitError, OnnxGraph, T, emits
 from rlx.ir import calls as C
 from rlx.ir import dtypes
@@ -393,6 +395,10 @@ def binary(g: OnnxGraph, c: C.Binary, out: Instr, x: T, y: T) -> T:
         base = _cube_base(g, x, y)
         if base is not None:  # the spelling of x³ that onnxruntime's FastGelu fusion looks for
             return _op(g, "Pow", base, _k(g, 3, base))
+    if c.fn == "mul" and g.blocked_layout and x.dtype == "f32":
+        scaled = _channel_scaled(g, x, y)
+        if scaled is not None:
+            return scaled
     if c.fn == "div" and x.dtype == "f32":
         swish = _hardswish_base(g, c)
         if swish is not None:  # PyTorch's decomposition of hardswish, as the node it decomposed
@@ -414,6 +420,25 @@ def _cube_base(g: OnnxGraph, x: T, y: T) -> T | None:
         if (ins is not None and isinstance(ins.call, C.Binary) and ins.call.fn == "mul"
                 and ins.call.x == ins.call.y == Ref(base.name)):  # fmt: skip
             return base
+    return None
+
+
+def _channel_scaled(g: OnnxGraph, x: T, y: T) -> T | None:
+    """``x · s`` for an image ``x`` [N, C, H, W] and a scale per channel ``s`` [N, C, 1, 1] (a
+    squeeze-excitation block's), with ``s`` first upsampled to [N, C, H, W]: onnxruntime runs that
+    upsampling (nearest, integer scales: an exact copy) and a product of equal shapes in its
+    blocked channel layout, where the broadcast product leaves it (a layout change of the image
+    each way, every block)."""
+    for image, scale in ((x, y), (y, x)):
+        shape, small = image.shape, scale.shape
+        if shape is None or small is None or len(shape) != 4 or len(small) != 4:
+            continue
+        if not all(isinstance(d, int) for d in (*shape, *small)) or small != (*shape[:2], 1, 1) or shape[2:] == (1, 1):
+            continue
+        scales = g.const(np.array([1, 1, shape[2], shape[3]], np.float32), "f32")
+        up = g.op("Resize", [scale, None, scales], "f32", shape, mode="nearest",
+                  coordinate_transformation_mode="asymmetric", nearest_mode="floor")  # fmt: skip
+        return _op(g, "Mul", image, up)
     return None
 
 

@@ -134,13 +134,16 @@ class GraphOptions:
     False takes onnxruntime's rule. ``contrib``: onnxruntime's com.microsoft
     fusions to use (``CONTRIB_FUSIONS``). ``weight_values``: the weights' arrays, so that emitters
     can use what they hold (a pooled input's NaN traced to graph inputs, ``nan_sources``; values
-    fixed on every run, ``static_values``)."""
+    fixed on every run, ``static_values``). ``blocked_layout``: shape the graph for onnxruntime's
+    blocked channel layout (NCHWc), where it has one: a squeeze-excitation scale is upsampled to
+    the image before its product, which that layout takes (a broadcast product leaves it)."""
 
     io_bf16_as_f32: bool = False
     external_weights: bool = False
     pooling_nan: bool | str = True
     contrib: Collection[str] = frozenset()
     weight_values: Mapping[str, np.ndarray] | None = field(default=None, compare=False, repr=False)
+    blocked_layout: bool = False
 
     def __post_init__(self) -> None:
         if self.pooling_nan not in (True, False, "check"):
@@ -171,6 +174,7 @@ class OnnxGraph:
         self.opset = opset
         self.options = options = options or PORTABLE
         self.contrib = options.contrib
+        self.blocked_layout = options.blocked_layout
         self.pooling_nan = options.pooling_nan
         self.nan_checks: list[T] = []  # pooling_nan="check": the pooled inputs' sums
         self.weight_values = options.weight_values

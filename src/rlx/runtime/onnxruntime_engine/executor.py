@@ -41,7 +41,7 @@ from rlx.runtime.onnx_graph import (
     output_values,
 )
 from rlx.runtime.onnxruntime_engine import require_onnxruntime
-from rlx.runtime.onnxruntime_engine.pad_channels import pad_channels
+from rlx.runtime.onnxruntime_engine.pad_channels import channel_block, pad_channels
 from rlx.runtime.onnxruntime_engine.weights_in_place import read_weights_in_place
 from rlx.runtime.quantize import check_quantization
 
@@ -393,7 +393,8 @@ def emit_model(program: Program, engine: OrtEngine, *, exact: bool = False) -> A
     if "transposed_weights" in engine.contrib and not int8:  # (quantization wants plain MatMuls)
         program = read_weights_in_place(program)
     options = GraphOptions(io_bf16_as_f32=True, external_weights=not int8, pooling_nan=pooling_nan,
-                           contrib=engine.contrib, weight_values=engine.arrays)  # fmt: skip
+                           contrib=engine.contrib, weight_values=engine.arrays,
+                           blocked_layout=channel_block() > 1 and not int8)  # fmt: skip
     model = to_onnx(program, scalars, options=options)
     if engine.pad_channels and not exact and not int8:  # (the exact graph: NaN and inf meet no padding)
         pad_channels(model, program, engine.arrays)

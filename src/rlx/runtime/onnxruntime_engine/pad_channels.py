@@ -225,11 +225,8 @@ class _Padder:
             if biased and self.value(node, 2) is None:
                 return None
             return [0], [(k, 0, 0.0) for k in ((1, 2) if biased else (1,))]
-        if (
-            op in POOLS
-            or (op in REDUCTIONS and self._spatial(node, group))
-            or (op == "Pad" and self._spatial_pad(node))
-        ):
+        spatial = {"Pad": self._spatial_pad, "Resize": self._spatial_resize}.get(op)
+        if op in POOLS or (op in REDUCTIONS and self._spatial(node, group)) or (spatial and spatial(node)):
             return [0], []
         if op in ELEMENTWISE or op == "Div":
             return self._elementwise(node, group)
@@ -252,6 +249,12 @@ class _Padder:
             return False
         rank = len(pads) // 2
         return rank > 2 and not any(int(pads[k]) for k in (0, 1, rank, rank + 1))
+
+    def _spatial_resize(self, node: Any) -> bool:
+        """A resize of spatial axes only, by scales (a squeeze-excitation scale upsampled)."""
+        scales = self.value(node, 2) if len(node.input) > 2 and node.input[2] else None
+        sized = len(node.input) > 3 and bool(node.input[3])
+        return scales is not None and not sized and len(scales) > 2 and float(scales[0]) == float(scales[1]) == 1.0
 
     def _elementwise(self, node: Any, group: _Group) -> tuple[list[int], list[tuple[int, int, float]]] | None:
         members, params = [], []

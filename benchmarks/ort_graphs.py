@@ -7,7 +7,8 @@ For each model (bench.py's names) it writes both graphs as onnxruntime's optimiz
 that differ), and times the two sessions interleaved in one process (``--rounds`` blocks of
 ``--block`` runs each, alternating) with 2 intra-op threads, printing each one's median, the ratio of
 the medians, the median of the per-round ratios and the ratio of the 10th percentiles.
-``--profile``: onnxruntime's per-op-type time of each session (from its JSON profile).
+``--profile``: onnxruntime's per-op-type time of each session (from its JSON profile). ``--pad``:
+rlx's engine with its channels padded to onnxruntime's channel block (``pad_channels=True``).
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ def cases(labels: list[str]):
                 yield f"{name}/b{batch}", model, inputs
 
 
-def sessions(label: str, model, inputs, out: Path, profile: bool):
+def sessions(label: str, model, inputs, out: Path, profile: bool, pad: bool = False):
     import onnxruntime as ort
 
     stem = label.replace("/", "_")
@@ -58,7 +59,8 @@ def sessions(label: str, model, inputs, out: Path, profile: bool):
 
     executor.OrtEngine.session_options = options
     try:
-        rlx_model = rlx.load(out / stem / "bundle", engine="onnxruntime", threads=bench.THREADS)
+        rlx_model = rlx.load(out / stem / "bundle", engine="onnxruntime", threads=bench.THREADS,
+                             engine_options={"pad_channels": pad})  # fmt: skip
     finally:
         executor.OrtEngine.session_options = plain
     path = out / f"{stem}.torch.onnx"
@@ -100,12 +102,13 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--block", type=int, default=200)
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--pad", action="store_true", help="rlx's engine with pad_channels=True")
     args = parser.parse_args()
     torch.set_num_threads(bench.THREADS)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     for label, model, inputs in cases(args.models):
-        ours, theirs, rlx_model, session = sessions(label, model, inputs, out, args.profile)
+        ours, theirs, rlx_model, session = sessions(label, model, inputs, out, args.profile, args.pad)
         stem = label.replace("/", "_")
         a, b = histogram(out / f"{stem}.rlx.opt.onnx"), histogram(out / f"{stem}.torch.opt.onnx")
         print(f"{label}: nodes after optimization rlx {sum(a.values())}, torch.onnx {sum(b.values())}")

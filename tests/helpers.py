@@ -319,3 +319,17 @@ class GroupedConv(torch.nn.Module):
     def forward(self, x):
         y = self.conv(x.transpose(1, 2))[:, :, : x.shape[1]].transpose(1, 2)
         return self.lin(x + torch.nn.functional.gelu(y))
+
+
+def optimized_op_types(model: Any, graph: Any, path: Path) -> list[str]:
+    """The op types of ``graph`` (an ``onnx.ModelProto`` of ``model``'s onnxruntime engine, weights
+    external) as onnxruntime's optimizer leaves it, with the engine's own session options."""
+    import onnx
+    import onnxruntime as ort
+
+    opts = model.engine.session_options()
+    opts.optimized_model_filepath = str(path)
+    names = [t.name for t in graph.graph.initializer if t.data_location == 1]
+    opts.add_external_initializers(names, model.engine.weight_values(names))
+    ort.InferenceSession(graph.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    return [n.op_type for n in onnx.load(str(path), load_external_data=False).graph.node]

@@ -23,6 +23,7 @@ from helpers import (
     assert_arrays_match,
     block_imports,
     convert,
+    optimized_op_types,
     pooling_specials,
     rand,
     sweep,
@@ -678,10 +679,8 @@ def test_activations_onnxruntime_fuses_into_convolutions(name, values, tmp_path)
     blocked layout (one layout change back at the end); a clamp's Clip only where the engine checks
     its input for NaN (the exact graph, run on an input holding one, keeps Max and Min). Values,
     shapes, dtypes, NaN and inf as PyTorch's."""
-    import onnx
-    import onnxruntime as ort
-
     from rlx.runtime.onnxruntime_engine.executor import emit_model
+    from rlx.runtime.onnxruntime_engine.pad_channels import channel_block
 
     module, op = ACTIVATIONS[name]
     module = ConvActConv(module).eval()
@@ -698,14 +697,7 @@ def test_activations_onnxruntime_fuses_into_convolutions(name, values, tmp_path)
     graph, exact = emit_model(program, model.engine), emit_model(program, model.engine, exact=True)
     assert [n.op_type for n in graph.graph.node].count(op) == 1
     assert (op == "Clip") == any(n.op_type in ("Max", "Min") for n in exact.graph.node)
-    opts = model.engine.session_options()
-    opts.optimized_model_filepath = str(tmp_path / "optimized.onnx")
-    names = [t.name for t in graph.graph.initializer if t.data_location == 1]
-    opts.add_external_initializers(names, model.engine.weight_values(names))
-    ort.InferenceSession(graph.SerializeToString(), opts, providers=["CPUExecutionProvider"])
-    optimized = [n.op_type for n in onnx.load(str(tmp_path / "optimized.onnx")).graph.node]
-    from rlx.runtime.onnxruntime_engine.pad_channels import channel_block
-
+    optimized = optimized_op_types(model, graph, tmp_path / "optimized.onnx")
     if channel_block() > 1:
         assert optimized.count("ReorderOutput") == 1, optimized
 
@@ -732,9 +724,6 @@ def test_a_scale_per_channel_keeps_the_blocked_layout(values, tmp_path):
     (an exact copy), which onnxruntime runs in its blocked layout with the product: the block
     changes layout once, at the end, where the broadcast product cost a change each way. The
     portable export keeps the broadcast product. Values, NaN and inf as PyTorch's."""
-    import onnx
-    import onnxruntime as ort
-
     from rlx.exporters.onnx import to_onnx
     from rlx.runtime.onnxruntime_engine.executor import emit_model
     from rlx.runtime.onnxruntime_engine.pad_channels import channel_block
@@ -749,11 +738,5 @@ def test_a_scale_per_channel_keeps_the_blocked_layout(values, tmp_path):
     if values == "specials" or channel_block() <= 1:
         return
     assert "Resize" not in [n.op_type for n in to_onnx(program, dict(model.weights)).graph.node]
-    graph = emit_model(program, model.engine)
-    opts = model.engine.session_options()
-    opts.optimized_model_filepath = str(tmp_path / "optimized.onnx")
-    names = [t.name for t in graph.graph.initializer if t.data_location == 1]
-    opts.add_external_initializers(names, model.engine.weight_values(names))
-    ort.InferenceSession(graph.SerializeToString(), opts, providers=["CPUExecutionProvider"])
-    optimized = [n.op_type for n in onnx.load(str(tmp_path / "optimized.onnx")).graph.node]
+    optimized = optimized_op_types(model, emit_model(program, model.engine), tmp_path / "optimized.onnx")
     assert optimized.count("ReorderOutput") == 1 and "Upsample" in optimized, optimized

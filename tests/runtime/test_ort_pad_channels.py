@@ -6,11 +6,10 @@ blocked layout through a padded group."""
 
 from __future__ import annotations
 
-import onnx
 import pytest
 import torch
 
-from helpers import assert_arrays_match, convert, rand, with_specials
+from helpers import assert_arrays_match, convert, optimized_op_types, rand, with_specials
 
 pytest.importorskip("onnxruntime")
 
@@ -122,37 +121,6 @@ def _group(body: str, pad: bool = True):
     return module, x, model, program, GROUPS[body]
 
 
-@pytest.mark.parametrize("body", sorted(GROUPS))
-def test_channel_groups_are_padded_as_a_whole(body):
-    """Every convolution making the group grows its filters, every per-channel step its parameters,
-    every convolution reading it its input channels; a group with a step that would mix the
-    padding into real channels or divide by it is left as it is."""
-    _, _, model, program, padded = _group(body, pad=False)
-    graph = emit_model(program, model.engine)
-    done = pad_channels(graph, program, model.engine.arrays, block=16)
-    assert bool(done) == padded, done
-    if padded:
-        weights = {t.name: t for t in graph.graph.initializer}
-        convs = [n for n in graph.graph.node if n.op_type == "Conv"]
-        for conv in convs:
-            dims = list(weights[conv.input[1]].dims)
-            group = next((a.i for a in conv.attribute if a.name == "group"), 1)
-            assert all(d % 16 == 0 for d in dims[: 1 if group > 1 else 2] if d not in (16, 32)), (conv.name, dims)
-            assert group in (1, 16), group
-
-
-@pytest.mark.parametrize("values", ["finite", "specials"])
-@pytest.mark.parametrize("body", sorted(GROUPS))
-def test_padded_groups_match_torch_with_nan_and_inf(body, values):
-    module, x, model, _, padded = _group(body)
-    inputs = with_specials(x) if values == "specials" else x
-    with torch.no_grad():
-        want = module(inputs)
-    assert_arrays_match(model(inputs.numpy()), want.numpy(), body, rtol=1e-5, atol=1e-5)
-    executor = model.executor_for([inputs.numpy()])
-    assert (executor._exact is not None) == (values == "specials" and (padded or executor._finite_inputs != ()))
-
-
 def _chain(name: str, pad: bool = True):
     *args, padded = CHAINS[name]
     module = Chain(*args).eval()
@@ -161,29 +129,41 @@ def _chain(name: str, pad: bool = True):
     return module, x, model, program, padded
 
 
-@pytest.mark.parametrize("name", sorted(CHAINS))
-def test_only_chains_of_plain_convolutions_from_checkable_inputs_are_padded(name):
-    """A chain is padded where its channels are off the block and every reader is a convolution of
-    one group; not where its middle is a model output, a reader is depthwise, or a step before it
-    can make NaN or inf of finite values (a division)."""
-    _, _, model, program, padded = _chain(name, pad=False)
+CASES = [("chain", name) for name in sorted(CHAINS)] + [("group", body) for body in sorted(GROUPS)]
+
+
+def _case(kind: str, name: str, pad: bool = True):
+    return (_chain if kind == "chain" else _group)(name, pad)
+
+
+@pytest.mark.parametrize("kind,name", CASES)
+def test_only_groups_of_plain_convolutions_from_checkable_inputs_are_padded(kind, name):
+    """Every convolution making the group grows its filters to the block, every per-channel step its
+    parameters, every convolution reading it its input channels, and the input is checked before
+    each run. Not padded: channels on the block, a group whose values are a model output, are read
+    by a depthwise convolution at its end, come after a step that can make NaN or inf of finite
+    values (a division), or meet a step that would mix the padding into real channels or divide by
+    it."""
+    _, _, model, program, padded = _case(kind, name, pad=False)
     graph = emit_model(program, model.engine)
     done = pad_channels(graph, program, model.engine.arrays, block=16)
     assert bool(done) == padded, done
     if padded:
         weights = {t.name: t for t in graph.graph.initializer}
-        reader = next(n for n in graph.graph.node if n.op_type == "Conv" and n.output[0] != done[0])
-        assert list(weights[reader.input[1]].dims)[:2] == [32, 16]  # input channels grown to the block
+        for conv in (n for n in graph.graph.node if n.op_type == "Conv"):
+            dims = list(weights[conv.input[1]].dims)
+            group = next((a.i for a in conv.attribute if a.name == "group"), 1)
+            assert group in (1, 16) and all(d % 16 == 0 for d in dims[: 1 if group > 1 else 2]), (conv.name, dims)
         props = {p.key: p.value for p in graph.metadata_props}
-        assert '"x"' in props["rlx/finite_inputs"]  # checked before each run
+        assert '"x"' in props["rlx/finite_inputs"]
 
 
 @pytest.mark.parametrize("values", ["finite", "specials"])
-@pytest.mark.parametrize("name", sorted(CHAINS))
-def test_padded_chains_match_torch_with_nan_and_inf(name, values):
+@pytest.mark.parametrize("kind,name", CASES)
+def test_padded_groups_match_torch_with_nan_and_inf(kind, name, values):
     """Values, shapes and dtypes equal PyTorch's; an input holding NaN or inf runs the unpadded graph
     (a padded channel meeting inf would make NaN: 0 × inf)."""
-    module, x, model, _, padded = _chain(name)
+    module, x, model, _, padded = _case(kind, name)
     inputs = with_specials(x) if values == "specials" else x
     with torch.no_grad():
         want = module(inputs)
@@ -201,19 +181,11 @@ def test_padded_chains_match_torch_with_nan_and_inf(name, values):
 def test_a_padded_group_stays_in_the_blocked_layout(kind, name, tmp_path):
     """onnxruntime changes an off-block group back to the plain layout (ReorderOutput) and keeps a
     padded one blocked: one change back, at the end."""
-    _, _, model, program, _ = (_chain if kind == "chain" else _group)(name, pad=False)
+    _, _, model, program, _ = _case(kind, name, pad=False)
     reorders = {}
     for padded in (False, True):
         graph = emit_model(program, model.engine)
         if padded:
             assert pad_channels(graph, program, model.engine.arrays)
-        opts = model.engine.session_options()
-        opts.optimized_model_filepath = str(tmp_path / f"{padded}.onnx")
-        names = [t.name for t in graph.graph.initializer if t.data_location == 1]
-        opts.add_external_initializers(names, model.engine.weight_values(names))
-        import onnxruntime as ort
-
-        ort.InferenceSession(graph.SerializeToString(), opts, providers=["CPUExecutionProvider"])
-        optimized = onnx.load(str(tmp_path / f"{padded}.onnx"), load_external_data=False)
-        reorders[padded] = sum(n.op_type == "ReorderOutput" for n in optimized.graph.node)
+        reorders[padded] = optimized_op_types(model, graph, tmp_path / f"{padded}.onnx").count("ReorderOutput")
     assert reorders[True] == 1 < reorders[False], reorders

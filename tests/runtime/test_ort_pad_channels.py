@@ -189,3 +189,91 @@ def test_a_padded_group_stays_in_the_blocked_layout(kind, name, tmp_path):
             assert pad_channels(graph, program, model.engine.arrays)
         reorders[padded] = optimized_op_types(model, graph, tmp_path / f"{padded}.onnx").count("ReorderOutput")
     assert reorders[True] == 1 < reorders[False], reorders
+
+
+class RandomNet(torch.nn.Module):
+    """A small convolutional net drawn from ``seed``: a convolution to an off-block channel count,
+    then five steps of the kinds padding follows or refuses (activations, BatchNorm, depthwise
+    convolutions, pointwise ones to a new count, residual sums, squeeze-excitation, pools, pads,
+    per-channel scales, concatenations), then a 3×3 convolution reader."""
+
+    STEPS = ("act", "norm", "depthwise", "pointwise", "residual", "excite", "pool", "pad", "scale", "concat")
+    ACTS = (torch.nn.ReLU(), torch.nn.ReLU6(), torch.nn.Hardswish(), torch.nn.SiLU(), torch.nn.LeakyReLU(0.1),
+            torch.nn.Sigmoid(), torch.nn.Tanh())  # fmt: skip
+
+    def __init__(self, seed: int) -> None:
+        super().__init__()
+        import random
+
+        rng = random.Random(seed)
+        torch.manual_seed(seed)
+        channels = rng.choice((8, 12, 20, 24))
+        self.first = torch.nn.Conv2d(16, channels, 1)
+        self.steps: list[tuple[str, int]] = []
+        self.layers = torch.nn.ModuleList()
+        for _ in range(5):
+            kind = rng.choice(self.STEPS)
+            if kind == "act":
+                layer: torch.nn.Module = rng.choice(self.ACTS)
+            elif kind == "norm":
+                layer = torch.nn.BatchNorm2d(channels).eval()
+                with torch.no_grad():
+                    layer.running_var.uniform_(0.5, 1.5)
+                    layer.running_mean.uniform_(-0.5, 0.5)
+            elif kind == "depthwise":
+                layer = torch.nn.Conv2d(channels, channels, 3, padding=1, groups=channels)
+            elif kind == "pointwise":
+                layer = torch.nn.Conv2d(channels, channels := rng.choice((8, 12, 16, 24)), 1)
+            elif kind in ("residual", "excite"):
+                layer = torch.nn.Sequential(torch.nn.Conv2d(channels, 4 if kind == "excite" else channels, 1),
+                                            torch.nn.ReLU(), torch.nn.Conv2d(4, channels, 1) if kind == "excite"
+                                            else torch.nn.Identity())  # fmt: skip
+            elif kind == "scale":
+                layer = torch.nn.Conv2d(channels, channels, 1, groups=channels, bias=False)  # (its weight: a scale)
+            else:
+                layer = torch.nn.Identity()
+                channels *= 2 if kind == "concat" else 1
+            self.steps.append((kind, channels))
+            self.layers.append(layer)
+        self.last = torch.nn.Conv2d(channels, 32, 3, padding=1)
+
+    def forward(self, x):
+        h = self.first(x)
+        for (kind, _), layer in zip(self.steps, self.layers):
+            if kind == "residual":
+                h = h + layer(h)
+            elif kind == "excite":
+                h = h * torch.sigmoid(layer(h.mean((2, 3), keepdim=True)))
+            elif kind == "pool":
+                h = torch.nn.functional.max_pool2d(h, 3, 1, 1)
+            elif kind == "pad":
+                h = torch.nn.functional.pad(h, (1, 0, 0, 1))
+            elif kind == "scale":
+                h = h * layer.weight.view(1, -1, 1, 1)
+            elif kind == "concat":
+                h = torch.cat([h, torch.relu(h)], 1)
+            else:
+                h = layer(h)
+        return self.last(h)
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_random_nets_padded_match_torch_with_nan_and_inf(seed):
+    """Whatever a random net's groups are, padded or not, the padded engine gives PyTorch's values
+    on finite inputs and on inputs holding NaN and inf."""
+    module = RandomNet(seed).eval()
+    x = rand((2, 16, 7, 7), seed=seed)
+    model, program, _ = convert(module, (x,), engine="onnxruntime", engine_options={"pad_channels": True})
+    for inputs in (x, with_specials(x)):
+        with torch.no_grad():
+            want = module(inputs)
+        assert_arrays_match(model(inputs.numpy()), want.numpy(), f"seed {seed}", rtol=1e-4, atol=1e-4)
+
+
+def test_random_nets_are_padded_somewhere():
+    """(The random nets above exercise padding: most of them have a group it takes.)"""
+    padded = 0
+    for seed in range(16):
+        model, program, _ = convert(RandomNet(seed).eval(), (rand((2, 16, 7, 7)),), engine="onnxruntime")
+        padded += bool(pad_channels(emit_model(program, model.engine), program, model.engine.arrays, block=16))
+    assert padded >= 8, padded

@@ -810,3 +810,43 @@ def test_pads_channels_finds_convolutions_off_the_block(mid, off_block):
     module = torch.nn.Sequential(torch.nn.Conv2d(3, mid, 1), torch.nn.ReLU(), torch.nn.Conv2d(mid, 16, 1))
     model, program, _ = convert(module, (torch.randn(1, 3, 4, 4),))
     assert pads_channels(program, dict(model.weights)) == (off_block and channel_block() > 1)
+
+
+def test_every_candidate_is_probed_with_nan_and_inf(tmp_path):
+    """tune runs each candidate once more on the reference inputs with NaN, +inf and −inf planted
+    in them and compares where its outputs hold NaN/inf with the numpy engine's (PyTorch's rules):
+    float32 engines that keep PyTorch's rules read "same" in the table's NaN/inf column."""
+    module = SmallConvNet().eval()
+    x = torch.randn(2, 3, 8, 8, generator=torch.Generator().manual_seed(0))
+    out = tmp_path / "convnet"
+    rlx.from_torch(module, (x,), out)
+    report = tune(out, engines=["numpy", "onnxruntime"], precisions=["f32"], threads=1, runs=3, write=False)
+    assert [c.nan_parity for c in report.candidates] == [True, True]
+    header, *rows = report.table().splitlines()
+    assert "NaN/inf" in header and all(" same  pass" in row for row in rows[:2])
+
+
+def test_same_nonfinite_compares_nan_and_signed_inf_positions():
+    from rlx.app.tune import same_nonfinite
+
+    want = [np.array([1.0, NAN, np.inf, -np.inf], np.float32), np.array([1, 2])]
+    assert same_nonfinite([np.array([2.0, NAN, np.inf, -np.inf], np.float32), np.array([1, 3])], want)
+    assert not same_nonfinite([np.array([1.0, 0.0, np.inf, -np.inf], np.float32), want[1]], want)  # NaN lost
+    assert not same_nonfinite([np.array([1.0, NAN, -np.inf, -np.inf], np.float32), want[1]], want)  # sign of inf
+    assert not same_nonfinite([want[0]], want)  # an output missing
+
+
+def test_a_choice_that_moves_nan_is_named_with_the_fastest_that_keeps_it(mlp):
+    """The table says so when the choice puts NaN/inf elsewhere than PyTorch does, and names the
+    fastest candidate that does not."""
+    from rlx.app.tune import Candidate, TuneReport
+
+    fast = Candidate("openvino", "f32", median_ms=0.1, passed=True, nan_parity=False)
+    slow = Candidate("onnxruntime", "f32", median_ms=0.2, passed=True, nan_parity=True)
+    table = TuneReport("b", 0.999, 1e-2, None, [], [fast, slow]).table().splitlines()
+    assert table[-2] == "fastest within tolerance: openvino f32 (0.100 ms)"
+    assert table[-1] == (
+        "note: on an input holding NaN or inf, openvino f32 puts NaN/inf elsewhere than PyTorch does "
+        "(the NaN/inf column); the fastest that keeps them: onnxruntime f32 (0.200 ms)"
+    )
+    assert [line.split()[6] for line in table[1:3]] == ["differs", "same"]

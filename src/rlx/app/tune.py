@@ -72,6 +72,7 @@ KEEP_F32 = 1.05  # a lower precision is chosen only when more than this much fas
 # contender's time is the lower of its two medians. Within a race, the medians are taken round by
 # round against all contenders (``steady_medians``): a change of machine speed between rounds cancels.
 RACE_ROUNDS, RACES = 10, 2
+NAN_PARITY = {True: "same", False: "differs", None: "-"}  # the table's NaN/inf column
 
 
 @dataclass
@@ -99,6 +100,9 @@ class Candidate:
     options: dict[str, Any] = field(default_factory=dict)
     note: str = ""  # mixed precision: which nodes lost the accuracy, what keeping them in float32 did
     threads: int | None = None  # fewer than tune's threads (``_race``); None: tune's own
+    # On the NaN probe (``nan_probe``): whether NaN and inf land where the numpy engine (PyTorch's
+    # rules) puts them; None: no float input to plant them in, or the run failed.
+    nan_parity: bool | None = None
 
     @property
     def name(self) -> str:
@@ -141,7 +145,8 @@ class TuneReport:
 
     def table(self) -> str:
         rows = [
-            f"{'engine':<13}{'precision':<11}{'threads':>8}{'load s':>8}{'median ms':>11}{'min cosine':>13}  result"
+            f"{'engine':<13}{'precision':<11}{'threads':>8}{'load s':>8}{'median ms':>11}{'min cosine':>13}"
+            f"{'NaN/inf':>9}  result"
         ]
         for c in self.candidates:
             timed = not c.error and c.passed
@@ -149,7 +154,8 @@ class TuneReport:
             threads = c.threads or self.threads or "default"
             rows.append(
                 f"{c.engine:<13}{c.precision:<11}{threads:>8}{_num(c.load_s, '8.2f')}"
-                f"{_num(c.median_ms if timed else math.nan, '11.3f')}{cosine:>13}  {c.verdict()}"
+                f"{_num(c.median_ms if timed else math.nan, '11.3f')}{cosine:>13}"
+                f"{NAN_PARITY[c.nan_parity]:>9}  {c.verdict()}"
             )
             if c.note:
                 rows.append(f"{'':<13}note: {c.note}")
@@ -163,6 +169,15 @@ class TuneReport:
             )
         else:
             rows.append(f"fastest within tolerance: {best.name} ({best.median_ms:.3f} ms)")
+        if best is not None and best.nan_parity is False:
+            faithful = fastest([c for c in self.candidates if c.nan_parity])
+            instead = (
+                f"; the fastest that keeps them: {faithful.name} ({faithful.median_ms:.3f} ms)" if faithful else ""
+            )
+            rows.append(
+                f"note: on an input holding NaN or inf, {best.name} puts NaN/inf elsewhere than PyTorch does "
+                f"(the NaN/inf column){instead}"
+            )
         return "\n".join(rows)
 
     def to_json(self) -> dict[str, Any]:
@@ -312,9 +327,12 @@ def measure(
     threads: int | None,
     runs: int,
     options: dict[str, Any] | None = None,
+    probe: dict[str, np.ndarray] | None = None,
 ) -> tuple[float, float, list[list[np.ndarray]] | None, str]:
     """In the worker process: load (with the engine ``options``), run every input set, time the
-    first; (load s, median ms, outputs per set, error)."""
+    first; (load s, median ms, outputs per set, error). ``probe``: one more input set, run after
+    the timing (an engine may compile a graph of its own for it), its outputs last (None where it
+    failed)."""
     from rlx.runtime.model import load
 
     try:
@@ -333,14 +351,19 @@ def measure(
             times.append((time.perf_counter() - t) * 1e3)
     except RlxError as e:
         return math.nan, math.nan, None, str(e)
+    if probe is not None:
+        try:
+            outputs.append([np.asarray(o) for o in model.run_flat(model.bind((), probe))])
+        except RlxError:
+            outputs.append(None)  # type: ignore[arg-type]
     return load_s, float(np.median(times)), outputs, ""
 
 
 def _in_subprocess(bundle: Path, engine: str, precision: str, sets: list[dict[str, np.ndarray]], threads: int | None,
-                   runs: int, options: dict[str, Any] | None = None,
+                   runs: int, options: dict[str, Any] | None = None, probe: dict[str, np.ndarray] | None = None,
                    ) -> tuple[float, float, list[list[np.ndarray]] | None, str]:  # fmt: skip
     try:
-        return in_fresh_process(threads, measure, str(bundle), engine, precision, sets, threads, runs, options)
+        return in_fresh_process(threads, measure, str(bundle), engine, precision, sets, threads, runs, options, probe)
     except Exception as e:  # a crashed worker: this candidate failed, the others go on
         text = str(e).strip().splitlines()
         return math.nan, math.nan, None, f"{type(e).__name__}: {text[0] if text else ''}"
@@ -391,7 +414,8 @@ def tune(
         )
     random = random_outputs(program)
     report = TuneReport(str(directory), tolerance, max_error, threads, labels, [])
-    work = _Work(directory, program, weights, sets, tolerance, max_error, random, threads, runs, progress)
+    work = _Work(directory, program, weights, sets, tolerance, max_error, random, threads, runs, progress,
+                 nan_probe(directory, program, sets[0][1]))  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="rlx-tune-") as tmp:
         calibration = Path(tmp) / CALIBRATION_FILE
         calibration_error = _calibrate(work, todo, calibration) if any(p == "int8-static" for _, p in todo) else ""
@@ -450,6 +474,43 @@ def _flat(program: Program, weights: Mapping[str, np.ndarray], named: Mapping[st
     ]
 
 
+def nan_probe(
+    directory: Path, program: Program, inputs: Mapping[str, np.ndarray]
+) -> tuple[dict[str, np.ndarray], list[np.ndarray]] | None:
+    """``inputs`` with NaN, +inf and −inf planted at the start of every float input, and what the
+    numpy engine (PyTorch's rules, as the test suite holds it to) answers there; None where no
+    input is a float one or the numpy engine cannot run the model."""
+    from rlx.runtime.model import load
+
+    floats = [v.name for v in program.user_inputs if dtypes.is_float(v.dtype) and v.name in inputs]
+    if not floats:
+        return None
+    probe = {name: np.array(arr, copy=True) for name, arr in inputs.items()}
+    for name in floats:
+        flat = probe[name].reshape(-1)
+        flat[:3] = np.array([np.nan, np.inf, -np.inf], dtype=np.float64)[: flat.size].astype(flat.dtype)
+    try:
+        reference = load(directory, engine="numpy")
+        return probe, [np.asarray(o) for o in reference.run_flat(reference.bind((), probe))]
+    except RlxError:
+        return None
+
+
+def same_nonfinite(got: list[np.ndarray], want: list[np.ndarray]) -> bool:
+    """Whether every float output holds NaN, +inf and −inf exactly where the reference does."""
+    if len(got) != len(want):
+        return False
+    for g, w in zip(got, want):
+        if np.shape(g) != np.shape(w):
+            return False
+        if w.dtype.kind == "f" and np.asarray(g).dtype.kind == "f":
+            g64, w64 = np.asarray(g, np.float64), np.asarray(w, np.float64)
+            if not (np.array_equal(np.isnan(g64), np.isnan(w64)) and np.array_equal(
+                    np.where(np.isinf(g64), g64, 0), np.where(np.isinf(w64), w64, 0))):  # fmt: skip
+                return False
+    return True
+
+
 @dataclass
 class _Work:
     """What every candidate is run and judged with."""
@@ -464,17 +525,23 @@ class _Work:
     threads: int | None
     runs: int
     progress: Callable[[str], None] | None
+    nan_probe: tuple[dict[str, np.ndarray], list[np.ndarray]] | None = None  # (inputs, the numpy engine's outputs)
 
     def run(self, cand: Candidate) -> None:
-        """Run ``cand`` (with its options) in a fresh process, judge every output, keep the timing."""
+        """Run ``cand`` (with its options) in a fresh process, judge every output, keep the timing;
+        and see where it puts NaN and inf on the probe."""
         threads = self.threads if cand.threads is None else cand.threads
+        probe, want = self.nan_probe if self.nan_probe is not None else (None, None)
         load_s, median, outputs, error = _in_subprocess(
             self.directory, cand.engine, cand.precision, [s for _, s, _ in self.sets], threads, self.runs,
-            cand.options,
+            cand.options, probe,
         )  # fmt: skip
         cand.load_s, cand.error = load_s, error
         if outputs is None:
             return
+        if want is not None:
+            got = outputs.pop()
+            cand.nan_parity = None if got is None else same_nonfinite(got, want)
         checks = [c for (label, _, want), got in zip(self.sets, outputs)
                   for c in judge(label, got, want, self.tolerance, self.max_error, self.random)]  # fmt: skip
         cosines = [c.cosine for c in checks if c.cosine is not None]

@@ -133,7 +133,9 @@ def hf_architectures(batch: int):
     """Convolutional, windowed-attention, audio and encoder-decoder architectures at small configs
     (the families whose kernels rlx's numpy engine plans specially: depthwise and grouped convs,
     pooling, windowed and efficient attention), each returning its first output (EfficientNet: the
-    pooled one, after its ``AvgPool2d(kernel_size=hidden_dim, ceil_mode=True)``)."""
+    pooled one, after its ``AvgPool2d(kernel_size=hidden_dim, ceil_mode=True)``; MobileNetV2, whose
+    ReLU6 blocks at depth 0.35 have 8, 24, 56 and 112 channels, off onnxruntime's channel blocks:
+    its pooled one too)."""
     import transformers as tf
     from transformers.models.whisper.modeling_whisper import WhisperEncoder
 
@@ -234,6 +236,12 @@ def hf_architectures(batch: int):
             0,
         ),
         ("deit", lambda: tf.DeiTModel(tf.DeiTConfig(image_size=64, patch_size=16, **small)), (image,), 0),
+        (  # (last, so that the random weights of the models above stay as they were)
+            "mobilenet-v2",
+            lambda: tf.MobileNetV2Model(tf.MobileNetV2Config(image_size=64, depth_multiplier=0.35)),
+            (image,),
+            1,
+        ),
     ]
     return [
         (name, Output(trained_like(random_batch_norms(build())), index).eval(), inputs)

@@ -740,3 +740,31 @@ def test_a_scale_per_channel_keeps_the_blocked_layout(values, tmp_path):
     assert "Resize" not in [n.op_type for n in to_onnx(program, dict(model.weights)).graph.node]
     optimized = optimized_op_types(model, emit_model(program, model.engine), tmp_path / "optimized.onnx")
     assert optimized.count("ReorderOutput") == 1 and "Upsample" in optimized, optimized
+
+
+class OffBlock(torch.nn.Module):
+    """conv 1×1 (16 → ``mid``, off the channel block) → ``act`` → conv 3×3 (``mid`` → 32)."""
+
+    def __init__(self, mid: int, act) -> None:
+        super().__init__()
+        torch.manual_seed(mid)
+        self.a, self.b, self.act = torch.nn.Conv2d(16, mid, 1), torch.nn.Conv2d(mid, 32, 3, padding=1), act
+
+    def forward(self, x):
+        return self.b(self.act(self.a(x)))
+
+
+@pytest.mark.parametrize("mid", [20, 40])
+@pytest.mark.parametrize("act", [torch.nn.Tanh(), torch.nn.Sigmoid(), torch.nn.Hardtanh()], ids=str)
+def test_inf_through_a_convolution_off_the_channel_block_matches_torch(mid, act):
+    """onnxruntime pads a convolution's output to its channel block itself, with zero filters, so
+    ±inf in the convolution's input makes NaN in that padding (0 × inf), which the reading
+    convolution's zero weights spread, where PyTorch's tanh, sigmoid or clamp made the real
+    channels finite. The engine checks such inputs and runs them without the blocked layout."""
+    module = OffBlock(mid, act).eval()
+    x = rand((2, 16, 7, 7), seed=mid)
+    model, _, _ = convert(module, (x,), engine="onnxruntime")
+    for inputs in (x, with_specials(x)):
+        with torch.no_grad():
+            want = module(inputs)
+        assert_arrays_match(model(inputs.numpy()), want.numpy(), f"{act} {mid}", rtol=1e-5, atol=1e-5)

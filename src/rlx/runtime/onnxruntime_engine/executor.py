@@ -41,7 +41,7 @@ from rlx.runtime.onnx_graph import (
     output_values,
 )
 from rlx.runtime.onnxruntime_engine import require_onnxruntime
-from rlx.runtime.onnxruntime_engine.pad_channels import channel_block, pad_channels
+from rlx.runtime.onnxruntime_engine.pad_channels import channel_block, guard_block_padding, pad_channels
 from rlx.runtime.onnxruntime_engine.weights_in_place import read_weights_in_place
 from rlx.runtime.quantize import check_quantization
 
@@ -204,8 +204,12 @@ class OrtExecutor:
             serialized = quantize(model, program.name, engine.precision, engine.calibration, engine.float32)
         else:
             serialized = model.SerializeToString()
+        # The exact graph runs without onnxruntime's blocked layout, which computes a channel block's
+        # padding from a convolution's input too (0 × inf is NaN there; a reader's zero weights
+        # then spread it: ``guard_block_padding``).
+        disabled = {"disabled_optimizers": ["NchwcTransformer"]} if exact else {}
         try:
-            self._session = ort.InferenceSession(serialized, opts, providers=["CPUExecutionProvider"])
+            self._session = ort.InferenceSession(serialized, opts, providers=["CPUExecutionProvider"], **disabled)
         except Exception as e:
             raise RlxError(f"onnxruntime could not load {program.name}: {summary(e)}") from e
         self._bf16_inputs = [v.dtype == "bf16" for v in program.inputs]
@@ -396,8 +400,10 @@ def emit_model(program: Program, engine: OrtEngine, *, exact: bool = False) -> A
                            contrib=engine.contrib, weight_values=engine.arrays,
                            blocked_layout=channel_block() > 1 and not int8)  # fmt: skip
     model = to_onnx(program, scalars, options=options)
-    if engine.pad_channels and not exact and not int8:  # (the exact graph: NaN and inf meet no padding)
-        pad_channels(model, program, engine.arrays)
+    if not exact and not int8:  # (the exact graph: NaN and inf meet no padding; int8 checks every input)
+        guard_block_padding(model, program, engine.arrays)
+        if engine.pad_channels:
+            pad_channels(model, program, engine.arrays)
     return model
 
 

@@ -35,7 +35,7 @@ import numpy as np
 from rlx.exporters.onnx import FINITE_INPUTS
 from rlx.exporters.onnx.nan_sources import NanSources
 from rlx.ir import calls as C
-from rlx.ir.program import Program
+from rlx.ir.program import Program, Ref
 from rlx.runtime.cpu import cpu_flags
 
 # Per-channel steps whose every operand is a member of the group or a constant: each maps finite
@@ -89,6 +89,32 @@ def pad_channels(model: Any, program: Program, arrays: Mapping[str, np.ndarray],
         model.graph.initializer.extend(numpy_helper.from_array(arr, name) for name, arr in padder.padded.items())
         _add_finite_inputs(model, padder.finite)
     return done
+
+
+def guard_block_padding(
+    model: Any, program: Program, arrays: Mapping[str, np.ndarray], block: int | None = None
+) -> None:
+    """Name in ``model``'s ``FINITE_INPUTS`` the graph inputs that a convolution with output channels
+    off ``block`` can get NaN or inf from. onnxruntime pads such an output to its channel block
+    itself, with zero filters: where the convolution's input holds ±inf, the padding holds NaN
+    (0 × inf), and a reading convolution's zero weights spread it to outputs PyTorch computes as
+    numbers (after a tanh, a sigmoid or a clamp has made the real channels finite). The engine
+    then runs such an input on the exact graph, which runs without the blocked layout. A
+    convolution after a step that can make NaN or inf of finite values is not guarded (only
+    overflow makes inf there, where implementations disagree anyway)."""
+    block = block or channel_block()
+    if block <= 1:
+        return
+    sources, needs = NanSources(program, lambda name: arrays.get(name)), set[str]()
+    for ins in program.instrs:
+        call = ins.call
+        if not isinstance(call, C.Conv) or call.transposed or not isinstance(call.weight, Ref):
+            continue
+        weight = arrays.get(call.weight.name)
+        if weight is not None and weight.dtype == np.float32 and weight.shape[0] % block and isinstance(call.x, Ref):
+            needs |= sources.inputs(call.x.name) or set()
+    if needs:
+        _add_finite_inputs(model, needs)
 
 
 @dataclass

@@ -40,9 +40,10 @@ def _drops_units_for_its_reader(g: OnnxGraph, c: C.Reduce, out: Instr) -> bool:
 
 
 def _is_spatial_mean(g: OnnxGraph, c: C.Reduce, x: T) -> bool:
-    """Whether this is a mean over every axis after batch and channel of a float32 image or
-    sequence (``mean(x, (2, 3))``: a global average pool, as squeeze-excitation blocks and
-    classifier heads write it). onnxruntime runs it as GlobalAveragePool in its blocked channel
+    """Whether this is a mean over every axis after batch and channel of a float32 image
+    (``mean(x, (2, 3))``: a global average pool, as squeeze-excitation blocks and classifier heads
+    write it; not of a 3-d tensor, whose last axis is a transformer's hidden one as often, where
+    onnxruntime's RMSNorm fusion reads a ReduceMean, and its blocked layout is 4-d only). onnxruntime runs it as GlobalAveragePool in its blocked channel
     layout, so the convolutions around it need no layout change back and forth: 2-5% of ResNet and
     EfficientNet at batch 1. Not where the pooled tensor is a model output too (as a backbone's
     last hidden state is): that one is changed back to the plain layout anyway, and pooling it
@@ -52,7 +53,7 @@ def _is_spatial_mean(g: OnnxGraph, c: C.Reduce, x: T) -> bool:
     return (
         c.fn == "mean"
         and x.dtype == "f32"
-        and rank >= 3
+        and rank >= 4
         and sorted(a % rank for a in c.axes or ()) == list(range(2, rank))
         and not g.is_output(c.x.name)
     )

@@ -668,17 +668,20 @@ ACTIVATIONS = {  # name: (module, the node the engine's graph computes it with)
     "leaky-relu": (torch.nn.LeakyReLU(0.2), "LeakyRelu"),
     "relu6": (torch.nn.ReLU6(), "Clip"),
     "hardtanh": (torch.nn.Hardtanh(-0.5, 2.0), "Clip"),
+    "hardsigmoid": (torch.nn.Hardsigmoid(), "HardSigmoid"),
 }
+GUARDED = ("Clip", "HardSigmoid")  # (their NaN is not PyTorch's on every kernel: the input is checked)
 
 
 @pytest.mark.parametrize("values", ["finite", "specials"])
 @pytest.mark.parametrize("name", sorted(ACTIVATIONS))
 def test_activations_onnxruntime_fuses_into_convolutions(name, values, tmp_path):
-    """PyTorch's hardswish (decomposed to five nodes), leaky relu and clamps between constants are
-    the single nodes onnxruntime fuses into the convolution before them, so the chain stays in its
-    blocked layout (one layout change back at the end); a clamp's Clip only where the engine checks
-    its input for NaN (the exact graph, run on an input holding one, keeps Max and Min). Values,
-    shapes, dtypes, NaN and inf as PyTorch's."""
+    """PyTorch's hardswish (decomposed to five nodes), hardsigmoid, leaky relu and clamps between
+    constants are the single nodes onnxruntime fuses into the convolution before them, so the chain
+    stays in its blocked layout (one layout change back at the end); Clip and HardSigmoid only where
+    the engine checks their input for NaN (the exact graph, run on an input holding one, keeps Max
+    and Min), and hardswish's clamps, which HardSwish replaces, add no check. Values, shapes,
+    dtypes, NaN and inf as PyTorch's."""
     from rlx.runtime.onnxruntime_engine.executor import emit_model
     from rlx.runtime.onnxruntime_engine.pad_channels import channel_block
 
@@ -696,7 +699,8 @@ def test_activations_onnxruntime_fuses_into_convolutions(name, values, tmp_path)
         return
     graph, exact = emit_model(program, model.engine), emit_model(program, model.engine, exact=True)
     assert [n.op_type for n in graph.graph.node].count(op) == 1
-    assert (op == "Clip") == any(n.op_type in ("Max", "Min") for n in exact.graph.node)
+    assert (op in GUARDED) == any(n.op_type in ("Max", "Min") for n in exact.graph.node)
+    assert (op in GUARDED) == (model.executor_for([x.numpy()])._finite_inputs != ())
     optimized = optimized_op_types(model, graph, tmp_path / "optimized.onnx")
     if channel_block() > 1:
         assert optimized.count("ReorderOutput") == 1, optimized

@@ -403,6 +403,9 @@ def binary(g: OnnxGraph, c: C.Binary, out: Instr, x: T, y: T) -> T:
         swish = _hardswish_base(g, c)
         if swish is not None:  # PyTorch's decomposition of hardswish, as the node it decomposed
             return _op(g, "HardSwish", T(swish, "f32"))
+        gate = _hardsigmoid_base(g, c)
+        if gate is not None and _checked_for_nan(g, gate):  # (HardSigmoid's NaN: as Clip's)
+            return _op(g, "HardSigmoid", T(gate, "f32"), alpha=1 / 6, beta=0.5)
     if x.dtype in HALF:  # exact for predicates, rounded once otherwise
         result = fn(g, g.cast(x, "f32"), g.cast(y, "f32"))
         return result if c.fn in PREDICATES else g.cast(result, x.dtype)
@@ -460,6 +463,18 @@ def _hardswish_base(g: OnnxGraph, c: C.Binary) -> str | None:
     return None
 
 
+def _hardsigmoid_base(g: OnnxGraph, c: C.Binary) -> str | None:
+    """``x`` where ``c`` is ``clamp(x + 3, 0, 6) / 6`` (how PyTorch decomposes hardsigmoid),
+    float32 throughout: one HardSigmoid, which onnxruntime fuses into the convolution before it."""
+    if not isinstance(c.x, Ref) or not _is_lit(c.y, 6.0):
+        return None
+    add = g.producer(_clamped(g, c.x.name, 0.0, 6.0) or "")
+    if add is None or not isinstance(add.call, C.Binary) or add.call.fn != "add" or 3.0 not in _lits(add.call):
+        return None
+    base = _ref_name(add.call.x) or _ref_name(add.call.y)
+    return base if base is not None and g.values[base].dtype == "f32" else None
+
+
 def _clamped(g: OnnxGraph, name: str, lo: float, hi: float) -> str | None:
     """The value that ``name`` clamps between exactly ``lo`` and ``hi`` (one Clamp or two)."""
     bounds: list[tuple[Any, Any]] = []
@@ -501,7 +516,7 @@ def where(g: OnnxGraph, c: C.Where, out: Instr, cond: T, x: T, y: T) -> T:
 
 @emits(C.Clamp, widen=True)
 def clamp(g: OnnxGraph, c: C.Clamp, out: Instr, x: T, lo: T | None, hi: T | None) -> T:
-    if _clip_keeps_nan(g, c, x):
+    if not _replaced_by_hard_node(g, out.result) and _clip_keeps_nan(g, c, x):
         bounds = [b if b is None else g.const(b.value, "f32") for b in (c.lo, c.hi)]  # type: ignore[union-attr]
         return g.op("Clip", [x, *bounds], "f32")
     narrow = x.dtype in _NARROW_INTS or x.dtype == "bool"
@@ -520,15 +535,36 @@ def _clip_keeps_nan(g: OnnxGraph, c: C.Clamp, x: T) -> bool:
     checks before each run that ``x`` holds none (``pooling_nan="check"``: a NaN that only
     non-finite graph inputs can make, ``OnnxGraph.nan_sources``; otherwise the exact graph runs)."""
     bounds = [b for b in (c.lo, c.hi) if b is not None]
-    if g.pooling_nan != "check" or x.dtype != "f32" or not isinstance(c.x, Ref) or not bounds:
+    if x.dtype != "f32" or not isinstance(c.x, Ref) or not bounds:
         return False
     if not all(isinstance(b, Lit) and isinstance(b.value, (int, float)) and math.isfinite(b.value) for b in bounds):
         return False
-    sources = g.nan_sources(c.x.name)
+    return _checked_for_nan(g, c.x.name)
+
+
+def _checked_for_nan(g: OnnxGraph, name: str) -> bool:
+    """Whether the engine can check before each run that value ``name`` holds no NaN (its graph
+    inputs, ``OnnxGraph.nan_sources``, at ``pooling_nan="check"``); if so, they are checked."""
+    sources = g.nan_sources(name) if g.pooling_nan == "check" else None
     if sources is None or any(g.values[s].dtype not in ("f32", "f64") for s in sources):
         return False
     g.finite_inputs.update(sources)
     return True
+
+
+def _replaced_by_hard_node(g: OnnxGraph, name: str) -> bool:
+    """Whether value ``name`` is a clamp of PyTorch's hardswish or hardsigmoid that the division
+    at its end becomes one node of (so it gets no Clip, and its input no check, of its own)."""
+    for ins in g.consumers(name):
+        call = ins.call
+        if isinstance(call, C.Clamp) and _replaced_by_hard_node(g, ins.result):
+            return True
+        divisions = [ins] if isinstance(call, C.Binary) and call.fn == "div" else []
+        if isinstance(call, C.Binary) and call.fn == "mul":
+            divisions = [d for d in g.consumers(ins.result) if isinstance(d.call, C.Binary) and d.call.fn == "div"]
+        if any(_hardswish_base(g, d.call) or _hardsigmoid_base(g, d.call) for d in divisions):  # type: ignore[arg-type]
+            return True
+    return False
 
 
 @emits(C.LeakyRelu, widen=True)

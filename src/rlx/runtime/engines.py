@@ -23,7 +23,6 @@ from typing import Any, Protocol
 import numpy as np
 
 from rlx.errors import UsageError
-from rlx.ir import calls as C
 from rlx.ir.program import Program, specialize
 from rlx.runtime.binding import bind_symbols
 
@@ -127,16 +126,10 @@ def calibrate(program: Program, weights: Mapping[str, np.ndarray], sets: Sequenc
 def pads_channels(program: Program, weights: Mapping[str, np.ndarray]) -> bool:
     """Whether onnxruntime's ``pad_channels`` may change this program's graph on this CPU: a float32
     convolution of one group has output channels off the channel block (``channel_block``)."""
-    from rlx.runtime.onnxruntime_engine.pad_channels import channel_block
+    from rlx.runtime.onnxruntime_engine.pad_channels import channel_block, off_block_convolutions
 
     block = channel_block()
-    for ins in program.instrs:
-        call = ins.call
-        if isinstance(call, C.Conv) and call.groups == 1 and not call.transposed and ins.dtype == "f32":
-            w = weights.get(call.weight.name)
-            if block > 1 and w is not None and w.shape[0] % block:
-                return True
-    return False
+    return block > 1 and bool(off_block_convolutions(program, weights, block, one_group=True))
 
 
 def trace(

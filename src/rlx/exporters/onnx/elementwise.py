@@ -404,7 +404,7 @@ def binary(g: OnnxGraph, c: C.Binary, out: Instr, x: T, y: T) -> T:
         if swish is not None:  # PyTorch's decomposition of hardswish, as the node it decomposed
             return _op(g, "HardSwish", T(swish, "f32"))
         gate = _hardsigmoid_base(g, c)
-        if gate is not None and _checked_for_nan(g, gate):  # (HardSigmoid's NaN: as Clip's)
+        if gate is not None and g.check_finite(gate):  # (HardSigmoid's NaN: as Clip's)
             return _op(g, "HardSigmoid", T(gate, "f32"), alpha=1 / 6, beta=0.5)
     if x.dtype in HALF:  # exact for predicates, rounded once otherwise
         result = fn(g, g.cast(x, "f32"), g.cast(y, "f32"))
@@ -454,21 +454,21 @@ def _hardswish_base(g: OnnxGraph, c: C.Binary) -> str | None:
     if mul is None or not isinstance(mul.call, C.Binary) or mul.call.fn != "mul":
         return None
     for base, factor in ((mul.call.x, mul.call.y), (mul.call.y, mul.call.x)):
-        if not isinstance(base, Ref) or not isinstance(factor, Ref) or g.values[base.name].dtype != "f32":
-            continue
-        add = g.producer(_clamped(g, factor.name, 0.0, 6.0) or "")
-        if add is not None and isinstance(add.call, C.Binary) and add.call.fn == "add":
-            if {_ref_name(add.call.x), _ref_name(add.call.y)} == {base.name, None} and 3.0 in _lits(add.call):
-                return base.name
+        if isinstance(base, Ref) and isinstance(factor, Ref) and _hard_gate_input(g, factor.name) == base.name:
+            return base.name
     return None
 
 
 def _hardsigmoid_base(g: OnnxGraph, c: C.Binary) -> str | None:
     """``x`` where ``c`` is ``clamp(x + 3, 0, 6) / 6`` (how PyTorch decomposes hardsigmoid),
     float32 throughout: one HardSigmoid, which onnxruntime fuses into the convolution before it."""
-    if not isinstance(c.x, Ref) or not _is_lit(c.y, 6.0):
-        return None
-    add = g.producer(_clamped(g, c.x.name, 0.0, 6.0) or "")
+    return _hard_gate_input(g, c.x.name) if isinstance(c.x, Ref) and _is_lit(c.y, 6.0) else None
+
+
+def _hard_gate_input(g: OnnxGraph, name: str) -> str | None:
+    """Float32 ``x`` where value ``name`` is ``clamp(x + 3, 0, 6)``, the gate both of PyTorch's
+    decompositions above share."""
+    add = g.producer(_clamped(g, name, 0.0, 6.0) or "")
     if add is None or not isinstance(add.call, C.Binary) or add.call.fn != "add" or 3.0 not in _lits(add.call):
         return None
     base = _ref_name(add.call.x) or _ref_name(add.call.y)
@@ -516,7 +516,7 @@ def where(g: OnnxGraph, c: C.Where, out: Instr, cond: T, x: T, y: T) -> T:
 
 @emits(C.Clamp, widen=True)
 def clamp(g: OnnxGraph, c: C.Clamp, out: Instr, x: T, lo: T | None, hi: T | None) -> T:
-    if not _replaced_by_hard_node(g, out.result) and _clip_keeps_nan(g, c, x):
+    if _clip_keeps_nan(g, c, out, x):
         bounds = [b if b is None else g.const(b.value, "f32") for b in (c.lo, c.hi)]  # type: ignore[union-attr]
         return g.op("Clip", [x, *bounds], "f32")
     narrow = x.dtype in _NARROW_INTS or x.dtype == "bool"
@@ -528,28 +528,19 @@ def clamp(g: OnnxGraph, c: C.Clamp, out: Instr, x: T, lo: T | None, hi: T | None
     return g.cast(work, x.dtype)
 
 
-def _clip_keeps_nan(g: OnnxGraph, c: C.Clamp, x: T) -> bool:
+def _clip_keeps_nan(g: OnnxGraph, c: C.Clamp, out: Instr, x: T) -> bool:
     """Whether a float32 clamp between constants may be onnxruntime's Clip, which it fuses into a
     convolution in its blocked layout (Max and Min leave that layout). Clip's NaN is not PyTorch's
     on every kernel (a vector max of NaN and a bound gives the bound), so only where the engine
-    checks before each run that ``x`` holds none (``pooling_nan="check"``: a NaN that only
-    non-finite graph inputs can make, ``OnnxGraph.nan_sources``; otherwise the exact graph runs)."""
+    checks before each run that ``x`` holds none (``OnnxGraph.check_finite``; otherwise the exact
+    graph runs). Not for a clamp that a HardSwish or HardSigmoid replaces: its input needs no
+    check of its own."""
     bounds = [b for b in (c.lo, c.hi) if b is not None]
     if x.dtype != "f32" or not isinstance(c.x, Ref) or not bounds:
         return False
     if not all(isinstance(b, Lit) and isinstance(b.value, (int, float)) and math.isfinite(b.value) for b in bounds):
         return False
-    return _checked_for_nan(g, c.x.name)
-
-
-def _checked_for_nan(g: OnnxGraph, name: str) -> bool:
-    """Whether the engine can check before each run that value ``name`` holds no NaN (its graph
-    inputs, ``OnnxGraph.nan_sources``, at ``pooling_nan="check"``); if so, they are checked."""
-    sources = g.nan_sources(name) if g.pooling_nan == "check" else None
-    if sources is None or any(g.values[s].dtype not in ("f32", "f64") for s in sources):
-        return False
-    g.finite_inputs.update(sources)
-    return True
+    return not _replaced_by_hard_node(g, out.result) and g.check_finite(c.x.name)
 
 
 def _replaced_by_hard_node(g: OnnxGraph, name: str) -> bool:

@@ -162,9 +162,7 @@ def _max_pool_nan(g: OnnxGraph, x: T, y: T, attrs: dict[str, Any], pooled: str |
     (``OnnxGraph.finite_inputs``), which costs a small CNN less than a reduction node and its
     extra output."""
     if g.pooling_nan == "check":
-        sources = g.nan_sources(pooled) if pooled is not None else None
-        if sources is not None and all(g.values[s].dtype in ("f32", "f64") for s in sources):
-            g.finite_inputs.update(sources)
+        if pooled is not None and g.check_finite(pooled):
             return y
         # (onnxruntime's GlobalAveragePool is float32 only)
         channel_means = g.op("GlobalAveragePool", [x], x.dtype) if x.dtype == "f32" else x

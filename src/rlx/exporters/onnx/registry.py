@@ -232,6 +232,16 @@ class OnnxGraph:
         result: frozenset[str] | None = self._nan_sources.inputs(name)
         return result
 
+    def check_finite(self, name: str) -> bool:
+        """Whether the engine can check before each run that value ``name`` holds no NaN: at
+        ``pooling_nan="check"``, where only float graph inputs can make one (``nan_sources``). If
+        so, those inputs join ``finite_inputs``, the ones the engine checks."""
+        sources = self.nan_sources(name) if self.pooling_nan == "check" else None
+        if sources is None or any(self.values[s].dtype not in ("f32", "f64") for s in sources):
+            return False
+        self.finite_inputs.update(sources)
+        return True
+
     def static_value(self, name: str) -> np.ndarray | None:
         """The value ``name`` has on every run when it derives from weights and literals only
         (``rlx.exporters.onnx.static_values``); None when unknown or without the weights' values."""

@@ -77,7 +77,7 @@ def pad_channels(model: Any, program: Program, arrays: Mapping[str, np.ndarray],
             group = padder.group(node)
             if group is not None:
                 padder.pad(group, block - group.channels % block)
-                done += [p.output[0] for p in group.producers]
+                done += [p.output[0] for p in group.producers.values()]
     if done:
         for node in model.graph.node:
             for k in range(len(node.input)):
@@ -106,15 +106,27 @@ def guard_block_padding(
     if block <= 1:
         return
     sources, needs = NanSources(program, lambda name: arrays.get(name)), set[str]()
+    for conv in off_block_convolutions(program, arrays, block):
+        needs |= (sources.inputs(conv.x.name) if isinstance(conv.x, Ref) else None) or set()
+    if needs:
+        _add_finite_inputs(model, needs)
+
+
+def off_block_convolutions(
+    program: Program, arrays: Mapping[str, np.ndarray], block: int, *, one_group: bool = False
+) -> list[C.Conv]:
+    """The float32 convolutions of ``program`` (not transposed; ``one_group``: of one group only)
+    whose output channels are off ``block``; ``arrays``: the weights by name."""
+    found = []
     for ins in program.instrs:
         call = ins.call
         if not isinstance(call, C.Conv) or call.transposed or not isinstance(call.weight, Ref):
             continue
         weight = arrays.get(call.weight.name)
-        if weight is not None and weight.dtype == np.float32 and weight.shape[0] % block and isinstance(call.x, Ref):
-            needs |= sources.inputs(call.x.name) or set()
-    if needs:
-        _add_finite_inputs(model, needs)
+        if weight is not None and weight.dtype == np.float32 and weight.shape[0] % block:
+            if not one_group or call.groups == 1:
+                found.append(call)
+    return found
 
 
 @dataclass
@@ -123,14 +135,12 @@ class _Group:
 
     channels: int
     rank: int
-    producers: list[Any] = field(default_factory=list)  # convolutions whose output channels grow
-    steps: list[Any] = field(default_factory=list)  # per-channel nodes inside the group
+    # nodes by id (protobuf messages compare by content), in the order they were met:
+    producers: dict[int, Any] = field(default_factory=dict)  # convolutions whose output channels grow
+    steps: dict[int, Any] = field(default_factory=dict)  # per-channel nodes inside the group
+    readers: dict[int, Any] = field(default_factory=dict)  # convolutions whose input channels grow
     params: list[tuple[Any, int, int, float]] = field(default_factory=list)  # (step, input, axis, fill)
-    readers: list[Any] = field(default_factory=list)  # convolutions whose input channels grow
     needs: frozenset[str] = frozenset()  # graph inputs that must be finite
-    producer_ids: set[int] = field(default_factory=set)
-    step_ids: set[int] = field(default_factory=set)
-    reader_ids: set[int] = field(default_factory=set)
 
 
 class _Padder:
@@ -190,7 +200,7 @@ class _Padder:
         if not group.readers:
             return None
         needs: set[str] = set()
-        for producer in group.producers:
+        for producer in group.producers.values():
             x = self.conv_inputs.get(producer.output[0])
             found = self.sources.inputs(x) if x is not None else None
             if found is None:  # (a step before it can make NaN of finite values)
@@ -204,31 +214,26 @@ class _Padder:
         at input ``k``. Returns False where it cannot be padded with the group."""
         key = id(node)
         if _plain_conv(node):
-            if k is None:
-                role, axis, found = group.producers, 0, key in group.producer_ids
-            elif k == 0:
-                role, axis, found = group.readers, 1, key in group.reader_ids
-            else:
+            if k is not None and k != 0:
                 return False
-            if not found:
+            role, axis = (group.producers, 0) if k is None else (group.readers, 1)
+            if key not in role:
                 weight = self.value(node, 1)
                 if weight is None or weight.dtype != np.float32 or weight.shape[axis] != group.channels:
                     return False
                 if k is None and len(node.input) > 2 and node.input[2] and self.value(node, 2) is None:
                     return False
-                (group.producer_ids if k is None else group.reader_ids).add(key)
-                role.append(node)
+                role[key] = node
                 if k is None:
                     self.seen.add(key)
             return True
-        if key in group.step_ids:
+        if key in group.steps:
             return True
         step = self._step(node, group)
         if step is None:
             return False
         members, params = step
-        group.step_ids.add(key)
-        group.steps.append(node)
+        group.steps[key] = node
         group.params += [(node, k, axis, fill) for k, axis, fill in params]
         todo += [node.input[i] for i in members]
         todo += [name for name in node.output if name]
@@ -302,16 +307,16 @@ class _Padder:
 
     def pad(self, group: _Group, extra: int) -> None:
         """Grow every producer, step and reader of ``group`` by ``extra`` channels."""
-        for producer in group.producers:
+        for producer in group.producers.values():
             self._grow(producer, 1, 0, extra)
             if len(producer.input) > 2 and producer.input[2]:
                 self._grow(producer, 2, 0, extra)
         for step, k, axis, fill in group.params:
             self._grow(step, k, axis, extra, fill)
-        for step in group.steps:
+        for step in group.steps.values():
             if step.op_type == "Conv":
                 next(a for a in step.attribute if a.name == "group").i = group.channels + extra
-        for reader in group.readers:
+        for reader in group.readers.values():
             self._grow(reader, 1, 1, extra)
         self.finite |= group.needs
 

@@ -497,18 +497,13 @@ def nan_probe(
 
 
 def same_nonfinite(got: list[np.ndarray], want: list[np.ndarray]) -> bool:
-    """Whether every float output holds NaN, +inf and −inf exactly where the reference does."""
-    if len(got) != len(want):
-        return False
-    for g, w in zip(got, want):
-        if np.shape(g) != np.shape(w):
-            return False
-        if w.dtype.kind == "f" and np.asarray(g).dtype.kind == "f":
-            g64, w64 = np.asarray(g, np.float64), np.asarray(w, np.float64)
-            if not (np.array_equal(np.isnan(g64), np.isnan(w64)) and np.array_equal(
-                    np.where(np.isinf(g64), g64, 0), np.where(np.isinf(w64), w64, 0))):  # fmt: skip
-                return False
-    return True
+    """Whether every output holds NaN, +inf and −inf exactly where the reference does (and has its
+    shape and dtype): rlx's parity rule's own test (``rlx.app.verify.compare``)."""
+    from rlx.app.verify import compare
+
+    return len(got) == len(want) and all(
+        compare(i, np.asarray(g), w).nonfinite_match for i, (g, w) in enumerate(zip(got, want))
+    )
 
 
 @dataclass
@@ -531,7 +526,7 @@ class _Work:
         """Run ``cand`` (with its options) in a fresh process, judge every output, keep the timing;
         and see where it puts NaN and inf on the probe."""
         threads = self.threads if cand.threads is None else cand.threads
-        probe, want = self.nan_probe if self.nan_probe is not None else (None, None)
+        probe, probe_want = self.nan_probe if self.nan_probe is not None else (None, None)
         load_s, median, outputs, error = _in_subprocess(
             self.directory, cand.engine, cand.precision, [s for _, s, _ in self.sets], threads, self.runs,
             cand.options, probe,
@@ -539,9 +534,9 @@ class _Work:
         cand.load_s, cand.error = load_s, error
         if outputs is None:
             return
-        if want is not None:
-            got = outputs.pop()
-            cand.nan_parity = None if got is None else same_nonfinite(got, want)
+        if probe_want is not None:
+            probed = outputs.pop()
+            cand.nan_parity = None if probed is None else same_nonfinite(probed, probe_want)
         checks = [c for (label, _, want), got in zip(self.sets, outputs)
                   for c in judge(label, got, want, self.tolerance, self.max_error, self.random)]  # fmt: skip
         cosines = [c.cosine for c in checks if c.cosine is not None]

@@ -26,6 +26,7 @@ precision); the choice records them, and ``rlx.load`` keeps them in float32 too.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import shutil
@@ -34,7 +35,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -58,6 +59,9 @@ from rlx.runtime.engines import (
     supported_precisions,
 )
 from rlx.runtime.tuning import ENGINE_PACKAGES, FORMAT, machine
+
+if TYPE_CHECKING:
+    from rlx.runtime.model import Model
 
 DEFAULT_TOLERANCE = 0.999  # cosine, per output (the Rust reference's parity threshold)
 DEFAULT_MAX_ERROR = 1e-2  # max |error| relative to max(1, max |reference|)
@@ -386,6 +390,7 @@ def tune(
     ``BUNDLE/tuning.json`` (``write=False``: only report). ``progress`` receives one line per candidate."""
     from rlx.app.verify import random_outputs
     from rlx.formats.bundle import read_bundle
+    from rlx.runtime.model import load
 
     if not 0.0 < tolerance <= 1.0:
         raise UsageError(f"--tolerance is a cosine in (0, 1], got {tolerance}")
@@ -400,10 +405,9 @@ def tune(
     todo = candidates(engines, precisions)
     sets = _reference_sets(directory, names)
     labels = ["reference.safetensors (PyTorch eager)"] if sets else []
+    numpy_model = functools.cache(lambda: load(directory, engine="numpy"))  # (loaded once, where needed)
     if inputs is not None:
-        from rlx.runtime.model import load
-
-        reference_model = load(directory, engine="numpy")
+        reference_model = numpy_model()
         for k, s in enumerate(read_input_sets(inputs, names)):
             want = [np.asarray(o) for o in reference_model.run_flat(reference_model.bind((), s))]
             sets.append((f"{Path(inputs).name}[{k}]", s, want))
@@ -415,7 +419,7 @@ def tune(
     random = random_outputs(program)
     report = TuneReport(str(directory), tolerance, max_error, threads, labels, [])
     work = _Work(directory, program, weights, sets, tolerance, max_error, random, threads, runs, progress,
-                 nan_probe(directory, program, sets[0][1]))  # fmt: skip
+                 nan_probe(numpy_model, program, sets[0][1]))  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="rlx-tune-") as tmp:
         calibration = Path(tmp) / CALIBRATION_FILE
         calibration_error = _calibrate(work, todo, calibration) if any(p == "int8-static" for _, p in todo) else ""
@@ -475,13 +479,12 @@ def _flat(program: Program, weights: Mapping[str, np.ndarray], named: Mapping[st
 
 
 def nan_probe(
-    directory: Path, program: Program, inputs: Mapping[str, np.ndarray]
+    numpy_model: Callable[[], Model], program: Program, inputs: Mapping[str, np.ndarray]
 ) -> tuple[dict[str, np.ndarray], list[np.ndarray]] | None:
     """``inputs`` with NaN, +inf and −inf planted at the start of every float input, and what the
-    numpy engine (PyTorch's rules, as the test suite holds it to) answers there; None where no
-    input is a float one or the numpy engine cannot run the model."""
-    from rlx.runtime.model import load
-
+    numpy engine (``numpy_model``: the bundle loaded on it; PyTorch's rules, as the test suite
+    holds it to) answers there; None where no input is a float one or the numpy engine cannot
+    run the model."""
     floats = [v.name for v in program.user_inputs if dtypes.is_float(v.dtype) and v.name in inputs]
     if not floats:
         return None
@@ -490,7 +493,7 @@ def nan_probe(
         flat = probe[name].reshape(-1)
         flat[:3] = np.array([np.nan, np.inf, -np.inf], dtype=np.float64)[: flat.size].astype(flat.dtype)
     try:
-        reference = load(directory, engine="numpy")
+        reference = numpy_model()
         return probe, [np.asarray(o) for o in reference.run_flat(reference.bind((), probe))]
     except RlxError:
         return None

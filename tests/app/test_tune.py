@@ -477,6 +477,91 @@ def test_tune_keeps_a_losing_linear_in_float32_at_openvino_bf16(tmp_path):
     _within_default_tolerance(got, want)
 
 
+class NormalizedCancellingLinear(CancellingLinear):
+    """CancellingLinear with small weights (its output about 1e-2) and a LayerNorm after it, which
+    scales that output and its bfloat16 error up about 100× together: the product loses the
+    accuracy, the norm adds none of its own."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.norm = torch.nn.LayerNorm(16)
+        with torch.no_grad():
+            self.lin.weight *= 0.01
+            self.lin.bias *= 0.01
+
+    def forward(self, x):
+        return self.out(self.norm(self.lin(x)))
+
+
+def _openvino_bf16_loses(module, x, out):
+    """Skip unless OpenVINO's bf16 fails the default tolerance on ``module`` (some CPUs keep such
+    products in float32 anyway); the converted bundle and eager's answer."""
+    if "openvino" not in _installed() or "bf16" not in supported_precisions("openvino"):
+        pytest.skip("OpenVINO runs no bf16 here")
+    _convert(module, x, out)
+    with torch.no_grad():
+        want = module(x).numpy()
+    (check,) = judge(
+        "torch", [rlx.load(out, engine="openvino", precision="bf16")(x.numpy())], [want], 0.999, 1e-2, set()
+    )
+    if check.passed:
+        pytest.skip("OpenVINO keeps this product in float32 at bf16 on this CPU anyway")
+    return want, check
+
+
+def test_max_error_is_measured_per_node_on_each_values_own_scale(tmp_path):
+    """The per-node max error is over each value's own largest magnitude, so a LayerNorm that scales
+    its input's error up with its input adds little of it: by max error (as by cosine) the product
+    is named first. (Over the output's scale floored at 1, as the parity rule measures outputs, the
+    product's error would read 1e-4 and the norm would seem to add almost all of its own.)"""
+    from rlx.app.mixed import culprits, losses
+    from rlx.formats.bundle import read_bundle
+
+    x = torch.randn(4, 64, generator=torch.Generator().manual_seed(0)) * 0.1 + 100.0
+    out = tmp_path / "normalized"
+    _openvino_bf16_loses(NormalizedCancellingLinear().eval(), x, out)
+    program, weights, _ = read_bundle(out / "bundle")
+    ranked = losses("openvino", program, weights, [x.numpy()], "bf16")
+    ops = {r.name: r.op for r in ranked}
+    product = next(i.result for i in program.instrs if i.call.op == "MatMul")
+    norm = next(r for r in ranked if r.op == "aten.layer_norm.default")
+    assert all(np.isfinite(r.error) and r.error >= 0 for r in ranked)
+    for blamed in (culprits(ranked, 0.999), culprits(ranked, 0.999, 1e-2)):
+        assert blamed[0].name == product and ops[product] == "aten.addmm.default"
+    added = next(r for r in ranked if r.name == product).error_added
+    assert added > 0.1 and norm.error > 0.1 and norm.error_added < added / 10  # (its input's error, rescaled)
+
+
+def test_tune_keeps_nodes_in_float32_where_only_the_max_error_fails(tmp_path):
+    """One row of a large batch near a large constant: bfloat16 loses that row's answer in the
+    cancelling product, so the output's max error fails while its cosine (over 1024 rows) holds and
+    no node adds a hundredth of cosine's allowance (as on ConvNeXt). The nodes are ranked by the max
+    error they add instead, the product is kept in float32, and the candidate passes."""
+    from rlx.app.mixed import culprits, losses
+    from rlx.formats.bundle import read_bundle
+
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(1024, 64, generator=generator)
+    x[0] = torch.randn(64, generator=generator) * 0.1 + 100.0
+    out = tmp_path / "one_hard_row"
+    want, check = _openvino_bf16_loses(CancellingLinear().eval(), x, out)
+    program, weights, _ = read_bundle(out / "bundle")
+    if check.cosine < 0.999 or culprits(losses("openvino", program, weights, [x.numpy()], "bf16"), 0.999):
+        pytest.skip(f"on this CPU bf16 loses this product's accuracy by cosine too ({check})")
+    lines: list[str] = []
+    report = tune(out, engines=["openvino"], precisions=["bf16"], threads=1, runs=5, progress=lines.append)
+    (cand,) = report.candidates
+    assert cand.passed and "pass (mixed precision)" in lines[-1], report.table()
+    product = next(i.result for i in program.instrs if i.call.op == "MatMul")
+    assert cand.options["float32"][0] == product
+    table = report.table()
+    assert "note: all bf16: FAIL reference out0: max err " in table
+    assert f"losing the accuracy: {product} (aten.addmm.default, max err " in table and " of its scale)" in table
+    got = rlx.load(out)(x.numpy())  # follows the choice
+    (kept,) = judge("torch", [got], [want], 0.999, 1e-2, set())
+    assert kept.passed and got.dtype == np.float32 and got.shape == want.shape
+
+
 @pytest.mark.parametrize("precision", ["int8", "int8-static"])
 def test_instructions_kept_in_float32_are_not_quantized(tmp_path, precision):
     """``float32=`` (mixed precision) keeps the named instructions' nodes out of quantization: with

@@ -569,13 +569,17 @@ def _mixed(work: _Work, cand: Candidate) -> None:
     except RlxError as e:
         cand.note = f"the per-node comparison failed: {e}"
         return
-    blamed = culprits(ranked, work.tolerance)
+    # (by cosine where an output failed it; by max error where only that bound failed, or where no
+    # node stands out by cosine)
+    cosine_failed = any(c.cosine is not None and c.cosine < work.tolerance for c in cand.failures)
+    views = [None, work.max_error] if cosine_failed else [work.max_error]
+    max_error, blamed = next(((v, b) for v in views if (b := culprits(ranked, work.tolerance, v))), (None, []))
     most = len(ranked) - 1  # (with every node in float32 it would be float32, not mixed precision)
     if not blamed or most < 1:
         cand.note = "no single node loses the accuracy (the loss is spread out); mixed precision not tried"
         return
     first = cand.verdict()
-    worst = ", ".join(x.describe() for x in blamed[:3])
+    worst = ", ".join(x.describe(by_error=max_error is not None) for x in blamed[:3])
     keep: list[str] = []
     for size in MIXED_ROUNDS:
         if len(keep) >= min(size, most, len(blamed)):

@@ -434,10 +434,20 @@ def test_matches_torch(c: Case) -> None:
     check(c)
 
 
-@pytest.mark.parametrize("c", [p for p in MATH_OPS if p.id in ("frexp", "shifts", "complex")])
-def test_math_ops_on_jax(c: Case) -> None:
-    pytest.importorskip("jax")
-    check(c, engine="jax")
+# The other engines on the cases whose semantics are their own code: JAX's integer and complex
+# kernels; the ONNX emitter's shifts (BitShift on unsigned bits) and casts (float to bool is a
+# comparison, which onnxruntime has no half kernel for).
+OTHER_ENGINES = [("jax", p) for p in MATH_OPS if p.id in ("frexp", "shifts", "complex")] + [
+    ("onnxruntime", p) for p in MATH_OPS + CASTS if p.id.startswith("shifts") or p in CASTS
+]
+
+
+@pytest.mark.parametrize(
+    "engine,c", [pytest.param(e, p.values[0], id=f"{e}-{p.id}", marks=p.marks) for e, p in OTHER_ENGINES]
+)
+def test_on_other_engines(engine: str, c: Case) -> None:
+    pytest.importorskip(engine)
+    check(c, engine=engine)
 
 
 @pytest.mark.parametrize("engine", ["numpy", "jax", "onnxruntime"])

@@ -351,6 +351,46 @@ def _bitwise(op: str) -> Fn2:
     return lambda g, x, y: _bool(g, op, x, y) if x.dtype == "bool" else _op(g, "Bitwise" + op, x, y)
 
 
+def _bits(x: T) -> int:
+    return 8 * dtypes.to_numpy(x.dtype).itemsize
+
+
+def _unsigned(g: OnnxGraph, x: T) -> T:
+    """``x``'s bits as the unsigned type of its width (ONNX's BitShift takes unsigned types only)."""
+    return x if x.dtype.startswith("u") else g.cast(x, f"u{_bits(x)}")
+
+
+def _left_shift(g: OnnxGraph, x: T, y: T) -> T:
+    """PyTorch's ``x << y``: the bits shifted in the unsigned type of x's width (the same bits as
+    signed wrap-around), and 0 where y is negative or reaches the width (C leaves both undefined)."""
+    zero = _k(g, 0, y)
+    ok = _bool(g, "And", _bool(g, "GreaterOrEqual", y, zero), _bool(g, "Less", y, _k(g, _bits(x), y)))
+    shifted = g.op(
+        "BitShift", [_unsigned(g, x), _unsigned(g, _where(g, ok, y, zero))], f"u{_bits(x)}", direction="LEFT"
+    )
+    return _where(g, ok, g.cast(shifted, x.dtype), _k(g, 0, x))
+
+
+def _right_shift(g: OnnxGraph, x: T, y: T) -> T:
+    """PyTorch's ``x >> y``: arithmetic for signed x (a negative x is shifted as its complement
+    ~x ≥ 0, whose logical and arithmetic shifts agree, and complemented back); past the width, or
+    for a negative y, a signed x keeps only its sign (as a shift by width − 1 does) and an unsigned
+    one becomes 0."""
+    bits = _bits(x)
+    if x.dtype.startswith("u"):
+        ok = _bool(g, "Less", y, _k(g, bits, y))
+        shifted = g.op("BitShift", [x, _where(g, ok, y, _k(g, 0, y))], x.dtype, direction="RIGHT")
+        return _where(g, ok, shifted, _k(g, 0, x))
+    top = _k(g, bits - 1, y)
+    amount = _where(g, _bool(g, "Less", y, _k(g, 0, y)), top, _op(g, "Min", y, top))
+    negative = _bool(g, "Less", x, _k(g, 0, x))
+    magnitude = _where(g, negative, _op(g, "BitwiseNot", x), x)
+    shifted = g.cast(
+        g.op("BitShift", [_unsigned(g, magnitude), _unsigned(g, amount)], f"u{bits}", direction="RIGHT"), x.dtype
+    )
+    return _where(g, negative, _op(g, "BitwiseNot", shifted), shifted)
+
+
 BINARY: dict[str, Fn2] = {
     "add": lambda g, x, y: _op(g, "Add", x, y) if x.dtype != "bool" else _bool(g, "Or", x, y),
     "sub": lambda g, x, y: _op(g, "Sub", x, y),
@@ -378,6 +418,8 @@ BINARY: dict[str, Fn2] = {
     "bitwise_and": _bitwise("And"),
     "bitwise_or": _bitwise("Or"),
     "bitwise_xor": _bitwise("Xor"),
+    "left_shift": _left_shift,
+    "right_shift": _right_shift,
 }
 PREDICATES = {"eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor"}
 # onnxruntime has no 8/16-bit integer kernels for these: they run in int32 (exact) and narrow back.
@@ -572,6 +614,8 @@ def cast(g: OnnxGraph, c: C.Cast, out: Instr, x: T) -> T:
     if c.dtype not in ONNX_TYPES:
         raise EmitError(f"the ONNX emitter cannot cast to {c.dtype}")
     if dtypes.is_float(x.dtype) and c.dtype == "bool":
+        if x.dtype in HALF:  # (onnxruntime has no half Equal; widening is exact)
+            x = g.cast(x, "f32")
         return _bool(g, "Not", _bool(g, "Equal", x, _k(g, 0, x)))  # NaN is True, as in PyTorch
     if x.dtype in HALF and c.dtype in HALF:
         return g.cast(g.cast(x, "f32"), c.dtype)

@@ -142,7 +142,7 @@ def engines() -> str:
 
     import rlx.exporters.onnx  # noqa: F401  (importing it registers every emitter)
     import rlx.ir.calls as C
-    from rlx.exporters.onnx.registry import EMITTERS, NO_ONNX_FORM
+    from rlx.exporters.onnx.registry import EMITTERS, NO_ONNX_FORM, NO_ONNX_FUNCTION
     from rlx.kernels import special
     from rlx.kernels.jax.kernels import JAX
     from rlx.kernels.jax.kernels import KERNELS as JAX_KERNELS
@@ -172,7 +172,8 @@ def engines() -> str:
         if name == "Special" and jax_missing:
             jax += f" (not: {', '.join(jax_missing)})"
         if cls in EMITTERS:
-            ort = "ONNX operators"
+            refused = sorted(NO_ONNX_FUNCTION.get(cls, ()))
+            ort = "ONNX operators" + (f" (not: {', '.join(refused)})" if refused else "")
         else:
             ort = f"refused: {_cell(NO_ONNX_FORM[cls])}"
         rows.append(

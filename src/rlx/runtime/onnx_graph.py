@@ -75,8 +75,8 @@ def check_program(program: Program, threads: int | None) -> None:
     """Refuse a program with a Call that has no ONNX form, and a thread count below one."""
     try:
         check_coverage(program)
-    except EmitError as e:
-        raise UsageError(f"{e}; run this model with engine='numpy'") from None
+    except EmitError as e:  # (its message names the engines that run the program)
+        raise UsageError(str(e)) from None
     if threads is not None and threads < 1:
         raise UsageError(f"threads must be at least 1, got {threads}")
 

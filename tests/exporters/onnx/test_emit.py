@@ -18,7 +18,15 @@ from rlx.ir import calls as C
 from rlx.ir.program import CALL_TYPES
 from rlx.runtime.model import Model
 
-from helpers import BLOCK_TORCH, assert_arrays_match, convert, exported_example, load_example, optimized_op_types
+from helpers import (
+    BLOCK_TORCH,
+    as_module,
+    assert_arrays_match,
+    convert,
+    exported_example,
+    load_example,
+    optimized_op_types,
+)
 
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
@@ -73,6 +81,44 @@ def test_calls_without_onnx_form_are_named_with_the_reason():
     assert "\n" not in message
     for op, why in [("Svd", "factorisation"), ("Unique", "data-dependent"), ("Special", "special functions")]:
         assert op in message and why in message
+
+
+def test_every_function_has_an_emitter_or_a_declared_reason():
+    """Unary, Binary and Reduce calls name a function: each one the IR knows is written by the
+    emitter or declared with the reason it has no ONNX form, never both."""
+    from rlx.exporters.onnx import FUNCTIONS, NO_ONNX_FUNCTION
+    from rlx.ir import calls as C
+
+    for call, known in ((C.Unary, C.UNARY_FNS), (C.Binary, C.BINARY_FNS), (C.Reduce, C.REDUCE_FNS)):
+        written, refused = FUNCTIONS[call], set(NO_ONNX_FUNCTION[call])
+        assert set(known) == written | refused, (call.__name__, set(known) ^ (written | refused))
+        assert not written & refused
+
+
+def test_functions_without_onnx_form_are_named_with_the_reason(tmp_path):
+    """All at once, in one line, each with its reason and what to do; the onnxruntime engine
+    refuses the bundle with the same line."""
+    import rlx
+
+    def fn(a, b):
+        return torch.copysign(a, b), torch.gcd(a.int(), b.int()), torch.signbit(a), torch.hypot(a, b)
+
+    _, program, _ = convert(fn, (torch.randn(3), torch.randn(3)))
+    with pytest.raises(EmitError) as err:
+        check_coverage(program)
+    message = str(err.value)
+    assert "\n" not in message and message.endswith("; use the numpy or JAX engine")
+    for fn_name, why in [
+        ("Binary copysign", "sign of NaN"),
+        ("Binary gcd", "Euclid"),
+        ("Unary signbit", "sign of NaN"),
+    ]:
+        assert f"{fn_name} ×1" in message and why in message
+    assert "hypot" not in message
+    rlx.from_torch(as_module(fn), (torch.randn(3), torch.randn(3)), tmp_path / "out", verify=False)
+    with pytest.raises(rlx.RlxError) as loading:
+        rlx.load(tmp_path / "out", engine="onnxruntime")
+    assert str(loading.value) == message
 
 
 def test_hash_tensor_is_refused_in_one_line():

@@ -435,10 +435,10 @@ def test_matches_torch(c: Case) -> None:
 
 
 # The other engines on the cases whose semantics are their own code: JAX's integer and complex
-# kernels; the ONNX emitter's shifts (BitShift on unsigned bits) and casts (float to bool is a
-# comparison, which onnxruntime has no half kernel for).
+# kernels; the ONNX emitter's shifts (BitShift on unsigned bits), hypot, angle and casts (float to
+# bool is a comparison, which onnxruntime has no half kernel for).
 OTHER_ENGINES = [("jax", p) for p in MATH_OPS if p.id in ("frexp", "shifts", "complex")] + [
-    ("onnxruntime", p) for p in MATH_OPS + CASTS if p.id.startswith("shifts") or p in CASTS
+    ("onnxruntime", p) for p in MATH_OPS + CASTS if p.id in ("shifts", "shifts_named", "hypot", "angle") or p in CASTS
 ]
 
 

@@ -24,12 +24,22 @@ from rlx.exporters.onnx.build import (
     to_onnx,
     write_onnx,
 )
-from rlx.exporters.onnx.registry import EMITTERS, NO_ONNX_FORM, OPSET, PORTABLE, EmitError, GraphOptions, emits
+from rlx.exporters.onnx.registry import (
+    EMITTERS,
+    FUNCTIONS,
+    NO_ONNX_FORM,
+    NO_ONNX_FUNCTION,
+    OPSET,
+    PORTABLE,
+    EmitError,
+    GraphOptions,
+    emits,
+)
 
 FAMILIES = (elementwise, linalg, movement, nn, ordering, random, reduce, resample, scatter, selection, spectral)
 
 __all__ = [
-    "EMITTERS", "EXTERNAL_DATA_THRESHOLD", "FAMILIES", "FINITE_INPUTS", "NAN_CHECK", "NO_ONNX_FORM", "OPSET", "PORTABLE", "EmitError", "GraphOptions",
+    "EMITTERS", "EXTERNAL_DATA_THRESHOLD", "FAMILIES", "FINITE_INPUTS", "FUNCTIONS", "NAN_CHECK", "NO_ONNX_FORM", "NO_ONNX_FUNCTION", "OPSET", "PORTABLE", "EmitError", "GraphOptions",
     "check_coverage",
     "emits", "to_onnx", "write_onnx",
 ]  # fmt: skip

@@ -16,8 +16,10 @@ from rlx.errors import first_line
 from rlx.exporters.onnx.registry import (
     CONTRIB_DOMAIN,
     EMITTERS,
+    FUNCTIONS,
     HALF,
     NO_ONNX_FORM,
+    NO_ONNX_FUNCTION,
     ONNX_TYPES,
     OPSET,
     PORTABLE,
@@ -47,9 +49,14 @@ def check_coverage(program: Program) -> None:
     missing: dict[str, list[str]] = {}
     reasons: dict[str, str] = {}
     for ins in program.instrs:
-        if type(ins.call) not in EMITTERS:
+        kind = type(ins.call)
+        if kind not in EMITTERS:
             missing.setdefault(ins.call.op, []).append(ins.result)
-            reasons[ins.call.op] = NO_ONNX_FORM.get(type(ins.call), "no emitter yet")
+            reasons[ins.call.op] = NO_ONNX_FORM.get(kind, "no emitter yet")
+        elif kind in FUNCTIONS and getattr(ins.call, "fn", None) not in FUNCTIONS[kind]:
+            fn = getattr(ins.call, "fn", None)
+            missing.setdefault(f"{ins.call.op} {fn}", []).append(ins.result)
+            reasons[f"{ins.call.op} {fn}"] = NO_ONNX_FUNCTION[kind].get(str(fn), "no emitter yet")
     if missing:
         listed = "; ".join(f"{op} ×{len(r)} (first: {r[0]}): {reasons[op]}" for op, r in sorted(missing.items()))
         raise EmitError(f"the program has Calls with no ONNX form: {listed}; use the numpy or JAX engine")

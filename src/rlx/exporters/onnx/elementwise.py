@@ -15,7 +15,16 @@ from typing import Any
 
 import numpy as np
 
-from rlx.exporters.onnx.registry import HALF, ONNX_TYPES, EmitError, OnnxGraph, T, emits
+from rlx.exporters.onnx.registry import (
+    HALF,
+    ONNX_TYPES,
+    EmitError,
+    OnnxGraph,
+    T,
+    emits,
+    emits_functions,
+    no_function_form,
+)
 from rlx.ir import calls as C
 from rlx.ir import dtypes
 from rlx.ir.program import Instr, Lit, Ref
@@ -137,6 +146,12 @@ def _bitwise_not(g: OnnxGraph, x: T) -> T:
     return _op(g, "Not", x) if x.dtype == "bool" else _op(g, "BitwiseNot", x)
 
 
+def _angle(g: OnnxGraph, x: T) -> T:
+    """The angle of a real number: π below 0, else 0 (−0 included); NaN stays NaN."""
+    positive = _where(g, _bool(g, "Less", x, _k(g, 0, x)), _k(g, math.pi, x), _k(g, 0, x))
+    return _where(g, _bool(g, "IsNaN", x), x, positive)
+
+
 def _recip(g: OnnxGraph, x: T) -> T:
     return _op(g, "Div", _k(g, 1, x), x)
 
@@ -192,6 +207,7 @@ UNARY: dict[str, Fn] = {
     "identity": lambda g, x: _op(g, "Identity", x),
     # Pow(x, 2) is x·x in onnxruntime, and the spelling its RMSNorm fusion looks for.
     "square": lambda g, x: _op(g, "Pow", x, _k(g, 2, x)) if _is_float(x) else _op(g, "Mul", x, x),
+    "angle": _angle,
 }
 
 # Functions onnxruntime's CPU kernels compute in float32 only: float64 goes through float32 there
@@ -205,7 +221,7 @@ EXACT = {"neg", "abs", "sign", "logical_not", "bitwise_not", "isnan", "isinf", "
 def unary(g: OnnxGraph, c: C.Unary, out: Instr, x: T) -> T:
     fn = UNARY.get(c.fn)
     if fn is None:
-        raise EmitError(f"the ONNX emitter has no unary function {c.fn!r}")
+        raise no_function_form(C.Unary, c.fn)
     if c.fn in EXACT and x.dtype not in HALF:
         return fn(g, x)
     if x.dtype in HALF or (x.dtype == "f64" and c.fn in F32_ONLY):
@@ -351,6 +367,24 @@ def _bitwise(op: str) -> Fn2:
     return lambda g, x, y: _bool(g, op, x, y) if x.dtype == "bool" else _op(g, "Bitwise" + op, x, y)
 
 
+def _hypot(g: OnnxGraph, x: T, y: T) -> T:
+    """C's hypot: +inf where either is infinite (a NaN beside it too), else NaN where either is
+    NaN, else sqrt(x² + y²) without overflow: float32 and below square in float64, whose range
+    holds their squares (one rounding at the end); float64 is scaled by the larger magnitude."""
+    dtype = x.dtype
+    wide = x.dtype != "f64"
+    a, b = (_op(g, "Abs", g.cast(v, "f64") if wide else v) for v in (x, y))
+    if wide:
+        r = _op(g, "Sqrt", _op(g, "Add", _op(g, "Mul", a, a), _op(g, "Mul", b, b)))
+    else:
+        big, small = _op(g, "Max", a, b), _op(g, "Min", a, b)
+        ratio = _op(g, "Div", small, _where(g, _bool(g, "Equal", big, _k(g, 0, big)), _k(g, 1, big), big))
+        r = _op(g, "Mul", big, _op(g, "Sqrt", _op(g, "Add", _k(g, 1, big), _op(g, "Mul", ratio, ratio))))
+    r = _where(g, _bool(g, "Or", _bool(g, "IsNaN", a), _bool(g, "IsNaN", b)), _k(g, math.nan, r), r)
+    r = _where(g, _bool(g, "Or", _bool(g, "IsInf", a), _bool(g, "IsInf", b)), _k(g, math.inf, r), r)
+    return g.cast(r, dtype) if wide else r
+
+
 def _bits(x: T) -> int:
     return 8 * dtypes.to_numpy(x.dtype).itemsize
 
@@ -420,8 +454,27 @@ BINARY: dict[str, Fn2] = {
     "bitwise_xor": _bitwise("Xor"),
     "left_shift": _left_shift,
     "right_shift": _right_shift,
+    "hypot": _hypot,
 }
 PREDICATES = {"eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor"}
+
+_BITS = "ONNX's BitCast, which reads a float's bits, is opset 26 and the emitter writes opset 21"
+_COMPLEX = "ONNX has no complex numbers"
+_EUCLID = "Euclid's algorithm takes a data-dependent number of steps per element"
+emits_functions(C.Unary, UNARY, {
+    "signbit": f"the sign of NaN is in its bits ({_BITS})",
+    "frexp_mantissa": f"it splits a float's bits ({_BITS})",
+    "frexp_exponent": f"it splits a float's bits ({_BITS})",
+    "real": _COMPLEX,
+    "imag": _COMPLEX,
+})  # fmt: skip
+emits_functions(C.Binary, BINARY, {
+    "copysign": f"the sign of NaN is in its bits ({_BITS})",
+    "nextafter": f"it steps a float's bits ({_BITS})",
+    "gcd": _EUCLID,
+    "lcm": _EUCLID,
+    "complex": _COMPLEX,
+})  # fmt: skip
 # onnxruntime has no 8/16-bit integer kernels for these: they run in int32 (exact) and narrow back.
 _NARROW_INTS = ("i8", "i16", "u8")
 
@@ -430,7 +483,7 @@ _NARROW_INTS = ("i8", "i16", "u8")
 def binary(g: OnnxGraph, c: C.Binary, out: Instr, x: T, y: T) -> T:
     fn = BINARY.get(c.fn)
     if fn is None:
-        raise EmitError(f"the ONNX emitter has no binary function {c.fn!r}")
+        raise no_function_form(C.Binary, c.fn)
     if x.dtype != y.dtype and c.fn != "pow":
         y = g.cast(y, x.dtype)
     if c.fn == "mul" and "gelu" in g.contrib and x.dtype == "f32":

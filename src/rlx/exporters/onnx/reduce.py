@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import math
 
-from rlx.exporters.onnx.registry import EmitError, OnnxGraph, T, emits
+from rlx.exporters.onnx.registry import FUNCTIONS, OnnxGraph, T, emits, emits_functions, no_function_form
 from rlx.ir import calls as C
 from rlx.ir import dtypes
 from rlx.ir.program import Instr
 from rlx.ir.symbolic import static_shape
 
 _OPS = {"sum": "ReduceSum", "prod": "ReduceProd", "amax": "ReduceMax", "amin": "ReduceMin", "mean": "ReduceMean"}
+emits_functions(C.Reduce, [*_OPS, "any", "all", "var", "std"],
+                {"xor": "ONNX has no exclusive-or reduction (torch.hash_tensor)"})  # fmt: skip
 
 
 def _reduce(g: OnnxGraph, op: str, x: T, axes: list[int] | T | None, keepdim: bool) -> T:
@@ -62,10 +64,8 @@ def _is_spatial_mean(g: OnnxGraph, c: C.Reduce, x: T) -> bool:
 @emits(C.Reduce, widen=True)
 def reduce(g: OnnxGraph, c: C.Reduce, out: Instr, x: T) -> T:
     axes = list(c.axes) if c.axes and x.rank else None
-    if c.fn == "xor":
-        raise EmitError(
-            "ONNX has no exclusive-or reduction (Reduce xor, torch.hash_tensor); use the numpy or JAX engine"
-        )
+    if c.fn not in FUNCTIONS[C.Reduce]:
+        raise no_function_form(C.Reduce, c.fn)
     if x.rank == 0:
         return g.op("Identity", [x], x.dtype) if c.fn not in ("var", "std") else _variance(g, c, x, axes)
     if c.fn in ("any", "all"):

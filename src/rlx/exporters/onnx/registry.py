@@ -156,6 +156,24 @@ PORTABLE = GraphOptions()
 
 # Calls with no faithful ONNX form at this opset → why (checked before anything is emitted).
 NO_ONNX_FORM: dict[type[Call], str] = {}
+# Calls whose emitter writes only some of their functions (``call.fn``): those it writes, and each
+# other one → why it has no faithful ONNX form (also checked before anything is emitted).
+FUNCTIONS: dict[type[Call], frozenset[str]] = {}
+NO_ONNX_FUNCTION: dict[type[Call], dict[str, str]] = {}
+
+
+def emits_functions(call: type[Call], written: Collection[str], missing: Mapping[str, str]) -> None:
+    """Declare the functions of ``call`` its emitter writes, and why each of ``missing`` has no ONNX form."""
+    if set(written) & set(missing):
+        raise RuntimeError(f"{call.__name__} functions both written and refused: {sorted(set(written) & set(missing))}")
+    FUNCTIONS[call] = frozenset(written)
+    NO_ONNX_FUNCTION[call] = dict(missing)
+
+
+def no_function_form(call: type[Call], fn: str) -> EmitError:
+    """The one-line error for a function of ``call`` the emitter does not write."""
+    why = NO_ONNX_FUNCTION.get(call, {}).get(fn, "no emitter yet")
+    return EmitError(f"the ONNX emitter has no form for {call.__name__} {fn!r}: {why}; use the numpy or JAX engine")
 
 
 def no_onnx_form(why: str, *calls: type[Call]) -> None:

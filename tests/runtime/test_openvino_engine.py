@@ -26,6 +26,7 @@ from helpers import (
     SmallConvNet,
     assert_converts_and_matches,
     block_imports,
+    convert,
     convert_example,
     pooling_specials,
     rand,
@@ -68,6 +69,32 @@ def _ov_cases():
 @pytest.mark.parametrize("name,calls,variants,inputs,dtypes,levels", _params(list(_ov_cases())))
 def test_calls_match_torch(name, calls, variants, inputs, dtypes, levels):
     check_case("openvino", name, calls, variants, inputs, dtypes, levels)
+
+
+@pytest.mark.parametrize(
+    "name,fn",
+    [
+        ("right_shift", lambda a, b: a >> b),
+        ("floor_divide", lambda a, b: torch.div(a, b + 1, rounding_mode="floor")),
+        ("remainder", lambda a, b: torch.remainder(a, b + 1)),
+    ],
+)
+def test_int32_division_is_exact_below_2_to_24(name, fn):
+    """A documented limit (docs/engines.md): OpenVINO's CPU plugin divides int32 through float32,
+    so integer division, remainder and right shifts are exact below 2**24 and off by float32's
+    rounding of the dividend above it (2**24 + 1 >> 0 gave 2**24; left shifts, products and sums
+    stayed exact)."""
+    a = torch.tensor(
+        [100, -77, 2**24 - 1, -(2**24) + 5, 2**24 + 1, 2**30 + 3, -(2**24) - 3, 123456789], dtype=torch.int32
+    )
+    b = torch.tensor([0, 1, 2, 3, 0, 1, 2, 3], dtype=torch.int32)
+    model, _, _ = convert(fn, (a, b), engine="openvino")
+    got, want = model(a.numpy(), b.numpy()), fn(a, b).numpy()
+    assert got.dtype == want.dtype == np.int32 and got.shape == want.shape
+    small = np.abs(a.numpy()) < 2**24
+    np.testing.assert_array_equal(got[small], want[small], name)
+    rounding = np.abs(a.numpy()[~small]).astype(np.float64) * 2.0**-23 + 1  # (one float32 ulp of the dividend)
+    assert (np.abs(got[~small].astype(np.int64) - want[~small]) <= rounding).all(), (name, got, want)
 
 
 def test_known_mismatches_name_real_cases():

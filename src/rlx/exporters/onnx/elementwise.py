@@ -368,21 +368,17 @@ def _bitwise(op: str) -> Fn2:
 
 
 def _hypot(g: OnnxGraph, x: T, y: T) -> T:
-    """C's hypot: +inf where either is infinite (a NaN beside it too), else NaN where either is
-    NaN, else sqrt(x² + y²) without overflow: float32 and below square in float64, whose range
-    holds their squares (one rounding at the end); float64 is scaled by the larger magnitude."""
-    dtype = x.dtype
-    wide = x.dtype != "f64"
-    a, b = (_op(g, "Abs", g.cast(v, "f64") if wide else v) for v in (x, y))
-    if wide:
-        r = _op(g, "Sqrt", _op(g, "Add", _op(g, "Mul", a, a), _op(g, "Mul", b, b)))
-    else:
-        big, small = _op(g, "Max", a, b), _op(g, "Min", a, b)
-        ratio = _op(g, "Div", small, _where(g, _bool(g, "Equal", big, _k(g, 0, big)), _k(g, 1, big), big))
-        r = _op(g, "Mul", big, _op(g, "Sqrt", _op(g, "Add", _k(g, 1, big), _op(g, "Mul", ratio, ratio))))
-    r = _where(g, _bool(g, "Or", _bool(g, "IsNaN", a), _bool(g, "IsNaN", b)), _k(g, math.nan, r), r)
-    r = _where(g, _bool(g, "Or", _bool(g, "IsInf", a), _bool(g, "IsInf", b)), _k(g, math.inf, r), r)
-    return g.cast(r, dtype) if wide else r
+    """C's hypot: +inf where either is infinite (a NaN beside it too), else NaN where either is NaN,
+    else sqrt(x² + y²) without overflow or underflow: the larger magnitude times sqrt(1 + r²), r the
+    ratio of the smaller to it, within two roundings of the exact value. (Not squared in float64:
+    OpenVINO computes float64 in float32, where 1e30² overflows.)"""
+    a, b = _op(g, "Abs", x), _op(g, "Abs", y)
+    big, small = _op(g, "Max", a, b), _op(g, "Min", a, b)
+    zero, one = _k(g, 0, big), _k(g, 1, big)
+    ratio = _op(g, "Div", small, _where(g, _bool(g, "Equal", big, zero), one, big))
+    r = _op(g, "Mul", big, _op(g, "Sqrt", _op(g, "Add", one, _op(g, "Mul", ratio, ratio))))
+    r = _where(g, _bool(g, "Or", _bool(g, "IsNaN", x), _bool(g, "IsNaN", y)), _k(g, math.nan, r), r)
+    return _where(g, _bool(g, "Or", _bool(g, "IsInf", x), _bool(g, "IsInf", y)), _k(g, math.inf, r), r)
 
 
 def _bits(x: T) -> int:

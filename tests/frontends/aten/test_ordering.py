@@ -583,6 +583,16 @@ def test_matches_torch(fn, inputs, levels):
     assert_converts_and_matches(fn, inputs, levels=levels)
 
 
+# The ONNX emitter's own scans (a running extreme over lower-triangular lanes), on onnxruntime.
+ON_ONNXRUNTIME = [p for p in ALL if p.id in ("cummax_ties_int",)]
+
+
+@pytest.mark.parametrize("fn,inputs,levels", ON_ONNXRUNTIME)
+def test_on_onnxruntime(fn, inputs, levels):
+    pytest.importorskip("onnxruntime")
+    assert_converts_and_matches(fn, inputs, levels=levels, engine="onnxruntime")
+
+
 def test_repeat_interleave_tensor_without_output_size_is_a_typed_error():
     with pytest.raises(RlxError, match="output_size"):
         convert(lambda x, r: x.repeat_interleave(r, dim=0), [torch.randn(3, 2), torch.tensor([1, 2, 0])])

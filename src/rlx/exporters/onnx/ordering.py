@@ -77,10 +77,10 @@ def _cum_extreme(g: OnnxGraph, c: C.CumReduce, x: T) -> T:
     fill = lowest(np.dtype(dtypes.to_numpy(work.dtype))) if c.fn == "max" else highest(dtypes.to_numpy(work.dtype))
     op = "ReduceMax" if c.fn == "max" else "ReduceMin"
     running = g.op(op, [_lanes(g, work, c.axis, fill), g.ints([c.axis + 1])], work.dtype, keepdims=0)
-    hit = g.op("Equal", [work, running], "bool")
+    hit = g.op("Equal", [work, running], "bool", x.shape)
     if dtypes.is_float(work.dtype):
-        nan = g.op("IsNaN", [work], "bool")
-        hit = g.op("Or", [hit, nan], "bool")
+        nan = g.op("IsNaN", [work], "bool", work.shape)
+        hit = g.op("Or", [hit, nan], "bool", x.shape)
         # A NaN is never equal to the running value: it is the running value once seen.
         any_nan = g.op("ReduceMax", [_lanes(g, g.cast(nan, "i32"), c.axis, 0), g.ints([c.axis + 1])], "i32", keepdims=0)
         running = g.op("Where", [g.cast(any_nan, "bool"), g.const(np.nan, work.dtype), running], work.dtype)
@@ -89,7 +89,7 @@ def _cum_extreme(g: OnnxGraph, c: C.CumReduce, x: T) -> T:
     shape = [1] * x.rank
     shape[c.axis] = n
     positions = g.const(np.arange(n, dtype=np.int64).reshape(shape), "i64")
-    marked = g.op("Where", [hit, positions, g.const(0, "i64")], "i64")
+    marked = g.op("Where", [hit, positions, g.const(0, "i64")], "i64", x.shape)
     idx = g.op("ReduceMax", [_lanes(g, marked, c.axis, 0), g.ints([c.axis + 1])], "i64", keepdims=0)
     if c.indices:
         return idx

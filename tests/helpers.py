@@ -17,6 +17,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 from rlx.app.convert import build_program
+from rlx.errors import RlxError, UsageError
 from rlx.formats.bundle import bind_weights
 from rlx.frontends.torch import capture
 from rlx.frontends.torch.levels import HIGH_LEVEL_OPS
@@ -26,6 +27,11 @@ from rlx.ir.program import Program
 from rlx.runtime.model import Model
 
 LEVELS = ("aten", "high", "core")
+
+# The engine ``convert`` binds to where a test names none: numpy, or the one ``pytest --engine``
+# names (tests/conftest.py), which runs the lowering tests on another engine; a program that engine
+# refuses (no ONNX form, no JAX kernel) is then skipped with the engine's reason.
+DEFAULT_ENGINE = "numpy"
 
 # Per-dtype tolerances for comparing against eager PyTorch (rtol, atol).
 TOLERANCES = {
@@ -58,18 +64,34 @@ def convert(
     kwargs: Mapping[str, Any] | None = None,
     decomposition: str = "high",
     dynamic_shapes: Any = None,
-    engine: str = "numpy",
+    engine: str | None = None,
     engine_options: Mapping[str, Any] | None = None,
 ) -> tuple[Model, Program, Any]:
-    """Export, lower and bind: returns (runtime model on ``engine``, program, exported)."""
+    """Export, lower and bind: returns (runtime model on ``engine``, program, exported); no
+    ``engine``: ``DEFAULT_ENGINE``."""
     module = as_module(fn).eval()
     exported = capture(
         module, tuple(inputs), example_kwargs=kwargs, decomposition=decomposition, dynamic_shapes=dynamic_shapes
     )
     program = build_program(exported.ir)
     weights = bind_weights(program, exported.weights, "weights")
-    model = Model(program, weights, engine=engine, engine_options=engine_options)
+    if engine is None and DEFAULT_ENGINE != "numpy":
+        try:
+            return Model(program, weights, engine=DEFAULT_ENGINE, engine_options=engine_options), program, exported
+        except (UsageError, RlxError) as e:
+            if not _is_refusal(e):
+                raise
+            import pytest
+
+            pytest.skip(f"{DEFAULT_ENGINE} refuses this program: {e}")
+    model = Model(program, weights, engine=engine or "numpy", engine_options=engine_options)
     return model, program, exported
+
+
+def _is_refusal(e: Exception) -> bool:
+    """Whether ``e`` is an engine's declared refusal of a program (a Call or function it has no form
+    or kernel for), not a failure."""
+    return isinstance(e, UsageError) or type(e).__name__ == "EmitError" and "cannot express" in str(e)
 
 
 def assert_arrays_match(
@@ -114,10 +136,10 @@ def assert_converts_and_matches(
     levels: Sequence[str] = LEVELS,
     rtol: float | None = None,
     atol: float | None = None,
-    engine: str = "numpy",
+    engine: str | None = None,
 ) -> Program:
-    """Convert at each decomposition level, run on ``engine`` (numpy unless told), compare every
-    output with eager torch."""
+    """Convert at each decomposition level, run on ``engine`` (``DEFAULT_ENGINE`` unless told),
+    compare every output with eager torch."""
     module = as_module(fn).eval()
     with torch.no_grad():
         expected = module(*inputs, **(kwargs or {}))

@@ -210,3 +210,18 @@ def test_a_lone_input_as_users_hand_it(engine, kind, tmp_path):
     assert got.dtype == np.float32 and got.shape == want.shape
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
     np.testing.assert_array_equal(arr, before)
+
+
+def test_lowering_tests_run_on_the_engine_pytest_names(monkeypatch):
+    """``pytest --engine E`` (tests/conftest.py) binds every program a test does not bind itself
+    to E, and skips one that E refuses, with E's reason; a test naming its engine keeps it."""
+    pytest.importorskip("onnxruntime")
+    import helpers
+
+    monkeypatch.setattr(helpers, "DEFAULT_ENGINE", "onnxruntime")
+    x = torch.randn(3)
+    model, _, _ = helpers.convert(lambda a: a * 2, (x,))
+    assert model.engine.name == "onnxruntime"
+    assert helpers.convert(lambda a: a * 2, (x,), engine="numpy")[0].engine.name == "numpy"
+    with pytest.raises(pytest.skip.Exception, match=r"^onnxruntime refuses this program: .*Binary copysign"):
+        helpers.convert(lambda a: torch.copysign(a, -a), (x,))

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -113,7 +113,7 @@ def _shapes_and_dtypes_match(module: torch.nn.Module, inputs: list[torch.Tensor]
     return program
 
 
-def check(c: Case, engine: str = "numpy") -> None:
+def check(c: Case, engine: str | None = None) -> None:
     module = Batched(c.fn, [len(g) for g in c.groups])
     inputs = [t for g in c.groups for t in g]
 
@@ -434,12 +434,32 @@ def test_matches_torch(c: Case) -> None:
     check(c)
 
 
+def _f64_via_f32(p: Any) -> list[Any]:
+    """Case ``p`` as two: its groups with a result narrower than float64, and those with a float64
+    result held to float32's precision (an ONNX function onnxruntime computes in float32 only,
+    ``F32_ONLY``: float64 goes through float32, as test_float64_via_float32_is_float32_accurate)."""
+    c = p.values[0]
+    wide = [g for g in c.groups if any(t.dtype == torch.float64 for t in pytree.tree_leaves(c.fn(*g)))]
+    narrow = [g for g in c.groups if all(g is not w for w in wide)]
+    return [
+        pytest.param(replace(c, groups=narrow), id=c.id, marks=p.marks),
+        pytest.param(replace(c, id=f"{c.id}_f64", groups=wide, tol=dict(rtol=2e-6, atol=1e-7)), id=f"{c.id}_f64"),
+    ]
+
+
 # The other engines on the cases whose semantics are their own code: JAX's integer and complex
-# kernels; the ONNX emitter's shifts (BitShift on unsigned bits), hypot, angle and casts (float to
-# bool is a comparison, which onnxruntime has no half kernel for).
-OTHER_ENGINES = [("jax", p) for p in MATH_OPS if p.id in ("frexp", "shifts", "complex")] + [
-    ("onnxruntime", p) for p in MATH_OPS + CASTS if p.id in ("shifts", "shifts_named", "hypot", "angle") or p in CASTS
-]
+# kernels; the ONNX emitter's shifts (BitShift on unsigned bits), hypot, angle, casts (float to
+# bool is a comparison, which onnxruntime has no half kernel for) and atan2 (from Atan, whose
+# float64 goes through float32; the sign of y set last, -0 included).
+OTHER_ENGINES = (
+    [("jax", p) for p in MATH_OPS if p.id in ("frexp", "shifts", "complex")]
+    + [
+        ("onnxruntime", p)
+        for p in MATH_OPS + CASTS
+        if p.id in ("shifts", "shifts_named", "hypot", "angle") or p in CASTS
+    ]
+    + [("onnxruntime", q) for p in BINARY if p.id in ("atan2", "atan2_mixed") for q in _f64_via_f32(p)]
+)
 
 
 @pytest.mark.parametrize(
@@ -465,6 +485,19 @@ def test_relu_keeps_the_sign_of_zero(engine, level):
         np.testing.assert_allclose(got, want, rtol=1e-6, atol=0, err_msg=f"output {k}")  # GELU: a few ulps
         zeros = want == 0
         np.testing.assert_array_equal(np.signbit(got[zeros]), np.signbit(want[zeros]), err_msg=f"output {k}: ±0")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_atan2_keeps_the_sign_of_zero_on_onnxruntime(dtype):
+    # atan2(±0, x ≥ +0) and atan2(±y, +inf) are ±0 with y's sign (onnxruntime's Where turns a -0
+    # taken from its first choice into +0: the emitter sets the sign last).
+    pytest.importorskip("onnxruntime")
+    y = torch.tensor([-0.0, 0.0, -0.0, -1.0, 2.0, -0.0], dtype=dtype)
+    x = torch.tensor([1.0, 3.0, 0.0, INF, INF, -2.0], dtype=dtype)
+    model, _, _ = convert(torch.atan2, (y, x), engine="onnxruntime")
+    got, want = model(y.numpy(), x.numpy()), torch.atan2(y, x).numpy()
+    np.testing.assert_allclose(got, want, rtol=2e-6)
+    np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
 
 
 @pytest.mark.parametrize("level", ["aten", "high"])

@@ -679,6 +679,19 @@ def test_matches_torch(fn, inputs, levels, tol):
     assert_converts_and_matches(fn, inputs, levels=levels, rtol=rtol, atol=atol)
 
 
+# The ONNX emitter's own pooling, on onnxruntime: integer averages (window sums gathered in int64,
+# onnxruntime's AveragePool is float-only), max pooling's positions with NaN (the last NaN of a
+# window, as PyTorch's) and with a dilated ceil_mode window (onnxruntime's own ceil_mode).
+ON_ONNXRUNTIME = [p for p in ALL if p.id in ("max_pool2d_indices", "avg_pool_int64")]
+
+
+@pytest.mark.parametrize("fn,inputs,levels,tol", ON_ONNXRUNTIME)
+def test_on_onnxruntime(fn, inputs, levels, tol):
+    pytest.importorskip("onnxruntime")
+    rtol, atol = tol or (None, None)
+    assert_converts_and_matches(fn, inputs, levels=levels, rtol=rtol, atol=atol, engine="onnxruntime")
+
+
 def test_embedding_bag_on_jax():
     pytest.importorskip("jax")
     inputs = (BAG_INDICES, _bag_weight(F32), BAG_OFFSETS, BAG_ENDS, rand((8,), F32))

@@ -11,6 +11,7 @@ import torch
 from torch.export import Dim
 from torch.utils import _pytree as pytree
 
+from rlx.errors import RlxError
 from rlx.frontends.torch.tensors import tensor_to_numpy
 
 from helpers import LEVELS, as_module, assert_arrays_match, assert_converts_and_matches, convert, rand, sweep
@@ -301,6 +302,19 @@ CASES = [
 @pytest.mark.parametrize("fn,inputs,levels", CASES)
 def test_matches_torch(fn, inputs, levels):
     assert_converts_and_matches(fn, inputs, levels=levels)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_half_precision_accumulation_is_refused_on_onnxruntime(dtype):
+    """PyTorch's index_put(accumulate=True) rounds to half precision after every add; onnxruntime
+    can only sum in float32 and round once (3000 float16 values into three slots: 534.5 for
+    PyTorch's 532.5). The emitter refuses it in one line naming why."""
+    pytest.importorskip("onnxruntime")
+    x, v = torch.zeros(4, dtype=dtype), torch.ones(5, dtype=dtype)
+    with pytest.raises(RlxError) as err:
+        convert(lambda x, i, v: x.index_put((i,), v, accumulate=True), (x, REP, v), engine="onnxruntime")
+    message = str(err.value)
+    assert "\n" not in message and "rounds to" in message and "use the numpy or JAX engine" in message
 
 
 # One export with the leading axis dynamic, run at several extents: symbolic Arange bounds in

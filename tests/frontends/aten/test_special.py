@@ -39,7 +39,7 @@ def edge_inputs(values: list[float] = EDGES) -> list[torch.Tensor]:
     return [torch.tensor(values, dtype=F32), torch.tensor(values, dtype=F64), torch.tensor(INTEGERS, dtype=I64)]
 
 
-def check(fn, inputs, level: str = "aten", engine: str = "numpy", tol: dict | None = None) -> None:
+def check(fn, inputs, level: str = "aten", engine: str | None = None, tol: dict | None = None) -> None:
     """Every dtype group through one export; float64 outputs at ``F64_RTOL``, the rest at the
     defaults, unless ``tol`` gives (rtol, atol) for a dtype."""
     module = as_module(fn).eval()

@@ -331,7 +331,8 @@ def _atan2(g: OnnxGraph, y: T, x: T) -> T:
     def copysign(v: T) -> T:
         return _where(g, y_neg, _op(g, "Neg", v), v)
 
-    base = _op(g, "Atan", _op(g, "Div", y, x))
+    # (Atan is F32_ONLY: float64 goes through float32, onnxruntime has no float64 kernel for it.)
+    base = g.cast(_op(g, "Atan", g.cast(_op(g, "Div", y, x), "f32")), y.dtype)
     general = _where(g, x_neg, _op(g, "Add", base, copysign(pi)), base)
     y_inf, x_inf = _bool(g, "IsInf", y), _bool(g, "IsInf", x)
     both_inf = copysign(_where(g, x_neg, _k(g, 3 * math.pi / 4, y), _k(g, math.pi / 4, y)))
@@ -346,7 +347,10 @@ def _atan2(g: OnnxGraph, y: T, x: T) -> T:
     out = _where(g, _bool(g, "And", y_zero, _bool(g, "Not", _bool(g, "IsNaN", x))), at_zero, out)
     x_zero_only = _bool(g, "And", _bool(g, "Equal", x, zero), _bool(g, "Not", y_zero))
     out = _where(g, _bool(g, "And", x_zero_only, _bool(g, "Not", _bool(g, "IsNaN", y))), copysign(half_pi), out)
-    return _where(g, _bool(g, "Or", _bool(g, "IsNaN", x), _bool(g, "IsNaN", y)), _op(g, "Add", x, y), out)
+    out = _where(g, _bool(g, "Or", _bool(g, "IsNaN", x), _bool(g, "IsNaN", y)), _op(g, "Add", x, y), out)
+    # The sign is y's, -0 included: set once at the end by a product, as onnxruntime's Where turns
+    # a -0 it takes from its first choice into +0 (and its optimizer swaps the choices of a Not).
+    return _op(g, "Mul", _op(g, "Abs", out), _where(g, y_neg, _k(g, -1, y), one))
 
 
 def _compare(op: str, negate: bool = False) -> Fn2:

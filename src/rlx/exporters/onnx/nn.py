@@ -17,6 +17,7 @@ import numpy as np
 from rlx.exporters.onnx.movement import slice_axis
 from rlx.exporters.onnx.registry import CONTRIB_DOMAIN, EmitError, OnnxGraph, T, emits, out_static, unsupported
 from rlx.ir import calls as C
+from rlx.ir import dtypes
 from rlx.ir.program import Instr
 from rlx.ir.symbolic import Sym
 from rlx.kernels import geometry
@@ -126,7 +127,8 @@ def _crop(g: OnnxGraph, y: T, x: T, nd: int, out: tuple[int, ...], attrs: dict[s
     pads, kernel, stride = attrs["pads"], attrs["kernel_shape"], attrs["strides"]
     dilation = attrs.get("dilations", [1] * nd)
     for i, n in enumerate(out):
-        onnx_extent = (sizes[i] + pads[i] + pads[nd + i] - dilation[i] * (kernel[i] - 1) - 1) // stride[i] + 1
+        span = sizes[i] + pads[i] + pads[nd + i] - dilation[i] * (kernel[i] - 1) - 1
+        onnx_extent = (-(-span // stride[i]) if attrs.get("ceil_mode") else span // stride[i]) + 1
         if onnx_extent != n:
             y = slice_axis(g, y, x.rank - nd + i, 0, n)
     return y
@@ -140,11 +142,17 @@ def max_pool(g: OnnxGraph, c: C.MaxPool, out: Instr, x: T) -> T:
     xin = g.op("Unsqueeze", [x, g.ints([0])], x.dtype, (1, *x.static_shape("pooling"))) if squeeze else x
     attrs: dict[str, Any] = dict(kernel_shape=list(c.kernel), strides=list(c.stride), dilations=list(c.dilation),
                  pads=[lo for lo, _ in pads] + [hi for _, hi in pads])  # fmt: skip
+    if any(hi >= k for (_, hi), k in zip(pads, c.kernel)):
+        # A dilated window's ceil_mode margin can reach the kernel's extent, which onnxruntime
+        # refuses as padding: its own ceil_mode makes the partial window from PyTorch's padding.
+        attrs.update(pads=list(c.padding) * 2, ceil_mode=1)
     if c.indices:
         _, idx = g.node("MaxPool", [xin], 2, **attrs)
         plane = int(np.prod(x.static_shape("MaxPool")[-nd:]))
         # ONNX counts positions over the whole tensor; PyTorch within each [*spatial] plane.
         y = g.op("Mod", [T(idx, "i64"), g.ints(plane)], "i64", fmod=0)
+        if g.pooling_nan and x.dtype in ("f32", "f64"):
+            y = _max_pool_nan_indices(g, xin, y, attrs, c.x.name)
     else:
         y = g.op("MaxPool", [xin], x.dtype, **attrs)
         if g.pooling_nan and x.dtype in ("f32", "f64"):  # MaxPool skips NaN; PyTorch's propagates it
@@ -161,19 +169,46 @@ def _max_pool_nan(g: OnnxGraph, x: T, y: T, attrs: dict[str, Any], pooled: str |
     (``OnnxGraph.nan_sources``), no node at all: the engine checks those inputs before the run
     (``OnnxGraph.finite_inputs``), which costs a small CNN less than a reduction node and its
     extra output."""
-    if g.pooling_nan == "check":
-        if pooled is not None and g.check_finite(pooled):
-            return y
-        # (onnxruntime's GlobalAveragePool is float32 only)
-        channel_means = g.op("GlobalAveragePool", [x], x.dtype) if x.dtype == "f32" else x
-        g.nan_checks.append(g.cast(g.op("ReduceSum", [channel_means], x.dtype, keepdims=0), "f32"))
+    if _nan_checked(g, x, pooled):
         return y
     nan = g.op("MaxPool", [g.cast(g.op("IsNaN", [x], "bool"), "f32")], "f32", **attrs)
     return g.op("Where", [g.cast(nan, "bool"), g.const(np.nan, x.dtype), y], x.dtype)
 
 
+def _max_pool_nan_indices(g: OnnxGraph, x: T, idx: T, attrs: dict[str, Any], pooled: str | None = None) -> T:
+    """PyTorch's NaN rule for MaxPool's positions ``idx`` (within each plane) of ``x``: a window
+    holding NaN points at its last NaN (row-major), which PyTorch's ``val > max || isnan(val)``
+    update moves to; the NaN positions' own max pooling finds it. ``pooling_nan="check"`` as in
+    ``_max_pool_nan``."""
+    if _nan_checked(g, x, pooled):
+        return idx
+    spatial = x.static_shape("MaxPool")[2:]
+    kind = "f32" if math.prod(spatial) <= 2**24 else "f64"  # positions exact in the float type
+    positions = g.const(np.arange(math.prod(spatial)).reshape(spatial), kind)
+    nan = g.op("IsNaN", [x], "bool")
+    last = g.op("MaxPool", [g.op("Where", [nan, positions, g.const(-1, kind)], kind)], kind, **attrs)
+    none = g.op("Less", [last, g.const(0, kind)], "bool")
+    return g.op("Where", [none, idx, g.cast(last, "i64")], "i64")
+
+
+def _nan_checked(g: OnnxGraph, x: T, pooled: str | None) -> bool:
+    """Whether ``pooling_nan="check"`` covers the pooling of ``x``: a check that it is finite added,
+    or none needed (``pooled``, the value it holds, can be non-finite only where graph inputs the
+    engine checks are)."""
+    if g.pooling_nan != "check":
+        return False
+    if pooled is not None and g.check_finite(pooled):
+        return True
+    # (onnxruntime's GlobalAveragePool is float32 only)
+    channel_means = g.op("GlobalAveragePool", [x], x.dtype) if x.dtype == "f32" else x
+    g.nan_checks.append(g.cast(g.op("ReduceSum", [channel_means], x.dtype, keepdims=0), "f32"))
+    return True
+
+
 @emits(C.AvgPool, widen=True)
 def avg_pool(g: OnnxGraph, c: C.AvgPool, out: Instr, x: T) -> T:
+    if not dtypes.is_float(x.dtype):
+        return _integer_avg_pool(g, c, x)
     nd = len(c.kernel)
     ones = (1,) * nd
     windows, pads = _pool_pads(x, c.kernel, c.stride, c.padding, ones, c.ceil_mode)
@@ -198,6 +233,27 @@ def avg_pool(g: OnnxGraph, c: C.AvgPool, out: Instr, x: T) -> T:
         by = g.const(c.divisor_override, x.dtype) if c.divisor_override else g.const(divisor, x.dtype)
         y = g.op("Div", [total, by], x.dtype)
     return g.op("Squeeze", [y, g.ints([0])], y.dtype) if squeeze else y
+
+
+def _integer_avg_pool(g: OnnxGraph, c: C.AvgPool, x: T) -> T:
+    """Integer average pooling (onnxruntime's AveragePool is float-only), exact as PyTorch's: each
+    window's sum in x's type, gathered from the plane by the static table of the positions it reads
+    (``geometry.window_positions``; padding reads an appended 0), divided by the window's divisor
+    with ONNX's integer Div, which truncates toward zero as PyTorch's does."""
+    nd = len(c.kernel)
+    shape = x.static_shape("AvgPool")
+    lead, sizes = shape[: len(shape) - nd], shape[len(shape) - nd :]
+    windows = geometry.pool_windows(shape, c.kernel, c.stride, c.padding, (1,) * nd, c.ceil_mode)
+    plane = math.prod(sizes)
+    positions = geometry.window_positions(sizes, windows)  # [*out, taps], -1 in the padding
+    flat = g.op("Reshape", [x, g.ints([*lead, plane])], x.dtype)
+    padded = g.op("Concat", [flat, g.const(np.zeros((*lead, 1)), x.dtype)], x.dtype, axis=-1)
+    taps = g.op("Gather", [padded, g.const(np.where(positions < 0, plane, positions), "i64")], x.dtype, axis=-1)
+    total = g.op("ReduceSum", [taps, g.ints([-1])], x.dtype, keepdims=0)
+    out = tuple(w.out for w in windows)
+    divisor = c.divisor_override or geometry.avg_pool_divisor(sizes, c.kernel, c.stride, c.padding, out,
+                                                              c.count_include_pad)  # fmt: skip
+    return g.op("Div", [total, g.const(divisor, x.dtype)], x.dtype)
 
 
 @emits(C.AdaptiveAvgPool, widen=True)

@@ -39,20 +39,20 @@ def _lanes(g: OnnxGraph, x: T, axis: int, fill: float | int | bool) -> T:
     n = x.shape[axis]
     if isinstance(n, Sym):
         raise EmitError(f"the ONNX emitter cannot scan along the symbolic axis {axis} of {x.name}; specialise it first")
-    tri = np.tril(np.ones((n, n), dtype=bool)).reshape((n, n) + (1,) * (x.rank - axis - 1))
+    above = np.triu(np.ones((n, n), dtype=bool), 1).reshape((n, n) + (1,) * (x.rank - axis - 1))
     lanes = g.op("Unsqueeze", [x, g.ints([axis])], x.dtype)  # x[..., None(i), j, ...]
-    return g.op("Where", [g.const(tri, "bool"), lanes, g.const(fill, x.dtype)], x.dtype)
+    # x as Where's second choice: onnxruntime's Where turns a -0 it takes from its first into +0
+    # (a cumprod of -0 would lose its sign).
+    return g.op("Where", [g.const(above, "bool"), g.const(fill, x.dtype), lanes], x.dtype)
 
 
 @emits(C.CumReduce)
 def cum_reduce(g: OnnxGraph, c: C.CumReduce, out: Instr, x: T) -> T:
     acc = {"f16": "f32", "bf16": "f32", "f32": "f64", "f64": "f64"}.get(x.dtype, "i64")
     if c.fn == "sum":
-        # CumSum in PyTorch's accumulation type; +0 where PyTorch's scan starts from +0.
+        # CumSum in PyTorch's accumulation type, which starts from +0.
         total = g.op("CumSum", [g.cast(x, acc), g.ints(c.axis)], acc)
-        if dtypes.is_float(acc):
-            total = g.op("Add", [total, g.const(0.0, acc)], acc)
-        return g.cast(total, out.dtype)
+        return g.cast(_plus_zero(g, total) if dtypes.is_float(acc) else total, out.dtype)
     if c.fn in ("prod", "logsumexp"):
         wide = g.cast(x, acc)
         fill = 1 if c.fn == "prod" else -np.inf
@@ -64,9 +64,18 @@ def cum_reduce(g: OnnxGraph, c: C.CumReduce, out: Instr, x: T) -> T:
     return _cum_extreme(g, c, x)
 
 
+def _plus_zero(g: OnnxGraph, x: T) -> T:
+    """``x + 0``: -0 becomes +0. Spelled as a selection, as onnxruntime's optimizer drops an Add of
+    zero (and the -0 of a lane of -0s with it)."""
+    zero = g.const(0.0, x.dtype)
+    return g.op("Where", [g.op("Equal", [x, zero], "bool", x.shape), zero, x], x.dtype, x.shape)
+
+
 def _cum_extreme(g: OnnxGraph, c: C.CumReduce, x: T) -> T:
     # The shared definition: the running extreme, and the last position where it was attained
-    # (PyTorch's >= / <= update; a NaN takes over). The values are x at those positions.
+    # (PyTorch's >= / <= update). A NaN takes over: from the first NaN of a lane on, only a NaN
+    # moves the position (onnxruntime's ReduceMax/Min skip NaNs, so the running extreme of the
+    # other values must not). The values are x at those positions.
     work = (
         g.cast(x, "f32")
         if x.dtype in ("f16", "bf16")
@@ -80,10 +89,10 @@ def _cum_extreme(g: OnnxGraph, c: C.CumReduce, x: T) -> T:
     hit = g.op("Equal", [work, running], "bool", x.shape)
     if dtypes.is_float(work.dtype):
         nan = g.op("IsNaN", [work], "bool", work.shape)
-        hit = g.op("Or", [hit, nan], "bool", x.shape)
-        # A NaN is never equal to the running value: it is the running value once seen.
-        any_nan = g.op("ReduceMax", [_lanes(g, g.cast(nan, "i32"), c.axis, 0), g.ints([c.axis + 1])], "i32", keepdims=0)
-        running = g.op("Where", [g.cast(any_nan, "bool"), g.const(np.nan, work.dtype), running], work.dtype)
+        seen = g.op("ReduceMax", [_lanes(g, g.cast(nan, "i32"), c.axis, 0), g.ints([c.axis + 1])], "i32", keepdims=0)
+        # nan or (not seen and hit), in And/Or: onnxruntime has no boolean Where (x NaN: seen).
+        unseen = g.op("Not", [g.cast(seen, "bool")], "bool", x.shape)
+        hit = g.op("Or", [nan, g.op("And", [unseen, hit], "bool", x.shape)], "bool", x.shape)
     assert x.shape is not None
     n = x.static_shape("CumReduce max/min")[c.axis]
     shape = [1] * x.rank

@@ -69,10 +69,13 @@ def reduce(g: OnnxGraph, c: C.Reduce, out: Instr, x: T) -> T:
     if x.rank == 0:
         return g.op("Identity", [x], x.dtype) if c.fn not in ("var", "std") else _variance(g, c, x, axes)
     if c.fn in ("any", "all"):
-        as_int = g.cast(x, "i32")
-        return g.cast(_reduce(g, "ReduceMax" if c.fn == "any" else "ReduceMin", as_int, axes, c.keepdim), "bool")
+        # As uint8, whose ReduceMax/Min over no elements (0 / 255) are any's False and all's True.
+        flags = g.cast(g.cast(x, "bool"), "u8")
+        return g.cast(_reduce(g, "ReduceMax" if c.fn == "any" else "ReduceMin", flags, axes, c.keepdim), "bool")
     if c.fn in ("var", "std"):
         return _variance(g, c, x, axes)
+    if c.fn == "mean" and _count(x, axes) == 0:  # 0 / 0: NaN, where onnxruntime's ReduceMean gives 0
+        return g.op("Div", [_reduce(g, "ReduceSum", x, axes, c.keepdim), g.const(0, x.dtype)], x.dtype)
     keepdim = c.keepdim
     if _drops_units_for_its_reader(g, c, out):
         keepdim = False
@@ -87,9 +90,17 @@ def reduce(g: OnnxGraph, c: C.Reduce, out: Instr, x: T) -> T:
     return y
 
 
+def _count(x: T, axes: list[int] | None) -> int | None:
+    """How many elements each result reduces (None: a symbolic extent)."""
+    assert x.shape is not None
+    extents = x.shape if axes is None else [x.shape[a] for a in axes]
+    return math.prod(extents) if all(isinstance(d, int) for d in extents) else None  # type: ignore[arg-type]
+
+
 def _variance(g: OnnxGraph, c: C.Reduce, x: T, axes: list[int] | None) -> T:
-    shape = x.static_shape("var/std")
-    n = math.prod(shape) if axes is None else math.prod(shape[a] for a in axes)
+    x.static_shape("var/std")
+    n = _count(x, axes)
+    assert n is not None
     mean = _reduce(g, "ReduceMean", x, axes, True)
     centered = g.op("Sub", [x, mean], x.dtype)
     squares = g.op("Mul", [centered, centered], x.dtype)

@@ -97,6 +97,19 @@ def test_int32_division_is_exact_below_2_to_24(name, fn):
     assert (np.abs(got[~small].astype(np.int64) - want[~small]) <= rounding).all(), (name, got, want)
 
 
+def test_random_draws_are_refused_in_one_line():
+    """OpenVINO computes rlx's generator (unsigned 32-bit integer arithmetic) wrongly: torch.rand
+    drew from [-0.5, 0.5) there. The engine refuses a program that draws, in one line; onnxruntime
+    runs the same graph right."""
+    x = torch.zeros(1000)
+    with pytest.raises(UsageError) as refused:
+        convert(lambda t: t + torch.rand(1000), (x,), engine="openvino")
+    message = str(refused.value)
+    assert "\n" not in message and "draws random numbers" in message and "engine='numpy'" in message
+    drawn = convert(lambda t: t + torch.rand(1000), (x,), engine="onnxruntime")[0](x.numpy())
+    assert drawn.dtype == np.float32 and 0.0 <= drawn.min() and drawn.max() < 1.0 and 0.4 < drawn.mean() < 0.6
+
+
 def test_known_mismatches_name_real_cases():
     names = {c[0] for c in CASES}
     assert set(KNOWN) <= names, sorted(set(KNOWN) - names)

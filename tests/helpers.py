@@ -75,16 +75,15 @@ def convert(
     )
     program = build_program(exported.ir)
     weights = bind_weights(program, exported.weights, "weights")
-    if engine is None and DEFAULT_ENGINE != "numpy":
-        try:
-            return Model(program, weights, engine=DEFAULT_ENGINE, engine_options=engine_options), program, exported
-        except (UsageError, RlxError) as e:
-            if not _is_refusal(e):
-                raise
-            import pytest
+    chosen = engine or DEFAULT_ENGINE
+    try:
+        model = Model(program, weights, engine=chosen, engine_options=engine_options)
+    except RlxError as e:
+        if engine is not None or chosen == "numpy" or not _is_refusal(e):
+            raise
+        import pytest
 
-            pytest.skip(f"{DEFAULT_ENGINE} refuses this program: {e}")
-    model = Model(program, weights, engine=engine or "numpy", engine_options=engine_options)
+        pytest.skip(f"{chosen} refuses this program: {e}")
     return model, program, exported
 
 

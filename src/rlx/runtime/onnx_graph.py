@@ -17,6 +17,7 @@ from rlx.errors import UsageError
 from rlx.exporters.onnx import FINITE_INPUTS, check_coverage
 from rlx.exporters.onnx.registry import EmitError
 from rlx.ir import dtypes
+from rlx.ir.calls import Call
 from rlx.ir.program import Program, Ref, Value
 
 
@@ -28,6 +29,9 @@ class GraphEngine:
     keyword parameters of ``configure``, which checks them before any graph is built."""
 
     name = ""
+    # Calls this engine computes wrongly where the ONNX emitter writes them → why (a program using
+    # one is refused when it loads).
+    refused_calls: Mapping[type[Call], str] = {}
 
     def __init__(
         self,
@@ -41,6 +45,9 @@ class GraphEngine:
         check_options(self.configure, self.name, options)
         self.configure(precision, **options)
         check_program(program, threads)
+        refused = sorted({why for ins in program.instrs if (why := self.refused_calls.get(type(ins.call)))})
+        if refused:
+            raise UsageError(f"{program.name} {'; '.join(refused)}")
         self._source = program
         self.threads = threads
         self.precision = precision

@@ -22,6 +22,7 @@ from rlx.exporters.onnx.registry import (
     NO_ONNX_FUNCTION,
     ONNX_TYPES,
     OPSET,
+    OTHER_ENGINES,
     PORTABLE,
     EmitError,
     GraphOptions,
@@ -53,13 +54,12 @@ def check_coverage(program: Program) -> None:
         if kind not in EMITTERS:
             missing.setdefault(ins.call.op, []).append(ins.result)
             reasons[ins.call.op] = NO_ONNX_FORM.get(kind, "no emitter yet")
-        elif kind in FUNCTIONS and getattr(ins.call, "fn", None) not in FUNCTIONS[kind]:
-            fn = getattr(ins.call, "fn", None)
+        elif kind in FUNCTIONS and (fn := str(getattr(ins.call, "fn", None))) not in FUNCTIONS[kind]:
             missing.setdefault(f"{ins.call.op} {fn}", []).append(ins.result)
-            reasons[f"{ins.call.op} {fn}"] = NO_ONNX_FUNCTION[kind].get(str(fn), "no emitter yet")
+            reasons[f"{ins.call.op} {fn}"] = NO_ONNX_FUNCTION[kind].get(fn, "no emitter yet")
     if missing:
         listed = "; ".join(f"{op} ×{len(r)} (first: {r[0]}): {reasons[op]}" for op, r in sorted(missing.items()))
-        raise EmitError(f"the program has Calls with no ONNX form: {listed}; use the numpy or JAX engine")
+        raise EmitError(f"the program has Calls with no ONNX form: {listed}; {OTHER_ENGINES}")
 
 
 @dataclass

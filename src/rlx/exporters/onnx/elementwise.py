@@ -458,19 +458,19 @@ BINARY: dict[str, Fn2] = {
 }
 PREDICATES = {"eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor"}
 
-_BITS = "ONNX's BitCast, which reads a float's bits, is opset 26 and the emitter writes opset 21"
+_BITCAST = "ONNX's BitCast, which reads a float's bits, is opset 26 and the emitter writes opset 21"
 _COMPLEX = "ONNX has no complex numbers"
 _EUCLID = "Euclid's algorithm takes a data-dependent number of steps per element"
 emits_functions(C.Unary, UNARY, {
-    "signbit": f"the sign of NaN is in its bits ({_BITS})",
-    "frexp_mantissa": f"it splits a float's bits ({_BITS})",
-    "frexp_exponent": f"it splits a float's bits ({_BITS})",
+    "signbit": f"the sign of NaN is in its bits ({_BITCAST})",
+    "frexp_mantissa": f"it splits a float's bits ({_BITCAST})",
+    "frexp_exponent": f"it splits a float's bits ({_BITCAST})",
     "real": _COMPLEX,
     "imag": _COMPLEX,
 })  # fmt: skip
 emits_functions(C.Binary, BINARY, {
-    "copysign": f"the sign of NaN is in its bits ({_BITS})",
-    "nextafter": f"it steps a float's bits ({_BITS})",
+    "copysign": f"the sign of NaN is in its bits ({_BITCAST})",
+    "nextafter": f"it steps a float's bits ({_BITCAST})",
     "gcd": _EUCLID,
     "lcm": _EUCLID,
     "complex": _COMPLEX,

@@ -154,6 +154,8 @@ class GraphOptions:
 PORTABLE = GraphOptions()
 
 
+# What a refusal tells the user to do instead.
+OTHER_ENGINES = "use the numpy or JAX engine"
 # Calls with no faithful ONNX form at this opset → why (checked before anything is emitted).
 NO_ONNX_FORM: dict[type[Call], str] = {}
 # Calls whose emitter writes only some of their functions (``call.fn``): those it writes, and each
@@ -173,7 +175,7 @@ def emits_functions(call: type[Call], written: Collection[str], missing: Mapping
 def no_function_form(call: type[Call], fn: str) -> EmitError:
     """The one-line error for a function of ``call`` the emitter does not write."""
     why = NO_ONNX_FUNCTION.get(call, {}).get(fn, "no emitter yet")
-    return EmitError(f"the ONNX emitter has no form for {call.__name__} {fn!r}: {why}; use the numpy or JAX engine")
+    return EmitError(f"the ONNX emitter has no form for {call.__name__} {fn!r}: {why}; {OTHER_ENGINES}")
 
 
 def no_onnx_form(why: str, *calls: type[Call]) -> None:

@@ -23,21 +23,20 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from rlx.exporters.onnx.registry import OnnxGraph, T, emits, unsupported
+from rlx.exporters.onnx.registry import OTHER_ENGINES, OnnxGraph, T, emits, unsupported
 from rlx.ir import calls as C
 from rlx.ir import dtypes
 from rlx.ir.program import Instr
 from rlx.ir.symbolic import Dim
 from rlx.kernels.resample_tables import aa_taps, cubic_taps, linear_taps, nearest_index, opmath
 
-ENGINES = "use the numpy or JAX engine"
 _F32 = np.dtype(np.float32)
 
 
 @emits(C.Upsample, widen=True)
 def upsample(g: OnnxGraph, c: C.Upsample, out: Instr, x: T) -> T:
     if c.mode not in ("nearest", "nearest_exact", "linear", "bicubic"):
-        raise unsupported(c, f"in mode {c.mode!r}; {ENGINES}")
+        raise unsupported(c, f"in mode {c.mode!r}; {OTHER_ENGINES}")
     assert x.shape is not None
     nd = len(c.size)
     lead = x.rank - nd
@@ -47,7 +46,7 @@ def upsample(g: OnnxGraph, c: C.Upsample, out: Instr, x: T) -> T:
         return _static(g, c, x, lead, sizes_in, sizes, xdt)  # type: ignore[arg-type]
     if c.antialias or c.mode == "bicubic":
         raise unsupported(c, f"{'antialiased' if c.antialias else 'bicubic'} with symbolic extents "
-                             f"(its filter taps follow the extents); specialise the program or {ENGINES}")  # fmt: skip
+                             f"(its filter taps follow the extents); specialise the program or {OTHER_ENGINES}")  # fmt: skip
     return _symbolic(g, c, x, lead, sizes_in, sizes, xdt)
 
 
@@ -95,8 +94,7 @@ def _static(g: OnnxGraph, c: C.Upsample, x: T, lead: int, sizes_in: tuple[int, .
         return g.op("Resize", [x, None, scales], x.dtype, _resized(x, lead, sizes), mode=mode,
                     coordinate_transformation_mode=transform, nearest_mode=nearest)  # fmt: skip
     if c.mode in ("nearest", "nearest_exact"):
-        # PyTorch's 2-d kernel switches to its channels-last implementation for small outputs.
-        legacy = nd == 2 and sum(sizes) <= 128
+        legacy = _small_2d(sizes)
         for a in range(nd):
             idx = nearest_index(sizes_in[a], sizes[a], c.scales[a], c.mode == "nearest_exact", legacy, dt)
             if not np.array_equal(idx, np.arange(sizes_in[a])):
@@ -109,7 +107,7 @@ def _static(g: OnnxGraph, c: C.Upsample, x: T, lead: int, sizes_in: tuple[int, .
                 used = [_column(k < count, nd - 1 - a) for k in range(idx.shape[1])]
                 x = _taps(g, x, lead + a, idx, _column(w, nd - 1 - a), sizes[a], used)
         return x
-    if c.mode == "linear" and nd == 2 and sum(sizes) <= 128:
+    if c.mode == "linear" and _small_2d(sizes):
         return _bilinear_small(g, c, x, sizes_in, sizes, dt)
     # The generic kernel: separable passes, the last axis first, weights stored in the tensor dtype.
     taps = linear_taps if c.mode == "linear" else cubic_taps
@@ -142,7 +140,7 @@ def _exact_resize_factors(
             return None
         i = np.arange(n_out)
         if c.mode == "nearest":
-            legacy = len(sizes) == 2 and sum(sizes) <= 128
+            legacy = _small_2d(sizes)
             if not np.array_equal(nearest_index(n_in, n_out, c.scales[a], False, legacy, _F32), i // k):
                 return None
         else:
@@ -156,6 +154,11 @@ def _exact_resize_factors(
                 return None
         factors.append(float(k))
     return factors
+
+
+def _small_2d(sizes: tuple[int, ...]) -> bool:
+    """Whether PyTorch runs its small-output 2-d kernel (the channels-last one) for these extents."""
+    return len(sizes) == 2 and sum(sizes) <= 128
 
 
 def _resized(x: T, lead: int, sizes: tuple[int, ...]) -> tuple[Dim, ...] | None:
@@ -299,11 +302,11 @@ def _symbolic(g: OnnxGraph, c: C.Upsample, x: T, lead: int, sizes_in: tuple[Dim,
 def grid_sample(g: OnnxGraph, c: C.GridSample, out: Instr, x: T, grid: T) -> T:
     mode = {"bilinear": "linear", "nearest": "nearest", "bicubic": "cubic"}.get(c.mode)
     if mode is None:
-        raise unsupported(c, f"in mode {c.mode!r}; {ENGINES}")
+        raise unsupported(c, f"in mode {c.mode!r}; {OTHER_ENGINES}")
     if out.dtype in ("f16", "bf16"):
         # PyTorch's kernel computes coordinates and weights in the half type itself (pixels picked
         # and weighted 1e-3 apart from float32's), which GridSample (float32 here) does not.
         why = f"PyTorch computes it in {out.dtype} itself, GridSample in float32"
-        raise unsupported(c, f"in {out.dtype} ({why}); {ENGINES}")
+        raise unsupported(c, f"in {out.dtype} ({why}); {OTHER_ENGINES}")
     return g.op("GridSample", [x, g.cast(grid, x.dtype)], x.dtype, out.shape, mode=mode,
                 padding_mode=c.padding, align_corners=int(c.align_corners))  # fmt: skip

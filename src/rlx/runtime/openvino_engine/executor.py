@@ -65,6 +65,12 @@ class OvEngine(GraphEngine):
     """A program's weights and OpenVINO settings, shared by the compiled model of every binding."""
 
     name = "openvino"
+    # (OpenVINO 2026.4 runs the generator's unsigned 32-bit integer arithmetic wrongly: torch.rand
+    # drew from [-0.5, 0.5))
+    refused_calls = {
+        C.RandomBits: "draws random numbers, which OpenVINO computes wrongly (its unsigned 32-bit integer "
+        "arithmetic); run it with engine='numpy' or 'onnxruntime'"
+    }
 
     def configure(
         self,
@@ -106,13 +112,6 @@ class OvEngine(GraphEngine):
 
     def compile(self, program: Program, *, exact: bool = False) -> OvExecutor:
         """``exact``: the graph whose max pooling pools the NaN mask too (see ``OvExecutor``)."""
-        if any(isinstance(ins.call, C.RandomBits) for ins in program.instrs):
-            # (OpenVINO 2026.4 runs the generator's unsigned 32-bit integer arithmetic wrongly:
-            # torch.rand drew from [-0.5, 0.5))
-            raise UsageError(
-                f"{program.name} draws random numbers, which OpenVINO computes wrongly "
-                "(its unsigned 32-bit integer arithmetic); run it with engine='numpy' or 'onnxruntime'"
-            )
         # (int8-static: each binding is quantized at its static shape, as it was calibrated)
         shareable = self.dynamic and (exact or self.precision != "int8-static")
         if self._source.is_dynamic and shareable and not program.is_dynamic:

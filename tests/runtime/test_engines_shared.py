@@ -14,6 +14,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 
 import rlx
 from rlx.errors import UsageError
@@ -95,6 +96,53 @@ def test_dynamic_shapes_compile_as_designed(engine):
     # Three bindings; the repeats reuse what their first run compiled.
     assert model.engine.compilations == ENGINES[engine][2]
     assert len(model._by_binding) == 3
+
+
+_I64 = torch.int64
+# Programs found wrong or refused on an ONNX engine by running the lowering tests on it (``pytest
+# --engine``): (id, function, inputs). Ties, empty values and data-dependent sizes.
+GRAPH_CASES = [
+    # empty values: an empty constant came back from OpenVINO as a scalar, a top-k of k = 0 and a
+    # reduction of an empty constant failed to compile, an empty scan came back with a column
+    ("empty_constant_output", lambda x: (x * 2, torch.zeros(0, 3), torch.ones(2, 0, dtype=_I64)), (torch.randn(3, 4),)),
+    ("sum_of_empty_constant", lambda x: x + torch.zeros(0, 3).sum(0), (torch.randn(2, 3),)),
+    ("top_k_of_none", lambda x: torch.topk(x, 0, dim=1), (torch.randn(3, 4),)),
+    ("empty_scan_and_diagonal", lambda x: (x[:, :0].cumsum(1), torch.diagonal(x[:0])), (torch.randn(3, 4),)),
+    # equal values keep their order: OpenVINO's TopK is unstable unless told
+    ("stable_sort_of_ties", lambda x: torch.sort(x, stable=True), (torch.randint(0, 3, (4, 20)).float(),)),
+    (
+        "argsort_descending_ties",
+        lambda x: torch.argsort(x, dim=1, descending=True, stable=True),
+        (torch.randint(0, 4, (3, 33)),),
+    ),  # fmt: skip
+    ("mode_of_integers", lambda x: torch.mode(x, 1), (torch.tensor([[1, 2, 2, 3], [5, 5, 1, 1], [-7, 4, -7, 4]]),)),
+    # an index smaller than its source on another axis (OpenVINO dropped the crop)
+    (
+        "gather_smaller_index",
+        lambda x, i: x.gather(-1, i[:2, :3]),
+        (torch.randn(4, 5, 6), torch.randint(0, 6, (4, 5, 1))),
+    ),
+    # integer averages round toward zero (OpenVINO's integer Div rounds to nearest)
+    (
+        "integer_average_pool",
+        lambda x: (F.avg_pool2d(x, 3, 2, 1), F.avg_pool2d(x, 2, divisor_override=3)),
+        (torch.randint(-50, 50, (2, 3, 7, 6)),),
+    ),  # fmt: skip
+    # sizes that depend on the data, read from the value that has them
+    (
+        "nonzero_count",
+        lambda x: torch.nonzero(x > 0).float().sum(0) * torch.nonzero(x > 0).shape[0],
+        (torch.randn(5, 4),),
+    ),  # fmt: skip
+    ("where_as_indices", lambda x: torch.where(x > 0), (torch.randn(3, 5),)),
+]
+
+
+@pytest.mark.parametrize("name,fn,inputs", GRAPH_CASES, ids=[c[0] for c in GRAPH_CASES])
+@pytest.mark.parametrize("engine", ["onnxruntime", "openvino"])
+def test_ties_empty_values_and_data_dependent_sizes(engine, name, fn, inputs):
+    _installed(engine)
+    assert_converts_and_matches(fn, inputs, levels=("high",), engine=engine)
 
 
 @pytest.fixture(scope="module")

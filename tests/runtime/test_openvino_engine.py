@@ -97,6 +97,49 @@ def test_int32_division_is_exact_below_2_to_24(name, fn):
     assert (np.abs(got[~small].astype(np.int64) - want[~small]) <= rounding).all(), (name, got, want)
 
 
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
+@pytest.mark.parametrize("fn", ["sum", "amax", "amin"])
+def test_integer_reductions_are_exact_below_2_to_24(fn, dtype):
+    """A documented limit (docs/engines.md): OpenVINO's CPU plugin reduces integers through float32,
+    so sums, maxima and minima are exact while values and partial sums stay below 2**24 and off
+    by float32's rounding above (the max of 2**30 + 3 came back as 2**30)."""
+    small = torch.tensor([[5, -7, 2**20 + 3, 11], [-(2**22) - 1, 9, 4, -3]], dtype=dtype)
+    big = torch.tensor([[2**24 + 1, 2**30 + 3, -(2**24) - 3, 5], [2**24 + 3, 2**24 + 1, 7, -(2**30) - 1]], dtype=dtype)
+    model, _, _ = convert(lambda x: getattr(x, fn)(1), (small,), engine="openvino")
+    for x, exact in ((small, True), (big, False)):
+        got, want = model(x.numpy()), getattr(x, fn)(1).numpy()
+        assert got.dtype == want.dtype and got.shape == want.shape
+        if exact:
+            np.testing.assert_array_equal(got, want, fn)
+        else:  # (float32's rounding of a value near 2**30: 64)
+            assert (np.abs(got.astype(np.int64) - want) <= 128).all(), (fn, got, want)
+
+
+# OpenVINO 2026.4's messages for a graph it could not read or compile (abridged) → rlx's one line
+OV_MESSAGES = [
+    (
+        "Exception from src/inference/src/cpp/core.cpp:105:\nCheck 'false' failed at src/frontends/common_translators/"
+        "src/unconverted_ops_report.cpp:151:\nFrontEnd API failed with OpConversionFailure:\n-- ReduceSum-21 with a "
+        "message:\nWhile validating ONNX node '<Node(ReduceSum): sum_1:ReduceSum:1>': Check 'is_axis_valid(axis, r)' "
+        "failed at src/core/src/validation_util.cpp:336:\nAxis 1 out of the tensor rank range [-1, 0].\n\nSummary:\n"
+        "-- Conversion is failed for: ReduceSum-21\n\n",
+        "Axis 1 out of the tensor rank range [-1, 0]. (at sum_1)",
+    ),
+    (
+        "Exception from src/inference/src/cpp/core.cpp:117:\nException from src/inference/src/dev/plugin.cpp:54:\n"
+        "Check 'top_k >= 1' failed at src/plugins/intel_cpu/src/nodes/topk.cpp:2087:\nTopK node with name "
+        "'topk__0:TopK:0' K (0) must be greater or equal to 1.\n\n\n",
+        "TopK node with name 'topk__0:TopK:0' K (0) must be greater or equal to 1.",
+    ),
+    ("a plain message", "a plain message"),
+]
+
+
+@pytest.mark.parametrize("message,reason", OV_MESSAGES)
+def test_openvino_errors_say_the_reason_and_the_instruction(message, reason):
+    assert executor.ov_reason(RuntimeError(message)) == reason
+
+
 def test_random_draws_are_refused_in_one_line():
     """OpenVINO computes rlx's generator (unsigned 32-bit integer arithmetic) wrongly: torch.rand
     drew from [-0.5, 0.5) there. The engine refuses a program that draws, in one line; onnxruntime

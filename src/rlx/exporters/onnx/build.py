@@ -146,9 +146,16 @@ def _emit_instr(g: OnnxGraph, ins: Instr, env: Mapping[str, T]) -> T:
     plain = operands
     if entry.widen:
         operands = [_widen(g, o) for o in operands]
+    shape = _ints(ins.shape)
     try:
-        lifted = _lift(g, ins, operands) if not entry.widen or operands == plain else None
-        result = lifted if lifted is not None else entry.fn(g, ins.call, ins, *operands)
+        if shape is not None and 0 in shape:
+            # An empty result has no values to compute, and engines fail on some empty steps
+            # (OpenVINO refuses a TopK of k = 0, misshapes empty diagonals and scans): a constant.
+            result = g.const(np.zeros(shape, dtypes.to_numpy(ins.dtype)), ins.dtype)
+        elif (lifted := _lift(g, ins, operands) if not entry.widen or operands == plain else None) is not None:
+            result = lifted
+        else:
+            result = entry.fn(g, ins.call, ins, *operands)
     except EmitError:
         raise
     except Exception as e:  # an emitter failure is reported with the instruction

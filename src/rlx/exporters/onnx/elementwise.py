@@ -270,7 +270,9 @@ def _floor_divide(g: OnnxGraph, x: T, y: T) -> T:
     return _where(g, _bool(g, "Equal", y, zero), quotient, floor)
 
 
-def _trunc_divide(g: OnnxGraph, x: T, y: T) -> T:
+def trunc_divide(g: OnnxGraph, x: T, y: T) -> T:
+    """PyTorch's division rounded toward zero; for integers without an inexact ONNX Div (whose
+    rounding ONNX leaves open: OpenVINO rounds to nearest, onnxruntime truncates)."""
     if _is_float(x):
         return _trunc(g, _op(g, "Div", x, y))
     q = _floor_divide(g, x, y)
@@ -431,7 +433,7 @@ BINARY: dict[str, Fn2] = {
     "mul": lambda g, x, y: _op(g, "Mul", x, y) if x.dtype != "bool" else _bool(g, "And", x, y),
     "div": lambda g, x, y: _op(g, "Div", x, y),
     "floor_divide": _floor_divide,
-    "trunc_divide": _trunc_divide,
+    "trunc_divide": trunc_divide,
     "remainder": _remainder,
     "fmod": _fmod,
     "pow": _pow,

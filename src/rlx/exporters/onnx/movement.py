@@ -120,11 +120,16 @@ def index_select(g: OnnxGraph, c: C.IndexSelect, out: Instr, x: T, index: T) -> 
 
 @emits(C.Gather)
 def gather(g: OnnxGraph, c: C.Gather, out: Instr, x: T, index: T) -> T:
-    # torch.gather lets the index be smaller than x on the other axes: crop x to it.
+    # torch.gather lets the index be smaller than x on the other axes: crop x to it, at a static
+    # size by a Gather of the leading positions (OpenVINO 2026.4's CPU plugin drops a Slice there,
+    # then refuses the GatherElements' shapes).
     assert x.shape is not None and index.shape is not None
     for axis, (nx, ni) in enumerate(zip(x.shape, index.shape)):
         if axis != c.axis and nx != ni:
-            x = slice_axis(g, x, axis, 0, ni)
+            if isinstance(ni, int):
+                x = g.op("Gather", [x, g.ints(list(range(ni)))], x.dtype, axis=axis)
+            else:
+                x = slice_axis(g, x, axis, 0, ni)
     index = g.cast(index, "i64")  # (negative positions: GatherElements counts them from the end)
     return g.op("GatherElements", [x, index], x.dtype, out.shape, axis=c.axis)
 

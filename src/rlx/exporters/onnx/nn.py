@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from rlx.exporters.onnx.elementwise import trunc_divide
 from rlx.exporters.onnx.movement import slice_axis
 from rlx.exporters.onnx.registry import CONTRIB_DOMAIN, EmitError, OnnxGraph, T, emits, out_static, unsupported
 from rlx.ir import calls as C
@@ -239,7 +240,7 @@ def _integer_avg_pool(g: OnnxGraph, c: C.AvgPool, x: T) -> T:
     """Integer average pooling (onnxruntime's AveragePool is float-only), exact as PyTorch's: each
     window's sum in x's type, gathered from the plane by the static table of the positions it reads
     (``geometry.window_positions``; padding reads an appended 0), divided by the window's divisor
-    with ONNX's integer Div, which truncates toward zero as PyTorch's does."""
+    rounded toward zero as PyTorch's."""
     nd = len(c.kernel)
     shape = x.static_shape("AvgPool")
     lead, sizes = shape[: len(shape) - nd], shape[len(shape) - nd :]
@@ -253,7 +254,7 @@ def _integer_avg_pool(g: OnnxGraph, c: C.AvgPool, x: T) -> T:
     out = tuple(w.out for w in windows)
     divisor = c.divisor_override or geometry.avg_pool_divisor(sizes, c.kernel, c.stride, c.padding, out,
                                                               c.count_include_pad)  # fmt: skip
-    return g.op("Div", [total, g.const(divisor, x.dtype)], x.dtype)
+    return trunc_divide(g, total, g.const(divisor, x.dtype))
 
 
 @emits(C.AdaptiveAvgPool, widen=True)

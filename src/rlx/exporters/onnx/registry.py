@@ -25,7 +25,7 @@ import numpy as np
 
 from rlx.errors import RlxError, UsageError
 from rlx.ir import dtypes
-from rlx.ir.program import Call, Instr, Lit, Program, Ref
+from rlx.ir.program import Call, Instr, Lit, Program, Ref, Value
 from rlx.ir.symbolic import Dim, Shape, Sym
 
 OPSET = 21  # ai.onnx: Reduce* take axes as an input (18), Gelu (20), GridSample-20, Resize antialias (18)
@@ -223,8 +223,10 @@ class OnnxGraph:
         self._note = ""
         self._dims: dict[str, str] = {}  # symbol / expression → 1-element int64 tensor
         self.symbol_sources: dict[str, tuple[str, int]] = {}
-        for v in program.inputs:
-            for axis, d in enumerate(v.shape):
+        # (an input's axis; a size that depends on the data, such as nonzero's count: the first
+        # value that has it, read after its instruction ran)
+        for v in [*program.inputs, *(Value(i.result, i.shape, i.dtype) for i in program.instrs)]:
+            for axis, d in enumerate(v.shape or ()):
                 if isinstance(d, Sym) and d.expr.isidentifier():
                     self.symbol_sources.setdefault(d.expr, (v.name, axis))
 
@@ -317,6 +319,13 @@ class OnnxGraph:
     def const(self, value: Any, dtype: str) -> T:
         """A constant tensor (deduplicated): a scalar, a list or an array, in rlx dtype ``dtype``."""
         arr = np.array(value, dtype=dtypes.to_numpy(dtype), order="C")  # (ascontiguousarray makes 0-d 1-d)
+        if arr.size == 0:
+            # An empty initializer is valid ONNX, but OpenVINO's reader makes it a scalar (a [0, 3]
+            # constant came back as shape ()); a scalar expanded to the empty shape reads right
+            # everywhere, and engines fold it back into a constant. (Expanded in float32, then
+            # cast: onnxruntime has no Expand kernel for some types.)
+            empty = self.op("Expand", [self.const(0.0, "f32"), self.ints(arr.shape)], "f32", arr.shape)
+            return self.cast(empty, dtype)
         key = (dtype, arr.shape, arr.tobytes())
         name = self._const_ids.get(key)
         if name is None:

@@ -254,7 +254,10 @@ class _Axis:
         if small is not None and not exact:
             twice = self.op("Mul", self.n_in, self.i64(2), dtype="i64")
             doubled = self.op("And", small, self.op("Equal", self.n_out, twice, dtype="bool"), dtype="bool")
-            idx = self.op("Where", doubled, self.op("Div", self.i, self.i64(2), dtype="i64"), idx, dtype="i64")
+            # i // 2 by an exact Div (ONNX leaves an inexact integer Div's rounding open: OpenVINO rounds)
+            even = self.op("Sub", self.i, self.op("Mod", self.i, self.i64(2), dtype="i64"), dtype="i64")
+            half = self.op("Div", even, self.i64(2), dtype="i64")
+            idx = self.op("Where", doubled, half, idx, dtype="i64")
             idx = self.op("Where", self.op("And", small, self.same, dtype="bool"), self.i, idx, dtype="i64")
         return self.clamped(idx)
 

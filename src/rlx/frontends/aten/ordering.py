@@ -10,8 +10,6 @@ introsort / ``nth_element`` and is not specified, so there only the values are g
 
 from __future__ import annotations
 
-import numpy as np
-
 from rlx.errors import LoweringError
 from rlx.formats.torch_ir import Node, TensorMeta
 from rlx.frontends.aten.creation import fill_value
@@ -199,13 +197,11 @@ def mode(node: Node, b: Builder) -> tuple[Operand, Operand]:
     counts = reduce_value(b, "sum", same, (axis + 1,), False, "i64")
     best = reduce_value(b, "amax", counts, (axis,), True, "i64")
     top = b.emit(Binary("eq", counts, best), shape, "bool")
-    if dtypes.is_float(dt):
-        big: bool | int | float = float("inf")
-    elif dt == "bool":
-        big = True
-    else:
-        big = int(np.iinfo(dtypes.to_numpy(dt)).max)
-    candidates = b.emit(Where(top, x, b.lit(big, dt)), shape, dt)
+    if dtypes.is_float(dt) or dt == "bool":
+        big: Operand = b.lit(float("inf") if dt != "bool" else True, dt)
+    else:  # (the lane's own largest, not the type's: OpenVINO turned int32's largest into its smallest)
+        big = reduce_value(b, "amax", x, (axis,), True, dt)
+    candidates = b.emit(Where(top, x, big), shape, dt)
     value = reduce_value(b, "amin", candidates, (axis,), True, dt)
     hit = b.emit(Binary("eq", x, value), shape, "bool")
     where = b.emit(Where(hit, _arange(b, n, axis, rank), Lit(-1, "i64")), shape, "i64")

@@ -26,6 +26,7 @@ any that the compiled model runs on one of OpenVINO's slow fallback kernels at t
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
@@ -143,7 +144,7 @@ class OvEngine(GraphEngine):
             try:
                 compiled = self._core.compile_model(model, "CPU", self.config())
             except Exception as e:
-                raise RlxError(f"OpenVINO could not compile {program.name}: {first_line(e)}") from e
+                raise RlxError(f"OpenVINO could not compile {program.name}: {ov_reason(e)}") from e
             self.count_compilation()
             slow = _slow_convolutions(compiled, program) if self.precision in ("bf16", "f16") else set()
             if not slow - self._slow_convolutions:  # (one kept that still runs slow is not tried again)
@@ -187,7 +188,7 @@ class OvEngine(GraphEngine):
                 model = keep_float32(self._core, model, keep, self._arrays, self.precision)
             except Exception as e:  # (OpenVINO's graph API or IR reader refusing the marked model)
                 raise RlxError(
-                    f"OpenVINO could not keep {program.name}'s instructions in float32: {first_line(e)}"
+                    f"OpenVINO could not keep {program.name}'s instructions in float32: {ov_reason(e)}"
                 ) from e
         ov = self._ov
         for param in list(model.get_parameters()):
@@ -218,9 +219,16 @@ class OvEngine(GraphEngine):
 
     def _read(self, serialized: bytes, program: Program) -> Any:
         try:
-            return self._core.read_model(serialized)
+            model = self._core.read_model(serialized)
         except Exception as e:
-            raise RlxError(f"OpenVINO could not read {program.name}'s ONNX graph: {first_line(e)}") from e
+            raise RlxError(f"OpenVINO could not read {program.name}'s ONNX graph: {ov_reason(e)}") from e
+        for op in model.get_ordered_ops():
+            # ONNX's TopK keeps the lower index first among equal values (rlx's sorts and top-k rely
+            # on it, as PyTorch's stable sort does); OpenVINO's reader builds TopK unstable, which
+            # reordered ties (65 of 80 sort indices of rows of repeated values were wrong).
+            if op.get_type_name() == "TopK" and "stable" in op.get_attributes():
+                op.set_attribute("stable", True)
+        return model
 
 
 def trace_program(
@@ -242,6 +250,22 @@ def trace_program(
     found = {name: np.asarray(value) for port, value in zip(built.model.outputs, values) for name in port.get_names()}
     outputs = [v.name for v in output_values(program)]
     return {name: found[name] for name in [*outputs, *names] if name in found}
+
+
+_OV_NODE = re.compile(r"(?:ONNX node '<Node\(\w+\): |node with name '|friendly_name ')([^:'>]+)")
+
+
+def ov_reason(e: BaseException) -> str:
+    """OpenVINO's reason for an exception, in one line: its messages open with the source
+    locations they passed through ("Exception from src/inference/src/cpp/core.cpp:117:") and end
+    with the reason; with the rlx instruction whose node it names (its nodes are named after them)."""
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    reasons = [
+        ln for ln in lines if not ln.startswith(("Exception from", "Check '", "Summary:", "--", "While validating"))
+    ]
+    reason = reasons[-1] if reasons else first_line(e)
+    node = next((m.group(1) for ln in lines if (m := _OV_NODE.search(ln))), None)
+    return f"{reason} (at {node})" if node and node not in reason else reason
 
 
 def _wrong_bf16_convolutions(program: Program) -> set[str]:
@@ -380,7 +404,7 @@ class OvExecutor:
                     self._binding_infer = None
             results = self._request().infer(dict(enumerate(arrays)), share_inputs=True, share_outputs=False)
         except Exception as e:
-            raise RlxError(f"runtime error in OpenVINO running {self.program.name}: {first_line(e)}") from e
+            raise RlxError(f"runtime error in OpenVINO running {self.program.name}: {ov_reason(e)}") from e
         return results.to_tuple()
 
     def exact(self) -> OvExecutor:

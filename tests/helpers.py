@@ -79,7 +79,7 @@ def convert(
     try:
         model = Model(program, weights, engine=chosen, engine_options=engine_options)
     except RlxError as e:
-        if engine is not None or chosen == "numpy" or not _is_refusal(e):
+        if engine is not None or chosen == "numpy" or not is_refusal(e):
             raise
         import pytest
 
@@ -87,7 +87,7 @@ def convert(
     return model, program, exported
 
 
-def _is_refusal(e: Exception) -> bool:
+def is_refusal(e: Exception) -> bool:
     """Whether ``e`` is an engine's declared refusal of a program (a Call or function it has no form
     or kernel for), not a failure."""
     return isinstance(e, UsageError) or type(e).__name__ == "EmitError" and "cannot express" in str(e)

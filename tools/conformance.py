@@ -2,6 +2,7 @@
 
     python tools/conformance.py [--dtypes f32,i64,bool,f16,bf16] [--max-samples 3] [--ops add,mul]
                                 [--save out.json] [--load out.json] [--record]
+                                [--engine numpy|jax|onnxruntime|openvino]
 
 ``--save`` keeps every outcome as JSON; ``--load`` reads them back instead of sweeping (the full
 sweep takes a while); ``--load`` with ``--ops`` sweeps those ops again and replaces their saved
@@ -9,7 +10,8 @@ outcomes (after a change to a few ops); ``--record`` writes the counts the docs 
 tests/conformance/results.json: per dtype group, the outcomes over every exported sample and over
 the samples that land in Core ATen (float32/int64/bool, float16/bfloat16), and per op (samples
 passed, failed, declared with reason). ``python tools/gen_docs.py`` then renders the coverage
-page and the README's headline from that file.
+page and the README's headline from that file. ``--engine`` runs the samples on another engine
+(the docs' counts are the numpy engine's: ``--record`` refuses another).
 """
 
 from __future__ import annotations
@@ -90,7 +92,10 @@ def main() -> None:
     parser.add_argument("--save", help="write every outcome to this JSON file")
     parser.add_argument("--load", help="read outcomes from this JSON file instead of sweeping")
     parser.add_argument("--record", action="store_true", help=f"write the docs' counts to {RESULTS.relative_to(ROOT)}")
+    parser.add_argument("--engine", default="numpy", choices=("numpy", "jax", "onnxruntime", "openvino"))
     args = parser.parse_args()
+    if args.record and args.engine != "numpy":
+        parser.error("--record writes the numpy engine's counts (the docs'); drop --engine")
     names = args.ops.split(",") if args.ops else None
     outcomes: list[Outcome] = []
     if args.load:
@@ -98,7 +103,7 @@ def main() -> None:
         outcomes = [Outcome(**o) for o in doc["outcomes"] if names is None or o["op"] not in names]
         args.dtypes, args.max_samples = doc["dtypes"], doc["max_samples"]
     if not args.load or names:
-        for o in sweep(names, dtypes=tuple(args.dtypes.split(",")), max_samples=args.max_samples):
+        for o in sweep(names, dtypes=tuple(args.dtypes.split(",")), max_samples=args.max_samples, engine=args.engine):
             outcomes.append(o)
             print(f"{o.op:<40} {o.dtype:<5} {o.status:<6}{o.reason[:100]}", flush=True)
     if args.save:

@@ -55,7 +55,7 @@ from rlx.runtime.model import Model, unflatten
 
 from .known_failures import GRAPH_DIFFERS_FROM_EAGER, RANDOM, TOLERANCES, VALUES_UNDEFINED, declared
 from helpers import TOLERANCES as TOLERANCES_BY_DTYPE
-from helpers import align_column_signs, assert_arrays_match
+from helpers import align_column_signs, assert_arrays_match, is_refusal
 
 HALF_ULPS = 2
 DTYPES = {"f32": torch.float32, "i64": torch.int64, "bool": torch.bool, "f16": torch.float16, "bf16": torch.bfloat16}
@@ -350,7 +350,9 @@ def _half_atol(w: torch.Tensor) -> float | None:
     return max(scale, TOLERANCES_BY_DTYPE[dtypes.from_numpy(tensor_to_numpy(w).dtype)][1])
 
 
-def run_sample(opinfo, sample, dtype_tok: str, index: int) -> Outcome:
+def run_sample(opinfo, sample, dtype_tok: str, index: int, engine: str = "numpy") -> Outcome:
+    """One sample through rlx on ``engine`` against eager PyTorch; a program another engine refuses
+    in one line is ``n/a`` with its reason."""
     name = op_name(opinfo)
     leaves, spec = pytree.tree_flatten((sample.input, tuple(sample.args), dict(sample.kwargs)))
     tensors = [x.detach() for x in leaves if isinstance(x, torch.Tensor)]
@@ -374,7 +376,12 @@ def run_sample(opinfo, sample, dtype_tok: str, index: int) -> Outcome:
     got = None
     try:
         program = build_program(exported.ir)
-        model = Model(program, bind_weights(program, exported.weights, "weights"))
+        try:
+            model = Model(program, bind_weights(program, exported.weights, "weights"), engine=engine)
+        except RlxError as e:
+            if engine != "numpy" and is_refusal(e):
+                return Outcome(name, dtype_tok, index, "n/a", f"{engine} refuses: {str(e)[:120]}")
+            raise
         got = model(*[tensor_to_numpy(t) for t in tensors])
         _compare(opinfo, sample, dtype_tok, got, expected, random_flags(program))
     except RlxError as e:
@@ -411,7 +418,9 @@ def _matches_graph(opinfo, sample, dtype_tok, got, exported, tensors, reason) ->
     return reason + " (checked: rlx matches torch running the exported graph)"
 
 
-def sweep(names: list[str] | None = None, dtypes=SWEEP_DTYPES, max_samples: int = MAX_SAMPLES) -> Iterator[Outcome]:
+def sweep(
+    names: list[str] | None = None, dtypes=SWEEP_DTYPES, max_samples: int = MAX_SAMPLES, engine: str = "numpy"
+) -> Iterator[Outcome]:
     for opinfo in opinfos():
         if names is not None and op_name(opinfo) not in names:
             continue
@@ -424,4 +433,4 @@ def sweep(names: list[str] | None = None, dtypes=SWEEP_DTYPES, max_samples: int 
             except Exception:
                 continue
             for k, sample in enumerate(samples):
-                yield run_sample(opinfo, sample, tok, k)
+                yield run_sample(opinfo, sample, tok, k, engine)

@@ -135,6 +135,8 @@ GRAPH_CASES = [
         (torch.randn(5, 4),),
     ),  # fmt: skip
     ("where_as_indices", lambda x: torch.where(x > 0), (torch.randn(3, 5),)),
+    # (onnxruntime has no boolean Where kernel)
+    ("masked_select_of_booleans", torch.masked_select, (torch.rand(3, 4) > 0.5, torch.rand(3, 4) > 0.5)),
 ]
 
 

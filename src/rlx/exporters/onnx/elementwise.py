@@ -603,12 +603,7 @@ def _lits(call: C.Binary) -> list[float]:
 # ── select, clamp, cast ──────────────────────────────────────────────────────
 @emits(C.Where)
 def where(g: OnnxGraph, c: C.Where, out: Instr, cond: T, x: T, y: T) -> T:
-    if x.dtype != y.dtype:
-        y = g.cast(y, x.dtype)
-    wider = {"f16": "f32", "bf16": "f32", "i8": "i32", "i16": "i32", "bool": "u8"}.get(x.dtype)  # no Where kernel
-    if wider:
-        return g.cast(_where(g, g.cast(cond, "bool"), g.cast(x, wider), g.cast(y, wider)), x.dtype)
-    return _where(g, g.cast(cond, "bool"), x, y)
+    return g.where(cond, x, y)
 
 
 @emits(C.Clamp, widen=True)

@@ -347,6 +347,15 @@ class OnnxGraph:
             return x
         return self.op("Cast", [x], dtype, x.shape, to=ONNX_TYPES[dtype])
 
+    def where(self, cond: T, x: T, y: T) -> T:
+        """``Where`` of any dtype: onnxruntime has no kernel for half, 8/16-bit and bool data, which
+        select in a wider type (exactly) and come back."""
+        y = self.cast(y, x.dtype)
+        wider = {"f16": "f32", "bf16": "f32", "i8": "i32", "i16": "i32", "bool": "u8"}.get(x.dtype)
+        if wider:
+            return self.cast(self.where(cond, self.cast(x, wider), self.cast(y, wider)), x.dtype)
+        return self.op("Where", [self.cast(cond, "bool"), x, y], x.dtype)
+
     def widen(self, x: T) -> T:
         return self.cast(x, "f32") if x.dtype in HALF else x
 
@@ -428,7 +437,9 @@ def new_graph_value(g: OnnxGraph, ref: Ref) -> T:
 
 
 def unsupported(c: Call, why: str) -> EmitError:
-    return EmitError(f"the ONNX emitter cannot express {c.op} {why}")
+    """The one-line refusal of a Call the emitter has no faithful form for (as ``why`` says), naming
+    the engines that run it."""
+    return EmitError(f"the ONNX emitter cannot express {c.op} {why}; {OTHER_ENGINES}")
 
 
 def out_static(out: Instr, what: str) -> tuple[int, ...]:

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from rlx.exporters.onnx.registry import OTHER_ENGINES, OnnxGraph, T, emits, unsupported
+from rlx.exporters.onnx.registry import OnnxGraph, T, emits, unsupported
 from rlx.ir import calls as C
 from rlx.ir import dtypes
 from rlx.ir.program import Instr
@@ -36,7 +36,7 @@ _F32 = np.dtype(np.float32)
 @emits(C.Upsample, widen=True)
 def upsample(g: OnnxGraph, c: C.Upsample, out: Instr, x: T) -> T:
     if c.mode not in ("nearest", "nearest_exact", "linear", "bicubic"):
-        raise unsupported(c, f"in mode {c.mode!r}; {OTHER_ENGINES}")
+        raise unsupported(c, f"in mode {c.mode!r}")
     assert x.shape is not None
     nd = len(c.size)
     lead = x.rank - nd
@@ -46,7 +46,7 @@ def upsample(g: OnnxGraph, c: C.Upsample, out: Instr, x: T) -> T:
         return _static(g, c, x, lead, sizes_in, sizes, xdt)  # type: ignore[arg-type]
     if c.antialias or c.mode == "bicubic":
         raise unsupported(c, f"{'antialiased' if c.antialias else 'bicubic'} with symbolic extents "
-                             f"(its filter taps follow the extents); specialise the program or {OTHER_ENGINES}")  # fmt: skip
+                             f"(its filter taps follow the extents: specialise the program)")  # fmt: skip
     return _symbolic(g, c, x, lead, sizes_in, sizes, xdt)
 
 
@@ -305,11 +305,11 @@ def _symbolic(g: OnnxGraph, c: C.Upsample, x: T, lead: int, sizes_in: tuple[Dim,
 def grid_sample(g: OnnxGraph, c: C.GridSample, out: Instr, x: T, grid: T) -> T:
     mode = {"bilinear": "linear", "nearest": "nearest", "bicubic": "cubic"}.get(c.mode)
     if mode is None:
-        raise unsupported(c, f"in mode {c.mode!r}; {OTHER_ENGINES}")
+        raise unsupported(c, f"in mode {c.mode!r}")
     if out.dtype in ("f16", "bf16"):
         # PyTorch's kernel computes coordinates and weights in the half type itself (pixels picked
         # and weighted 1e-3 apart from float32's), which GridSample (float32 here) does not.
         why = f"PyTorch computes it in {out.dtype} itself, GridSample in float32"
-        raise unsupported(c, f"in {out.dtype} ({why}); {OTHER_ENGINES}")
+        raise unsupported(c, f"in {out.dtype} ({why})")
     return g.op("GridSample", [x, g.cast(grid, x.dtype)], x.dtype, out.shape, mode=mode,
                 padding_mode=c.padding, align_corners=int(c.align_corners))  # fmt: skip

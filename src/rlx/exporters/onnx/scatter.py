@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from rlx.exporters.onnx.elementwise import BINARY
 from rlx.exporters.onnx.movement import bool_mask_to_indices, normalize_index, slice_axis
-from rlx.exporters.onnx.registry import HALF, OTHER_ENGINES, OnnxGraph, T, emits, unsupported
+from rlx.exporters.onnx.registry import HALF, OnnxGraph, T, emits, unsupported
 from rlx.ir import calls as C
 from rlx.ir import dtypes
 from rlx.ir.program import Instr
@@ -21,7 +21,7 @@ def index_put(g: OnnxGraph, c: C.IndexPut, out: Instr, x: T, indices: list[T | N
         # The sum of a repeated position depends on that rounding: one rounding of a float32 sum
         # (all onnxruntime can do) differs, silently, by many units of the last place.
         raise unsupported(c, f"accumulating in {out.dtype} (PyTorch rounds to {out.dtype} after every add, "
-                             f"onnxruntime's ScatterND cannot); {OTHER_ENGINES}")  # fmt: skip
+                             f"onnxruntime's ScatterND cannot)")  # fmt: skip
     lead = next((k for k, i in enumerate(indices) if i is not None), len(indices))
     block_end = next((k for k in range(lead, len(indices)) if indices[k] is None), len(indices))
     if any(i is not None for i in indices[block_end:]):

@@ -21,7 +21,7 @@ def nonzero(g: OnnxGraph, c: C.Nonzero, out: Instr, x: T) -> T:
 
 @emits(C.MaskedSelect)
 def masked_select(g: OnnxGraph, c: C.MaskedSelect, out: Instr, x: T, mask: T) -> T:
-    both = g.op("Where", [mask, x, x], x.dtype)  # x broadcast against the mask
+    both = g.where(mask, x, x)  # x broadcast against the mask
     full_mask = g.op("Expand", [mask, g.op("Shape", [both], "i64")], "bool")
     flat = g.op("Reshape", [both, g.ints([-1])], x.dtype)
     return g.op("Compress", [flat, g.op("Reshape", [full_mask, g.ints([-1])], "bool")], x.dtype, out.shape, axis=0)

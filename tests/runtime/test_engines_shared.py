@@ -104,39 +104,58 @@ _I64 = torch.int64
 GRAPH_CASES = [
     # empty values: an empty constant came back from OpenVINO as a scalar, a top-k of k = 0 and a
     # reduction of an empty constant failed to compile, an empty scan came back with a column
-    ("empty_constant_output", lambda x: (x * 2, torch.zeros(0, 3), torch.ones(2, 0, dtype=_I64)), (torch.randn(3, 4),)),
-    ("sum_of_empty_constant", lambda x: x + torch.zeros(0, 3).sum(0), (torch.randn(2, 3),)),
-    ("top_k_of_none", lambda x: torch.topk(x, 0, dim=1), (torch.randn(3, 4),)),
-    ("empty_scan_and_diagonal", lambda x: (x[:, :0].cumsum(1), torch.diagonal(x[:0])), (torch.randn(3, 4),)),
+    ("empty_constant_output", lambda x: (x * 2, torch.zeros(0, 3), torch.ones(2, 0, dtype=_I64)), (rand((3, 4)),)),
+    ("sum_of_empty_constant", lambda x: x + torch.zeros(0, 3).sum(0), (rand((2, 3)),)),
+    ("top_k_of_none", lambda x: torch.topk(x, 0, dim=1), (rand((3, 4)),)),
+    ("empty_scan_and_diagonal", lambda x: (x[:, :0].cumsum(1), torch.diagonal(x[:0])), (rand((3, 4)),)),
     # equal values keep their order: OpenVINO's TopK is unstable unless told
-    ("stable_sort_of_ties", lambda x: torch.sort(x, stable=True), (torch.randint(0, 3, (4, 20)).float(),)),
+    ("stable_sort_of_ties", lambda x: torch.sort(x, stable=True), (rand((4, 20), _I64, low=0, high=2).float(),)),
     (
         "argsort_descending_ties",
         lambda x: torch.argsort(x, dim=1, descending=True, stable=True),
-        (torch.randint(0, 4, (3, 33)),),
-    ),  # fmt: skip
+        (rand((3, 33), _I64, low=0, high=3),),
+    ),
     ("mode_of_integers", lambda x: torch.mode(x, 1), (torch.tensor([[1, 2, 2, 3], [5, 5, 1, 1], [-7, 4, -7, 4]]),)),
     # an index smaller than its source on another axis (OpenVINO dropped the crop)
     (
         "gather_smaller_index",
         lambda x, i: x.gather(-1, i[:2, :3]),
-        (torch.randn(4, 5, 6), torch.randint(0, 6, (4, 5, 1))),
+        (rand((4, 5, 6)), rand((4, 5, 1), _I64, low=0, high=5)),
     ),
     # integer averages round toward zero (OpenVINO's integer Div rounds to nearest)
     (
         "integer_average_pool",
         lambda x: (F.avg_pool2d(x, 3, 2, 1), F.avg_pool2d(x, 2, divisor_override=3)),
-        (torch.randint(-50, 50, (2, 3, 7, 6)),),
-    ),  # fmt: skip
+        (rand((2, 3, 7, 6), _I64, low=-50, high=49),),
+    ),
+    # integer max pooling, values and positions (onnxruntime's MaxPool takes floats and 8-bit integers)
+    (
+        "integer_max_pool",
+        lambda x: (F.max_pool2d(x, 3, 2, 1), F.max_pool2d(x, 2, 2, 0, 2, True, True)),
+        (rand((2, 3, 7, 6), _I64, low=-50, high=49),),
+    ),
+    (
+        "int32_max_pool_with_ties",
+        lambda x: F.max_pool1d(x, 3, 1, 1, return_indices=True),
+        (rand((2, 9), torch.int32, low=0, high=2),),
+    ),
     # sizes that depend on the data, read from the value that has them
     (
         "nonzero_count",
         lambda x: torch.nonzero(x > 0).float().sum(0) * torch.nonzero(x > 0).shape[0],
-        (torch.randn(5, 4),),
-    ),  # fmt: skip
-    ("where_as_indices", lambda x: torch.where(x > 0), (torch.randn(3, 5),)),
+        (rand((5, 4)),),
+    ),
+    ("where_as_indices", lambda x: torch.where(x > 0), (rand((3, 5)),)),
+    # output padding past the stride, below the dilation (onnxruntime refused it at run time)
+    (
+        "conv_transpose_padded_past_stride",
+        lambda x, w, b: F.conv_transpose2d(
+            x, w, b, stride=(3, 2), padding=(1, 2), output_padding=(2, 3), groups=2, dilation=4
+        ),
+        (rand((2, 2, 4, 4)), rand((2, 2, 4, 5)), rand((4,))),
+    ),
     # (onnxruntime has no boolean Where kernel)
-    ("masked_select_of_booleans", torch.masked_select, (torch.rand(3, 4) > 0.5, torch.rand(3, 4) > 0.5)),
+    ("masked_select_of_booleans", torch.masked_select, (rand((3, 4), torch.bool), rand((3, 4), torch.bool, seed=1))),
 ]
 
 

@@ -22,6 +22,7 @@ from rlx.ir import dtypes
 from rlx.ir.program import Instr
 from rlx.ir.symbolic import Sym
 from rlx.kernels import geometry
+from rlx.kernels.precision import lowest
 
 
 @emits(C.Softmax, widen=True)
@@ -100,6 +101,8 @@ def group_norm(g: OnnxGraph, c: C.GroupNorm, out: Instr, x: T, w: T | None, b: T
 
 @emits(C.Conv, widen=True)
 def conv(g: OnnxGraph, c: C.Conv, out: Instr, x: T, w: T, b: T | None) -> T:
+    if not dtypes.is_float(x.dtype):  # (through float64 it would be exact only below 2**53)
+        raise unsupported(c, f"in {x.dtype} (ONNX's Conv and ConvTranspose are float-only)")
     nd = w.rank - 2
     inputs = [x, g.cast(w, x.dtype)] + ([g.cast(b, x.dtype)] if b is not None else [])
     common = dict(strides=list(c.stride), dilations=list(c.dilation), group=c.groups, pads=list(c.padding) * 2)
@@ -107,6 +110,8 @@ def conv(g: OnnxGraph, c: C.Conv, out: Instr, x: T, w: T, b: T | None) -> T:
         return g.op("Conv", inputs, x.dtype, out.shape, **common)
     if not all(isinstance(d, int) for d in out.shape):
         raise unsupported(c, "transposed with a symbolic output extent")
+    if any(extra >= step for extra, step in zip(c.output_padding, c.stride)):
+        return _conv_transpose_padded_past_stride(g, c, out, inputs, common)
     return g.op(
         "ConvTranspose",
         inputs,
@@ -115,6 +120,34 @@ def conv(g: OnnxGraph, c: C.Conv, out: Instr, x: T, w: T, b: T | None) -> T:
         output_padding=list(c.output_padding) if any(c.output_padding) else [0] * nd,
         **common,
     )
+
+
+def _conv_transpose_padded_past_stride(
+    g: OnnxGraph, c: C.Conv, out: Instr, inputs: list[T], common: dict[str, Any]
+) -> T:
+    """A transposed convolution whose output padding reaches its stride (PyTorch allows it below
+    the dilation; onnxruntime refuses it): the full product without the far-side crop, then cut
+    or zero-extended to the output's extents, then the bias."""
+    x, w = inputs[0], inputs[1]
+    nd = len(c.stride)
+    rank = len(out.shape)
+    lead = rank - nd
+    near = list(c.padding) + [0] * nd
+    y = g.op("ConvTranspose", [x, w], x.dtype, **{**common, "pads": near})
+    full = [
+        (n - 1) * s + d * (k - 1) + 1 - p
+        for n, s, d, k, p in zip(x.static_shape("ConvTranspose")[-nd:], c.stride, c.dilation,
+                                 w.static_shape("ConvTranspose")[2:], c.padding)
+    ]  # fmt: skip
+    want = [int(d) for d in out.shape[lead:]]
+    cut = [min(f, n) for f, n in zip(full, want)]
+    if cut != full:
+        y = g.op("Slice", [y, g.ints([0] * nd), g.ints(cut), g.ints(list(range(lead, rank)))], x.dtype)
+    if cut != want:
+        y = g.op("Pad", [y, g.ints([0] * rank + [0] * lead + [n - k for n, k in zip(want, cut)])], x.dtype)
+    if len(inputs) > 2:
+        y = g.op("Add", [y, g.op("Reshape", [inputs[2], g.ints([-1] + [1] * nd)], x.dtype)], x.dtype)
+    return y
 
 
 def _pool_pads(x: T, kernel: tuple[int, ...], stride: tuple[int, ...], padding: tuple[int, ...],
@@ -137,6 +170,8 @@ def _crop(g: OnnxGraph, y: T, x: T, nd: int, out: tuple[int, ...], attrs: dict[s
 
 @emits(C.MaxPool, widen=True)
 def max_pool(g: OnnxGraph, c: C.MaxPool, out: Instr, x: T) -> T:
+    if not dtypes.is_float(x.dtype) and x.dtype not in ("i8", "u8"):
+        return _integer_max_pool(g, c, x)
     nd = len(c.kernel)
     windows, pads = _pool_pads(x, c.kernel, c.stride, c.padding, c.dilation, c.ceil_mode)
     squeeze = x.rank == nd + 1  # an unbatched [C, *spatial] input
@@ -238,23 +273,48 @@ def avg_pool(g: OnnxGraph, c: C.AvgPool, out: Instr, x: T) -> T:
 
 def _integer_avg_pool(g: OnnxGraph, c: C.AvgPool, x: T) -> T:
     """Integer average pooling (onnxruntime's AveragePool is float-only), exact as PyTorch's: each
-    window's sum in x's type, gathered from the plane by the static table of the positions it reads
-    (``geometry.window_positions``; padding reads an appended 0), divided by the window's divisor
+    window's sum in x's type (``_window_taps``; padding reads 0), divided by the window's divisor
     rounded toward zero as PyTorch's."""
     nd = len(c.kernel)
-    shape = x.static_shape("AvgPool")
-    lead, sizes = shape[: len(shape) - nd], shape[len(shape) - nd :]
-    windows = geometry.pool_windows(shape, c.kernel, c.stride, c.padding, (1,) * nd, c.ceil_mode)
-    plane = math.prod(sizes)
-    positions = geometry.window_positions(sizes, windows)  # [*out, taps], -1 in the padding
-    flat = g.op("Reshape", [x, g.ints([*lead, plane])], x.dtype)
-    padded = g.op("Concat", [flat, g.const(np.zeros((*lead, 1)), x.dtype)], x.dtype, axis=-1)
-    taps = g.op("Gather", [padded, g.const(np.where(positions < 0, plane, positions), "i64")], x.dtype, axis=-1)
+    taps, _, out = _window_taps(g, x, c.kernel, c.stride, c.padding, (1,) * nd, c.ceil_mode, 0)
     total = g.op("ReduceSum", [taps, g.ints([-1])], x.dtype, keepdims=0)
-    out = tuple(w.out for w in windows)
+    sizes = x.static_shape("AvgPool")[-nd:]
     divisor = c.divisor_override or geometry.avg_pool_divisor(sizes, c.kernel, c.stride, c.padding, out,
                                                               c.count_include_pad)  # fmt: skip
     return trunc_divide(g, total, g.const(divisor, x.dtype))
+
+
+def _integer_max_pool(g: OnnxGraph, c: C.MaxPool, x: T) -> T:
+    """Integer max pooling (onnxruntime's MaxPool takes floats and 8-bit integers only), exact: each
+    window's largest (``_window_taps``; padding reads the type's lowest), or its position in the
+    plane: the first tap holding it, in the row-major order PyTorch's ``val > max`` scan keeps."""
+    work = g.cast(x, "i32") if x.dtype == "i16" else x  # (no 16-bit ReduceMax or ArgMax kernels)
+    taps, positions, _ = _window_taps(g, work, c.kernel, c.stride, c.padding, c.dilation, c.ceil_mode,
+                                      lowest(np.dtype(dtypes.to_numpy(x.dtype))))  # fmt: skip
+    if not c.indices:
+        return g.cast(g.op("ReduceMax", [taps, g.ints([-1])], work.dtype, keepdims=0), x.dtype)
+    first = g.op("ArgMax", [taps], "i64", axis=-1, keepdims=1, select_last_index=0)
+    # (a padding tap holds the type's lowest: it comes first only in a window of nothing else)
+    table = g.const(np.maximum(positions, 0), "i64")
+    return g.op("Squeeze", [g.op("GatherElements", [g.op("Expand", [table, g.op("Shape", [first], "i64")], "i64"),
+                                                    first], "i64", axis=-1), g.ints([-1])], "i64")  # fmt: skip
+
+
+def _window_taps(g: OnnxGraph, x: T, kernel: tuple[int, ...], stride: tuple[int, ...], padding: tuple[int, ...],
+                 dilation: tuple[int, ...], ceil_mode: bool, fill: Any) -> tuple[T, np.ndarray, tuple[int, ...]]:  # fmt: skip
+    """Every pooling window's taps ``[*lead, *out, taps]``, gathered from the flattened plane by the
+    static table of the positions they read (``geometry.window_positions``; ``fill`` where a tap
+    is padding); with that table and the output's extents."""
+    nd = len(kernel)
+    shape = x.static_shape("pooling")
+    lead, sizes = shape[: len(shape) - nd], shape[len(shape) - nd :]
+    windows = geometry.pool_windows(shape, kernel, stride, padding, dilation, ceil_mode)
+    plane = math.prod(sizes)
+    positions = geometry.window_positions(sizes, windows)  # [*out, taps], -1 in the padding
+    flat = g.op("Reshape", [x, g.ints([*lead, plane])], x.dtype)
+    padded = g.op("Concat", [flat, g.const(np.full((*lead, 1), fill), x.dtype)], x.dtype, axis=-1)
+    taps = g.op("Gather", [padded, g.const(np.where(positions < 0, plane, positions), "i64")], x.dtype, axis=-1)
+    return taps, positions, tuple(w.out for w in windows)
 
 
 @emits(C.AdaptiveAvgPool, widen=True)

@@ -293,11 +293,11 @@ def _integer_max_pool(g: OnnxGraph, c: C.MaxPool, x: T) -> T:
                                       lowest(np.dtype(dtypes.to_numpy(x.dtype))))  # fmt: skip
     if not c.indices:
         return g.cast(g.op("ReduceMax", [taps, g.ints([-1])], work.dtype, keepdims=0), x.dtype)
-    first = g.op("ArgMax", [taps], "i64", axis=-1, keepdims=1, select_last_index=0)
+    first = g.op("ArgMax", [taps], "i64", axis=-1, keepdims=1, select_last_index=0)  # [*lead, *out, 1]
     # (a padding tap holds the type's lowest: it comes first only in a window of nothing else)
-    table = g.const(np.maximum(positions, 0), "i64")
-    return g.op("Squeeze", [g.op("GatherElements", [g.op("Expand", [table, g.op("Shape", [first], "i64")], "i64"),
-                                                    first], "i64", axis=-1), g.ints([-1])], "i64")  # fmt: skip
+    table = g.op("Expand", [g.const(np.maximum(positions, 0), "i64"), g.op("Shape", [taps], "i64")], "i64")
+    position = g.op("GatherElements", [table, first], "i64", axis=-1)
+    return g.op("Squeeze", [position, g.ints([-1])], "i64")
 
 
 def _window_taps(g: OnnxGraph, x: T, kernel: tuple[int, ...], stride: tuple[int, ...], padding: tuple[int, ...],

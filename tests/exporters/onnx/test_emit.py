@@ -222,7 +222,11 @@ def test_cli_emit_onnx_and_torch_free_build(tmp_path):
 @pytest.mark.parametrize(
     "fn,inputs,call",
     [
-        (lambda x: torch.fft.rfft(x), (torch.randn(2, 8),), "Fft"),
+        (
+            lambda x, g: F.grid_sample(x, g, align_corners=False),
+            (torch.randn(1, 2, 4, 4).half(), torch.rand(1, 3, 3, 2).half() * 2 - 1),
+            "GridSample",
+        ),
         # (onnxruntime's Conv is float-only: it failed to load with its own error)
         (lambda x, w: F.conv2d(x, w), (torch.randint(0, 3, (1, 2, 4, 4)), torch.randint(0, 3, (3, 2, 2, 2))), "Conv"),
     ],
@@ -234,6 +238,20 @@ def test_unsupported_programs_fail_with_one_line(fn, inputs, call):
     assert "\n" not in str(err.value) and str(err.value).endswith("use the numpy or JAX engine")
     check_coverage(program)  # every Call has an emitter; this one refuses its arguments
     with pytest.raises(rlx.RlxError, match=call):
+        Model(program, {}, engine="onnxruntime")
+
+
+@pytest.mark.parametrize(
+    "fn", [lambda x: torch.fft.rfft(x).abs(), lambda x: (x.to(torch.complex64) * 2).real], ids=["rfft", "cast"]
+)
+def test_complex_values_are_refused_before_emission(fn):
+    """onnxruntime has almost no complex kernels (a cast to complex failed to load): any complex
+    value refuses the program in one line, before a graph is built."""
+    _, program, _ = convert(fn, (torch.randn(2, 8),))
+    with pytest.raises(EmitError, match=r"complex \(c64\) values; use the numpy or JAX engine$") as err:
+        check_coverage(program)
+    assert "\n" not in str(err.value)
+    with pytest.raises(rlx.RlxError, match="complex"):
         Model(program, {}, engine="onnxruntime")
 
 

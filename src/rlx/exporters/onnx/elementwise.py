@@ -396,14 +396,23 @@ def _unsigned(g: OnnxGraph, x: T) -> T:
     return x if x.dtype.startswith("u") else g.cast(x, f"u{_bits(x)}")
 
 
+def _bit_shift(g: OnnxGraph, x: T, y: T, direction: str, scalar: bool) -> T:
+    """ONNX's BitShift of unsigned ``x`` by ``y``; a ``scalar`` shift (0-d operands) stays 0-d
+    (OpenVINO's reader builds it as a product with a [1]-shaped power of two: it came back [1])."""
+    shifted = g.op("BitShift", [x, y], x.dtype, direction=direction)
+    return g.op("Squeeze", [shifted], x.dtype) if scalar else shifted
+
+
+def _scalar(*xs: T) -> bool:
+    return all(x.shape == () for x in xs)
+
+
 def _left_shift(g: OnnxGraph, x: T, y: T) -> T:
     """PyTorch's ``x << y``: the bits shifted in the unsigned type of x's width (the same bits as
     signed wrap-around), and 0 where y is negative or reaches the width (C leaves both undefined)."""
     zero = _k(g, 0, y)
     ok = _bool(g, "And", _bool(g, "GreaterOrEqual", y, zero), _bool(g, "Less", y, _k(g, _bits(x), y)))
-    shifted = g.op(
-        "BitShift", [_unsigned(g, x), _unsigned(g, _where(g, ok, y, zero))], f"u{_bits(x)}", direction="LEFT"
-    )
+    shifted = _bit_shift(g, _unsigned(g, x), _unsigned(g, _where(g, ok, y, zero)), "LEFT", _scalar(x, y))
     return _where(g, ok, g.cast(shifted, x.dtype), _k(g, 0, x))
 
 
@@ -415,15 +424,13 @@ def _right_shift(g: OnnxGraph, x: T, y: T) -> T:
     bits = _bits(x)
     if x.dtype.startswith("u"):
         ok = _bool(g, "Less", y, _k(g, bits, y))
-        shifted = g.op("BitShift", [x, _where(g, ok, y, _k(g, 0, y))], x.dtype, direction="RIGHT")
+        shifted = _bit_shift(g, x, _where(g, ok, y, _k(g, 0, y)), "RIGHT", _scalar(x, y))
         return _where(g, ok, shifted, _k(g, 0, x))
     top = _k(g, bits - 1, y)
     amount = _where(g, _bool(g, "Less", y, _k(g, 0, y)), top, _op(g, "Min", y, top))
     negative = _bool(g, "Less", x, _k(g, 0, x))
     magnitude = _where(g, negative, _op(g, "BitwiseNot", x), x)
-    shifted = g.cast(
-        g.op("BitShift", [_unsigned(g, magnitude), _unsigned(g, amount)], f"u{bits}", direction="RIGHT"), x.dtype
-    )
+    shifted = g.cast(_bit_shift(g, _unsigned(g, magnitude), _unsigned(g, amount), "RIGHT", _scalar(x, y)), x.dtype)
     return _where(g, negative, _op(g, "BitwiseNot", shifted), shifted)
 
 

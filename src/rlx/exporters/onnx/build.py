@@ -157,6 +157,8 @@ def _emit_instr(g: OnnxGraph, ins: Instr, env: Mapping[str, T]) -> T:
             # An empty result has no values to compute, and engines fail on some empty steps
             # (OpenVINO refuses a TopK of k = 0, misshapes empty diagonals and scans): a constant.
             result = g.const(np.zeros(shape, dtypes.to_numpy(ins.dtype)), ins.dtype)
+        elif (folded := _literal_constant(g, ins, shape)) is not None:
+            result = folded
         elif (lifted := _lift(g, ins, operands) if not entry.widen or operands == plain else None) is not None:
             result = lifted
         else:
@@ -180,6 +182,21 @@ def _emit_instr(g: OnnxGraph, ins: Instr, env: Mapping[str, T]) -> T:
     else:  # the result is an existing tensor (a no-op instruction): alias it
         g.node("Identity", [result], outputs=[ins.result])
     return T(ins.result, ins.dtype, ins.shape)
+
+
+# Values from literals only up to this many elements become constants of the graph.
+MAX_FOLDED = 1 << 16
+
+
+def _literal_constant(g: OnnxGraph, ins: Instr, shape: tuple[int, ...] | None) -> T | None:
+    """A small value computed from literals only (index arithmetic on an ``arange``, a mask), as a
+    constant evaluated by the numpy kernels: engines' own folding of such chains can be wrong
+    (OpenVINO folded |2 − arange(−1, 5)| to 2 − arange(−1, 5), so reflection padding read zeros),
+    and the constant costs them nothing. Random draws are left to the graph."""
+    if shape is None or math.prod(shape) > MAX_FOLDED or isinstance(ins.call, C.RandomBits) or not ins.call.refs():
+        return None
+    value = g.literal_value(ins.result)
+    return None if value is None else g.const(value, ins.dtype)
 
 
 def _lift(g: OnnxGraph, ins: Instr, operands: list[Any]) -> T | None:

@@ -201,6 +201,7 @@ class OnnxGraph:
         self.finite_inputs: set[str] = set()  # pooling_nan="check": inputs the engine checks before a run
         self._nan_sources: Any = None
         self._static_values: Any = None
+        self._literal_values: Any = None
         self._producers: dict[str, Instr] | None = None
         self._consumers: dict[str, list[Instr]] | None = None
         self.nodes: list[tuple[str, list[str], list[str], dict[str, Any], str, str, str]] = []
@@ -274,6 +275,16 @@ class OnnxGraph:
 
             self._static_values = StaticValues(self.program, self.weight_values.get)
         result: np.ndarray | None = self._static_values.value(name)
+        return result
+
+    def literal_value(self, name: str) -> np.ndarray | None:
+        """The value ``name`` has on every run when it derives from literals only (no input, no
+        weight: an ``arange`` and the index arithmetic on it), or None."""
+        if self._literal_values is None:
+            from rlx.exporters.onnx.static_values import StaticValues
+
+            self._literal_values = StaticValues(self.program, lambda _: None)
+        result: np.ndarray | None = self._literal_values.value(name)
         return result
 
     def producer(self, name: str) -> Instr | None:

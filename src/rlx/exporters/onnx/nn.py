@@ -139,7 +139,7 @@ def _conv_transpose_padded_past_stride(
         for n, s, d, k, p in zip(x.static_shape("ConvTranspose")[-nd:], c.stride, c.dilation,
                                  w.static_shape("ConvTranspose")[2:], c.padding)
     ]  # fmt: skip
-    want = [int(d) for d in out.shape[lead:]]
+    want = list(out_static(out, "ConvTranspose")[lead:])
     cut = [min(f, n) for f, n in zip(full, want)]
     if cut != full:
         y = g.op("Slice", [y, g.ints([0] * nd), g.ints(cut), g.ints(list(range(lead, rank)))], x.dtype)

@@ -140,6 +140,27 @@ def test_openvino_errors_say_the_reason_and_the_instruction(message, reason):
     assert executor.ov_reason(RuntimeError(message)) == reason
 
 
+@pytest.mark.parametrize(
+    "name,fn", [("matmul", lambda a, b: a @ b), ("pow", lambda a, b: a ** (b % 2 + 1))], ids=["matmul", "pow"]
+)
+def test_integer_products_and_powers_are_exact_below_2_to_24(name, fn):
+    """A documented limit (docs/engines.md): OpenVINO's CPU plugin computes int32 matrix products and
+    powers through float32 (4097·4099 + 3·2 came back as 16793610, not 16793609)."""
+    small = torch.tensor([[40, -3], [5, 41]], dtype=torch.int32), torch.tensor([[39, 1], [2, -37]], dtype=torch.int32)
+    big = (
+        torch.tensor([[4097, 3], [5, 4099]], dtype=torch.int32),
+        torch.tensor([[4099, 1], [2, 4097]], dtype=torch.int32),
+    )
+    model, _, _ = convert(fn, small, engine="openvino")
+    for (a, b), exact in ((small, True), (big, False)):
+        got, want = model(a.numpy(), b.numpy()), fn(a, b).numpy()
+        assert got.dtype == want.dtype == np.int32 and got.shape == want.shape
+        if exact:
+            np.testing.assert_array_equal(got, want, name)
+        else:  # (one float32 rounding of a value near 2**24 .. 2**37)
+            assert (np.abs(got.astype(np.int64) - want) <= np.abs(want.astype(np.int64)) * 2.0**-23 + 1).all()
+
+
 def test_random_draws_are_refused_in_one_line():
     """OpenVINO computes rlx's generator (unsigned 32-bit integer arithmetic) wrongly: torch.rand
     drew from [-0.5, 0.5) there. The engine refuses a program that draws, in one line; onnxruntime

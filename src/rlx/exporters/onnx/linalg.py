@@ -12,6 +12,8 @@ _VIA_INT32 = ("i8", "i16", "u8")
 
 @emits(C.MatMul, widen=True)
 def matmul(g: OnnxGraph, c: C.MatMul, out: Instr, x: T, y: T) -> T:
+    if x.shape is not None and x.shape[-1] == 0:  # a sum of nothing (OpenVINO failed to compile it)
+        return g.op("Expand", [g.const(0, out.dtype), g.dims(out.shape)], out.dtype, out.shape)
     if x.dtype in _VIA_INT32:  # wrap-around products, narrowed: the same bits
         return g.cast(g.op("MatMul", [g.cast(x, "i32"), g.cast(y, "i32")], "i32"), x.dtype)
     if x.dtype == "bool":

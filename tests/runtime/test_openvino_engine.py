@@ -174,6 +174,18 @@ def test_random_draws_are_refused_in_one_line():
     assert drawn.dtype == np.float32 and 0.0 <= drawn.min() and drawn.max() < 1.0 and 0.4 < drawn.mean() < 0.6
 
 
+def test_determinants_are_refused_in_one_line():
+    """OpenVINO's ONNX reader has no Det (it failed to read the graph with a pointer to its
+    extension documentation); onnxruntime computes it."""
+    x = rand((2, 3, 3))
+    with pytest.raises(UsageError) as refused:
+        convert(torch.linalg.det, (x,), engine="openvino")
+    message = str(refused.value)
+    assert "\n" not in message and "determinant" in message and "engine='numpy'" in message
+    got = convert(torch.linalg.det, (x,), engine="onnxruntime")[0](x.numpy())
+    np.testing.assert_allclose(got, torch.linalg.det(x).numpy(), rtol=1e-5, atol=1e-6)
+
+
 def test_known_mismatches_name_real_cases():
     names = {c[0] for c in CASES}
     assert set(KNOWN) <= names, sorted(set(KNOWN) - names)

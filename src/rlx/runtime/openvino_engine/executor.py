@@ -70,7 +70,9 @@ class OvEngine(GraphEngine):
     # drew from [-0.5, 0.5))
     refused_calls = {
         C.RandomBits: "draws random numbers, which OpenVINO computes wrongly (its unsigned 32-bit integer "
-        "arithmetic); run it with engine='numpy' or 'onnxruntime'"
+        "arithmetic); run it with engine='numpy' or 'onnxruntime'",
+        C.Det: "computes a determinant, for which OpenVINO's ONNX reader has no operator; run it with "
+        "engine='numpy' or 'onnxruntime'",
     }
 
     def configure(

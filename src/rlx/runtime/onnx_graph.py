@@ -29,9 +29,10 @@ class GraphEngine:
     keyword parameters of ``configure``, which checks them before any graph is built."""
 
     name = ""
-    # Calls this engine computes wrongly where the ONNX emitter writes them → why (a program using
-    # one is refused when it loads).
+    # Calls this engine computes wrongly or cannot read where the ONNX emitter writes them → why (a
+    # program using one is refused when it loads, with ``instead``).
     refused_calls: Mapping[type[Call], str] = {}
+    instead = ""
 
     def __init__(
         self,
@@ -47,7 +48,7 @@ class GraphEngine:
         check_program(program, threads)
         refused = sorted({why for ins in program.instrs if (why := self.refused_calls.get(type(ins.call)))})
         if refused:
-            raise UsageError(f"{program.name} {'; '.join(refused)}")
+            raise UsageError(f"{program.name} {'; '.join(refused)}; {self.instead}")
         self._source = program
         self.threads = threads
         self.precision = precision

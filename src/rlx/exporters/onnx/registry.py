@@ -25,7 +25,7 @@ import numpy as np
 
 from rlx.errors import RlxError, UsageError
 from rlx.ir import dtypes
-from rlx.ir.program import Call, Instr, Lit, Program, Ref, Value
+from rlx.ir.program import Call, Instr, Lit, Program, Ref
 from rlx.ir.symbolic import Dim, Shape, Sym
 
 OPSET = 21  # ai.onnx: Reduce* take axes as an input (18), Gelu (20), GridSample-20, Resize antialias (18)
@@ -226,7 +226,7 @@ class OnnxGraph:
         self.symbol_sources: dict[str, tuple[str, int]] = {}
         # (an input's axis; a size that depends on the data, such as nonzero's count: the first
         # value that has it, read after its instruction ran)
-        for v in [*program.inputs, *(Value(i.result, i.shape, i.dtype) for i in program.instrs)]:
+        for v in self.values.values():  # (inputs first, then weights, then results in program order)
             for axis, d in enumerate(v.shape or ()):
                 if isinstance(d, Sym) and d.expr.isidentifier():
                     self.symbol_sources.setdefault(d.expr, (v.name, axis))

@@ -66,14 +66,12 @@ class OvEngine(GraphEngine):
     """A program's weights and OpenVINO settings, shared by the compiled model of every binding."""
 
     name = "openvino"
-    # (OpenVINO 2026.4 runs the generator's unsigned 32-bit integer arithmetic wrongly: torch.rand
-    # drew from [-0.5, 0.5))
     refused_calls = {
-        C.RandomBits: "draws random numbers, which OpenVINO computes wrongly (its unsigned 32-bit integer "
-        "arithmetic); run it with engine='numpy' or 'onnxruntime'",
-        C.Det: "computes a determinant, for which OpenVINO's ONNX reader has no operator; run it with "
-        "engine='numpy' or 'onnxruntime'",
+        # (OpenVINO 2026.4: torch.rand drew from [-0.5, 0.5))
+        C.RandomBits: "draws random numbers, which OpenVINO computes wrongly (its unsigned 32-bit integer arithmetic)",
+        C.Det: "computes a determinant, for which OpenVINO's ONNX reader has no operator",
     }
+    instead = "run it with engine='numpy' or 'onnxruntime'"
 
     def configure(
         self,

@@ -101,6 +101,19 @@ def test_dynamic_shapes_compile_as_designed(engine):
 _I64 = torch.int64
 # Programs found wrong or refused on an ONNX engine by running the lowering tests on it (``pytest
 # --engine``): (id, function, inputs). Ties, empty values and data-dependent sizes.
+class _AbsOfWeights(torch.nn.Module):
+    """|c - w| of a 1-d weight and buffer: OpenVINO's CPU plugin computed such constant-only
+    subgraphs without the Abs (|-w| came back as -w)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.tensor([-1.0, 0.5, 3.0, 5.0, -0.0]))
+        self.register_buffer("k", torch.tensor([-4, 0, 2, 7, 1]))
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return x + (2 - self.w).abs() + (-self.w).abs().sqrt(), x.long() * (3 - self.k).abs()
+
+
 GRAPH_CASES = [
     # empty values: an empty constant came back from OpenVINO as a scalar, a top-k of k = 0 and a
     # reduction of an empty constant failed to compile, an empty scan came back with a column
@@ -160,6 +173,7 @@ GRAPH_CASES = [
         lambda x: (F.pad(x, (1, 2, 0, 3), mode="reflect"), F.pad(x[0], (2, 1), mode="reflect")),
         (rand((1, 2, 5, 6)),),
     ),
+    ("abs_of_weights", _AbsOfWeights(), (rand((3, 5)),)),
     # a product over an empty axis is zeros (OpenVINO failed to compile it)
     (
         "product_over_nothing",

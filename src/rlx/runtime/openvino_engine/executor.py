@@ -202,7 +202,7 @@ class OvEngine(GraphEngine):
             param.output(0).replace(const.output(0))
             model.remove_parameter(param)
         model.validate_nodes_and_infer_types()
-        return model, finite
+        return _fold_constants(model), finite
 
     def _quantized_model(self, program: Program) -> Any:
         """int8-static: the graph with its weights embedded, quantized by onnxruntime's static
@@ -215,7 +215,7 @@ class OvEngine(GraphEngine):
         for param, name, value in zip(model.get_parameters(), graph_inputs, program.inputs):
             if name != value.name:  # (a bfloat16 input, renamed: it crosses as float32)
                 param.output(0).get_tensor().add_names({value.name})
-        return model
+        return model  # (not folded: folding would compute the quantized weights back in float32)
 
     def _read(self, serialized: bytes, program: Program) -> Any:
         try:
@@ -229,6 +229,19 @@ class OvEngine(GraphEngine):
             if op.get_type_name() == "TopK" and "stable" in op.get_attributes():
                 op.set_attribute("stable", True)
         return model
+
+
+def _fold_constants(model: Any) -> Any:
+    """``model`` with what depends on constants only computed once, by OpenVINO's own constant
+    folding. Its CPU plugin computes such a subgraph wrongly where it has an ``Abs`` over a 1-d
+    value: |-w| came back as -w, |2 - w| as 2 - w (a weight ``w``; reflection padding's
+    |2 - arange| read zeros), while the same subgraph folded by this pass is right."""
+    from openvino import passes
+
+    manager = passes.Manager()
+    manager.register_pass(passes.ConstantFolding())
+    manager.run_passes(model)
+    return model
 
 
 def trace_program(

@@ -90,7 +90,7 @@ class Model:
             engine, program, weights, disable_passes if optimize else None, threads, engine_options, precision
         )
         # Static programs have one executor; dynamic ones get one per binding of the symbols.
-        self._static = None if program.is_dynamic else self.engine.compile(program)
+        self._static = None if program.is_dynamic else self._compile(program)
         self._by_binding: OrderedDict[tuple[tuple[str, int], ...], Executor] = OrderedDict()
         self._lock = threading.Lock()  # guards the plan cache; running a plan needs no lock
         # Per-call overhead matters on small models (an MLP runs in a few µs): a static model without
@@ -190,6 +190,10 @@ class Model:
             write_back(program, full, outputs)
         return outputs[: program.n_user_outputs]
 
+    def _compile(self, program: Program) -> Executor:
+        # (onnxruntime refuses to load a graph without outputs: OpInfo's broadcast_shapes of two 0-d shapes)
+        return self.engine.compile(program) if program.outputs else NoOutputs(program)
+
     def executor_for(self, inputs: list[np.ndarray]) -> Executor:
         if self._static is not None:
             return self._static
@@ -200,12 +204,22 @@ class Model:
             if executor is not None:
                 self._by_binding.move_to_end(key)
                 return executor
-        executor = self.engine.compile(specialize(self.engine.source, bindings))
+        executor = self._compile(specialize(self.engine.source, bindings))
         with self._lock:
             self._by_binding[key] = executor
             if len(self._by_binding) > PLAN_CACHE_SIZE:
                 self._by_binding.popitem(last=False)
         return executor
+
+
+class NoOutputs:
+    """The executor of a program without outputs: nothing to compute, on any engine."""
+
+    def __init__(self, program: Program) -> None:
+        self.program = program
+
+    def run(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        return []
 
 
 def write_back(program: Program, inputs: list[np.ndarray], outputs: list[np.ndarray]) -> None:

@@ -101,6 +101,14 @@ def test_dynamic_shapes_compile_as_designed(engine):
 _I64 = torch.int64
 # Programs found wrong or refused on an ONNX engine by running the lowering tests on it (``pytest
 # --engine``): (id, function, inputs). Ties, empty values and data-dependent sizes.
+def _with_nan(x: torch.Tensor) -> torch.Tensor:
+    """``x`` with NaN in about a third of its places and in all of its third row, ±inf once each."""
+    x = torch.where(rand(x.shape, seed=3) > -1, x, float("nan"))
+    x[2] = float("nan")
+    x[0, 0], x[1, 1] = float("inf"), -float("inf")
+    return x
+
+
 class _AbsOfWeights(torch.nn.Module):
     """|c - w| of a 1-d weight and buffer: OpenVINO's CPU plugin computed such constant-only
     subgraphs without the Abs (|-w| came back as -w)."""
@@ -127,6 +135,18 @@ GRAPH_CASES = [
         "argsort_descending_ties",
         lambda x: torch.argsort(x, dim=1, descending=True, stable=True),
         (rand((3, 33), _I64, low=0, high=3),),
+    ),
+    # NaN sorts above every number (OpenVINO's TopK put it anywhere)
+    (
+        "nan_in_sorts",
+        lambda x: (
+            torch.sort(x, dim=1, stable=True),
+            torch.sort(x.half(), dim=0, descending=True, stable=True),
+            torch.topk(x, 4, 1).values,
+            torch.topk(x, 3, 0, largest=False).values,
+            torch.nanmedian(x[3:], 1),  # (the position PyTorch returns for a lane of NaNs is its sort's)
+        ),
+        (_with_nan(rand((6, 9))),),
     ),
     ("mode_of_integers", lambda x: torch.mode(x, 1), (torch.tensor([[1, 2, 2, 3], [5, 5, 1, 1], [-7, 4, -7, 4]]),)),
     # an index smaller than its source on another axis (OpenVINO dropped the crop)

@@ -16,8 +16,23 @@ from rlx.kernels.precision import highest, lowest
 
 def _top_k(g: OnnxGraph, x: T, k: T, axis: int, largest: bool) -> T:
     work = g.cast(x, "f32") if x.dtype in ("f16", "bf16", "bool", "u8", "i8", "i16") else x
+    if dtypes.is_float(work.dtype) and not g.options.top_k_orders_nan:
+        return _top_k_nan_above(g, work, k, axis, largest)
     _, idx = g.node("TopK", [work, k], 2, axis=axis, largest=int(largest), sorted=1)
     return T(idx, "i64")
+
+
+def _top_k_nan_above(g: OnnxGraph, x: T, k: T, axis: int, largest: bool) -> T:
+    """Top-k positions with NaN above every number (PyTorch's order), from TopKs that see no NaN:
+    all of the lane sorted by value (NaN read as 0), then the first k of that order sorted by
+    is-NaN; both stable, so the second keeps the first's order among equal keys."""
+    assert x.shape is not None
+    nan = g.op("IsNaN", [x], "bool", x.shape)
+    _, by_value = g.node("TopK", [g.where(nan, g.const(0, x.dtype), x), g.dim(x.shape[axis])], 2,
+                         axis=axis, largest=int(largest), sorted=1)  # fmt: skip
+    nan_in_order = g.op("GatherElements", [g.cast(nan, "f32"), by_value], "f32", x.shape, axis=axis)
+    _, by_nan = g.node("TopK", [nan_in_order, k], 2, axis=axis, largest=int(largest), sorted=1)
+    return g.op("GatherElements", [by_value, by_nan], "i64", axis=axis)
 
 
 @emits(C.ArgSort)

@@ -136,7 +136,10 @@ class GraphOptions:
     can use what they hold (a pooled input's NaN traced to graph inputs, ``nan_sources``; values
     fixed on every run, ``static_values``). ``blocked_layout``: shape the graph for onnxruntime's
     blocked channel layout (NCHWc), where it has one: a squeeze-excitation scale is upsampled to
-    the image before its product, which that layout takes (a broadcast product leaves it)."""
+    the image before its product, which that layout takes (a broadcast product leaves it).
+    ``top_k_orders_nan``: the runtime's TopK orders NaN above every number, as PyTorch does
+    (onnxruntime's does; ONNX leaves it open, and OpenVINO's put NaN anywhere); otherwise a float
+    sort or top-k orders by (is NaN, value) in two stable TopKs."""
 
     io_bf16_as_f32: bool = False
     external_weights: bool = False
@@ -144,6 +147,7 @@ class GraphOptions:
     contrib: Collection[str] = frozenset()
     weight_values: Mapping[str, np.ndarray] | None = field(default=None, compare=False, repr=False)
     blocked_layout: bool = False
+    top_k_orders_nan: bool = False
 
     def __post_init__(self) -> None:
         if self.pooling_nan not in (True, False, "check"):

@@ -398,7 +398,7 @@ def emit_model(program: Program, engine: OrtEngine, *, exact: bool = False) -> A
         program = read_weights_in_place(program)
     options = GraphOptions(io_bf16_as_f32=True, external_weights=not int8, pooling_nan=pooling_nan,
                            contrib=engine.contrib, weight_values=engine.arrays,
-                           blocked_layout=channel_block() > 1 and not int8)  # fmt: skip
+                           blocked_layout=channel_block() > 1 and not int8, top_k_orders_nan=True)  # fmt: skip
     model = to_onnx(program, scalars, options=options)
     if not exact and not int8:  # (the exact graph: NaN and inf meet no padding; int8 checks every input)
         guard_block_padding(model, program, engine.arrays)

@@ -233,7 +233,11 @@ def unary(g: OnnxGraph, c: C.Unary, out: Instr, x: T) -> T:
 
 # ── binary ───────────────────────────────────────────────────────────────────
 def _fmod(g: OnnxGraph, x: T, y: T) -> T:
-    return _op(g, "Mod", x, y, fmod=1)  # C's fmod: the dividend's sign (integers and floats)
+    m = _op(g, "Mod", x, y, fmod=1)  # C's fmod: the dividend's sign (integers and floats)
+    if g.options.fmod_by_infinity or not _is_float(x):
+        return m
+    finite_by_infinity = _bool(g, "And", _bool(g, "IsInf", y), _bool(g, "Not", _bool(g, "IsInf", x)))
+    return _where(g, finite_by_infinity, x, m)
 
 
 def _float_mod(g: OnnxGraph, x: T, y: T) -> T:
@@ -670,10 +674,6 @@ def cast(g: OnnxGraph, c: C.Cast, out: Instr, x: T) -> T:
         return g.op("Identity", [x], x.dtype)
     if c.dtype not in ONNX_TYPES:
         raise EmitError(f"the ONNX emitter cannot cast to {c.dtype}")
-    if dtypes.is_float(x.dtype) and c.dtype == "bool":
-        if x.dtype in HALF:  # (onnxruntime has no half Equal; widening is exact)
-            x = g.cast(x, "f32")
-        return _bool(g, "Not", _bool(g, "Equal", x, _k(g, 0, x)))  # NaN is True, as in PyTorch
     if x.dtype in HALF and c.dtype in HALF:
         return g.cast(g.cast(x, "f32"), c.dtype)
     return g.cast(x, c.dtype)

@@ -139,7 +139,9 @@ class GraphOptions:
     the image before its product, which that layout takes (a broadcast product leaves it).
     ``top_k_orders_nan``: the runtime's TopK orders NaN above every number, as PyTorch does
     (onnxruntime's does; ONNX leaves it open, and OpenVINO's put NaN anywhere); otherwise a float
-    sort or top-k orders by (is NaN, value) in two stable TopKs."""
+    sort or top-k orders by (is NaN, value) in two stable TopKs. ``fmod_by_infinity``: the
+    runtime's float ``Mod(fmod=1)`` by ±inf gives the dividend, as C's fmod and ONNX say
+    (onnxruntime's does; OpenVINO's gave NaN); otherwise the dividend is selected there."""
 
     io_bf16_as_f32: bool = False
     external_weights: bool = False
@@ -148,6 +150,7 @@ class GraphOptions:
     weight_values: Mapping[str, np.ndarray] | None = field(default=None, compare=False, repr=False)
     blocked_layout: bool = False
     top_k_orders_nan: bool = False
+    fmod_by_infinity: bool = True
 
     def __post_init__(self) -> None:
         if self.pooling_nan not in (True, False, "check"):
@@ -156,6 +159,10 @@ class GraphOptions:
 
 
 PORTABLE = GraphOptions()
+
+# Comparisons written as their mirror image, which means the same in IEEE arithmetic: OpenVINO's
+# CPU plugin says NaN > y and NaN >= y are true (its Less and LessOrEqual are right).
+_MIRRORED = {"Greater": "Less", "GreaterOrEqual": "LessOrEqual"}
 
 
 # What a refusal tells the user to do instead.
@@ -318,6 +325,8 @@ class OnnxGraph:
     ) -> list[str]:
         """Append one node; returns its output names (fresh unless given)."""
         names = [("" if i is None else i.name if isinstance(i, T) else i) for i in inputs]
+        if op_type in _MIRRORED:  # y < x for x > y (OpenVINO: NaN > y was true)
+            op_type, names = _MIRRORED[op_type], names[::-1]
         while names and names[-1] == "":
             names.pop()  # trailing omitted optional inputs
         outs = list(outputs) if outputs is not None else [self.fresh(op_type.lower()) for _ in range(n_out)]
@@ -360,6 +369,12 @@ class OnnxGraph:
     def cast(self, x: T, dtype: str) -> T:
         if x.dtype == dtype:
             return x
+        if dtype == "bool" and dtypes.is_float(x.dtype):
+            # x != 0, which holds for NaN as in PyTorch (OpenVINO's Cast made NaN false); halves
+            # widened first (onnxruntime has no half Equal; widening is exact)
+            wide = self.cast(x, "f32") if x.dtype in HALF else x
+            zero = self.const(0, wide.dtype)
+            return self.op("Not", [self.op("Equal", [wide, zero], "bool", x.shape)], "bool", x.shape)
         return self.op("Cast", [x], dtype, x.shape, to=ONNX_TYPES[dtype])
 
     def where(self, cond: T, x: T, y: T) -> T:

@@ -167,7 +167,7 @@ class OvEngine(GraphEngine):
         # that precision pools plainly, as the ONNX MaxPool does.
         pooling_nan = False if self.precision == "f16" else True if exact else "check"
         options = GraphOptions(io_bf16_as_f32=True, external_weights=True, weight_values=self._arrays,
-                               pooling_nan=pooling_nan)  # fmt: skip
+                               pooling_nan=pooling_nan, fmod_by_infinity=False)  # fmt: skip
         proto = to_onnx(program, scalars, options=options)
         finite = finite_inputs(proto, program)
         graph = proto.graph

@@ -99,6 +99,8 @@ def test_dynamic_shapes_compile_as_designed(engine):
 
 
 _I64 = torch.int64
+
+
 # Programs found wrong or refused on an ONNX engine by running the lowering tests on it (``pytest
 # --engine``): (id, function, inputs). Ties, empty values and data-dependent sizes.
 def _with_nan(x: torch.Tensor) -> torch.Tensor:

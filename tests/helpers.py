@@ -136,9 +136,10 @@ def assert_converts_and_matches(
     rtol: float | None = None,
     atol: float | None = None,
     engine: str | None = None,
+    engine_options: Mapping[str, Any] | None = None,
 ) -> Program:
-    """Convert at each decomposition level, run on ``engine`` (``DEFAULT_ENGINE`` unless told),
-    compare every output with eager torch."""
+    """Convert at each decomposition level, run on ``engine`` (``DEFAULT_ENGINE`` unless told)
+    with ``engine_options``, compare every output with eager torch."""
     module = as_module(fn).eval()
     with torch.no_grad():
         expected = module(*inputs, **(kwargs or {}))
@@ -147,7 +148,9 @@ def assert_converts_and_matches(
     for level in levels:
         if level == "core" and high is not None and high_is_core(high):
             continue
-        model, program, exported = convert(module, inputs, kwargs=kwargs, decomposition=level, engine=engine)
+        model, program, exported = convert(
+            module, inputs, kwargs=kwargs, decomposition=level, engine=engine, engine_options=engine_options
+        )
         if level == "high":
             high = exported
         np_inputs = [tensor_to_numpy(t) if isinstance(t, torch.Tensor) else t for t in inputs]

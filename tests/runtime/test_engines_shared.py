@@ -215,7 +215,9 @@ GRAPH_CASES = [
 @pytest.mark.parametrize("engine", ["onnxruntime", "openvino"])
 def test_ties_empty_values_and_data_dependent_sizes(engine, name, fn, inputs):
     _installed(engine)
-    assert_converts_and_matches(fn, inputs, levels=("high",), engine=engine)
+    # (OpenVINO's own graph, NaN inputs included: by default they would run on the numpy engine)
+    options = {"check_finite": False} if engine == "openvino" else None
+    assert_converts_and_matches(fn, inputs, levels=("high",), engine=engine, engine_options=options)
 
 
 @pytest.fixture(scope="module")

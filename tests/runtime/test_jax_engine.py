@@ -336,10 +336,10 @@ def _params(cases):
         yield pytest.param(name, calls, variants, inputs, dtypes, levels, id=name, marks=marks)
 
 
-def check_case(engine, name, calls, variants, inputs, dtypes, levels):
+def check_case(engine, name, calls, variants, inputs, dtypes, levels, engine_options=None):
     """One case of the table on ``engine``: it matches PyTorch, and the program has the Calls it is meant to cover."""
     fn, data = sweep(variants, inputs, dtypes)
-    program = assert_converts_and_matches(fn, data, levels=levels, engine=engine)
+    program = assert_converts_and_matches(fn, data, levels=levels, engine=engine, engine_options=engine_options)
     used = {type(ins.call) for ins in program.instrs}
     assert calls <= used, f"{name}: expected {sorted(c.__name__ for c in calls - used)} in the program"
 

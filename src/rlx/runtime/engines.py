@@ -189,7 +189,11 @@ def create_engine(
     if name == "openvino":
         from rlx.runtime.openvino_engine.executor import OvEngine
 
-        return OvEngine(program, weights, threads=threads, precision=precision, **dict(options or {}))
+        def numpy_engine() -> Engine:  # (runs the calls whose inputs hold NaN or inf)
+            return create_engine("numpy", program, weights, (), threads)
+
+        return OvEngine(program, weights, threads=threads, precision=precision, numpy_engine=numpy_engine,
+                        **dict(options or {}))  # fmt: skip
     if options:
         raise UsageError(f"the {name} engine takes no options, got {', '.join(sorted(options))}")
     if name == "jax":

@@ -41,6 +41,7 @@ class GraphEngine:
         *,
         threads: int | None = None,
         precision: str = "f32",
+        numpy_engine: Callable[[], Any] | None = None,
         **options: Any,
     ) -> None:
         check_options(self.configure, self.name, options)
@@ -52,6 +53,9 @@ class GraphEngine:
         self._source = program
         self.threads = threads
         self.precision = precision
+        # Makes the numpy engine of the program, for what this engine cannot compute exactly (the
+        # engine table gives it; OpenVINO runs the calls whose inputs hold NaN or inf there).
+        self.numpy_engine = numpy_engine
         self._arrays = host_weights(program, weights)
         self.compilations = 0
         self._lock = threading.Lock()  # guards the compilation count

@@ -39,7 +39,7 @@ from rlx.exporters.onnx import NAN_CHECK, GraphOptions, to_onnx
 from rlx.ir import calls as C
 from rlx.ir import dtypes
 from rlx.ir.program import Program
-from rlx.runtime.onnx_graph import GraphEngine, all_finite, finite_inputs, output_values
+from rlx.runtime.onnx_graph import GraphEngine, all_finite, output_values
 from rlx.runtime.openvino_engine import require_openvino
 from rlx.runtime.openvino_engine.hints import HINTS, bf16_grouped_conv_is_wrong, check_precision
 from rlx.runtime.openvino_engine.keep_float32 import keep_float32
@@ -80,6 +80,7 @@ class OvEngine(GraphEngine):
         dynamic: bool = True,
         calibration: str | Path | None = None,
         float32: Collection[str] = (),
+        check_finite: bool = True,
     ) -> None:
         """``threads``: OpenVINO's inference threads (``None``: its default, one per physical core);
         ``precision``: ``f32`` / ``bf16`` / ``f16``, OpenVINO's inference-precision hint (refused
@@ -88,19 +89,25 @@ class OvEngine(GraphEngine):
         OpenVINO runs as int8 kernels; ``float32``: instructions (by result name) left unquantized;
         at bf16 / f16, instructions computed in float32 (mixed precision);
         ``dynamic=False``: compile each input-shape binding on its own (static shapes) instead of
-        one compiled model for all of them."""
+        one compiled model for all of them; ``check_finite=False``: every call runs on OpenVINO,
+        its inputs unchecked and its max pooling plain, so NaN may come out as numbers (by default a
+        call whose inputs hold NaN or inf runs on the numpy engine: ``OvExecutor``)."""
         self._ov = require_openvino()
         check_precision(precision)
         if not isinstance(dynamic, bool):
             raise UsageError(f"dynamic must be True or False, got {dynamic!r}")
         check_quantization(precision, calibration, float32, lowered=LOWERED)
+        if not isinstance(check_finite, bool):
+            raise UsageError(f"check_finite must be True or False, got {check_finite!r}")
+        self.check_finite = check_finite
         self.dynamic = dynamic
         self.calibration = None if calibration is None else Path(calibration)
         self.float32 = tuple(float32)
         self._core = self._ov.Core()
         self._shared_lock = threading.Lock()  # one thread compiles the dynamic model
-        self._shared: dict[bool, Compiled] = {}  # exact -> the compiled dynamic model, once built
+        self._shared: Compiled | None = None  # the compiled dynamic model, once built
         self._shared_failed = False
+        self._numpy: Any = None  # the numpy engine of runs whose inputs hold NaN or inf, made on the first
         # Convolutions found on a slow kernel at the lower precision: every later compilation keeps them.
         self._slow_convolutions: set[str] = set()
 
@@ -111,31 +118,40 @@ class OvEngine(GraphEngine):
             cfg["INFERENCE_NUM_THREADS"] = self.threads
         return cfg
 
-    def compile(self, program: Program, *, exact: bool = False) -> OvExecutor:
-        """``exact``: the graph whose max pooling pools the NaN mask too (see ``OvExecutor``)."""
+    def compile(self, program: Program) -> OvExecutor:
         # (int8-static: each binding is quantized at its static shape, as it was calibrated)
-        shareable = self.dynamic and (exact or self.precision != "int8-static")
+        shareable = self.dynamic and self.precision != "int8-static"
         if self._source.is_dynamic and shareable and not program.is_dynamic:
-            shared = self._compiled_source(exact)
+            shared = self._compiled_source()
             if shared is not None:  # one compiled model serves every binding
                 return OvExecutor(program, shared, self)
-        return OvExecutor(program, self._compile_program(program, exact), self)
+        return OvExecutor(program, self._compile_program(program), self)
 
-    def _compiled_source(self, exact: bool) -> Compiled | None:
+    def exact(self, program: Program) -> Any:
+        """The numpy engine's executor of ``program``: the runs whose inputs hold NaN or inf, which
+        OpenVINO's kernels would turn into numbers (see ``OvExecutor``)."""
+        if self.numpy_engine is None:
+            raise RlxError(f"the OpenVINO engine of {program.name} has no numpy engine for inputs holding NaN or inf")
         with self._shared_lock:
-            if exact not in self._shared and not self._shared_failed:
+            if self._numpy is None:
+                self._numpy = self.numpy_engine()
+        return self._numpy.compile(program)
+
+    def _compiled_source(self) -> Compiled | None:
+        with self._shared_lock:
+            if self._shared is None and not self._shared_failed:
                 try:
-                    self._shared[exact] = self._compile_program(self._source, exact)
+                    self._shared = self._compile_program(self._source)
                 except RlxError:  # a graph OpenVINO cannot shape dynamically: one compilation per binding
                     self._shared_failed = True
-            return self._shared.get(exact)
+            return self._shared
 
-    def _compile_program(self, program: Program, exact: bool, traced: Collection[str] = ()) -> Compiled:
+    def _compile_program(self, program: Program, traced: Collection[str] = ()) -> Compiled:
         """``program`` compiled; ``traced``: values (by name) made outputs too, after the program's
         own, where OpenVINO's model has a tensor for them. A convolution that the lower precision
         runs on a slow kernel is kept in float32 from then on, and the model compiled again."""
         while True:
-            model, finite = self.ov_model(program, exact=exact)
+            model, finite = self.ov_model(program)
             if traced:
                 wanted = set(traced)
                 model.add_outputs([out for op in model.get_ordered_ops()
@@ -151,25 +167,27 @@ class OvEngine(GraphEngine):
                 return Compiled(compiled, finite)
             self._slow_convolutions |= slow  # (for every later binding too)
 
-    def ov_model(self, program: Program, *, exact: bool = False) -> tuple[Any, tuple[int, ...]]:
+    def ov_model(self, program: Program) -> tuple[Any, tuple[int, ...]]:
         """The OpenVINO model of ``program`` with the weights as shared constants (not compiled),
-        and the positions of the inputs to check for NaN and inf before each run (``finite_inputs``);
-        its max pooling is plain and checked (``exact=False``) or pools the NaN mask; plain at f16.
-        At int8-static (``exact=False``) the weights are inside the quantized graph instead."""
+        and the positions of the inputs to check for NaN and inf before each run: every float input
+        the caller passes (state is not checked: it is what an earlier run returned). Its max
+        pooling is plain and checked; plain at f16. At int8-static the weights are inside the
+        quantized graph instead."""
         import onnx
 
-        if self.precision == "int8-static" and not exact:
-            # (every input is checked: quantizing an activation turns NaN into a number)
-            return self._quantized_model(program), tuple(range(len(program.inputs)))
+        carried = {s.name for s in program.state}
+        floats = [k for k, v in enumerate(program.inputs) if dtypes.is_float(v.dtype) and v.name not in carried]
+        finite = tuple(floats) if self.check_finite else ()
+        if self.precision == "int8-static":
+            return self._quantized_model(program), finite
         scalars = {w.name: self._arrays[w.name] for w in program.weights if not w.shape}
         # At f16 the check's sum overflows float16 on ordinary activations (every run would be
         # flagged and run twice), and OpenVINO turns the mask's NaN constant into 65504 anyway:
         # that precision pools plainly, as the ONNX MaxPool does.
-        pooling_nan = False if self.precision == "f16" else True if exact else "check"
+        pooling_nan = False if self.precision == "f16" or not self.check_finite else "check"
         options = GraphOptions(io_bf16_as_f32=True, external_weights=True, weight_values=self._arrays,
                                pooling_nan=pooling_nan, fmod_by_infinity=False)  # fmt: skip
         proto = to_onnx(program, scalars, options=options)
-        finite = finite_inputs(proto, program)
         graph = proto.graph
         # The graph's inputs are the program's, in order (a bfloat16 one renamed: it crosses as float32).
         renamed = {i.name: v.name for i, v in zip(graph.input, program.inputs) if i.name != v.name}
@@ -258,7 +276,7 @@ def trace_program(
     from fusing it away and its producer from being a fused op's interior, so the numbers are close
     to, not the same as, an untraced run's: enough to rank where the precision loses the accuracy."""
     engine = OvEngine(program, weights, precision=precision, **dict(options))
-    built = engine._compile_program(program, exact=False, traced=names)
+    built = engine._compile_program(program, traced=names)
     values = OvExecutor(program, built, engine).infer(inputs)
     found = {name: np.asarray(value) for port, value in zip(built.model.outputs, values) for name in port.get_names()}
     outputs = [v.name for v in output_values(program)]
@@ -346,18 +364,18 @@ class OvExecutor:
     """One static-shaped Program on a compiled OpenVINO model (its own, or the dynamic one shared
     by every binding); one infer request per calling thread.
 
-    PyTorch's max pooling propagates NaN, the ONNX MaxPool skips it. Pooling the NaN mask as well
-    costs OpenVINO 10-20% on a ResNet, so the compiled model pools plainly and also returns the
-    sum of every pooled input, or checks the graph inputs that alone can make a pooled input NaN
-    before the run: on the rare run where one is not finite, the inputs run again through a model,
-    compiled then, that pools the NaN mask."""
+    OpenVINO's kernels turn NaN into a number in many places (exp, relu, clamp, softmax, its max
+    pooling; docs/engines.md), where PyTorch propagates it. So a run whose float inputs hold NaN
+    or inf runs on the numpy engine instead (made on the first such run), as does one where a
+    pooled value turns out not finite: the compiled model pools plainly and also returns the sum
+    of every pooled input (pooling the NaN mask as well cost OpenVINO 10-20% on a ResNet)."""
 
     def __init__(self, program: Program, built: Compiled, engine: OvEngine) -> None:
         self.program = program
         self._compiled = compiled = built.model
         self._finite_inputs = built.finite_inputs
         self._engine = engine
-        self._exact: OvExecutor | None = None
+        self._exact: Any = None  # the numpy engine's executor
         self._exact_lock = threading.Lock()
         names = [v.name for v in program.inputs]
         position = {n: k for k, n in enumerate(names)}
@@ -371,7 +389,11 @@ class OvExecutor:
             self._feed.append(position[found[0]])
         self._bf16_inputs = {k for k, v in enumerate(program.inputs) if v.dtype == "bf16"}
         self._want = [dtypes.to_numpy(v.dtype) for v in output_values(program)]
-        self._checked = len(compiled.outputs) > len(self._want) and NAN_CHECK in compiled.outputs[-1].get_names()
+        self._checked = (
+            engine.check_finite
+            and len(compiled.outputs) > len(self._want)
+            and NAN_CHECK in compiled.outputs[-1].get_names()
+        )
         self._local = threading.local()
         # The binding's own infer, under the Python wrapper's input dispatch (about 5 µs of a small
         # model's 15 µs call): the inputs are checked arrays already, handed over as tensors on
@@ -420,9 +442,9 @@ class OvExecutor:
             raise RlxError(f"runtime error in OpenVINO running {self.program.name}: {ov_reason(e)}") from e
         return results.to_tuple()
 
-    def exact(self) -> OvExecutor:
-        """The executor whose graph pools the NaN mask (compiled on the first run that needs it)."""
+    def exact(self) -> Any:
+        """The numpy engine's executor of this program (made on the first run that needs it)."""
         with self._exact_lock:
             if self._exact is None:
-                self._exact = self._engine.compile(self.program, exact=True)
+                self._exact = self._engine.exact(self.program)
             return self._exact

@@ -107,7 +107,7 @@ class OvEngine(GraphEngine):
         self._shared_lock = threading.Lock()  # one thread compiles the dynamic model
         self._shared: Compiled | None = None  # the compiled dynamic model, once built
         self._shared_failed = False
-        self._numpy: Any = None  # the numpy engine of runs whose inputs hold NaN or inf, made on the first
+        self._numpy: Any = None  # the numpy engine of calls whose inputs hold NaN or inf (made on the first)
         # Convolutions found on a slow kernel at the lower precision: every later compilation keeps them.
         self._slow_convolutions: set[str] = set()
 

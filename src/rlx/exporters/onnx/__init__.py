@@ -20,6 +20,7 @@ from rlx.exporters.onnx.build import (
     EXTERNAL_DATA_THRESHOLD,
     FINITE_INPUTS,
     NAN_CHECK,
+    UNORDERED_TIES,
     check_coverage,
     to_onnx,
     write_onnx,
@@ -39,7 +40,7 @@ from rlx.exporters.onnx.registry import (
 FAMILIES = (elementwise, linalg, movement, nn, ordering, random, reduce, resample, scatter, selection, spectral)
 
 __all__ = [
-    "EMITTERS", "EXTERNAL_DATA_THRESHOLD", "FAMILIES", "FINITE_INPUTS", "FUNCTIONS", "NAN_CHECK", "NO_ONNX_FORM", "NO_ONNX_FUNCTION", "OPSET", "PORTABLE", "EmitError", "GraphOptions",
+    "EMITTERS", "EXTERNAL_DATA_THRESHOLD", "FAMILIES", "FINITE_INPUTS", "FUNCTIONS", "NAN_CHECK", "NO_ONNX_FORM", "NO_ONNX_FUNCTION", "OPSET", "PORTABLE", "UNORDERED_TIES", "EmitError", "GraphOptions",
     "check_coverage",
     "emits", "to_onnx", "write_onnx",
 ]  # fmt: skip

@@ -38,6 +38,7 @@ from rlx.ir.symbolic import Dim, Sym, static_shape
 
 NAN_CHECK = "rlx/nan_check"  # the output of pooling_nan="check"
 FINITE_INPUTS = "rlx/finite_inputs"  # metadata of pooling_nan="check": the inputs to check, as JSON
+UNORDERED_TIES = "rlx/unordered_ties"  # metadata: TopK index outputs whose ties may come in any order, as JSON
 EXTERNAL_DATA_THRESHOLD = 2 * 1024**3  # protobuf's limit on one message
 
 
@@ -77,6 +78,7 @@ class Emitted:
     weights: list[str] = field(default_factory=list)  # program weights the graph reads
     nan_check: T | None = None  # pooling_nan="check": a last float32 output, finite when pooling was exact
     finite_inputs: list[str] = field(default_factory=list)  # pooling_nan="check": inputs to check before a run
+    unordered_ties: list[str] = field(default_factory=list)  # TopK index outputs whose ties may come in any order
 
 
 def emit(program: Program, options: GraphOptions = PORTABLE) -> Emitted:
@@ -115,7 +117,7 @@ def emit(program: Program, options: GraphOptions = PORTABLE) -> Emitted:
     _prune(g, [t.name for t in outputs] + ([NAN_CHECK] if check else []))
     used = {name for node in g.nodes for name in node[1]}
     weights = [w.name for w in program.weights if w.name in used]
-    return Emitted(g, inputs, outputs, weights, check, sorted(g.finite_inputs))
+    return Emitted(g, inputs, outputs, weights, check, sorted(g.finite_inputs), sorted(g.unordered_ties))
 
 
 def _prune(g: OnnxGraph, roots: list[str]) -> None:
@@ -389,8 +391,9 @@ def to_onnx(
     model = onnx.helper.make_model(graph, opset_imports=opsets,
                                    producer_name="rlx", producer_version=__version__)  # fmt: skip
     model.ir_version = 10  # onnxruntime ≥ 1.18 reads IR 10 (opset 21)
-    if emitted.finite_inputs:
-        onnx.helper.set_model_props(model, {FINITE_INPUTS: json.dumps(emitted.finite_inputs)})
+    props = {FINITE_INPUTS: emitted.finite_inputs, UNORDERED_TIES: emitted.unordered_ties}
+    if any(props.values()):
+        onnx.helper.set_model_props(model, {key: json.dumps(names) for key, names in props.items() if names})
     return model
 
 

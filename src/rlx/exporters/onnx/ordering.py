@@ -14,25 +14,40 @@ from rlx.ir.symbolic import Sym
 from rlx.kernels.precision import highest, lowest
 
 
-def _top_k(g: OnnxGraph, x: T, k: T, axis: int, largest: bool) -> T:
+def _top_k(g: OnnxGraph, x: T, k: T, axis: int, largest: bool, *, any_tie_order: bool = False) -> T:
+    """``any_tie_order``: equal values may come in any order (a top-k's, as in PyTorch; a sort's
+    keep the lower index first)."""
     work = g.cast(x, "f32") if x.dtype in ("f16", "bf16", "bool", "u8", "i8", "i16") else x
     if dtypes.is_float(work.dtype) and not g.options.top_k_orders_nan:
-        return _top_k_nan_above(g, work, k, axis, largest)
+        return _top_k_nan_above(g, work, k, axis, largest, any_tie_order)
     _, idx = g.node("TopK", [work, k], 2, axis=axis, largest=int(largest), sorted=1)
+    if any_tie_order:
+        g.unordered_ties.add(idx)
     return T(idx, "i64")
 
 
-def _top_k_nan_above(g: OnnxGraph, x: T, k: T, axis: int, largest: bool) -> T:
-    """Top-k positions with NaN above every number (PyTorch's order), from TopKs that see no NaN:
-    all of the lane sorted by value (NaN read as 0), then the first k of that order sorted by
-    is-NaN; both stable, so the second keeps the first's order among equal keys."""
+def _top_k_nan_above(g: OnnxGraph, x: T, k: T, axis: int, largest: bool, any_tie_order: bool) -> T:
+    """Top-k positions with NaN above every number (PyTorch's order), from TopKs that see no NaN.
+
+    The first TopK reads NaN as +inf, which ties it with +inf (ties keep the lower index first),
+    and takes k' candidates: k, plus the most +infs of any lane when the largest are wanted (so
+    that every NaN of the top k is among them), or the most NaNs when the smallest are (so that
+    every +inf is). The second, also stable, orders the candidates by is-NaN and takes k. With no
+    NaN or inf, k' is k: a top-k of a few over a long lane stays a short TopK, not a full sort."""
     assert x.shape is not None
     nan = g.op("IsNaN", [x], "bool", x.shape)
-    _, by_value = g.node("TopK", [g.where(nan, g.const(0, x.dtype), x), g.dim(x.shape[axis])], 2,
-                         axis=axis, largest=int(largest), sorted=1)  # fmt: skip
-    nan_in_order = g.op("GatherElements", [g.cast(nan, "f32"), by_value], "f32", x.shape, axis=axis)
+    inf = g.const(np.inf, x.dtype)
+    key = g.where(nan, inf, x)
+    tied = nan if not largest else g.op("Equal", [x, inf], "bool", x.shape)  # what may need room
+    most = g.op("ReduceMax", [g.op("ReduceSum", [g.cast(tied, "i64"), g.ints([axis])], "i64", keepdims=1)], "i64",
+                keepdims=0)  # fmt: skip
+    wider = g.op("Min", [g.op("Add", [k, most], "i64"), g.dim(x.shape[axis])], "i64")
+    _, candidates = g.node("TopK", [key, wider], 2, axis=axis, largest=int(largest), sorted=1)
+    if any_tie_order:  # (the second TopK keeps the candidates' order: it must stay stable)
+        g.unordered_ties.add(candidates)
+    nan_in_order = g.op("GatherElements", [g.cast(nan, "f32"), candidates], "f32", axis=axis)
     _, by_nan = g.node("TopK", [nan_in_order, k], 2, axis=axis, largest=int(largest), sorted=1)
-    return g.op("GatherElements", [by_value, by_nan], "i64", axis=axis)
+    return g.op("GatherElements", [candidates, by_nan], "i64", axis=axis)
 
 
 @emits(C.ArgSort)
@@ -45,7 +60,7 @@ def arg_sort(g: OnnxGraph, c: C.ArgSort, out: Instr, x: T) -> T:
 
 @emits(C.ArgTopK)
 def arg_top_k(g: OnnxGraph, c: C.ArgTopK, out: Instr, x: T) -> T:
-    return _top_k(g, x, g.dim(c.k), c.axis, c.largest)
+    return _top_k(g, x, g.dim(c.k), c.axis, c.largest, any_tie_order=True)
 
 
 def _lanes(g: OnnxGraph, x: T, axis: int, fill: float | int | bool) -> T:

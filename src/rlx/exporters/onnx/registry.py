@@ -210,6 +210,9 @@ class OnnxGraph:
         self.nan_checks: list[T] = []  # pooling_nan="check": the pooled inputs' sums
         self.weight_values = options.weight_values
         self.finite_inputs: set[str] = set()  # pooling_nan="check": inputs the engine checks before a run
+        # TopK index outputs whose equal values may come in any order (a top-k's, as in PyTorch):
+        # OpenVINO runs those unstable, its stable TopK being ~90x slower on a long lane
+        self.unordered_ties: set[str] = set()
         self._nan_sources: Any = None
         self._static_values: Any = None
         self._literal_values: Any = None

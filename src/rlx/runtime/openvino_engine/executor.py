@@ -26,6 +26,7 @@ any that the compiled model runs on one of OpenVINO's slow fallback kernels at t
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 from collections.abc import Collection, Mapping, Sequence
@@ -35,7 +36,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from rlx.errors import RlxError, UsageError, first_line
-from rlx.exporters.onnx import NAN_CHECK, GraphOptions, to_onnx
+from rlx.exporters.onnx import NAN_CHECK, UNORDERED_TIES, GraphOptions, to_onnx
 from rlx.ir import calls as C
 from rlx.ir import dtypes
 from rlx.ir.program import Program
@@ -197,7 +198,8 @@ class OvEngine(GraphEngine):
         graph.initializer.extend(kept)
         for t in external:  # weights enter as inputs, become shared constants below
             graph.input.append(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
-        model = self._read(proto.SerializeToString(), program)
+        props = {p.key: p.value for p in proto.metadata_props}
+        model = self._read(proto.SerializeToString(), program, json.loads(props.get(UNORDERED_TIES, "[]")))
         keep = set(self.float32) | self._slow_convolutions if self.precision in ("bf16", "f16") else set()
         if self.precision == "bf16":
             keep |= _wrong_bf16_convolutions(program)
@@ -235,17 +237,20 @@ class OvEngine(GraphEngine):
                 param.output(0).get_tensor().add_names({value.name})
         return model  # (not folded: folding would compute the quantized weights back in float32)
 
-    def _read(self, serialized: bytes, program: Program) -> Any:
+    def _read(self, serialized: bytes, program: Program, unordered_ties: Collection[str] = ()) -> Any:
+        """``unordered_ties``: the TopKs (by index output) whose equal values may come in any order."""
         try:
             model = self._core.read_model(serialized)
         except Exception as e:
             raise RlxError(f"OpenVINO could not read {program.name}'s ONNX graph: {ov_reason(e)}") from e
         for op in model.get_ordered_ops():
-            # ONNX's TopK keeps the lower index first among equal values (rlx's sorts and top-k rely
-            # on it, as PyTorch's stable sort does); OpenVINO's reader builds TopK unstable, which
-            # reordered ties (65 of 80 sort indices of rows of repeated values were wrong).
+            # ONNX's TopK keeps the lower index first among equal values (rlx's sorts rely on it,
+            # as PyTorch's stable sort does); OpenVINO's reader builds TopK unstable, which
+            # reordered ties (65 of 80 sort indices of rows of repeated values were wrong). Its
+            # stable TopK is slow on a long lane (a top-50 of 50257: 31 ms, 0.35 unstable), so a
+            # top-k whose ties may come in any order (as in PyTorch) stays unstable.
             if op.get_type_name() == "TopK" and "stable" in op.get_attributes():
-                op.set_attribute("stable", True)
+                op.set_attribute("stable", not op.output(1).get_names() & set(unordered_ties))
         return model
 
 

@@ -4,8 +4,9 @@
 
 Why: OpenVINO's TopK is stable only on request, and its stable TopK grows with the square of
 the lane, so rlx runs a top-k's long TopK unstable there (ties in any order, as PyTorch allows)
-and a sort's stable (ties in index order, as ``torch.sort(stable=True)`` promises). This prints
-what each costs per lane length (median ms; ratio to eager in brackets).
+and a sort's stable (ties in index order, as ``torch.sort(stable=True)`` promises); the numpy
+engine takes a few out of a long lane by partition, not by sorting it. This prints what each
+costs per lane length (median ms; ratio to eager in brackets).
 """
 
 from __future__ import annotations

@@ -133,6 +133,13 @@ TOPK_UNSORTED = [
     lambda x: torch.sort(torch.topk(x, 5, sorted=False).indices).values,
     lambda x: torch.sort(torch.topk(x, 3, dim=0, largest=False, sorted=False).indices, dim=0).values,
 ]
+# a few out of a long lane (8k <= n): the numpy engine partitions instead of sorting the lane
+LONG_TOPK = [
+    lambda x: torch.topk(x, 5),
+    lambda x: torch.topk(x, 3, largest=False),
+    lambda x: torch.topk(x, 4, 0),
+]
+LONG_TOPK_VALUES = [lambda x: torch.topk(x, 6).values, lambda x: torch.topk(x, 4, 0, largest=False).values]
 SORTS = [
     lambda x: torch.sort(x),
     lambda x: torch.sort(x, 0, True),
@@ -179,6 +186,9 @@ SORTING = [
     case("topk_dtypes", TOPK, distinct(4, 6), dtypes=NUMBERS),
     case("topk_specials", TOPK, specials(4, 6), dtypes=(F32, F16, BF16, F64)),
     case("topk_unsorted", TOPK_UNSORTED, distinct(4, 10), dtypes=(F32, I64), levels=LEVELS),
+    case("topk_long_lanes", LONG_TOPK, distinct(40, 64), dtypes=(F32, F64, I64, I32)),  # (no ties in 2560)
+    case("topk_long_lanes_ties", LONG_TOPK_VALUES, ties(40, 64), dtypes=(F32, I64)),
+    case("topk_long_lanes_nan", LONG_TOPK_VALUES, nans(40, 64)),
     case("sort", SORTS, distinct(4, 6), levels=LEVELS),
     case("sort_dtypes", SORTS, distinct(4, 6), dtypes=NUMBERS),
     case("sort_specials", SORTS, specials(4, 6), dtypes=(F32, F16, BF16, F64)),

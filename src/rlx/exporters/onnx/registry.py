@@ -139,7 +139,7 @@ class GraphOptions:
     the image before its product, which that layout takes (a broadcast product leaves it).
     ``top_k_orders_nan``: the runtime's TopK orders NaN above every number, as PyTorch does
     (onnxruntime's does; ONNX leaves it open, and OpenVINO's put NaN anywhere); otherwise a float
-    sort or top-k orders by (is NaN, value) in two stable TopKs. ``fmod_by_infinity``: the
+    sort or top-k takes its candidates with NaN read as +inf, then orders them by is-NaN. ``fmod_by_infinity``: the
     runtime's float ``Mod(fmod=1)`` by ±inf gives the dividend, as C's fmod and ONNX say
     (onnxruntime's does; OpenVINO's gave NaN); otherwise the dividend is selected there."""
 
@@ -375,7 +375,7 @@ class OnnxGraph:
         if dtype == "bool" and dtypes.is_float(x.dtype):
             # x != 0, which holds for NaN as in PyTorch (OpenVINO's Cast made NaN false); halves
             # widened first (onnxruntime has no half Equal; widening is exact)
-            wide = self.cast(x, "f32") if x.dtype in HALF else x
+            wide = self.widen(x)
             zero = self.const(0, wide.dtype)
             return self.op("Not", [self.op("Equal", [wide, zero], "bool", x.shape)], "bool", x.shape)
         return self.op("Cast", [x], dtype, x.shape, to=ONNX_TYPES[dtype])

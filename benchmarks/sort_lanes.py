@@ -3,8 +3,8 @@
     python benchmarks/sort_lanes.py
 
 Why: OpenVINO's TopK is stable only on request, and its stable TopK grows with the square of
-the lane, so rlx runs a top-k's long TopK unstable there (ties in any order, as PyTorch allows)
-and a sort's stable (ties in index order, as ``torch.sort(stable=True)`` promises); the numpy
+the lane, so rlx runs unstable TopKs there: a top-k's ties in any order (as PyTorch allows), a
+sort's put in index order (as ``torch.sort(stable=True)`` promises) by unique keys; the numpy
 engine takes a few out of a long lane by partition, not by sorting it. This prints what each
 costs per lane length (median ms; ratio to eager in brackets).
 """

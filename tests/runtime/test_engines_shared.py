@@ -150,6 +150,18 @@ GRAPH_CASES = [
         ),
         (_with_nan(rand((6, 9))),),
     ),
+    # sorts of long lanes with ties, NaN and ±inf (OpenVINO sorts them on unique integer keys, a
+    # lane of 50257 in two passes: its stable TopK takes time quadratic in the lane)
+    (
+        "long_sorts_with_ties",
+        lambda x, i: (
+            torch.sort(x, dim=1, stable=True),
+            torch.sort(x[:, :300], dim=0, descending=True, stable=True),
+            torch.sort(i, dim=1, descending=True, stable=True),
+            torch.topk(x, 2000, 1).values,
+        ),
+        (_with_nan(rand((3, 50257)).round(decimals=1)), rand((2, 500), _I64, low=-3, high=3)),
+    ),
     ("mode_of_integers", lambda x: torch.mode(x, 1), (torch.tensor([[1, 2, 2, 3], [5, 5, 1, 1], [-7, 4, -7, 4]]),)),
     # an index smaller than its source on another axis (OpenVINO dropped the crop)
     (

@@ -83,7 +83,17 @@ def slice_axis(g: OnnxGraph, x: T, axis: int, start: int | Sym | T, stop: int | 
 
 @emits(C.Slice)
 def slice_(g: OnnxGraph, c: C.Slice, out: Instr, x: T) -> T:
+    if c.start == 0 and c.step == 1 and isinstance(c.stop, int) and _gathered_across(g, out.result, c.axis):
+        # the leading positions by a Gather: OpenVINO 2026.4 drops a Slice from 0 that feeds a
+        # GatherElements along another axis, then refuses the GatherElements' shapes
+        return g.op("Gather", [x, g.ints(list(range(c.stop)))], x.dtype, out.shape, axis=c.axis)
     return slice_axis(g, x, c.axis, c.start, c.stop, c.step)
+
+
+def _gathered_across(g: OnnxGraph, name: str, axis: int) -> bool:
+    return any(
+        isinstance(i.call, C.Gather) and i.call.x.name == name and i.call.axis != axis for i in g.consumers(name)
+    )
 
 
 @emits(C.Concat)

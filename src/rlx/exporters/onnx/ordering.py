@@ -13,11 +13,21 @@ from rlx.ir.program import Instr
 from rlx.ir.symbolic import Sym
 from rlx.kernels.precision import highest, lowest
 
+# A key of the unstable sort stays below this: OpenVINO computes int64 in int32.
+KEY_LIMIT = 2**31
+# Shorter lanes sort in one stable TopK even where that is slow (it is quadratic in the lane).
+UNIQUE_KEYS_FROM = 128
+
+
+def _sortable(g: OnnxGraph, x: T) -> T:
+    """x in a type every runtime's TopK takes (exactly)."""
+    return g.cast(x, "f32") if x.dtype in ("f16", "bf16", "bool", "u8", "i8", "i16") else x
+
 
 def _top_k(g: OnnxGraph, x: T, k: T, axis: int, largest: bool, *, any_tie_order: bool = False) -> T:
     """``any_tie_order``: equal values may come in any order (a top-k's, as in PyTorch; a sort's
     keep the lower index first)."""
-    work = g.cast(x, "f32") if x.dtype in ("f16", "bf16", "bool", "u8", "i8", "i16") else x
+    work = _sortable(g, x)
     if dtypes.is_float(work.dtype) and not g.options.top_k_orders_nan:
         return _top_k_nan_above(g, work, k, axis, largest, any_tie_order)
     _, idx = g.node("TopK", [work, k], 2, axis=axis, largest=int(largest), sorted=1)
@@ -45,9 +55,79 @@ def _top_k_nan_above(g: OnnxGraph, x: T, k: T, axis: int, largest: bool, any_tie
     _, candidates = g.node("TopK", [key, wider], 2, axis=axis, largest=int(largest), sorted=1)
     if any_tie_order:  # (the second TopK keeps the candidates' order: it must stay stable)
         g.unordered_ties.add(candidates)
-    nan_in_order = g.op("GatherElements", [g.cast(nan, "f32"), candidates], "f32", axis=axis)
-    _, by_nan = g.node("TopK", [nan_in_order, k], 2, axis=axis, largest=int(largest), sorted=1)
+    if g.options.unique_sort_keys:
+        # is-NaN, then the candidate's place, as one unique key (NaN first for the largest)
+        nan_digit = g.op("GatherElements", [g.cast(nan, "i64"), candidates], "i64", axis=axis)
+        if largest:
+            nan_digit = g.op("Sub", [g.ints(1), nan_digit], "i64")
+        count = g.op("Squeeze", [wider], "i64", ())
+        place = g.op("Range", [g.ints(0), count, g.ints(1)], "i64")
+        place = g.op("Reshape", [place, g.ints([1] * axis + [-1] + [1] * (x.rank - axis - 1))], "i64")
+        key = g.op("Add", [g.op("Mul", [nan_digit, wider], "i64"), place], "i64")
+        _, by_nan = g.node("TopK", [key, k], 2, axis=axis, largest=0, sorted=1)
+        g.unordered_ties.add(by_nan)
+    else:
+        nan_in_order = g.op("GatherElements", [g.cast(nan, "f32"), candidates], "f32", axis=axis)
+        _, by_nan = g.node("TopK", [nan_in_order, k], 2, axis=axis, largest=int(largest), sorted=1)
     return g.op("GatherElements", [candidates, by_nan], "i64", axis=axis)
+
+
+def _sort_by_unique_keys(g: OnnxGraph, x: T, axis: int, descending: bool) -> T | None:
+    """Stable sort positions from unstable TopKs (``GraphOptions.unique_sort_keys``): one by value,
+    NaN read as +inf; then each pass orders the groups of equal keys by the next digits of
+    (is-NaN, position) with the key group × base + digits, where the group is the number of key
+    changes before it in the order so far (below n). The last pass's keys are unique. A key must
+    stay below ``KEY_LIMIT``, so the position takes two passes (high digit, low digit) on a lane
+    longer than about 33 000 values. None (sort in one stable TopK) on a short lane, one that is
+    not static, or one too long for two passes (about 1.3 million values)."""
+    assert x.shape is not None
+    n = x.shape[axis]
+    if not isinstance(n, int) or n < UNIQUE_KEYS_FROM:
+        return None
+    floats = dtypes.is_float(x.dtype)
+    room = KEY_LIMIT // n  # a pass's base: group × base + digit ≤ n·base − 1
+    high = room // 2 if floats else room  # (the first pass also holds the is-NaN digit)
+    low = 1 if high >= n else -(-n // high)  # position = high digit × low + low digit
+    if low > room:
+        return None
+    key = x
+    if floats:
+        nan = g.op("IsNaN", [x], "bool", x.shape)
+        key = g.where(nan, g.const(np.inf, x.dtype), x)
+    order = _unstable_order(g, key, n, axis, descending)
+    groups = _group_ids(g, g.op("GatherElements", [key, order], key.dtype, x.shape, axis=axis), n, axis)
+    passes = [(n, None)] if low == 1 else [(high, "Div"), (low, "Mod")]  # (base, digit of the position)
+    for i, (base, op) in enumerate(passes):
+        digit = order if op is None else g.op(op, [order, g.ints(low)], "i64", x.shape)
+        if i == 0 and floats:
+            nan_digit = g.op("GatherElements", [g.cast(nan, "i64"), order], "i64", x.shape, axis=axis)
+            if descending:  # NaN first
+                nan_digit = g.op("Sub", [g.ints(1), nan_digit], "i64", x.shape)
+            digit = g.op("Add", [g.op("Mul", [nan_digit, g.ints(base)], "i64"), digit], "i64", x.shape)
+            base *= 2
+        key = g.op("Add", [g.op("Mul", [groups, g.ints(base)], "i64"), digit], "i64", x.shape)
+        by_key = _unstable_order(g, key, n, axis, False)
+        order = g.op("GatherElements", [order, by_key], "i64", x.shape, axis=axis)
+        if i + 1 < len(passes):
+            groups = _group_ids(g, g.op("GatherElements", [key, by_key], "i64", x.shape, axis=axis), n, axis)
+    return order
+
+
+def _unstable_order(g: OnnxGraph, key: T, n: int, axis: int, descending: bool) -> T:
+    _, order = g.node("TopK", [key, g.ints([n])], 2, axis=axis, largest=int(descending), sorted=1)
+    g.unordered_ties.add(order)
+    return T(order, "i64", key.shape)
+
+
+def _group_ids(g: OnnxGraph, ordered: T, n: int, axis: int) -> T:
+    """For each place of a lane in order, how many times the value changed before it."""
+    later = g.op("Slice", [ordered, g.ints([1]), g.ints([n]), g.ints([axis])], ordered.dtype)
+    earlier = g.op("Slice", [ordered, g.ints([0]), g.ints([n - 1]), g.ints([axis])], ordered.dtype)
+    changed = g.cast(g.op("Not", [g.op("Equal", [later, earlier], "bool")], "bool"), "i64")
+    pads = [0] * (2 * ordered.rank)
+    pads[axis] = 1  # the first place: no change before it
+    changed = g.op("Pad", [changed, g.ints(pads)], "i64", mode="constant")
+    return g.op("CumSum", [changed, g.ints(axis)], "i64", ordered.shape)
 
 
 @emits(C.ArgSort)
@@ -55,6 +135,10 @@ def arg_sort(g: OnnxGraph, c: C.ArgSort, out: Instr, x: T) -> T:
     assert x.shape is not None
     if x.rank == 0:
         return g.const(0, "i64")
+    if g.options.unique_sort_keys:
+        order = _sort_by_unique_keys(g, _sortable(g, x), c.axis, c.descending)
+        if order is not None:
+            return order
     return _top_k(g, x, g.dim(x.shape[c.axis]), c.axis, c.descending)
 
 

@@ -141,7 +141,12 @@ class GraphOptions:
     (onnxruntime's does; ONNX leaves it open, and OpenVINO's put NaN anywhere); otherwise a float
     sort or top-k takes its candidates with NaN read as +inf, then orders them by is-NaN. ``fmod_by_infinity``: the
     runtime's float ``Mod(fmod=1)`` by ±inf gives the dividend, as C's fmod and ONNX say
-    (onnxruntime's does; OpenVINO's gave NaN); otherwise the dividend is selected there."""
+    (onnxruntime's does; OpenVINO's gave NaN); otherwise the dividend is selected there.
+    ``unique_sort_keys``: the runtime's stable TopK is slow (OpenVINO's takes time quadratic in k:
+    7.8 s to sort 50 257 values, 7 ms unstable), so a sort orders its ties by position in unstable
+    TopKs on unique integer keys, and a top-k orders its candidates by is-NaN the same way (those
+    TopKs are named in ``unordered_ties``; a lane shorter than 128 or not static still sorts in
+    one stable TopK)."""
 
     io_bf16_as_f32: bool = False
     external_weights: bool = False
@@ -151,6 +156,7 @@ class GraphOptions:
     blocked_layout: bool = False
     top_k_orders_nan: bool = False
     fmod_by_infinity: bool = True
+    unique_sort_keys: bool = False
 
     def __post_init__(self) -> None:
         if self.pooling_nan not in (True, False, "check"):
@@ -211,7 +217,7 @@ class OnnxGraph:
         self.weight_values = options.weight_values
         self.finite_inputs: set[str] = set()  # pooling_nan="check": inputs the engine checks before a run
         # TopK index outputs whose equal values may come in any order (a top-k's, as in PyTorch):
-        # OpenVINO runs those unstable, its stable TopK being ~90x slower on a long lane
+        # OpenVINO runs those unstable, its stable TopK being quadratic in the lane
         self.unordered_ties: set[str] = set()
         self._nan_sources: Any = None
         self._static_values: Any = None

@@ -187,7 +187,7 @@ class OvEngine(GraphEngine):
         # that precision pools plainly, as the ONNX MaxPool does.
         pooling_nan = False if self.precision == "f16" or not self.check_finite else "check"
         options = GraphOptions(io_bf16_as_f32=True, external_weights=True, weight_values=self._arrays,
-                               pooling_nan=pooling_nan, fmod_by_infinity=False)  # fmt: skip
+                               pooling_nan=pooling_nan, fmod_by_infinity=False, unique_sort_keys=True)  # fmt: skip
         proto = to_onnx(program, scalars, options=options)
         graph = proto.graph
         # The graph's inputs are the program's, in order (a bfloat16 one renamed: it crosses as float32).
@@ -247,8 +247,9 @@ class OvEngine(GraphEngine):
             # ONNX's TopK keeps the lower index first among equal values (rlx's sorts rely on it,
             # as PyTorch's stable sort does); OpenVINO's reader builds TopK unstable, which
             # reordered ties (65 of 80 sort indices of rows of repeated values were wrong). Its
-            # stable TopK is slow on a long lane (a top-50 of 50257: 31 ms, 0.35 unstable), so a
-            # top-k whose ties may come in any order (as in PyTorch) stays unstable.
+            # stable TopK is quadratic in the lane (a top-50 of 50257: 31 ms, 0.35 unstable), so
+            # the TopKs whose ties may come in any order (a top-k's, as in PyTorch, and those on
+            # a sort's unique keys: GraphOptions.unique_sort_keys) stay unstable.
             if op.get_type_name() == "TopK" and "stable" in op.get_attributes():
                 op.set_attribute("stable", not op.output(1).get_names() & set(unordered_ties))
         return model

@@ -476,6 +476,48 @@ def test_int8_static_runs_quantized_kernels(tmp_path):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
+class _AbsAndTopK(torch.nn.Module):
+    """A product whose scale is |2 - w| of a weight crossing 2, and a top-k of its output."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(16, 16)
+        self.w = torch.nn.Parameter(torch.linspace(-1.0, 5.0, 16))
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        y = self.linear(x) * (2 - self.w).abs()
+        return y, torch.topk(y, 3, 1).indices
+
+
+def test_int8_static_keeps_abs_of_weights_and_runs_top_k_unstable(tmp_path):
+    """The int8-static graph is not constant-folded (that would undo its int8 weights): |2 - w|
+    comes in as a constant (OpenVINO computed 2 - w), and a top-k's pass over the whole lane runs
+    unstable, as on float32."""
+    pytest.importorskip("onnxruntime")
+    from rlx.formats.bundle import read_bundle
+    from rlx.formats.layout import CALIBRATION_FILE
+    from rlx.runtime.engines import calibrate
+
+    if "int8-static" not in supported_precisions("openvino"):
+        pytest.skip("OpenVINO has no int8 on this CPU")
+    module = _AbsAndTopK().eval()
+    out = tmp_path / "abs"
+    rlx.from_torch(module, (torch.randn(4, 16),), out)
+    program, weights, _ = read_bundle(out / "bundle")
+    calibration = out / "bundle" / CALIBRATION_FILE
+    calibrate(program, weights, [[torch.randn(4, 16).numpy()] for _ in range(8)], calibration)
+    model = rlx.load(out, engine="openvino", precision="int8-static", engine_options={"calibration": calibration})
+    x = torch.randn(4, 16)
+    got, _ = model(x.numpy())
+    with torch.no_grad():
+        want = module(x)[0].numpy()
+    cosine = float(np.ravel(got) @ np.ravel(want) / (np.linalg.norm(got) * np.linalg.norm(want)))
+    assert cosine > 0.99, cosine  # (with |2 - w| read as 2 - w, a third of the columns flip sign)
+    ov_model, _ = model.engine.ov_model(program)
+    stable = [op.get_attributes()["stable"] for op in ov_model.get_ordered_ops() if op.get_type_name() == "TopK"]
+    assert sorted(stable) == [False, True], stable  # (the pass over the k candidates by is-NaN: stable)
+
+
 @pytest.fixture(scope="module")
 def grouped_conv(tmp_path_factory):
     x = torch.randn(2, 40, 64, generator=torch.Generator().manual_seed(0))

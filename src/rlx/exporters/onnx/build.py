@@ -194,10 +194,15 @@ def _literal_constant(g: OnnxGraph, ins: Instr, shape: tuple[int, ...] | None) -
     """A small value computed from literals only (index arithmetic on an ``arange``, a mask), as a
     constant evaluated by the numpy kernels: engines' own folding of such chains can be wrong
     (OpenVINO folded |2 − arange(−1, 5)| to 2 − arange(−1, 5), so reflection padding read zeros),
-    and the constant costs them nothing. Random draws are left to the graph."""
+    and the constant costs them nothing. Random draws are left to the graph. An ``abs`` of a value
+    fixed by weights too (where the graph is given their values): OpenVINO computed |2 − w| of a
+    1-d weight as 2 − w where its own constant folding did not run first (the int8-static graph,
+    which that folding would turn back to float32 weights)."""
     if shape is None or math.prod(shape) > MAX_FOLDED or isinstance(ins.call, C.RandomBits) or not ins.call.refs():
         return None
     value = g.literal_value(ins.result)
+    if value is None and isinstance(ins.call, C.Unary) and ins.call.fn == "abs":
+        value = g.static_value(ins.result)
     return None if value is None else g.const(value, ins.dtype)
 
 

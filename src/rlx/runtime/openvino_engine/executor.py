@@ -230,7 +230,8 @@ class OvEngine(GraphEngine):
         products as int8 kernels."""
         proto = quantization_graph(program, self._arrays)
         quantized = quantize(proto, program.name, self.precision, self.calibration, self.float32)
-        model = self._read(quantized, program)
+        props = {p.key: p.value for p in proto.metadata_props}  # (the quantizer keeps tensor names)
+        model = self._read(quantized, program, json.loads(props.get(UNORDERED_TIES, "[]")))
         graph_inputs = [i.name for i in proto.graph.input]
         for param, name, value in zip(model.get_parameters(), graph_inputs, program.inputs):
             if name != value.name:  # (a bfloat16 input, renamed: it crosses as float32)

@@ -38,8 +38,9 @@ def arg_sort(c: C.ArgSort, x: Any, *, xp: ArrayNamespace) -> Any:
 
 @kernel("ArgTopK")
 def arg_top_k(c: C.ArgTopK, x: Any, *, xp: ArrayNamespace) -> Any:
-    # Unsorted top-k is returned sorted too (one of the orders PyTorch allows).
-    if xp.name == "numpy" and isinstance(c.k, int) and 0 < c.k and 8 * c.k <= x.shape[c.axis]:
+    # Unsorted top-k is returned sorted too (one of the orders PyTorch allows). The partition's
+    # dozen steps cost more than sorting a lane of about 1 500 values.
+    if xp.name == "numpy" and isinstance(c.k, int) and 0 < c.k and 8 * c.k <= x.shape[c.axis] and x.size >= 2048:
         return _top_k_by_partition(x, c.k, c.axis, c.largest, xp)
     order = argsort(x, c.axis, c.largest, xp)
     return xp.ascontiguousarray(order[(slice(None),) * c.axis + (slice(0, c.k),)])
@@ -47,25 +48,36 @@ def arg_top_k(c: C.ArgTopK, x: Any, *, xp: ArrayNamespace) -> Any:
 
 def _top_k_by_partition(x: np.ndarray, k: int, axis: int, largest: bool, xp: ArrayNamespace) -> np.ndarray:
     """``arg_top_k`` of a few out of a long lane without sorting the lane (a top-50 of 50257 took
-    3.9 ms sorted): the k-th value from a partition (NaN is the largest there too), every entry
-    beyond it and the first entries equal to it (ties: the lowest indices), then those k sorted."""
+    3.9 ms sorted): the k entries an ``argpartition`` puts beyond the k-th value (NaN is the
+    largest there too), then those k sorted. Where the k-th value has ties that were not all taken,
+    the partition may have taken any of them: then every entry beyond the k-th value and the
+    first entries equal to it (the lowest indices)."""
     key = np.moveaxis(widen(x), axis, -1)
     n = key.shape[-1]
     at = n - k if largest else k - 1
-    kth = np.partition(key, at, axis=-1)[..., at, None]
-    nan, kth_nan = np.isnan(key), np.isnan(kth)
-    with np.errstate(invalid="ignore"):
-        if largest:  # (NaN is beyond every number; nothing is beyond NaN)
-            beyond = ((key > kth) | nan) & ~kth_nan
-        else:
-            beyond = (key < kth) | (~nan & kth_nan)
-        tied = (key == kth) | (nan & kth_nan)
-    room = k - beyond.sum(-1, keepdims=True)
-    keep = beyond | (tied & (np.cumsum(tied, axis=-1) <= room))
-    chosen = np.argsort(~keep, axis=-1, stable=True)[..., :k]  # the kept, in index order
+    parts = np.argpartition(key, at, axis=-1)
+    chosen = parts[..., n - k :] if largest else parts[..., :k]
+    kth = np.take_along_axis(key, parts[..., at, None], -1)
+    tied = (key == kth) | (np.isnan(key) & np.isnan(kth))
+    taken = np.take_along_axis(tied, chosen, -1).sum(-1)
+    if not np.array_equal(taken, tied.sum(-1)):  # some ties left out: take the lowest indices
+        beyond = _beyond(key, kth, largest)
+        room = k - beyond.sum(-1, keepdims=True)
+        keep = beyond | (tied & (np.cumsum(tied, axis=-1) <= room))
+        chosen = np.argsort(~keep, axis=-1, stable=True)[..., :k]
+    chosen = np.sort(chosen, axis=-1)  # (index order: ties stay so in the sort below)
     order = argsort(np.take_along_axis(key, chosen, -1), -1, largest, xp)
     top = np.take_along_axis(chosen, order, -1)
     return np.ascontiguousarray(np.moveaxis(top, -1, axis))
+
+
+def _beyond(key: np.ndarray, kth: np.ndarray, largest: bool) -> np.ndarray:
+    """The entries strictly beyond the k-th value (NaN is beyond every number; nothing is beyond NaN)."""
+    nan, kth_nan = np.isnan(key), np.isnan(kth)
+    with np.errstate(invalid="ignore"):
+        if largest:
+            return ((key > kth) | nan) & ~kth_nan
+        return (key < kth) | (~nan & kth_nan)
 
 
 def _scan_index(x: Any, axis: int, fn: str, xp: ArrayNamespace) -> Any:

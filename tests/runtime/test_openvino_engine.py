@@ -288,9 +288,9 @@ def test_nan_inputs_run_on_the_numpy_engine_unless_told(transformer_out):
     want = rlx.load(out)(x, *arrays[1:])
     got = default(x, *arrays[1:])
     np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
-    assert default.executor_for([x, *arrays[1:]])._exact is not None
+    assert default.executor_for([x, *arrays[1:]])._on_numpy is not None
     unchecked(x, *arrays[1:])
-    assert unchecked.executor_for([x, *arrays[1:]])._exact is None
+    assert unchecked.executor_for([x, *arrays[1:]])._on_numpy is None
     with pytest.raises(UsageError, match="^check_finite must be True or False"):
         rlx.load(out, engine="openvino", engine_options={"check_finite": "yes"})
 
@@ -408,9 +408,9 @@ def test_max_pool_is_plain_and_checked(case, tmp_path):
     # The plain-MaxPool model ran alone unless the image or a pooled value held NaN or inf; then
     # the numpy engine ran the call. The quotient is checked in the graph, the image before the run.
     assert executor._checked and executor._finite_inputs == (0,)
-    assert (executor._exact is not None) == (case != "finite")
+    assert (executor._on_numpy is not None) == (case != "finite")
     if case != "finite":
-        assert type(executor._exact).__module__.startswith("rlx.runtime.numpy_engine")
+        assert type(executor._on_numpy).__module__.startswith("rlx.runtime.numpy_engine")
 
 
 def test_max_pool_at_f16_is_plain(tmp_path):
@@ -428,7 +428,7 @@ def test_max_pool_at_f16_is_plain(tmp_path):
         assert g.dtype == np.float32 and g.shape == tuple(w.shape)
         np.testing.assert_allclose(g, w.numpy(), rtol=2e-3, atol=0)
     executor = model.executor_for([x.numpy()])
-    assert not executor._checked and executor._finite_inputs == (0,) and executor._exact is None
+    assert not executor._checked and executor._finite_inputs == (0,) and executor._on_numpy is None
 
 
 def test_int8_static_runs_quantized_kernels(tmp_path):

@@ -128,7 +128,7 @@ class OvEngine(GraphEngine):
                 return OvExecutor(program, shared, self)
         return OvExecutor(program, self._compile_program(program), self)
 
-    def exact(self, program: Program) -> Any:
+    def on_numpy(self, program: Program) -> Any:
         """The numpy engine's executor of ``program``: the runs whose inputs hold NaN or inf, which
         OpenVINO's kernels would turn into numbers (see ``OvExecutor``)."""
         if self.numpy_engine is None:
@@ -382,8 +382,8 @@ class OvExecutor:
         self._compiled = compiled = built.model
         self._finite_inputs = built.finite_inputs
         self._engine = engine
-        self._exact: Any = None  # the numpy engine's executor
-        self._exact_lock = threading.Lock()
+        self._on_numpy: Any = None  # the numpy engine's executor
+        self._on_numpy_lock = threading.Lock()
         names = [v.name for v in program.inputs]
         position = {n: k for k, n in enumerate(names)}
         self._feed: list[int] = []
@@ -418,10 +418,10 @@ class OvExecutor:
         """Run on arrays already checked against the program's inputs (in order)."""
         for k in self._finite_inputs:
             if not all_finite(inputs[k]):
-                return self.exact().run(inputs)
+                return self.on_numpy().run(inputs)
         values = self.infer(inputs)
         if self._checked and not np.isfinite(values[-1]).all():
-            return self.exact().run(inputs)
+            return self.on_numpy().run(inputs)
         out = []
         for arr, want in zip(values, self._want):
             arr = np.asarray(arr)
@@ -449,9 +449,9 @@ class OvExecutor:
             raise RlxError(f"runtime error in OpenVINO running {self.program.name}: {ov_reason(e)}") from e
         return results.to_tuple()
 
-    def exact(self) -> Any:
+    def on_numpy(self) -> Any:
         """The numpy engine's executor of this program (made on the first run that needs it)."""
-        with self._exact_lock:
-            if self._exact is None:
-                self._exact = self._engine.exact(self.program)
-            return self._exact
+        with self._on_numpy_lock:
+            if self._on_numpy is None:
+                self._on_numpy = self._engine.on_numpy(self.program)
+            return self._on_numpy

@@ -42,8 +42,9 @@ def _top_k_nan_above(g: OnnxGraph, x: T, k: T, axis: int, largest: bool, any_tie
     The first TopK reads NaN as +inf, which ties it with +inf (ties keep the lower index first),
     and takes k' candidates: k, plus the most +infs of any lane when the largest are wanted (so
     that every NaN of the top k is among them), or the most NaNs when the smallest are (so that
-    every +inf is). The second, also stable, orders the candidates by is-NaN and takes k. With no
-    NaN or inf, k' is k: a top-k of a few over a long lane stays a short TopK, not a full sort."""
+    every +inf is). The second orders the candidates by is-NaN, keeping their order, and takes k:
+    a stable TopK, or (``unique_sort_keys``) an unstable one on the key is-NaN × k' + place. With
+    no NaN or inf, k' is k: a top-k of a few over a long lane stays a short TopK, not a full sort."""
     assert x.shape is not None
     nan = g.op("IsNaN", [x], "bool", x.shape)
     inf = g.const(np.inf, x.dtype)

@@ -58,10 +58,13 @@ def _top_k_by_partition(x: np.ndarray, k: int, axis: int, largest: bool, xp: Arr
     parts = np.argpartition(key, at, axis=-1)
     chosen = parts[..., n - k :] if largest else parts[..., :k]
     kth = np.take_along_axis(key, parts[..., at, None], -1)
-    tied = (key == kth) | (np.isnan(key) & np.isnan(kth))
+    nan, kth_nan = np.isnan(key), np.isnan(kth)
+    tied = (key == kth) | (nan & kth_nan)
     taken = np.take_along_axis(tied, chosen, -1).sum(-1)
     if not np.array_equal(taken, tied.sum(-1)):  # some ties left out: take the lowest indices
-        beyond = _beyond(key, kth, largest)
+        # the entries strictly beyond the k-th value (NaN is beyond every number, nothing beyond NaN)
+        with np.errstate(invalid="ignore"):
+            beyond = ((key > kth) | nan) & ~kth_nan if largest else (key < kth) | (~nan & kth_nan)
         room = k - beyond.sum(-1, keepdims=True)
         keep = beyond | (tied & (np.cumsum(tied, axis=-1) <= room))
         chosen = np.argsort(~keep, axis=-1, stable=True)[..., :k]
@@ -69,15 +72,6 @@ def _top_k_by_partition(x: np.ndarray, k: int, axis: int, largest: bool, xp: Arr
     order = argsort(np.take_along_axis(key, chosen, -1), -1, largest, xp)
     top = np.take_along_axis(chosen, order, -1)
     return np.ascontiguousarray(np.moveaxis(top, -1, axis))
-
-
-def _beyond(key: np.ndarray, kth: np.ndarray, largest: bool) -> np.ndarray:
-    """The entries strictly beyond the k-th value (NaN is beyond every number; nothing is beyond NaN)."""
-    nan, kth_nan = np.isnan(key), np.isnan(kth)
-    with np.errstate(invalid="ignore"):
-        if largest:
-            return ((key > kth) | nan) & ~kth_nan
-        return (key < kth) | (~nan & kth_nan)
 
 
 def _scan_index(x: Any, axis: int, fn: str, xp: ArrayNamespace) -> Any:

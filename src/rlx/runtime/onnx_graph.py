@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from rlx.errors import UsageError
-from rlx.exporters.onnx import FINITE_INPUTS, check_coverage
+from rlx.exporters.onnx import FINITE_INPUTS, UNORDERED_TIES, check_coverage
 from rlx.exporters.onnx.registry import EmitError
 from rlx.ir import dtypes
 from rlx.ir.calls import Call
@@ -132,6 +132,17 @@ def finite_inputs(model: Any, program: Program) -> tuple[int, ...]:
     wants checked for NaN and inf before each run (``rlx.exporters.onnx.FINITE_INPUTS``): a
     max pooling whose input only they can make NaN runs plainly, and a run whose input is not
     finite goes to the exact graph instead."""
-    names: list[str] = next((json.loads(p.value) for p in model.metadata_props if p.key == FINITE_INPUTS), [])
     position = {v.name: k for k, v in enumerate(program.inputs)}
-    return tuple(sorted(position[n] for n in names))
+    return tuple(sorted(position[n] for n in _listed(model, FINITE_INPUTS)))
+
+
+def unordered_ties(model: Any) -> frozenset[str]:
+    """The TopK index outputs of the emitted ``model`` whose equal values may come in any order
+    (``rlx.exporters.onnx.UNORDERED_TIES``)."""
+    return frozenset(_listed(model, UNORDERED_TIES))
+
+
+def _listed(model: Any, key: str) -> list[str]:
+    """The names the emitter listed in ``model``'s metadata under ``key`` (as JSON)."""
+    names: list[str] = next((json.loads(p.value) for p in model.metadata_props if p.key == key), [])
+    return names

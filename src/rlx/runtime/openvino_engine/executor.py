@@ -26,7 +26,6 @@ any that the compiled model runs on one of OpenVINO's slow fallback kernels at t
 
 from __future__ import annotations
 
-import json
 import re
 import threading
 from collections.abc import Collection, Mapping, Sequence
@@ -36,11 +35,11 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from rlx.errors import RlxError, UsageError, first_line
-from rlx.exporters.onnx import NAN_CHECK, UNORDERED_TIES, GraphOptions, to_onnx
+from rlx.exporters.onnx import NAN_CHECK, GraphOptions, to_onnx
 from rlx.ir import calls as C
 from rlx.ir import dtypes
 from rlx.ir.program import Program
-from rlx.runtime.onnx_graph import GraphEngine, all_finite, output_values
+from rlx.runtime.onnx_graph import GraphEngine, all_finite, output_values, unordered_ties
 from rlx.runtime.openvino_engine import require_openvino
 from rlx.runtime.openvino_engine.hints import HINTS, bf16_grouped_conv_is_wrong, check_precision
 from rlx.runtime.openvino_engine.keep_float32 import keep_float32
@@ -198,8 +197,7 @@ class OvEngine(GraphEngine):
         graph.initializer.extend(kept)
         for t in external:  # weights enter as inputs, become shared constants below
             graph.input.append(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
-        props = {p.key: p.value for p in proto.metadata_props}
-        model = self._read(proto.SerializeToString(), program, json.loads(props.get(UNORDERED_TIES, "[]")))
+        model = self._read(proto.SerializeToString(), program, unordered_ties(proto))
         keep = set(self.float32) | self._slow_convolutions if self.precision in ("bf16", "f16") else set()
         if self.precision == "bf16":
             keep |= _wrong_bf16_convolutions(program)
@@ -230,16 +228,15 @@ class OvEngine(GraphEngine):
         products as int8 kernels."""
         proto = quantization_graph(program, self._arrays)
         quantized = quantize(proto, program.name, self.precision, self.calibration, self.float32)
-        props = {p.key: p.value for p in proto.metadata_props}  # (the quantizer keeps tensor names)
-        model = self._read(quantized, program, json.loads(props.get(UNORDERED_TIES, "[]")))
+        model = self._read(quantized, program, unordered_ties(proto))  # (the quantizer keeps tensor names)
         graph_inputs = [i.name for i in proto.graph.input]
         for param, name, value in zip(model.get_parameters(), graph_inputs, program.inputs):
             if name != value.name:  # (a bfloat16 input, renamed: it crosses as float32)
                 param.output(0).get_tensor().add_names({value.name})
         return model  # (not folded: folding would compute the quantized weights back in float32)
 
-    def _read(self, serialized: bytes, program: Program, unordered_ties: Collection[str] = ()) -> Any:
-        """``unordered_ties``: the TopKs (by index output) whose equal values may come in any order."""
+    def _read(self, serialized: bytes, program: Program, unordered: frozenset[str] = frozenset()) -> Any:
+        """``unordered``: the TopKs (by index output) whose equal values may come in any order."""
         try:
             model = self._core.read_model(serialized)
         except Exception as e:
@@ -252,7 +249,7 @@ class OvEngine(GraphEngine):
             # the TopKs whose ties may come in any order (a top-k's, as in PyTorch, and those on
             # a sort's unique keys: GraphOptions.unique_sort_keys) stay unstable.
             if op.get_type_name() == "TopK" and "stable" in op.get_attributes():
-                op.set_attribute("stable", not op.output(1).get_names() & set(unordered_ties))
+                op.set_attribute("stable", not op.output(1).get_names() & unordered)
         return model
 
 

@@ -46,10 +46,8 @@ def _top_k_nan_above(g: OnnxGraph, x: T, k: T, axis: int, largest: bool, any_tie
     a stable TopK, or (``unique_sort_keys``) an unstable one on the key is-NaN × k' + place. With
     no NaN or inf, k' is k: a top-k of a few over a long lane stays a short TopK, not a full sort."""
     assert x.shape is not None
-    nan = g.op("IsNaN", [x], "bool", x.shape)
-    inf = g.const(np.inf, x.dtype)
-    key = g.where(nan, inf, x)
-    tied = nan if not largest else g.op("Equal", [x, inf], "bool", x.shape)  # what may need room
+    nan, key = _nan_as_inf(g, x)
+    tied = nan if not largest else g.op("Equal", [x, g.const(np.inf, x.dtype)], "bool", x.shape)  # what may need room
     most = g.op("ReduceMax", [g.op("ReduceSum", [g.cast(tied, "i64"), g.ints([axis])], "i64", keepdims=1)], "i64",
                 keepdims=0)  # fmt: skip
     wider = g.op("Min", [g.op("Add", [k, most], "i64"), g.dim(x.shape[axis])], "i64")
@@ -57,10 +55,8 @@ def _top_k_nan_above(g: OnnxGraph, x: T, k: T, axis: int, largest: bool, any_tie
     if any_tie_order:  # (the second TopK keeps the candidates' order: it must stay stable)
         g.unordered_ties.add(candidates)
     if g.options.unique_sort_keys:
-        # is-NaN, then the candidate's place, as one unique key (NaN first for the largest)
-        nan_digit = g.op("GatherElements", [g.cast(nan, "i64"), candidates], "i64", axis=axis)
-        if largest:
-            nan_digit = g.op("Sub", [g.ints(1), nan_digit], "i64")
+        # is-NaN, then the candidate's place, as one unique key
+        nan_digit = _nan_digit(g, nan, T(candidates, "i64"), axis, first=largest)
         count = g.op("Squeeze", [wider], "i64", ())
         place = g.op("Range", [g.ints(0), count, g.ints(1)], "i64")
         place = g.op("Reshape", [place, g.ints([1] * axis + [-1] + [1] * (x.rank - axis - 1))], "i64")
@@ -91,19 +87,14 @@ def _sort_by_unique_keys(g: OnnxGraph, x: T, axis: int, descending: bool) -> T |
     low = 1 if high >= n else -(-n // high)  # position = high digit × low + low digit
     if low > room:
         return None
-    key = x
-    if floats:
-        nan = g.op("IsNaN", [x], "bool", x.shape)
-        key = g.where(nan, g.const(np.inf, x.dtype), x)
+    nan, key = _nan_as_inf(g, x) if floats else (None, x)
     order = _unstable_order(g, key, n, axis, descending)
     groups = _group_ids(g, g.op("GatherElements", [key, order], key.dtype, x.shape, axis=axis), n, axis)
     passes = [(n, None)] if low == 1 else [(high, "Div"), (low, "Mod")]  # (base, digit of the position)
     for i, (base, op) in enumerate(passes):
         digit = order if op is None else g.op(op, [order, g.ints(low)], "i64", x.shape)
-        if i == 0 and floats:
-            nan_digit = g.op("GatherElements", [g.cast(nan, "i64"), order], "i64", x.shape, axis=axis)
-            if descending:  # NaN first
-                nan_digit = g.op("Sub", [g.ints(1), nan_digit], "i64", x.shape)
+        if i == 0 and nan is not None:
+            nan_digit = _nan_digit(g, nan, order, axis, first=descending)
             digit = g.op("Add", [g.op("Mul", [nan_digit, g.ints(base)], "i64"), digit], "i64", x.shape)
             base *= 2
         key = g.op("Add", [g.op("Mul", [groups, g.ints(base)], "i64"), digit], "i64", x.shape)
@@ -112,6 +103,18 @@ def _sort_by_unique_keys(g: OnnxGraph, x: T, axis: int, descending: bool) -> T |
         if i + 1 < len(passes):
             groups = _group_ids(g, g.op("GatherElements", [key, by_key], "i64", x.shape, axis=axis), n, axis)
     return order
+
+
+def _nan_as_inf(g: OnnxGraph, x: T) -> tuple[T, T]:
+    """x's is-NaN, and x with NaN read as +inf (a key no TopK misplaces)."""
+    nan = g.op("IsNaN", [x], "bool", x.shape)
+    return nan, g.where(nan, g.const(np.inf, x.dtype), x)
+
+
+def _nan_digit(g: OnnxGraph, nan: T, order: T, axis: int, *, first: bool) -> T:
+    """0/1 per place of ``order`` that puts NaN last in an ascending key (``first``: first)."""
+    digit = g.op("GatherElements", [g.cast(nan, "i64"), order], "i64", order.shape, axis=axis)
+    return g.op("Sub", [g.ints(1), digit], "i64", order.shape) if first else digit
 
 
 def _unstable_order(g: OnnxGraph, key: T, n: int, axis: int, descending: bool) -> T:

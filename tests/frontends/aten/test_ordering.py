@@ -133,7 +133,7 @@ TOPK_UNSORTED = [
     lambda x: torch.sort(torch.topk(x, 5, sorted=False).indices).values,
     lambda x: torch.sort(torch.topk(x, 3, dim=0, largest=False, sorted=False).indices, dim=0).values,
 ]
-# a few out of a long lane (8k <= n): the numpy engine partitions instead of sorting the lane
+# a few out of long lanes (8k <= n, 2048+ elements): the numpy engine partitions instead of sorting
 LONG_TOPK = [
     lambda x: torch.topk(x, 5),
     lambda x: torch.topk(x, 3, largest=False),

@@ -286,6 +286,36 @@ def test_int8_static_is_calibrated_once_and_runs_quantized_within_tolerance(tmp_
         np.testing.assert_allclose(got[2], want[2], rtol=1e-5, atol=1e-5)  # (row 2 is finite: float32 too)
 
 
+def test_calibration_leaves_out_input_sets_with_nan_or_inf(tmp_path):
+    """A NaN or inf input sets no activation range (onnxruntime's calibrator failed with "scale
+    issue" on one): such sets are left out, and tune calibrates on the reference when every set
+    the user gave holds one."""
+    from rlx.formats.bundle import read_bundle
+    from rlx.runtime.engines import calibrate
+
+    x = torch.randn(2, 3, 16, 16)
+    out = _convert(SmallConvNet().eval(), x, tmp_path / "cnn")
+    program, weights, _ = read_bundle(out / "bundle")
+    bad = [x.numpy().copy(), x.numpy().copy()]
+    bad[0][0, 1, 2, 3], bad[1][1, 0, 4, 4] = np.nan, -np.inf
+    assert calibrate(program, weights, [[bad[0]], [x.numpy()], [bad[1]]], tmp_path / "ranges.json") == 1
+    finite_only = tmp_path / "finite.json"
+    calibrate(program, weights, [[x.numpy()]], finite_only)
+    assert json.loads((tmp_path / "ranges.json").read_text()) == json.loads(finite_only.read_text())
+    with pytest.raises(InputError) as caught:
+        calibrate(program, weights, [[b] for b in bad], tmp_path / "none.json")
+    message = str(caught.value)
+    assert "\n" not in message and "each of the 2 given holds NaN or inf" in message
+    assert not (tmp_path / "none.json").exists()
+    np.savez(tmp_path / "nan.npz", x=bad[0])
+    lines: list[str] = []
+    report = tune(out, engines=["onnxruntime"], precisions=["int8-static"], inputs=tmp_path / "nan.npz",
+                  threads=1, runs=3, write=False, progress=lines.append)  # fmt: skip
+    (cand,) = report.candidates
+    assert not cand.error and cand.passed, cand.error
+    assert "calibrated int8-static on 1 input set(s), leaving out 1 with NaN or inf" in lines
+
+
 def test_int8_static_quantizes_bert(tmp_path):
     """BERT as Hugging Face initialises it (LayerNorms of weight 1, bias 0, after residual adds):
     the LayerNorms stay in float (onnxruntime's quantizer, left to quantize every op type, failed

@@ -58,6 +58,7 @@ from rlx.runtime.engines import (
     pads_channels,
     supported_precisions,
 )
+from rlx.runtime.onnx_graph import finite
 from rlx.runtime.tuning import ENGINE_PACKAGES, FORMAT, machine
 
 if TYPE_CHECKING:
@@ -456,14 +457,17 @@ def _candidate(
 
 def _calibrate(work: _Work, todo: list[tuple[str, str]], path: Path) -> str:
     """int8-static's calibration into ``path``, on the user's inputs when given (what the model will
-    see), else the reference's; the error, if it failed ("" otherwise)."""
-    own = [s for label, s, _ in work.sets if label != "reference"] or [s for _, s, _ in work.sets]
+    see) that hold no NaN or inf, else the reference's; the error, if it failed ("" otherwise)."""
+    flat = [(label, _flat(work.program, work.weights, s)) for label, s, _ in work.sets]
+    own = [f for label, f in flat if label != "reference"]
+    finite_own = [f for f in own if finite(f)]
     try:
-        used = calibrate(work.program, work.weights, [_flat(work.program, work.weights, s) for s in own], path)
+        used = calibrate(work.program, work.weights, finite_own or [f for _, f in flat], path)
     except RlxError as e:
         return str(e)
     if work.progress:
-        work.progress(f"calibrated int8-static on {used} input set(s)")
+        skipped = f", leaving out {len(own) - len(finite_own)} with NaN or inf" if len(finite_own) < len(own) else ""
+        work.progress(f"calibrated int8-static on {used} input set(s){skipped}")
     return ""
 
 

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from rlx.errors import RlxError, UsageError, first_line, summary
+from rlx.errors import InputError, RlxError, UsageError, first_line, summary
 from rlx.exporters.onnx import NAN_CHECK, GraphOptions, to_onnx
 from rlx.exporters.onnx.registry import DEFAULT_CONTRIB, ONNX_TYPES, check_contrib
 from rlx.formats.safetensors_io import file_region
@@ -413,13 +413,20 @@ def calibrate_program(
     """int8-static's calibration: the activation ranges of ``program`` run on ``sets`` (each the
     inputs in program order) written to ``path``. Sets of different shapes (a dynamic program) are
     run on the graph of their own shapes, and each tensor's range is the widest any of them saw:
-    one set of ranges serves every binding. Returns how many sets were used (all of them)."""
+    one set of ranges serves every binding. A set with NaN or inf in an input is left out: it sets no
+    range (a run on such inputs goes to the float32 graph anyway). Returns how many sets were used."""
     from rlx.runtime.quantize import calibrate, merge_ranges, quantization_graph
 
     check_program(program, None)
+    usable = [inputs for inputs in sets if finite(inputs)]
+    if not usable:
+        raise InputError(
+            f"no input set to calibrate int8-static on: each of the {len(sets)} given holds NaN or inf; "
+            "give inputs like those the model will see"
+        )
     arrays = host_weights(program, weights)
     by_shape: dict[tuple[tuple[int, ...], ...], list[list[np.ndarray]]] = {}
-    for inputs in sets:
+    for inputs in usable:
         by_shape.setdefault(tuple(a.shape for a in inputs), []).append(inputs)
     with tempfile.TemporaryDirectory(prefix="rlx-calibrate-") as tmp:
         parts = []
@@ -432,7 +439,7 @@ def calibrate_program(
             parts.append(Path(tmp) / f"ranges.{k}.json")
             calibrate(model, feeds, parts[-1], program.name)
         merge_ranges(parts, path)
-    return len(sets)
+    return len(usable)
 
 
 def trace_program(

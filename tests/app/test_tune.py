@@ -145,6 +145,9 @@ def test_a_malformed_tuning_is_refused_in_one_line(mlp):
     (out / "bundle" / TUNING_FILE).write_text('{"choice": 3}')
     with pytest.raises(BundleError, match="not a tuning file written by `rlx tune`"):
         rlx.load(out)
+    (out / "bundle" / TUNING_FILE).write_text('{"format": 1, "choice": ')  # (cut short)
+    with pytest.raises(BundleError, match=r"tuning.json: not valid JSON: .*; re-run `rlx tune` or delete it$"):
+        rlx.load(out)
     for options, message in [
         ({"calibration": 3}, "malformed choice options; re-run `rlx tune`"),
         ({"float32": "relu"}, "malformed choice options; re-run `rlx tune`"),

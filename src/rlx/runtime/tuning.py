@@ -93,7 +93,10 @@ def tuned_choice(path: str | Path) -> tuple[Choice | None, str]:
     file = directory / TUNING_FILE
     if not file.is_file():
         return None, ""
-    doc = read_json(inside(directory, TUNING_FILE))
+    try:
+        doc = read_json(inside(directory, TUNING_FILE))
+    except BundleError as e:  # (a half-written or hand-edited file: say how to get a good one)
+        raise BundleError(f"{e}; re-run `rlx tune` or delete it") from None
     why = mismatch(doc, file)
     if why:
         return None, f"{file} ignored: {why}; running the numpy engine (re-run `rlx tune`)"

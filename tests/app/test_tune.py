@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import rlx
-from rlx.app.tune import judge, tune
+from rlx.app.tune import judge, read_input_sets, tune
 from rlx.errors import BundleError, InputError, RlxError, UsageError
 from rlx.formats.layout import TUNING_FILE
 from rlx.runtime.engines import supported_precisions
@@ -119,6 +119,26 @@ def test_user_inputs_are_checked_too(mlp, tmp_path):
     np.savez(tmp_path / "bad.npz", y=x)
     with pytest.raises(InputError, match=r"^--inputs .*bad.npz: set 0 has no array for input\(s\) x$"):
         tune(out, engines=["numpy"], inputs=tmp_path / "bad.npz", write=False)
+
+
+def test_parquet_input_sets_are_read_in_the_inputs_dtypes(mlp, tmp_path):
+    """A Parquet set written from nested Python floats is float64; like `rlx batch`, tune reads
+    it as the float32 the model takes (same kind), and still refuses values of no number kind."""
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    out, x, _ = mlp
+    rows = [x.tolist(), (2 * x).tolist()]
+    pq.write_table(pa.table({"x": rows}), tmp_path / "sets.parquet")
+    assert pq.read_schema(tmp_path / "sets.parquet").field("x").type.value_type.value_type == pa.float64()
+    report = tune(out, engines=["numpy"], inputs=tmp_path / "sets.parquet", write=False)
+    assert len(report.inputs) == 2 and report.candidates[0].passed, report.candidates[0].verdict()
+    (kind,) = {v.dtype for v in rlx.load(out, engine="numpy").inputs}
+    sets = read_input_sets(tmp_path / "sets.parquet", ["x"], kinds={"x": np.dtype(np.float32)})
+    assert len(sets) == 2 and all(s["x"].dtype == np.float32 for s in sets) and kind == "f32"
+    np.testing.assert_array_equal(sets[1]["x"], (2 * x).astype(np.float32))
+    pq.write_table(pa.table({"x": [[["a"] * x.shape[1]] * x.shape[0]]}), tmp_path / "text.parquet")
+    with pytest.raises(InputError, match=r"^input 'x' has dtype <U1, expected float32"):
+        tune(out, engines=["numpy"], inputs=tmp_path / "text.parquet", write=False)
 
 
 @pytest.mark.parametrize(

@@ -247,10 +247,14 @@ def candidates(engines: Sequence[str] | None, precisions: Sequence[str] | None) 
     return out
 
 
-def read_input_sets(path: str | Path, names: Sequence[str], limit: int = 4) -> list[dict[str, np.ndarray]]:
+def read_input_sets(
+    path: str | Path, names: Sequence[str], limit: int = 4, kinds: Mapping[str, np.dtype] | None = None
+) -> list[dict[str, np.ndarray]]:
     """The user's input sets: a .npz of arrays named like the inputs (one set), a .safetensors with
     ``in::<name>`` keys (one set), or a Parquet file with one column per input, each row one set
-    (its cells the whole input as nested lists; the first ``limit`` rows)."""
+    (its cells the whole input as nested lists; the first ``limit`` rows). A Parquet cell is read
+    in the input's dtype from ``kinds`` where it is of the same kind, as ``rlx batch`` reads one
+    (nested Python floats are written as float64, a float32 model wants them)."""
     path = Path(path)
     if not path.is_file():
         raise InputError(f"--inputs {path}: no such file")
@@ -265,7 +269,10 @@ def read_input_sets(path: str | Path, names: Sequence[str], limit: int = 4) -> l
         pq = require("pyarrow.parquet", extra="batch", feature="--inputs FILE.parquet")
         table = pq.read_table(path, columns=[n for n in names if n in pq.read_schema(path).names])
         rows = min(table.num_rows, limit)
-        sets = [{n: np.asarray(table.column(n)[k].as_py()) for n in table.column_names} for k in range(rows)]
+        sets = [
+            {n: _cell(table.column(n)[k].as_py(), (kinds or {}).get(n)) for n in table.column_names}
+            for k in range(rows)
+        ]
     else:
         raise InputError(f"--inputs {path}: expected a .npz, .safetensors or .parquet file")
     for k, s in enumerate(sets):
@@ -275,6 +282,11 @@ def read_input_sets(path: str | Path, names: Sequence[str], limit: int = 4) -> l
     if not sets:
         raise InputError(f"--inputs {path}: no rows")
     return sets
+
+
+def _cell(value: Any, kind: np.dtype | None) -> np.ndarray:
+    arr = np.asarray(value)
+    return arr.astype(kind) if kind is not None and np.can_cast(arr.dtype, kind, casting="same_kind") else arr
 
 
 def _reference_sets(root: Path, names: Sequence[str]) -> list[tuple[str, dict[str, np.ndarray], list[np.ndarray]]]:
@@ -409,7 +421,8 @@ def tune(
     numpy_model = functools.cache(lambda: load(directory, engine="numpy"))  # (loaded once, where needed)
     if inputs is not None:
         reference_model = numpy_model()
-        for k, s in enumerate(read_input_sets(inputs, names)):
+        kinds = {v.name: dtypes.to_numpy(v.dtype) for v in program.user_inputs}
+        for k, s in enumerate(read_input_sets(inputs, names, kinds=kinds)):
             want = [np.asarray(o) for o in reference_model.run_flat(reference_model.bind((), s))]
             sets.append((f"{Path(inputs).name}[{k}]", s, want))
         labels.append(f"{inputs} (numpy engine, f32)")

@@ -162,6 +162,19 @@ GRAPH_CASES = [
         ),
         (_with_nan(rand((3, 50257)).round(decimals=1)), rand((2, 500), _I64, low=-3, high=3)),
     ),
+    # the max of a fully masked lane is -inf, its min +inf (OpenVINO's ReduceMax/Min gave the float
+    # range's ends); a lane with NaN is NaN; the infinities made in the graph, from finite inputs
+    (
+        "extremes_of_masked_lanes",
+        lambda x, keep: (
+            x.masked_fill(~keep, -torch.inf).amax(1),
+            x.masked_fill(~keep, torch.inf).amin((0, 2), keepdim=True),
+            x.masked_fill(~keep, -torch.inf).half().max(2).values,
+            x.masked_fill(~keep, torch.nan).masked_fill(keep, -torch.inf).amax(),
+            (x.masked_fill(~keep, -torch.inf) * 0).amax(1),  # (-inf × 0: NaN beside -inf)
+        ),
+        (rand((3, 4, 5)), torch.tensor([[1, 0, 1, 0, 1], [0, 0, 0, 0, 0], [1, 1, 0, 0, 0], [0, 0, 0, 0, 1]]).bool()),
+    ),
     ("mode_of_integers", lambda x: torch.mode(x, 1), (torch.tensor([[1, 2, 2, 3], [5, 5, 1, 1], [-7, 4, -7, 4]]),)),
     # an index smaller than its source on another axis (OpenVINO dropped the crop)
     (

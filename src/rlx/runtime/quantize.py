@@ -46,7 +46,13 @@ def quantization_graph(program: Program, arrays: Mapping[str, np.ndarray]) -> An
     (an ``onnx.ModelProto``): weights embedded, standard operators only (every product has its own
     tensors, attention's included), max pooling plain and checked, bfloat16 inputs and outputs as
     float32. One graph for both, so that the calibration's tensor names are the quantized graph's."""
-    options = GraphOptions(io_bf16_as_f32=True, pooling_nan="check", weight_values=arrays, fmod_by_infinity=False)
+    options = GraphOptions(
+        io_bf16_as_f32=True,
+        pooling_nan="check",
+        weight_values=arrays,
+        fmod_by_infinity=False,
+        extremes_of_infinities=False,
+    )
     return to_onnx(program, dict(arrays), options=options)
 
 

@@ -26,6 +26,21 @@ def _any_nan(g: OnnxGraph, x: T, axes: list[int] | T | None, keepdim: bool) -> T
     return g.cast(_reduce(g, "ReduceMax", nan, axes, keepdim), "bool")
 
 
+def _extreme(g: OnnxGraph, fn: str, x: T, y: T, axes: list[int] | T | None, keepdim: bool) -> T:
+    """PyTorch's amax/amin ``y`` of float ``x``: NaN where a lane holds one (the runtime's may skip
+    it); where the runtime's ReduceMax/Min of a lane of only -inf/+inf misses the infinity
+    (``GraphOptions.extremes_of_infinities`` off), that infinity too, from the same one reduction
+    of a code per element: 2 for NaN, 1 for a value past the infinity, 0 for the infinity."""
+    if g.options.extremes_of_infinities:
+        return g.op("Where", [_any_nan(g, x, axes, keepdim), g.const(math.nan, x.dtype), y], x.dtype)
+    infinity = -math.inf if fn == "amax" else math.inf
+    past = g.op("Greater" if fn == "amax" else "Less", [x, g.const(infinity, x.dtype)], "bool")
+    code = g.op("Where", [g.op("IsNaN", [x], "bool"), g.const(2, "i32"), g.cast(past, "i32")], "i32")
+    lane = _reduce(g, "ReduceMax", code, axes, keepdim)
+    y = g.op("Where", [g.op("Equal", [lane, g.const(0, "i32")], "bool"), g.const(infinity, x.dtype), y], x.dtype)
+    return g.op("Where", [g.op("Greater", [lane, g.const(1, "i32")], "bool"), g.const(math.nan, x.dtype), y], x.dtype)
+
+
 def _drops_units_for_its_reader(g: OnnxGraph, c: C.Reduce, out: Instr) -> bool:
     """Whether this keepdim reduction's only reader is a reshape that drops exactly the unit axes
     it keeps, as a classifier head's global average pool before flatten and Linear does
@@ -86,7 +101,7 @@ def reduce(g: OnnxGraph, c: C.Reduce, out: Instr, x: T) -> T:
     work = g.cast(x, "i32") if x.dtype in ("i8", "i16", "u8", "bool") else x
     y = g.cast(_reduce(g, _OPS[c.fn], work, axes, keepdim), x.dtype)
     if c.fn in ("amax", "amin") and dtypes.is_float(x.dtype):
-        y = g.op("Where", [_any_nan(g, x, axes, keepdim), g.const(math.nan, x.dtype), y], x.dtype)
+        y = _extreme(g, c.fn, x, y, axes, keepdim)
     return y
 
 
@@ -138,5 +153,5 @@ def reduce_axes(g: OnnxGraph, c: C.ReduceAxes, out: Instr, x: T, axes: T) -> T:
     work = g.cast(x, "i32") if x.dtype in ("i8", "i16", "u8", "bool") else x
     y = g.cast(_reduce(g, _OPS[c.fn], work, given, c.keepdim), x.dtype)
     if c.fn in ("amax", "amin") and dtypes.is_float(x.dtype):
-        y = g.op("Where", [_any_nan(g, x, given, c.keepdim), g.const(math.nan, x.dtype), y], x.dtype)
+        y = _extreme(g, c.fn, x, y, given, c.keepdim)
     return y

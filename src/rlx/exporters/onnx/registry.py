@@ -146,7 +146,10 @@ class GraphOptions:
     7.8 s to sort 50 257 values, 7 ms unstable), so a sort orders its ties by position in unstable
     TopKs on unique integer keys, and a top-k orders its candidates by is-NaN the same way (those
     TopKs are named in ``unordered_ties``; a lane shorter than 128 or not static still sorts in
-    one stable TopK)."""
+    one stable TopK). ``extremes_of_infinities``: the runtime's ReduceMax of a lane holding only
+    -inf gives -inf, and ReduceMin of only +inf gives +inf, as ONNX says (onnxruntime's do;
+    OpenVINO's gave -3.4e38 and 3.4e38, its float range's ends: a masked max over a fully masked
+    row read as a number); otherwise an amax/amin's NaN mask reduction also marks such lanes."""
 
     io_bf16_as_f32: bool = False
     external_weights: bool = False
@@ -157,6 +160,7 @@ class GraphOptions:
     top_k_orders_nan: bool = False
     fmod_by_infinity: bool = True
     unique_sort_keys: bool = False
+    extremes_of_infinities: bool = True
 
     def __post_init__(self) -> None:
         if self.pooling_nan not in (True, False, "check"):

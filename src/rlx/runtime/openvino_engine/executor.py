@@ -186,7 +186,8 @@ class OvEngine(GraphEngine):
         # that precision pools plainly, as the ONNX MaxPool does.
         pooling_nan = False if self.precision == "f16" or not self.check_finite else "check"
         options = GraphOptions(io_bf16_as_f32=True, external_weights=True, weight_values=self._arrays,
-                               pooling_nan=pooling_nan, fmod_by_infinity=False, unique_sort_keys=True)  # fmt: skip
+                               pooling_nan=pooling_nan, fmod_by_infinity=False, unique_sort_keys=True,
+                               extremes_of_infinities=False)  # fmt: skip
         proto = to_onnx(program, scalars, options=options)
         graph = proto.graph
         # The graph's inputs are the program's, in order (a bfloat16 one renamed: it crosses as float32).

@@ -175,6 +175,24 @@ GRAPH_CASES = [
         ),
         (rand((3, 4, 5)), torch.tensor([[1, 0, 1, 0, 1], [0, 0, 0, 0, 0], [1, 1, 0, 0, 0], [0, 0, 0, 0, 1]]).bool()),
     ),
+    # NaN made inside the model from finite inputs (log of a negative, 0 / 0) stays NaN through
+    # exp, relu, clamp, elu, hardsigmoid and softmax (OpenVINO's kernels gave numbers), and a row
+    # holding +inf, or only -inf, softmaxes to NaN
+    (
+        "nan_made_inside",
+        lambda x: (
+            x.log().relu(),
+            x.log().exp(),
+            x.log().clamp(-1, 1),
+            F.elu(x.log()),
+            F.hardsigmoid(x.log()),
+            F.relu6(x.sqrt()),
+            x.log().softmax(-1),
+            (x / 0).softmax(-1),
+            torch.log_softmax(x.log(), 0),
+        ),
+        (torch.tensor([[0.5, -1.0, 2.0, 0.0], [1.0, 2.0, 3.0, 4.0], [0.0, 0.0, 0.0, 0.0], [-1.0, 3.0, 0.5, 1.5]]),),
+    ),
     ("mode_of_integers", lambda x: torch.mode(x, 1), (torch.tensor([[1, 2, 2, 3], [5, 5, 1, 1], [-7, 4, -7, 4]]),)),
     # an index smaller than its source on another axis (OpenVINO dropped the crop)
     (

@@ -52,6 +52,7 @@ def quantization_graph(program: Program, arrays: Mapping[str, np.ndarray]) -> An
         weight_values=arrays,
         fmod_by_infinity=False,
         extremes_of_infinities=False,
+        kernels_keep_nan=False,
     )
     return to_onnx(program, dict(arrays), options=options)
 

@@ -145,6 +145,32 @@ def _operand(g: OnnxGraph, v: Any, env: Mapping[str, T]) -> Any:
     return None
 
 
+# Elementwise functions whose OpenVINO kernels turn a NaN operand into a number.
+NAN_DROPPING_UNARY = frozenset({"exp", "expm1", "relu", "relu6", "hardsigmoid", "elu", "selu", "gelu_tanh"})
+
+
+def _keep_nan(g: OnnxGraph, call: C.Call, x: T, y: T) -> T:
+    """``y``, the result of ``call`` on ``x``, with NaN where PyTorch's has it, on a runtime whose
+    kernels drop it (``GraphOptions.kernels_keep_nan`` off): only where ``x`` can hold a NaN made
+    inside the model (``nan_sources``); one from the inputs the engine checks before the run."""
+    drops = (isinstance(call, C.Unary) and call.fn in NAN_DROPPING_UNARY) or isinstance(call, (C.Clamp, C.Softmax))
+    if g.options.kernels_keep_nan or not drops or not dtypes.is_float(x.dtype) or x.dtype != y.dtype:
+        return y
+    operand = call.x  # type: ignore[attr-defined]
+    if not isinstance(operand, Ref) or g.nan_sources(operand.name) is not None:
+        return y
+    if not isinstance(call, C.Softmax):
+        return g.op("Where", [g.op("IsNaN", [x], "bool"), x, y], y.dtype)
+    # A row holding NaN or +inf, or only -inf, is NaN all through in PyTorch (inf - inf): a code
+    # per element (2: NaN or +inf, 1: a number, 0: -inf), the row's largest.
+    high = g.op("Or", [g.op("IsNaN", [x], "bool"), g.op("Equal", [x, g.const(math.inf, x.dtype)], "bool")], "bool")
+    number = g.cast(g.op("Greater", [x, g.const(-math.inf, x.dtype)], "bool"), "i32")
+    code = g.op("Where", [high, g.const(2, "i32"), number], "i32")
+    row = g.op("ReduceMax", [code, g.ints([call.axis])], "i32", keepdims=1)
+    bad = g.op("Not", [g.op("Equal", [row, g.const(1, "i32")], "bool")], "bool")
+    return g.op("Where", [bad, g.const(math.nan, y.dtype), y], y.dtype)
+
+
 def _emit_instr(g: OnnxGraph, ins: Instr, env: Mapping[str, T]) -> T:
     entry = EMITTERS[type(ins.call)]
     g.begin(ins.result, f"{ins.note or ins.call.op} [{ins.node}]" if ins.node else (ins.note or ins.call.op))
@@ -165,6 +191,7 @@ def _emit_instr(g: OnnxGraph, ins: Instr, env: Mapping[str, T]) -> T:
             result = lifted
         else:
             result = entry.fn(g, ins.call, ins, *operands)
+            result = _keep_nan(g, ins.call, operands[0] if operands else result, result)
     except EmitError:
         raise
     except Exception as e:  # an emitter failure is reported with the instruction

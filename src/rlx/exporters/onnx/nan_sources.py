@@ -33,9 +33,13 @@ FINITE_BINARY = frozenset({"add", "sub", "mul", "maximum", "minimum"})
 FINITE_REDUCTIONS = frozenset({"sum", "mean", "amax", "amin"})
 # Calls whose result is finite wherever their operands are (norms: their eps keeps the divisor
 # positive; BatchNorm's running variance is checked at load with the weights).
+# A softmax of finite values is finite, and so is attention (PyTorch gives a fully masked row
+# zeros); an index or gather takes finite values from a finite tensor; a select of two finite
+# values is one of them (literals are checked apart).
 FINITE_CALLS = (
     C.Conv, C.Linear, C.MatMul, C.Clamp, C.LeakyRelu, C.MaxPool, C.AdaptiveAvgPool, C.Reshape,
-    C.Permute, C.Slice, C.Concat, C.Expand, C.Cast, C.LayerNorm, C.GroupNorm,
+    C.Permute, C.Slice, C.Concat, C.Expand, C.Cast, C.LayerNorm, C.GroupNorm, C.Softmax,
+    C.Attention, C.IndexSelect, C.Gather, C.Index, C.Where,
 )  # fmt: skip
 
 
@@ -84,14 +88,16 @@ class NanSources:
     def _allowed(self, call: Call) -> bool:
         if isinstance(call, C.Unary):
             return call.fn in FINITE_UNARY
-        if isinstance(call, C.Binary):
-            return call.fn in FINITE_BINARY
+        if isinstance(call, C.Binary):  # (a division by a nonzero literal: attention's scale)
+            return call.fn in FINITE_BINARY or (call.fn == "div" and _nonzero_literal(call.y))
         if isinstance(call, C.AvgPool):
             return call.divisor_override is None or call.divisor_override > 0
         if isinstance(call, C.Pad):
             return not isinstance(call.value, float) or math.isfinite(call.value)
         if isinstance(call, (C.LayerNorm, C.GroupNorm)):
             return call.eps > 0
+        if isinstance(call, C.Full):  # (masked_fill's fill value)
+            return not isinstance(call.value, float) or math.isfinite(call.value)
         if isinstance(call, C.Reduce):  # (a squeeze-excitation block's global mean)
             return call.fn in FINITE_REDUCTIONS
         return isinstance(call, (*FINITE_CALLS, C.BatchNorm))
@@ -99,6 +105,10 @@ class NanSources:
     def _positive(self, var: Ref, eps: float) -> bool:
         arr = self._weight(var.name) if var.name in self._weights else None
         return arr is not None and bool((np.asarray(arr, dtype=np.float64) + eps > 0).all())
+
+
+def _nonzero_literal(operand: object) -> bool:
+    return isinstance(operand, Lit) and isinstance(operand.value, (int, float)) and operand.value != 0
 
 
 def _finite_literals(call: Call) -> bool:

@@ -149,7 +149,10 @@ class GraphOptions:
     one stable TopK). ``extremes_of_infinities``: the runtime's ReduceMax of a lane holding only
     -inf gives -inf, and ReduceMin of only +inf gives +inf, as ONNX says (onnxruntime's do;
     OpenVINO's gave -3.4e38 and 3.4e38, its float range's ends: a masked max over a fully masked
-    row read as a number); otherwise an amax/amin's NaN mask reduction also marks such lanes."""
+    row read as a number); otherwise an amax/amin's NaN mask reduction also marks such lanes.
+    ``kernels_keep_nan``: the runtime's exp, relu, clamp, softmax … keep a NaN operand NaN
+    (onnxruntime's do; OpenVINO's give a number); otherwise, where a NaN can be made inside the
+    model on the way to one (``nan_sources``: a division, a log …), NaN is selected back in."""
 
     io_bf16_as_f32: bool = False
     external_weights: bool = False
@@ -161,6 +164,7 @@ class GraphOptions:
     fmod_by_infinity: bool = True
     unique_sort_keys: bool = False
     extremes_of_infinities: bool = True
+    kernels_keep_nan: bool = True
 
     def __post_init__(self) -> None:
         if self.pooling_nan not in (True, False, "check"):

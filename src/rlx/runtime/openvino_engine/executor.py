@@ -187,7 +187,7 @@ class OvEngine(GraphEngine):
         pooling_nan = False if self.precision == "f16" or not self.check_finite else "check"
         options = GraphOptions(io_bf16_as_f32=True, external_weights=True, weight_values=self._arrays,
                                pooling_nan=pooling_nan, fmod_by_infinity=False, unique_sort_keys=True,
-                               extremes_of_infinities=False)  # fmt: skip
+                               extremes_of_infinities=False, kernels_keep_nan=False)  # fmt: skip
         proto = to_onnx(program, scalars, options=options)
         graph = proto.graph
         # The graph's inputs are the program's, in order (a bfloat16 one renamed: it crosses as float32).

@@ -8,7 +8,9 @@ a NaN can only come from a non-finite input or weight, since every step maps fin
 finite ones except by overflowing float range (inf − inf), where no two implementations agree
 on which sums overflow anyway. So for such a chain the engine checks the graph input (one cheap
 sum over the image, shared by every pool) and, once at load, the weights; any other step on the
-way (a division, a log, a square root …) keeps the check on the pooled tensor.
+way (a division, a log, a square root …) keeps the check on the pooled tensor. OpenVINO's exp,
+relu, clamp and softmax drop NaN too: its graph selects NaN back in after one of them only where
+this analysis cannot rule out a NaN made inside the model (``GraphOptions.kernels_keep_nan``).
 """
 
 from __future__ import annotations
@@ -32,10 +34,9 @@ FINITE_UNARY = frozenset({
 FINITE_BINARY = frozenset({"add", "sub", "mul", "maximum", "minimum"})
 FINITE_REDUCTIONS = frozenset({"sum", "mean", "amax", "amin"})
 # Calls whose result is finite wherever their operands are (norms: their eps keeps the divisor
-# positive; BatchNorm's running variance is checked at load with the weights).
-# A softmax of finite values is finite, and so is attention (PyTorch gives a fully masked row
-# zeros); an index or gather takes finite values from a finite tensor; a select of two finite
-# values is one of them (literals are checked apart).
+# positive; BatchNorm's running variance is checked at load with the weights; attention gives a
+# fully masked row zeros, as PyTorch does; an index, gather or select picks finite values, and
+# literals are checked apart).
 FINITE_CALLS = (
     C.Conv, C.Linear, C.MatMul, C.Clamp, C.LeakyRelu, C.MaxPool, C.AdaptiveAvgPool, C.Reshape,
     C.Permute, C.Slice, C.Concat, C.Expand, C.Cast, C.LayerNorm, C.GroupNorm, C.Softmax,

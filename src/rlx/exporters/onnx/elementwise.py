@@ -66,7 +66,9 @@ def _expm1(g: OnnxGraph, x: T) -> T:
 
 def _log1p(g: OnnxGraph, x: T) -> T:
     # log(u)·x / (u − 1) with u = 1 + x: exact where 1 + x rounds (Goldberg), x itself where u == 1.
-    u = _op(g, "Add", x, _k(g, 1, x))
+    # u is x + ½ + ½: OpenVINO fuses log(exp(y) + 1) into its own SoftPlus, 7× off near y = −16
+    # (softplus, mish and logsigmoid write that), and does not recognise it added in halves.
+    u = _op(g, "Add", _op(g, "Add", x, _k(g, 0.5, x)), _k(g, 0.5, x))
     ratio = _op(g, "Div", _op(g, "Mul", _op(g, "Log", u), x), _op(g, "Sub", u, _k(g, 1, x)))
     out = _where(g, _bool(g, "IsInf", x), _op(g, "Log", u), ratio)
     return _where(g, _bool(g, "Equal", u, _k(g, 1, x)), x, out)

@@ -180,7 +180,7 @@ GRAPH_CASES = [
     # holding +inf, or only -inf, softmaxes to NaN
     (
         "nan_made_inside",
-        lambda x: (
+        lambda x, y: (
             x.log().relu(),
             x.log().exp(),
             x.log().clamp(-1, 1),
@@ -190,8 +190,13 @@ GRAPH_CASES = [
             x.log().softmax(-1),
             (x / 0).softmax(-1),
             torch.log_softmax(x.log(), 0),
+            # (a product of a flattened tensor runs on the N-d one: not past the NaN's select)
+            (y.log().reshape(6, 4).relu() @ y[0].T).reshape(2, 3, 3),
         ),
-        (torch.tensor([[0.5, -1.0, 2.0, 0.0], [1.0, 2.0, 3.0, 4.0], [0.0, 0.0, 0.0, 0.0], [-1.0, 3.0, 0.5, 1.5]]),),
+        (
+            torch.tensor([[0.5, -1.0, 2.0, 0.0], [1.0, 2.0, 3.0, 4.0], [0.0, 0.0, 0.0, 0.0], [-1.0, 3.0, 0.5, 1.5]]),
+            rand((2, 3, 4)),
+        ),
     ),
     ("mode_of_integers", lambda x: torch.mode(x, 1), (torch.tensor([[1, 2, 2, 3], [5, 5, 1, 1], [-7, 4, -7, 4]]),)),
     # an index smaller than its source on another axis (OpenVINO dropped the crop)

@@ -149,15 +149,24 @@ def _operand(g: OnnxGraph, v: Any, env: Mapping[str, T]) -> Any:
 NAN_DROPPING_UNARY = frozenset({"exp", "expm1", "relu", "relu6", "hardsigmoid", "elu", "selu", "gelu_tanh"})
 
 
-def _keep_nan(g: OnnxGraph, call: C.Call, x: T, y: T) -> T:
-    """``y``, the result of ``call`` on ``x``, with NaN where PyTorch's has it, on a runtime whose
-    kernels drop it (``GraphOptions.kernels_keep_nan`` off): only where ``x`` can hold a NaN made
-    inside the model (``nan_sources``); one from the inputs the engine checks before the run."""
+def _drops_nan(g: OnnxGraph, call: C.Call) -> bool:
+    """Whether the runtime's kernel for ``call`` may turn a NaN of its operand, made inside the
+    model, into a number (``GraphOptions.kernels_keep_nan`` off; ``nan_sources`` cannot rule such
+    a NaN out; one from the inputs the engine checks before the run)."""
     drops = (isinstance(call, C.Unary) and call.fn in NAN_DROPPING_UNARY) or isinstance(call, (C.Clamp, C.Softmax))
-    if g.options.kernels_keep_nan or not drops or not dtypes.is_float(x.dtype) or x.dtype != y.dtype:
-        return y
+    if g.options.kernels_keep_nan or not drops:
+        return False
     operand = call.x  # type: ignore[attr-defined]
-    if not isinstance(operand, Ref) or g.nan_sources(operand.name) is not None:
+    return (
+        isinstance(operand, Ref)
+        and dtypes.is_float(g.values[operand.name].dtype)
+        and g.nan_sources(operand.name) is None
+    )
+
+
+def _keep_nan(g: OnnxGraph, call: C.Call, x: T, y: T) -> T:
+    """``y``, the result of ``call`` on ``x``, with NaN where PyTorch's has it (``_drops_nan``)."""
+    if not _drops_nan(g, call) or x.dtype != y.dtype:
         return y
     if not isinstance(call, C.Softmax):
         return g.op("Where", [g.op("IsNaN", [x], "bool"), x, y], y.dtype)
@@ -180,6 +189,8 @@ def _emit_instr(g: OnnxGraph, ins: Instr, env: Mapping[str, T]) -> T:
     if entry.widen:
         operands = [_widen(g, o) for o in operands]
     shape = _ints(ins.shape)
+    # (a NaN selected back in reads the operand's own tensor: no N-d detour around it)
+    lift = (not entry.widen or operands == plain) and not _drops_nan(g, ins.call)
     try:
         if shape is not None and 0 in shape:
             # An empty result has no values to compute, and engines fail on some empty steps
@@ -187,7 +198,7 @@ def _emit_instr(g: OnnxGraph, ins: Instr, env: Mapping[str, T]) -> T:
             result = g.const(np.zeros(shape, dtypes.to_numpy(ins.dtype)), ins.dtype)
         elif (folded := _literal_constant(g, ins, shape)) is not None:
             result = folded
-        elif (lifted := _lift(g, ins, operands) if not entry.widen or operands == plain else None) is not None:
+        elif (lifted := _lift(g, ins, operands) if lift else None) is not None:
             result = lifted
         else:
             result = entry.fn(g, ins.call, ins, *operands)

@@ -23,13 +23,14 @@ import logging
 import shutil
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from rlx.errors import RlxError, UsageError
-from rlx.exporters.onnx import GraphOptions, to_onnx
+from rlx.exporters.onnx import OPENVINO_FIXES, to_onnx
 from rlx.ir.program import Program
 
 OP_TYPES = ["MatMul", "Gemm"]
@@ -46,14 +47,7 @@ def quantization_graph(program: Program, arrays: Mapping[str, np.ndarray]) -> An
     (an ``onnx.ModelProto``): weights embedded, standard operators only (every product has its own
     tensors, attention's included), max pooling plain and checked, bfloat16 inputs and outputs as
     float32. One graph for both, so that the calibration's tensor names are the quantized graph's."""
-    options = GraphOptions(
-        io_bf16_as_f32=True,
-        pooling_nan="check",
-        weight_values=arrays,
-        fmod_by_infinity=False,
-        extremes_of_infinities=False,
-        kernels_keep_nan=False,
-    )
+    options = replace(OPENVINO_FIXES, io_bf16_as_f32=True, pooling_nan="check", weight_values=arrays)
     return to_onnx(program, dict(arrays), options=options)
 
 

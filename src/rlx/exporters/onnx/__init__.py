@@ -30,6 +30,7 @@ from rlx.exporters.onnx.registry import (
     FUNCTIONS,
     NO_ONNX_FORM,
     NO_ONNX_FUNCTION,
+    OPENVINO_FIXES,
     OPSET,
     PORTABLE,
     EmitError,
@@ -40,7 +41,7 @@ from rlx.exporters.onnx.registry import (
 FAMILIES = (elementwise, linalg, movement, nn, ordering, random, reduce, resample, scatter, selection, spectral)
 
 __all__ = [
-    "EMITTERS", "EXTERNAL_DATA_THRESHOLD", "FAMILIES", "FINITE_INPUTS", "FUNCTIONS", "NAN_CHECK", "NO_ONNX_FORM", "NO_ONNX_FUNCTION", "OPSET", "PORTABLE", "UNORDERED_TIES", "EmitError", "GraphOptions",
+    "EMITTERS", "EXTERNAL_DATA_THRESHOLD", "FAMILIES", "FINITE_INPUTS", "FUNCTIONS", "NAN_CHECK", "NO_ONNX_FORM", "NO_ONNX_FUNCTION", "OPENVINO_FIXES", "OPSET", "PORTABLE", "UNORDERED_TIES", "EmitError", "GraphOptions",
     "check_coverage",
     "emits", "to_onnx", "write_onnx",
 ]  # fmt: skip

@@ -173,6 +173,9 @@ class GraphOptions:
 
 
 PORTABLE = GraphOptions()
+# What OpenVINO's CPU kernels compute wrongly, worked around in the graph: every graph OpenVINO
+# runs (its engine's, and int8-static's, which onnxruntime runs too) starts from these.
+OPENVINO_FIXES = GraphOptions(fmod_by_infinity=False, extremes_of_infinities=False, kernels_keep_nan=False)
 
 # Comparisons written as their mirror image, which means the same in IEEE arithmetic: OpenVINO's
 # CPU plugin says NaN > y and NaN >= y are true (its Less and LessOrEqual are right).

@@ -29,13 +29,14 @@ from __future__ import annotations
 import re
 import threading
 from collections.abc import Collection, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from rlx.errors import RlxError, UsageError, first_line
-from rlx.exporters.onnx import NAN_CHECK, GraphOptions, to_onnx
+from rlx.exporters.onnx import NAN_CHECK, OPENVINO_FIXES, to_onnx
 from rlx.ir import calls as C
 from rlx.ir import dtypes
 from rlx.ir.program import Program
@@ -185,9 +186,8 @@ class OvEngine(GraphEngine):
         # flagged and run twice), and OpenVINO turns the mask's NaN constant into 65504 anyway:
         # that precision pools plainly, as the ONNX MaxPool does.
         pooling_nan = False if self.precision == "f16" or not self.check_finite else "check"
-        options = GraphOptions(io_bf16_as_f32=True, external_weights=True, weight_values=self._arrays,
-                               pooling_nan=pooling_nan, fmod_by_infinity=False, unique_sort_keys=True,
-                               extremes_of_infinities=False, kernels_keep_nan=False)  # fmt: skip
+        options = replace(OPENVINO_FIXES, io_bf16_as_f32=True, external_weights=True, weight_values=self._arrays,
+                          pooling_nan=pooling_nan, unique_sort_keys=True)  # fmt: skip
         proto = to_onnx(program, scalars, options=options)
         graph = proto.graph
         # The graph's inputs are the program's, in order (a bfloat16 one renamed: it crosses as float32).

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from rlx.errors import first_line
+from rlx.exporters.onnx.reduce import lane_code
 from rlx.exporters.onnx.registry import (
     CONTRIB_DOMAIN,
     EMITTERS,
@@ -170,12 +171,9 @@ def _keep_nan(g: OnnxGraph, call: C.Call, x: T, y: T) -> T:
         return y
     if not isinstance(call, C.Softmax):
         return g.op("Where", [g.op("IsNaN", [x], "bool"), x, y], y.dtype)
-    # A row holding NaN or +inf, or only -inf, is NaN all through in PyTorch (inf - inf): a code
-    # per element (2: NaN or +inf, 1: a number, 0: -inf), the row's largest.
-    high = g.op("Or", [g.op("IsNaN", [x], "bool"), g.op("Equal", [x, g.const(math.inf, x.dtype)], "bool")], "bool")
-    number = g.cast(g.op("Greater", [x, g.const(-math.inf, x.dtype)], "bool"), "i32")
-    code = g.op("Where", [high, g.const(2, "i32"), number], "i32")
-    row = g.op("ReduceMax", [code, g.ints([call.axis])], "i32", keepdims=1)
+    # A row holding NaN or +inf, or only -inf, is NaN all through in PyTorch (inf - inf).
+    special = g.op("Or", [g.op("IsNaN", [x], "bool"), g.op("Equal", [x, g.const(math.inf, x.dtype)], "bool")], "bool")
+    row = lane_code(g, x, special, -math.inf, [call.axis], keepdim=True)
     bad = g.op("Not", [g.op("Equal", [row, g.const(1, "i32")], "bool")], "bool")
     return g.op("Where", [bad, g.const(math.nan, y.dtype), y], y.dtype)
 

@@ -34,11 +34,18 @@ def _extreme(g: OnnxGraph, fn: str, x: T, y: T, axes: list[int] | T | None, keep
     if g.options.extremes_of_infinities:
         return g.op("Where", [_any_nan(g, x, axes, keepdim), g.const(math.nan, x.dtype), y], x.dtype)
     infinity = -math.inf if fn == "amax" else math.inf
-    past = g.op("Greater" if fn == "amax" else "Less", [x, g.const(infinity, x.dtype)], "bool")
-    code = g.op("Where", [g.op("IsNaN", [x], "bool"), g.const(2, "i32"), g.cast(past, "i32")], "i32")
-    lane = _reduce(g, "ReduceMax", code, axes, keepdim)
+    lane = lane_code(g, x, g.op("IsNaN", [x], "bool"), infinity, axes, keepdim)
     y = g.op("Where", [g.op("Equal", [lane, g.const(0, "i32")], "bool"), g.const(infinity, x.dtype), y], x.dtype)
     return g.op("Where", [g.op("Greater", [lane, g.const(1, "i32")], "bool"), g.const(math.nan, x.dtype), y], x.dtype)
+
+
+def lane_code(g: OnnxGraph, x: T, special: T, infinity: float, axes: list[int] | T | None, keepdim: bool) -> T:
+    """Per lane of ``x``, the largest of a code per element (i32): 2 where ``special`` (NaN …),
+    0 at ``infinity`` (±inf), 1 elsewhere: 0 for a lane of only that infinity, 2 for one holding
+    a special value."""
+    past = g.op("Greater" if infinity < 0 else "Less", [x, g.const(infinity, x.dtype)], "bool")
+    code = g.op("Where", [special, g.const(2, "i32"), g.cast(past, "i32")], "i32")
+    return _reduce(g, "ReduceMax", code, axes, keepdim)
 
 
 def _drops_units_for_its_reader(g: OnnxGraph, c: C.Reduce, out: Instr) -> bool:

@@ -30,6 +30,7 @@ from rlx.formats import safetensors_io
 from rlx.formats.atomic import atomic_write_text
 from rlx.formats.layout import REFERENCE_FILE, TORCH_IR_FILE, WEIGHTS_FILE, input_key, output_key
 from rlx.formats.torch_ir import DtypeArg, Input, Node, Output, ScalarMeta, TensorMeta, TorchIR, TorchWeight
+from rlx.frontends.torch.hf_caches import register_transformers_caches
 from rlx.frontends.torch.levels import LEVELS, decompose
 from rlx.frontends.torch.tensors import tensor_to_numpy, torch_dtype_token
 from rlx.ir import dtypes
@@ -125,6 +126,7 @@ def capture(
     if not isinstance(example_inputs, tuple):
         example_inputs = tuple(example_inputs) if isinstance(example_inputs, list) else (example_inputs,)
     example_inputs, kwargs = _distinct_tensors(example_inputs, dict(example_kwargs or {}))
+    register_transformers_caches(model)
     try:
         with warnings.catch_warnings():  # torch's own deprecation chatter is not the user's concern
             warnings.simplefilter("ignore", FutureWarning)

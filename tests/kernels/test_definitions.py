@@ -176,6 +176,33 @@ def test_norm_overrides_match_the_shared_definition(shape, ndim, dtype, tol):
         np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("bins,lo,hi", [(5, -1.0, 1.0), (7, 0.0, 0.0), (1, 0.0, 3.0), (4, 0.0, 3.0)])
+def test_histc_override_is_the_shared_histc(bins, lo, hi, dtype):
+    rng = np.random.default_rng(bins)
+    x = np.concatenate([rng.standard_normal(200) * 2, [lo, hi, np.nan, np.inf, -np.inf, 1.0, 3.0]]).astype(dtype)
+    for data in (x, x[np.isfinite(x)], np.full(3, 2.5, dtype), x[:0]):
+        call = C.Histc(X, bins, lo, hi)
+        got, want = NUMPY_OVERRIDES["Histc"](call, data), SHARED["Histc"](call, data, xp=NUMPY)
+        assert got.dtype == want.dtype == np.dtype(dtype) and got.shape == want.shape == (bins,)
+        np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("dtype,tol", [("float32", 1e-6), ("float64", 1e-14), ("bfloat16", 1e-2)])
+@pytest.mark.parametrize("offsets", [[2, 2, 7], [0, 9, 9], [3, 5, 9], [0, 0, 0], [4, 12, 20], [9, 9, 9]])
+def test_grouped_matmul_override_matches_the_shared_definition(offsets, dtype, tol):
+    import ml_dtypes
+
+    np_dtype = np.dtype(ml_dtypes.bfloat16) if dtype == "bfloat16" else np.dtype(dtype)
+    rng = np.random.default_rng(len(offsets))
+    x, w = rng.standard_normal((9, 4)).astype(np_dtype), rng.standard_normal((3, 4, 5)).astype(np_dtype)
+    call = C.GroupedMatMul(X, X, X)
+    got = NUMPY_OVERRIDES["GroupedMatMul"](call, x, w, np.array(offsets, np.int32))
+    want = SHARED["GroupedMatMul"](call, x, w, np.array(offsets, np.int32), xp=NUMPY)
+    assert got.dtype == want.dtype == np_dtype and got.shape == want.shape == (9, 5)
+    np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=tol, atol=tol)
+
+
 ATTENTION = [  # q, k shapes, causal, mask, gqa
     ((2, 4, 5, 8), (2, 4, 7, 8), False, None, False),
     ((2, 4, 5, 8), (2, 4, 5, 8), True, None, False),

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .precision import widen
 from .registry import kernel
 
 if TYPE_CHECKING:
@@ -161,6 +162,12 @@ def bincount(c: C.Bincount, x: Any, weights: Any, *, xp: ArrayNamespace) -> Any:
 
 @kernel("Histc")
 def histc(c: C.Histc, x: Any, *, xp: ArrayNamespace) -> Any:
+    hits = histc_bins(c, x, xp)[:, None] == xp.arange(c.bins, dtype=np.int64)[None, :]
+    return hits.sum(axis=0).astype(x.dtype)
+
+
+def histc_bins(c: C.Histc, x: Any, xp: ArrayNamespace) -> Any:
+    """Each value's bin, ``c.bins`` for values outside the range and NaN."""
     flat = xp.reshape(x, (-1,))
     lo, hi = xp.asarray(c.lo, x.dtype), xp.asarray(c.hi, x.dtype)
     if c.lo == c.hi and flat.shape[0]:  # PyTorch takes the data's range, widened by 1 if it is a point
@@ -170,9 +177,7 @@ def histc(c: C.Histc, x: Any, *, xp: ArrayNamespace) -> Any:
     inside = (flat >= lo) & (flat <= hi)
     # PyTorch's CPU formula, in the input's precision: bin = (x - lo) * bins / (hi - lo), hi → last bin.
     position = ((flat - lo) * c.bins / (hi - lo)).astype(np.int64)
-    position = xp.where(inside, xp.minimum(position, c.bins - 1), c.bins)
-    hits = position[:, None] == xp.arange(c.bins, dtype=np.int64)[None, :]
-    return hits.sum(axis=0).astype(x.dtype)
+    return xp.where(inside, xp.minimum(position, c.bins - 1), c.bins)
 
 
 @kernel("GroupedMatMul")
@@ -181,5 +186,5 @@ def grouped_mat_mul(c: C.GroupedMatMul, x: Any, w: Any, offsets: Any, *, xp: Arr
     group = xp.searchsorted(offsets.astype(np.int64), rows, side="right")
     valid = group < w.shape[0]
     picked = w[xp.minimum(group, w.shape[0] - 1)]  # [rows, K, N]
-    out = xp.matmul(x[:, None, :], picked)[:, 0, :]
+    out = xp.matmul(widen(x)[:, None, :], widen(picked))[:, 0, :]
     return xp.where(valid[:, None], out, xp.zeros((), out.dtype)).astype(x.dtype)

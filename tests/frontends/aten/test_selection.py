@@ -193,6 +193,54 @@ def test_grouped_mm_fallback_matches_torch() -> None:
         _check_run(model, grouped, (x, w, torch.tensor(counts, dtype=torch.int32)), f"offs {counts}")
 
 
+ENGINE_LIBRARIES = {"numpy": "numpy", "jax": "jax", "onnxruntime": "onnxruntime", "openvino": "openvino"}
+HISTC_EDGES = torch.tensor([-1.0, 1.0, 0.2, -0.6, 2.0, -3.0, float("nan"), 0.9999999, float("inf")])
+
+
+def _histc_cases(x: torch.Tensor, y: torch.Tensor, point: torch.Tensor, experts: torch.Tensor) -> tuple:
+    """A given range (values on its edges, outside it, NaN, inf), the data's range (float64), one-point
+    data (the range widened by 1 each way), and MoE expert counts."""
+    return (
+        torch.histc(x, bins=5, min=-1.0, max=1.0),
+        torch.histc(y, bins=7),
+        torch.histc(point, bins=3),
+        torch.histc(experts.float(), bins=4, min=0, max=3),
+    )
+
+
+@pytest.mark.parametrize("engine", list(ENGINE_LIBRARIES))
+def test_histc_on_every_engine(engine: str) -> None:
+    pytest.importorskip(ENGINE_LIBRARIES[engine])
+    make = lambda k: (  # noqa: E731
+        torch.cat([_floats((30,), k), HISTC_EDGES]),
+        _floats((6, 5), k, F64),
+        torch.full((4,), 2.5 + k),
+        _ints((10, 2), 4, k),
+    )
+    model, _, _ = convert(_histc_cases, make(0), engine=engine)
+    for seed in range(3):
+        _check_run(model, _histc_cases, make(seed), f"{engine} seed {seed}")
+
+
+@pytest.mark.parametrize("engine", list(ENGINE_LIBRARIES))
+def test_grouped_mm_on_every_engine(engine: str) -> None:
+    """Each row times its group's matrix, the rows past the last offset zero; groups of any size
+    (none, all, empty in the middle) on the same export, NaN and inf rows kept where they are."""
+    pytest.importorskip(ENGINE_LIBRARIES[engine])
+    pytest.importorskip("transformers")
+    import transformers.integrations.moe  # noqa: F401  (registers transformers::grouped_mm_fallback)
+
+    def grouped(x: torch.Tensor, w: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
+        return torch.ops.transformers.grouped_mm_fallback(x, w, offs)
+
+    x, w = _floats((9, 4), 0), _floats((3, 4, 5), 1)
+    model, _, _ = convert(grouped, (x, w, torch.tensor([2, 2, 7], dtype=torch.int32)), engine=engine)
+    special = x.clone()
+    special[1, 2], special[8, 0], special[5, 1] = float("nan"), float("inf"), float("-inf")
+    for rows, counts in ((x, [2, 2, 7]), (x, [0, 9, 9]), (x, [3, 5, 9]), (x, [0, 0, 0]), (special, [2, 6, 7])):
+        _check_run(model, grouped, (rows, w, torch.tensor(counts, dtype=torch.int32)), f"{engine} offs {counts}")
+
+
 def test_jax_refuses_data_dependent_sizes_in_one_line() -> None:
     pytest.importorskip("jax")
     with pytest.raises(RlxError) as err:

@@ -1,11 +1,13 @@
 """Selection: Nonzero through NonZero, MaskedSelect through Compress, NonMaxSuppression through its
-namesake, SearchSorted by counting comparisons (as the shared kernel does), the determinant through Det. The data-dependent Calls
+namesake, SearchSorted by counting comparisons (as the shared kernel does), the determinant through Det,
+Histc through a ScatterElements sum, GroupedMatMul as one MatMul per group. The data-dependent Calls
 ONNX has no operator for (and the factorisations) are declared here with the reason."""
 
 from __future__ import annotations
 
 from rlx.exporters.onnx.registry import OnnxGraph, T, emits, no_onnx_form, unsupported
 from rlx.ir import calls as C
+from rlx.ir import dtypes
 from rlx.ir.program import Instr
 
 
@@ -58,8 +60,56 @@ def det(g: OnnxGraph, c: C.Det, out: Instr, x: T) -> T:
 no_onnx_form("ai.onnx has no operator for this factorisation", C.Svd, C.LuFactor, C.LuPermutation,
              C.TriangularSolve, C.MatrixExp, C.Cholesky, C.Qr, C.Eigh, C.Geqrf, C.Eig, C.LdlFactor,
              C.LdlSolve)  # fmt: skip
+
+
+@emits(C.Histc, widen=True)
+def histc(g: OnnxGraph, c: C.Histc, out: Instr, x: T) -> T:
+    """Each value's bin by PyTorch's CPU formula in the input's precision (as the shared kernel), then
+    one ScatterElements adding ones into ``bins + 1`` counters: the extra one takes the values outside
+    the range and NaN, and is cut off."""
+    if not dtypes.is_float(x.dtype):
+        raise unsupported(c, f"{x.dtype} input (PyTorch's histc takes floats)")
+    flat = g.op("Reshape", [x, g.ints([-1])], x.dtype)
+    lo, hi = g.const(c.lo, x.dtype), g.const(c.hi, x.dtype)
+    if c.lo == c.hi:  # the data's own range, widened by 1 each way when it is a single point
+        lo, hi = g.op("ReduceMin", [flat], x.dtype, keepdims=0), g.op("ReduceMax", [flat], x.dtype, keepdims=0)
+        point, one = g.op("Equal", [lo, hi], "bool"), g.const(1, x.dtype)
+        lo = g.op("Where", [point, g.op("Sub", [lo, one], x.dtype), lo], x.dtype)
+        hi = g.op("Where", [point, g.op("Add", [hi, one], x.dtype), hi], x.dtype)
+    inside = g.op("And", [g.op("GreaterOrEqual", [flat, lo], "bool"), g.op("LessOrEqual", [flat, hi], "bool")], "bool")
+    scaled = g.op("Mul", [g.op("Sub", [flat, lo], x.dtype), g.const(c.bins, x.dtype)], x.dtype)
+    position = g.cast(g.op("Div", [scaled, g.op("Sub", [hi, lo], x.dtype)], x.dtype), "i64")
+    position = g.op("Min", [position, g.ints(c.bins - 1)], "i64")  # hi itself: the last bin
+    position = g.op("Where", [inside, position, g.ints(c.bins)], "i64")
+    ones = g.op("Expand", [g.const(1, x.dtype), g.op("Shape", [flat], "i64")], x.dtype)
+    counters = g.op("Expand", [g.const(0, x.dtype), g.ints([c.bins + 1])], x.dtype)
+    counts = g.op("ScatterElements", [counters, position, ones], x.dtype, axis=0, reduction="add")
+    return g.op("Slice", [counts, g.ints([0]), g.ints([c.bins]), g.ints([0])], x.dtype, out.shape)
+
+
+@emits(C.GroupedMatMul, widen=True)
+def grouped_mat_mul(g: OnnxGraph, c: C.GroupedMatMul, out: Instr, x: T, w: T, offsets: T) -> T:
+    """One MatMul per group on its rows, sliced at the offsets the data holds (each row multiplied
+    once, as PyTorch does; no [rows, K, N] gather of the weights), then the groups' rows
+    concatenated and zeros for the rows past the last offset."""
+    assert w.shape is not None
+    groups, n = w.shape[0], w.shape[-1]
+    if not isinstance(groups, int) or not dtypes.is_float(x.dtype):
+        raise unsupported(c, "a symbolic number of groups or a non-float product")
+    ends = g.cast(offsets, "i64")
+    rows = g.op("Slice", [g.op("Shape", [x], "i64"), g.ints([0]), g.ints([1])], "i64", (1,))
+    start, products = g.ints([0]), []
+    for group, weight in enumerate(g.node("Split", [w], groups, axis=0, num_outputs=groups)):
+        end = g.op("Slice", [ends, g.ints([group]), g.ints([group + 1])], "i64", (1,))
+        part = g.op("Slice", [x, start, end, g.ints([0])], x.dtype)
+        products.append(g.op("MatMul", [part, g.op("Squeeze", [weight, g.ints([0])], w.dtype)], x.dtype))
+        start = g.op("Max", [start, end], "i64", (1,))  # (offsets never decrease; a slice never runs back)
+    past = g.op("Max", [g.op("Sub", [rows, g.op("Min", [start, rows], "i64")], "i64"), g.ints([0])], "i64")
+    products.append(g.op("Expand", [g.const(0, x.dtype), g.op("Concat", [past, g.ints([n])], "i64", axis=0)], x.dtype))
+    return g.op("Concat", products, x.dtype, out.shape, axis=0)
+
+
 no_onnx_form("ai.onnx has no operator for these data-dependent sizes and orders", C.Unique, C.NonzeroStatic,
-             C.Bincount, C.Histc)  # fmt: skip
-no_onnx_form("its grouped product has no ai.onnx operator", C.GroupedMatMul)
+             C.Bincount)  # fmt: skip
 no_onnx_form("ai.onnx has no special functions beyond erf", C.Special)
 no_onnx_form("BitCast needs opset 26; the emitter writes opset 21", C.Bitcast)

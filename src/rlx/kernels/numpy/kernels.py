@@ -10,11 +10,11 @@ from __future__ import annotations
 from ...kernels import engine_kernels
 
 # The engine's own kernel families, in one explicit list: importing each fills OVERRIDES.
-from . import nn, scatter
+from . import nn, scatter, selection
 from .namespace import NUMPY
 from .overrides import OVERRIDES
 
-FAMILIES = (nn, scatter)
+FAMILIES = (nn, scatter, selection)
 KERNELS = engine_kernels(NUMPY, OVERRIDES)
 
 __all__ = ["FAMILIES", "KERNELS", "NUMPY", "OVERRIDES"]

@@ -104,8 +104,8 @@ def grouped_mat_mul(g: OnnxGraph, c: C.GroupedMatMul, out: Instr, x: T, w: T, of
         part = g.op("Slice", [x, start, end, g.ints([0])], x.dtype)
         products.append(g.op("MatMul", [part, g.op("Squeeze", [weight, g.ints([0])], w.dtype)], x.dtype))
         start = g.op("Max", [start, end], "i64", (1,))  # (offsets never decrease; a slice never runs back)
-    past = g.op("Max", [g.op("Sub", [rows, g.op("Min", [start, rows], "i64")], "i64"), g.ints([0])], "i64")
-    products.append(g.op("Expand", [g.const(0, x.dtype), g.op("Concat", [past, g.ints([n])], "i64", axis=0)], x.dtype))
+    past = g.op("Sub", [rows, g.op("Min", [start, rows], "i64")], "i64")
+    products.append(g.op("Expand", [g.const(0, x.dtype), g.op("Concat", [past, g.dim(n)], "i64", axis=0)], x.dtype))
     return g.op("Concat", products, x.dtype, out.shape, axis=0)
 
 

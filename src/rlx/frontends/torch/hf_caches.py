@@ -11,6 +11,7 @@ them. Nothing happens unless the user's process has already imported ``transform
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import torch
 
@@ -21,15 +22,17 @@ def register_transformers_caches(model: torch.nn.Module) -> bool:
     if "transformers" not in sys.modules:  # a model built without transformers returns no cache of it
         return False
     try:
-        from transformers.exporters.exporter_dynamo import register_cache_pytrees_for_model
+        from transformers.exporters import exporter_dynamo
     except ImportError:  # a transformers release without its exporter: export says what it cannot flatten
         return False
+    # (typed for a PreTrainedModel; it reads only the module's class and the file that defines it)
+    register: Any = exporter_dynamo.register_cache_pytrees_for_model
     seen: set[str] = set()
     for module in model.modules():
         source = type(module).__module__
         if source.startswith("transformers.") and source not in seen:
             seen.add(source)
-            register_cache_pytrees_for_model(module)
+            register(module)
     if not seen:  # a wrapper of no transformers module may still build a cache: register the library's own
-        register_cache_pytrees_for_model(model)
+        register(model)
     return True

@@ -61,3 +61,34 @@ def test_model_returning_its_cache_converts_with_the_cache_as_outputs(name, tmp_
     others = [k for k in eager.keys() if k != cache_key]
     for k in others:
         np.testing.assert_allclose(got[k], eager[k].numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_a_cache_passed_in_is_inputs_and_stays_as_it_was(tmp_path) -> None:
+    """A decode step exported with a prefilled DynamicCache: its tensors are inputs (layer by layer,
+    keys then values), the new cache is outputs, and the user's cache object is not appended to."""
+    torch.manual_seed(0)
+    model = MODELS["llama-for-causal-lm"]().eval()
+
+    def prefill(seed: int) -> object:
+        with torch.no_grad():
+            return model(torch.randint(4, 128, (1, 5), generator=torch.Generator().manual_seed(seed))).cache
+
+    cache = prefill(1)
+    before = [t.clone() for t in _layers_tensors(cache)]
+    report = rlx.from_torch(model, (torch.tensor([[7]]),), tmp_path / "step", example_kwargs={"past_key_values": cache})
+    assert report.passed, report.summary()
+    after = _layers_tensors(cache)
+    assert len(after) == len(before) and all(torch.equal(a, b) for a, b in zip(after, before))
+
+    converted = rlx.load(tmp_path / "step")
+    assert len(converted.input_names) == 1 + len(before)
+    other, token = prefill(2), torch.tensor([[42]])
+    inputs = [token.numpy()] + [t.numpy().copy() for t in _layers_tensors(other)]
+    with torch.no_grad():
+        eager = model(token, past_key_values=other)
+    got = converted(*inputs)
+    np.testing.assert_allclose(got["logits"], eager.logits.numpy(), rtol=1e-4, atol=1e-5)
+    grown = _layers_tensors(eager.cache)
+    assert [g.shape for g in got["cache"]] == [tuple(t.shape) for t in grown] == [(1, 2, 6, 8)] * len(grown)
+    for g, w in zip(got["cache"], grown):
+        np.testing.assert_allclose(g, w.numpy(), rtol=1e-4, atol=1e-5)

@@ -125,8 +125,8 @@ def capture(
         raise UsageError(f"expected a torch.nn.Module, got {type(model).__name__}")
     if not isinstance(example_inputs, tuple):
         example_inputs = tuple(example_inputs) if isinstance(example_inputs, list) else (example_inputs,)
+    register_transformers_caches(model)  # (first: the inputs' cache objects are then containers, rebuilt below)
     example_inputs, kwargs = _distinct_tensors(example_inputs, dict(example_kwargs or {}))
-    register_transformers_caches(model)
     try:
         with warnings.catch_warnings():  # torch's own deprecation chatter is not the user's concern
             warnings.simplefilter("ignore", FutureWarning)
@@ -172,6 +172,9 @@ def _eager_run(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, 
     """The reference outputs, leaving the module's buffers and the example inputs as they were
     (a forward that updates them in place runs on copies of the inputs, and its buffers are restored)."""
     state_before = _snapshot_state(model)
+    # Rebuilt containers: a forward that updates an input object (a transformers cache it appends
+    # to) updates a copy, not the user's.
+    args, kwargs = pytree.tree_map(lambda t: t, (args, kwargs))
     if any(s.kind.name == "USER_INPUT_MUTATION" for s in ep.graph_signature.output_specs):
         args, kwargs = pytree.tree_map(lambda t: t.clone() if isinstance(t, torch.Tensor) else t, (args, kwargs))
     try:

@@ -396,6 +396,46 @@ def test_if_on_a_size_comparison_takes_the_example_branch_and_guards_it(tmp_path
         loaded(f32(3, 2))
 
 
+# ── torch.onnx's TorchScript exporter writes expand(batch, -1, -1) as Where(Equal(shape, -1), 1, shape) ──
+def test_expand_minus_one_pattern_over_a_dynamic_batch(tmp_path):
+    """ViT's class token: the -1 entries become 1 (an input's size is never -1), so Expand's shape is
+    known while converting: no guard, every batch size runs."""
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"], start=0, end=1),
+        helper.make_node("Concat", ["s", "minus_ones"], ["shape"], axis=0),  # [batch, -1, -1]
+        helper.make_node(
+            "ConstantOfShape", ["three"], ["ones"], value=helper.make_tensor("v", TensorProto.INT64, [1], [1])
+        ),
+        helper.make_node("Mul", ["ones", "minus_one"], ["all_minus_one"]),
+        helper.make_node("Equal", ["shape", "all_minus_one"], ["keep"]),
+        helper.make_node("Where", ["keep", "ones", "shape"], ["target"]),
+        helper.make_node("Expand", ["token", "target"], ["tokens"]),
+        helper.make_node("Concat", ["tokens", "x"], ["y"], axis=1),
+    ]
+    init = {"minus_ones": np.array([-1, -1], np.int64), "three": np.array([3], np.int64),
+            "minus_one": np.array(-1, np.int64), "token": f32(1, 1, 4)}  # fmt: skip
+    m = model(nodes, {"x": (TensorProto.FLOAT, ["n", 3, 4])}, ["y"], init)
+    assert_runs_at_sizes(tmp_path, m, [{"x": f32(n, 3, 4)} for n in (2, 1, 5)])
+    assert rlx.load(tmp_path / "out").program.guards == []
+
+
+def test_where_on_a_size_comparison_takes_the_example_choice_and_guards_it(tmp_path):
+    """Shape values picked by a comparison of sizes: decided at the example's sizes, like If."""
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"], start=1, end=2),
+        helper.make_node("Greater", ["s", "two"], ["long"]),
+        helper.make_node("Where", ["long", "flat", "keep"], ["target"]),  # [-1] if t > 2 else [0, 0]
+        helper.make_node("Reshape", ["x", "target"], ["y"]),
+    ]
+    init = {"two": np.array([2], np.int64), "flat": np.array([-1, 1], np.int64), "keep": np.array([0, 0], np.int64)}
+    m = model(nodes, {"x": (TensorProto.FLOAT, ["n", "t"])}, ["y"], init)
+    assert_runs_at_sizes(tmp_path, m, [{"x": f32(n, 3)} for n in (2, 4, 1)])
+    loaded = rlx.load(tmp_path / "out")
+    assert loaded.program.guards == ["(t) > (2)"]
+    with pytest.raises(RlxError, match="guard"):  # the other choice reshapes differently: refused, not wrong
+        loaded(f32(3, 2))
+
+
 # ── the generated package and the JAX engine run the same bundle at other sizes ──
 @pytest.mark.parametrize("name", ["resize_cubic_sizes_from_graph", "pad_reflect_conv_same", "lstm_dynamic_sequence"])
 def test_generated_package_runs_at_sizes(tmp_path, name, monkeypatch):

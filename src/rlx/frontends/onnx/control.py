@@ -17,9 +17,7 @@ from rlx.errors import LoweringError
 from rlx.frontends.common import static_dim
 from rlx.frontends.onnx.movement import concat, slice_axis
 from rlx.frontends.onnx.registry import Env, OnnxBuilder, OnnxNode, broadcast, norm_axis, onnx_op
-from rlx.ir import symbolic
 from rlx.ir.calls import Where
-from rlx.ir.symbolic import Sym
 
 MAX_UNROLL = 4096  # iterations a Loop / Scan is unrolled to at most
 
@@ -62,11 +60,7 @@ def if_(node: OnnxNode, b: OnnxBuilder) -> list[Env]:
     then, other = node.attr("then_branch"), node.attr("else_branch")
     known = cond if isinstance(cond, np.ndarray) else b.evaluate(cond)
     if known is not None and known.dtype == object:  # a condition on sizes: decided at the example's
-        value = known.reshape(-1)[0]
-        if isinstance(value, Sym):
-            taken = bool(symbolic.evaluate(value.expr, b.hints))
-            b.program.guards.append(value.expr if taken else f"Not({value.expr})")  # checked on every run
-            return b.lower_body(node, then if taken else other, [])
+        return b.lower_body(node, then if b.decide_at_hints(known.reshape(-1)[0]) else other, [])
     if known is not None:
         return b.lower_body(node, then if bool(np.asarray(known).reshape(-1)[0]) else other, [])
     # A condition known only at run time: both branches are computed and one is selected per output.

@@ -39,15 +39,24 @@ _SYM_PREDICATES = {"eq": "Eq({}, {})", "ne": "Ne({}, {})", "lt": "({}) < ({})", 
                    "gt": "({}) > ({})", "ge": "({}) >= ({})"}  # fmt: skip
 
 
+def _dims_equal(a: Any, b: Any) -> bool | None:
+    """Whether two extents are equal, None when only the sizes can tell. An input's size is never
+    negative, so it differs from -1 (the "keep this axis" of a Reshape or Expand shape)."""
+    if (isinstance(a, int) and isinstance(b, int)) or a == b:
+        return bool(a == b)
+    for size, other in ((a, b), (b, a)):
+        if isinstance(size, Sym) and size.expr.isidentifier() and isinstance(other, int) and other < 0:
+            return False
+    return None
+
+
 def fold(fn: str, x: np.ndarray, y: np.ndarray) -> np.ndarray | None:
     """``fn(x, y)`` on two known arrays, or None when it is not worth folding."""
     if x.dtype == object or y.dtype == object:
         if fn not in _DIM_FNS and fn != "eq":
             return None
         if fn == "eq":
-            vals = np.frompyfunc(
-                lambda a, b: a == b if (isinstance(a, int) and isinstance(b, int)) or a == b else None, 2, 1
-            )(x, y)
+            vals = np.frompyfunc(_dims_equal, 2, 1)(x, y)
             if any(v is None for v in np.asarray(vals).reshape(-1)):
                 return None
             return np.asarray(vals).astype(bool)
@@ -346,8 +355,11 @@ def clip(node: OnnxNode, b: OnnxBuilder) -> Env:
 @onnx_op("Where")
 def where(node: OnnxNode, b: OnnxBuilder) -> Env:
     c, xv, yv = b.get(node, 0), b.get(node, 1), b.get(node, 2)
-    if isinstance(c, np.ndarray) and isinstance(xv, np.ndarray) and isinstance(yv, np.ndarray) and c.dtype != object:
-        return np.where(c, xv, yv)
+    if isinstance(c, np.ndarray) and isinstance(xv, np.ndarray) and isinstance(yv, np.ndarray):
+        if c.dtype == object:  # a condition on sizes: decided at the example's, each choice guarded (as If)
+            c = np.frompyfunc(b.decide_at_hints, 1, 1)(c).astype(bool)
+        picked = np.where(c, xv, yv)
+        return b.tag_ints(picked, b.dtype(xv)) if picked.dtype == object else picked
     cond, x, y = b.input(node, 0), b.input(node, 1), b.input(node, 2)
     shape = broadcast(b.shape(cond), b.shape(x), b.shape(y))
     if isinstance(cond, Lit):

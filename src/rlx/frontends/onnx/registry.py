@@ -283,6 +283,15 @@ class OnnxBuilder(InstrBuilder):
             raise LoweringError(f"node {node.name} ({node.op_type}): input {index} is required")
         return self.shape(v)
 
+    def decide_at_hints(self, condition: Any) -> bool:
+        """A condition on sizes (a ``Sym``), decided at the example's sizes; the choice becomes a guard
+        that every run checks. A known bool is itself."""
+        if not isinstance(condition, Sym):
+            return bool(condition)
+        taken = bool(symbolic.evaluate(condition.expr, self.hints))
+        self.program.guards.append(condition.expr if taken else f"Not({condition.expr})")
+        return taken
+
     # ── known arrays as operands ─────────────────────────────────────────────
     def operand(self, v: Env, name: str = "const") -> Operand:
         if isinstance(v, Ref):

@@ -188,16 +188,28 @@ def test_histc_override_is_the_shared_histc(bins, lo, hi, dtype):
         np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.parametrize("engine", ["numpy", "jax"])
 @pytest.mark.parametrize("dtype,tol", [("float32", 1e-6), ("float64", 1e-14), ("bfloat16", 1e-2)])
 @pytest.mark.parametrize("offsets", [[2, 2, 7], [0, 9, 9], [3, 5, 9], [0, 0, 0], [4, 12, 20], [9, 9, 9]])
-def test_grouped_matmul_override_matches_the_shared_definition(offsets, dtype, tol):
+def test_grouped_matmul_overrides_match_the_shared_definition(offsets, dtype, tol, engine):
+    """Each engine's own GroupedMatMul (numpy: group by group; JAX: ragged_dot), offsets past the rows
+    included (offsets never decrease: PyTorch requires it)."""
     import ml_dtypes
 
+    if engine == "jax":
+        pytest.importorskip("jax")
+        from rlx.kernels.jax.kernels import OVERRIDES, x64
+    else:
+        OVERRIDES, x64 = NUMPY_OVERRIDES, None  # noqa: N806
     np_dtype = np.dtype(ml_dtypes.bfloat16) if dtype == "bfloat16" else np.dtype(dtype)
     rng = np.random.default_rng(len(offsets))
     x, w = rng.standard_normal((9, 4)).astype(np_dtype), rng.standard_normal((3, 4, 5)).astype(np_dtype)
     call = C.GroupedMatMul(X, X, X)
-    got = NUMPY_OVERRIDES["GroupedMatMul"](call, x, w, np.array(offsets, np.int32))
+    if x64 is None:
+        got = OVERRIDES["GroupedMatMul"](call, x, w, np.array(offsets, np.int32))
+    else:
+        with x64():
+            got = np.asarray(OVERRIDES["GroupedMatMul"](call, x, w, np.array(offsets, np.int32)))
     want = SHARED["GroupedMatMul"](call, x, w, np.array(offsets, np.int32), xp=NUMPY)
     assert got.dtype == want.dtype == np_dtype and got.shape == want.shape == (9, 5)
     np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=tol, atol=tol)

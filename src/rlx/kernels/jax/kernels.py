@@ -9,11 +9,11 @@ from __future__ import annotations
 from ...kernels import engine_kernels
 
 # The engine's own kernel families, in one explicit list: importing each fills OVERRIDES.
-from . import elementwise, linalg, nn, scatter
+from . import elementwise, linalg, nn, scatter, selection
 from .namespace import JAX, x64
 from .overrides import OVERRIDES
 
-FAMILIES = (elementwise, linalg, nn, scatter)
+FAMILIES = (elementwise, linalg, nn, scatter, selection)
 KERNELS = engine_kernels(JAX, OVERRIDES)
 
 __all__ = ["FAMILIES", "JAX", "KERNELS", "OVERRIDES", "x64"]

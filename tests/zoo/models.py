@@ -439,6 +439,99 @@ def conv_decoder() -> Built:
     return _live_convnet(ConvDecoder()), (_randn(BATCH, 8, 1, 1),), {}
 
 
+# ── more transformers families, one builder each from a table ────────────────
+# Decoders keep transformers' default use_cache=True: their KV cache comes out as outputs.
+IMAGE, AUDIO = (1, 3, 32, 32), (1, 400)
+AUDIO_CONV = dict(conv_dim=(16, 16), conv_stride=(5, 2), conv_kernel=(10, 3), num_feat_extract_layers=2,
+                  num_conv_pos_embeddings=8, num_conv_pos_embedding_groups=4)  # fmt: skip
+STAGES = dict(hidden_sizes=[8, 16, 16, 32], depths=[1, 1, 1, 1])
+FAMILIES: dict[str, tuple[str, str, str, dict[str, Any]]] = {  # name → (config, model, inputs, config fields)
+    "distilbert": ("DistilBertConfig", "DistilBertModel", "text+mask",
+                   dict(vocab_size=VOCAB, dim=WIDTH, hidden_dim=FFN, n_layers=LAYERS, n_heads=HEADS)),
+    "albert": ("AlbertConfig", "AlbertModel", "text+mask", dict(TRANSFORMER, embedding_size=16)),
+    "deberta_v2": ("DebertaV2Config", "DebertaV2Model", "text+mask", TRANSFORMER),
+    "mobilebert": ("MobileBertConfig", "MobileBertModel", "text+mask",
+                   dict(TRANSFORMER, embedding_size=16, intra_bottleneck_size=16, true_hidden_size=16)),
+    "funnel": ("FunnelConfig", "FunnelModel", "text+mask",
+               dict(vocab_size=VOCAB, d_model=WIDTH, n_head=HEADS, d_head=8, d_inner=FFN, block_sizes=[1, 1])),
+    "convbert": ("ConvBertConfig", "ConvBertModel", "text+mask", TRANSFORMER),
+    "gpt_neox": ("GPTNeoXConfig", "GPTNeoXForCausalLM", "text+mask", TRANSFORMER),
+    "opt": ("OPTConfig", "OPTForCausalLM", "text+mask",
+            dict(vocab_size=VOCAB, hidden_size=WIDTH, num_hidden_layers=LAYERS, num_attention_heads=HEADS,
+                 ffn_dim=FFN, word_embed_proj_dim=WIDTH, pad_token_id=1)),
+    "bloom": ("BloomConfig", "BloomForCausalLM", "text+mask",
+              dict(vocab_size=VOCAB, hidden_size=WIDTH, n_layer=LAYERS, n_head=HEADS)),
+    "falcon": ("FalconConfig", "FalconForCausalLM", "text+mask", TRANSFORMER),
+    "phi": ("PhiConfig", "PhiForCausalLM", "text+mask", TRANSFORMER),
+    "gemma2": ("Gemma2Config", "Gemma2ForCausalLM", "text+mask",
+               dict(TRANSFORMER, num_key_value_heads=2, head_dim=8, sliding_window=4)),
+    "mpt": ("MptConfig", "MptForCausalLM", "text+mask",
+            dict(vocab_size=VOCAB, d_model=WIDTH, n_layers=LAYERS, n_heads=HEADS, expansion_ratio=2)),
+    "mixtral": ("MixtralConfig", "MixtralForCausalLM", "text",
+                dict(TRANSFORMER, num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2)),
+    "qwen2_moe": ("Qwen2MoeConfig", "Qwen2MoeForCausalLM", "text",
+                  dict(TRANSFORMER, num_key_value_heads=2, num_experts=4, num_experts_per_tok=2,
+                       moe_intermediate_size=16, shared_expert_intermediate_size=16)),
+    "mamba": ("MambaConfig", "MambaForCausalLM", "text",
+              dict(vocab_size=VOCAB, hidden_size=WIDTH, num_hidden_layers=LAYERS, state_size=8, expand=2)),
+    "mbart": ("MBartConfig", "MBartModel", "text+mask+decoder",
+              dict(vocab_size=VOCAB, d_model=WIDTH, encoder_layers=1, decoder_layers=1, encoder_attention_heads=HEADS,
+                   decoder_attention_heads=HEADS, encoder_ffn_dim=FFN, decoder_ffn_dim=FFN,
+                   max_position_embeddings=32)),
+    "beit": ("BeitConfig", "BeitModel", "image",
+             dict(hidden_size=WIDTH, num_hidden_layers=LAYERS, num_attention_heads=HEADS, intermediate_size=FFN,
+                  image_size=32, patch_size=8, use_relative_position_bias=True)),
+    "dinov2": ("Dinov2Config", "Dinov2Model", "image",
+               dict(hidden_size=WIDTH, num_hidden_layers=LAYERS, num_attention_heads=HEADS, image_size=32,
+                    patch_size=8, mlp_ratio=2)),
+    "segformer": ("SegformerConfig", "SegformerModel", "image",
+                  dict(hidden_sizes=[8, 16, 16, 32], depths=[1, 1, 1, 1], num_attention_heads=[1, 2, 2, 4])),
+    "regnet": ("RegNetConfig", "RegNetModel", "image", dict(STAGES, embedding_size=8, groups_width=8)),
+    "poolformer": ("PoolFormerConfig", "PoolFormerModel", "image", STAGES),
+    "focalnet": ("FocalNetConfig", "FocalNetModel", "image", dict(embed_dim=8, depths=[1, 1], image_size=32)),
+    "swinv2": ("Swinv2Config", "Swinv2Model", "image",
+               dict(image_size=32, patch_size=4, embed_dim=16, depths=[1, 1], num_heads=[2, 4], window_size=4)),
+    "yolos": ("YolosConfig", "YolosModel", "image",
+              dict(hidden_size=WIDTH, num_hidden_layers=LAYERS, num_attention_heads=HEADS, intermediate_size=FFN,
+                   image_size=[32, 32], patch_size=8, num_detection_tokens=5)),
+    "dpt": ("DPTConfig", "DPTForDepthEstimation", "image",
+            dict(hidden_size=WIDTH, num_hidden_layers=4, num_attention_heads=HEADS, intermediate_size=FFN,
+                 image_size=32, patch_size=8, backbone_out_indices=[0, 1, 2, 3], neck_hidden_sizes=[8, 16, 32, 32],
+                 fusion_hidden_size=16)),
+    "hubert": ("HubertConfig", "HubertModel", "audio", dict(TRANSFORMER, **AUDIO_CONV)),
+    "wavlm": ("WavLMConfig", "WavLMModel", "audio", dict(TRANSFORMER, **AUDIO_CONV, num_buckets=16)),
+}  # fmt: skip
+
+
+def _family(config: str, model: str, inputs: str, fields: dict[str, Any]) -> Callable[[], Built]:
+    def build() -> Built:
+        import transformers
+
+        built = _hf(getattr(transformers, model), getattr(transformers, config)(**fields))
+        if inputs == "image":
+            return _live_convnet(built), (_randn(*IMAGE),), {}
+        if inputs == "audio":
+            return built, (_randn(*AUDIO),), {}
+        kwargs = {"attention_mask": _padding_mask()} if "mask" in inputs else {}
+        if "decoder" in inputs:
+            kwargs["decoder_input_ids"] = _ids(BATCH, 5, seed=3)
+        return built, (_ids(BATCH, SEQ),), kwargs
+
+    build.__name__ = model
+    return build
+
+
+def rwkv() -> Built:
+    """RWKV rescales its weights in place on its first call in eval mode: called once first, as rlx's
+    error for a forward that writes its weights advises."""
+    fields = dict(vocab_size=VOCAB, hidden_size=WIDTH, num_hidden_layers=LAYERS, attention_hidden_size=WIDTH,
+                  intermediate_size=FFN, context_length=32)  # fmt: skip
+    model, args, kwargs = _family("RwkvConfig", "RwkvForCausalLM", "text", fields)()
+    with torch.no_grad():
+        model(*args)
+    return model, args, kwargs
+
+
 ZOO: dict[str, Callable[[], Built]] = {
     "bert": bert,
     "roberta": roberta,
@@ -462,6 +555,8 @@ ZOO: dict[str, Callable[[], Built]] = {
     "gru": gru,
     "moe": moe,
     "conv_decoder": conv_decoder,
+    **{name: _family(*spec) for name, spec in FAMILIES.items()},
+    "rwkv": rwkv,
 }
 
 # (model, level) → why it fails; the test marks these xfail(strict=True), the report labels them.

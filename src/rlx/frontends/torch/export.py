@@ -11,7 +11,7 @@ import inspect
 import operator
 import re
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -117,12 +117,48 @@ def capture(
 
     Buffers the forward updates in place (a KV cache) are recorded as state: their values before
     the call are the weights, the graph's buffer-mutation outputs their new values. The eager
-    reference run starts from the same values, and the module's buffers are put back afterwards.
+    reference run starts from the same values, and the module's buffers are put back afterwards,
+    as are the plain attributes (flags, counters) that tracing or that run set on its submodules.
     """
     if decomposition not in LEVELS:
         raise UsageError(f"unknown decomposition level {decomposition!r}; use one of {', '.join(LEVELS)}")
     if not isinstance(model, torch.nn.Module):
         raise UsageError(f"expected a torch.nn.Module, got {type(model).__name__}")
+    attributes = _snapshot_attributes(model)
+    try:
+        return _capture(model, example_inputs, example_kwargs, decomposition, dynamic_shapes, model_name,
+                        auto_decompose, strict)  # fmt: skip
+    finally:
+        _restore_attributes(model, attributes)
+
+
+_PLAIN = (bool, int, float, str, type(None))
+
+
+def _snapshot_attributes(model: torch.nn.Module) -> list[tuple[torch.nn.Module, dict[str, Any]]]:
+    """Each submodule's plain attributes (bool, number, string, None): non-strict export runs the
+    forward's Python, so a first-call flag it sets (RWKV's ``layers_are_rescaled``) would otherwise
+    stay set on the user's module although its weights never changed."""
+    return [(m, {k: v for k, v in vars(m).items() if isinstance(v, _PLAIN)}) for m in model.modules()]
+
+
+def _restore_attributes(model: torch.nn.Module, saved: list[tuple[torch.nn.Module, dict[str, Any]]]) -> None:
+    for module, plain in saved:
+        for k, v in plain.items():
+            if vars(module).get(k, v) is not v:
+                setattr(module, k, v)
+
+
+def _capture(
+    model: torch.nn.Module,
+    example_inputs: tuple[Any, ...],
+    example_kwargs: Mapping[str, Any] | None,
+    decomposition: str,
+    dynamic_shapes: Any,
+    model_name: str | None,
+    auto_decompose: bool,
+    strict: bool,
+) -> Exported:
     if not isinstance(example_inputs, tuple):
         example_inputs = tuple(example_inputs) if isinstance(example_inputs, list) else (example_inputs,)
     register_transformers_caches(model)  # (first: the inputs' cache objects are then containers, rebuilt below)
@@ -212,24 +248,27 @@ def _auto_decompose(
 
     from rlx.frontends.aten.registry import unsupported_ops
 
+    # Core ATen's own table first (it also decomposes CompositeImplicitAutograd ops: einsum,
+    # meshgrid, aliases such as multiply, which the aten level keeps as exported), then torch's
+    # wider one.
+    tables = (torch.export.default_decompositions(), decomposition_table)
     done: list[str] = []
     tried: set[str] = set()
     for _ in range(MAX_DECOMPOSE_ROUNDS):
         missing = set(unsupported_ops(ir))
         candidates = {op: overload_of(op) for op in sorted(missing - tried)}
         tried.update(candidates)
-        good = {}
+        good: dict[str, Mapping[Any, Any]] = {}
         for op, overload in candidates.items():
-            table = _decomposition_for(overload, decomposition_table)
-            if table is None:
-                continue
-            trial = _run_decompositions(ep, [overload], table)
-            if trial is not None and set(unsupported_ops(record(trial)[0])) <= missing - {op}:
-                good[op] = (overload, table)
+            for table in _decompositions_for(overload, tables):
+                trial = _run_decompositions(ep, table)
+                if trial is not None and set(unsupported_ops(record(trial)[0])) <= missing - {op}:
+                    good[op] = table
+                    break
         if not good:
             break
-        merged = {o: t[o] for o, t in good.values()}
-        applied = _run_decompositions(ep, list(merged), merged)
+        merged = {o: fn for table in good.values() for o, fn in table.items()}
+        applied = _run_decompositions(ep, merged)
         if applied is None:
             break
         ep, (ir, weights) = applied, record(applied)
@@ -237,25 +276,30 @@ def _auto_decompose(
     return ep, ir, weights, done
 
 
-def _decomposition_for(overload: Any, table: Mapping[Any, Any]) -> Mapping[Any, Any] | None:
-    """torch's decomposition of ``overload``, else the Python implementation a custom op was
-    registered with (``torch.library.custom_op``), traced through like a decomposition."""
+def _decompositions_for(overload: Any, tables: Sequence[Mapping[Any, Any]]) -> list[Mapping[Any, Any]]:
+    """What may take ``overload`` out of the graph, in the order to try: each table's decomposition
+    of it; the Python implementation a custom op was registered with (``torch.library.custom_op``);
+    for an in-place op (``copy_`` at the ``aten`` level), an empty table: running decompositions
+    functionalizes the graph."""
     if overload is None:
-        return None
-    if overload in table:
-        return table
+        return []
+    found: list[Mapping[Any, Any]] = [{overload: t[overload]} for t in tables if overload in t]
     from torch._library.custom_ops import _maybe_get_opdef
 
     opdef = _maybe_get_opdef(overload)
     init = getattr(opdef, "_init_fn", None) if opdef is not None else None
-    return {overload: init} if init is not None else None
+    if init is not None:
+        found.append({overload: init})
+    if not found and overload._schema.is_mutable:
+        found.append({})
+    return found
 
 
-def _run_decompositions(ep: ExportedProgram, ops: list[Any], table: Mapping[Any, Any]) -> ExportedProgram | None:
+def _run_decompositions(ep: ExportedProgram, table: Mapping[Any, Any]) -> ExportedProgram | None:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            return ep.run_decompositions({o: table[o] for o in ops})
+            return ep.run_decompositions(dict(table))
     except Exception:  # a decomposition torch cannot apply to this graph
         return None
 
@@ -541,6 +585,14 @@ def _record_outputs(ep: ExportedProgram, rec: _Recorder) -> tuple[list[Output], 
             updates.append((placeholder_of[spec.target], out))
         elif kind == "USER_INPUT_MUTATION":
             updates.append((spec.target, out))
+        elif kind == "PARAMETER_MUTATION":
+            written = [s.target for s in ep.graph_signature.output_specs if s.kind.name == "PARAMETER_MUTATION"]
+            raise ExportError(
+                f"the forward writes to {len(written)} parameter(s) ({', '.join(written[:3])}"
+                f"{', …' if len(written) > 3 else ''}); rlx converts forwards that leave the weights as they "
+                "are. If the model rescales or caches its weights on its first call (RWKV in eval mode does), "
+                "call it once before converting"
+            )
         else:
             raise ExportError(f"output {k}: {kind} outputs are not supported (inference graphs only)")
     state = {target: len(user) + j for j, (target, _) in enumerate(updates)}

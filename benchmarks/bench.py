@@ -236,11 +236,26 @@ def hf_architectures(batch: int):
             0,
         ),
         ("deit", lambda: tf.DeiTModel(tf.DeiTConfig(image_size=64, patch_size=16, **small)), (image,), 0),
-        (  # (last, so that the random weights of the models above stay as they were)
+        (  # (after the others, so that the random weights of the models above stay as they were)
             "mobilenet-v2",
             lambda: tf.MobileNetV2Model(tf.MobileNetV2Config(image_size=64, depth_multiplier=0.35)),
             (image,),
             1,
+        ),
+        (  # transformers' default experts: histc counts, one grouped product per projection
+            "mixtral",
+            lambda: tf.MixtralModel(
+                tf.MixtralConfig(
+                    vocab_size=1000,
+                    num_key_value_heads=2,
+                    num_local_experts=8,
+                    num_experts_per_tok=2,
+                    use_cache=False,
+                    **small,
+                )  # fmt: skip
+            ),
+            (ids,),
+            0,
         ),
     ]
     return [

@@ -60,6 +60,31 @@ def test_inspect_bundle_and_torch_ir(mlp_out, capsys):
     assert "aten.gelu.default" in capsys.readouterr().out
 
 
+STRUCTURED_MODEL = """
+import torch
+
+
+class Structured(torch.nn.Module):
+    def forward(self, x):
+        return {"scores": x.sum(-1), "pair": (x * 2, x.mean(0)), "plain": x + 1}
+
+
+def get_model():
+    return Structured(), (torch.randn(3, 4),)
+"""
+
+
+def test_inspect_names_outputs_by_where_the_model_returns_them(tmp_path, capsys):
+    (tmp_path / "structured.py").write_text(STRUCTURED_MODEL)
+    assert main(["import", str(tmp_path / "structured.py"), "-o", str(tmp_path / "out")]) == 0
+    capsys.readouterr()
+    assert main(["inspect", str(tmp_path / "out")]) == 0
+    listed = capsys.readouterr().out.split("outputs:\n")[1].split("parameters:")[0].splitlines()
+    assert [line.split()[:2] for line in listed] == [
+        ["scores", "[3]"], ["pair[0]", "[3,"], ["pair[1]", "[4]"], ["plain", "[3,"]
+    ]  # fmt: skip
+
+
 def test_verify_passes_then_fails_on_tampered_reference(mlp_out, tmp_path, capsys):
     assert main(["verify", str(mlp_out)]) == 0
     tensors, _ = safetensors_io.read(mlp_out / "reference.safetensors")

@@ -522,6 +522,7 @@ def _fmt_symbols(symbols: Sequence[Symbol], data_symbols: Sequence[Symbol]) -> l
 
 
 def _inspect_bundle(path: Path) -> None:
+    from rlx.batch.spec import output_leaves
     from rlx.formats.bundle import read_program
 
     program, meta = read_program(path)  # both files checked, as loading them would
@@ -538,8 +539,9 @@ def _inspect_bundle(path: Path) -> None:
         lines += _fmt_values("state (updated by every call)", [(s.name, state[s.name].shape, state[s.name].dtype)
                                                                 for s in program.state])  # fmt: skip
     values = program.values()
+    paths = {index: path for _, path, index in output_leaves(program.output_tree)} if program.output_tree else {}
     outs = [
-        (f"out{k}", values[o.name].shape, values[o.name].dtype)
+        (_output_label(k, paths.get(k)), values[o.name].shape, values[o.name].dtype)
         for k, o in enumerate(program.outputs[: program.n_user_outputs])
         if hasattr(o, "name")
     ]
@@ -548,6 +550,13 @@ def _inspect_bundle(path: Path) -> None:
     lines += _fmt_hist("source aten ops", program.source_histogram)
     lines += _fmt_hist("instructions", program.call_histogram())
     _say("\n".join(lines))
+
+
+def _output_label(index: int, path: tuple[str | int, ...] | None) -> str:
+    """Where output ``index`` sits in what the model returns (``logits``, ``cache[3]``), else ``out<index>``."""
+    if not path:
+        return f"out{index}"
+    return "".join(f"[{p}]" if isinstance(p, int) else f".{p}" if k else str(p) for k, p in enumerate(path))
 
 
 def _inspect_torch_ir(path: Path) -> None:

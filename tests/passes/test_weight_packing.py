@@ -73,3 +73,32 @@ def test_half_precision_linear_is_left_alone():
     torch.manual_seed(0)
     case = lower(nn.Linear(8, 6).half(), (torch.randn(3, 8).half(),), "aten")
     assert ops(pack_weights(case.program, case.weights)[0]) == ops(case.program)
+
+
+class Experts(nn.Module):
+    """An MoE layer's weights as transformers stores them, ``[experts, out, in]``, multiplied through
+    their transpose by the grouped product (rows sorted by expert, ``offs`` their cumulative counts)."""
+
+    def __init__(self, experts: int, width: int, out: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(experts, out, width))
+
+    def forward(self, x: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
+        return torch.ops.transformers.grouped_mm_fallback(x, self.weight.transpose(1, 2), offs)
+
+
+def test_experts_weights_read_transposed_by_the_grouped_product_are_views():
+    pytest.importorskip("transformers")
+    import transformers.integrations.moe  # noqa: F401  (registers transformers::grouped_mm_fallback)
+
+    torch.manual_seed(0)
+    for experts, width, out, counts, view in ((2, 8, 6, [3, 9], False), (4, 256, 512, [3, 5, 5, 9], True)):
+        offs = torch.tensor(counts, dtype=torch.int32)  # (an expert with no row among them)
+        case = lower(Experts(experts, width, out), (torch.randn(9, width), offs), "aten")
+        program, weights = pipeline.optimize(case.program, case.weights, only("constant_folding", "weight_packing"))
+        assert "Permute" not in ops(program)
+        (grouped,) = [i for i in program.instrs if i.call.op == "GroupedMatMul"]
+        (source,) = [v for v in case.weights.values() if v.shape == (experts, out, width)]
+        packed = weights[grouped.call.w.name]
+        assert packed.shape == (experts, width, out) and np.shares_memory(packed, source) == view
+        case.check(case.run_program(program, dict(weights)))

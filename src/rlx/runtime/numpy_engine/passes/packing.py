@@ -58,10 +58,11 @@ def pack_weights(program: Program, weights: Mapping[str, np.ndarray]) -> tuple[P
         if isinstance(c, C.Linear) and w is not None and _packable(w, ins.dtype) and w.name in known:
             ins = dataclasses.replace(ins, call=Gemm(c.x, transposed(w), c.bias, ""))
             changed = True
-        elif ins.result in matmul_only:  # Permute(W, (1, 0)): the product reads the view instead
+        elif ins.result in matmul_only:  # Permute(W, (1, 0)) or (0, 2, 1): the product reads the view instead
             assert isinstance(c, C.Permute)
-            packed.setdefault(c.x.name, ins.result)
-            known[ins.result] = view = known[c.x.name].T
+            if c.perm == (1, 0):
+                packed.setdefault(c.x.name, ins.result)
+            known[ins.result] = view = known[c.x.name].transpose(c.perm)
             view.flags.writeable = False
             new_weights.append(Weight(ins.result, FOLDED_KEY + ins.result, tuple(ins.shape), ins.dtype))
             changed = True
@@ -80,14 +81,16 @@ def _permutes_read_only_by_matmuls(
     program: Program, const: Mapping[str, Weight], weights: Mapping[str, np.ndarray]
 ) -> set[str]:
     """Transposes of 2-d float weights whose every reader multiplies by them (as the right operand),
-    which BLAS does as fast from the untransposed memory: those become views."""
+    which BLAS does as fast from the untransposed memory, and of 3-d ones (each matrix transposed)
+    read only as a GroupedMatMul's experts (an MoE layer's ``[experts, out, in]`` weights): those
+    become views."""
     candidates = {
         ins.result
         for ins in program.instrs
         if isinstance(ins.call, C.Permute)
-        and ins.call.perm == (1, 0)
+        and ins.call.perm in ((1, 0), (0, 2, 1))
         and ins.call.x.name in const
-        and len(const[ins.call.x.name].shape) == 2
+        and len(const[ins.call.x.name].shape) == len(ins.call.perm)
         and const[ins.call.x.name].dtype == ins.dtype in _VIEW_FLOATS
         and ins.call.x.name in weights
         and weights[ins.call.x.name].nbytes > COPY_MAX_BYTES  # small ones: folding stores a copy
@@ -98,9 +101,9 @@ def _permutes_read_only_by_matmuls(
     as_right: dict[str, int] = {}
     for ins in program.instrs:
         c = ins.call
-        if isinstance(c, (C.MatMul, Gemm)):
+        if isinstance(c, (C.MatMul, Gemm, C.GroupedMatMul)):
             y = c.y if isinstance(c, C.MatMul) else c.w
-            if isinstance(y, Ref) and y.name in candidates and (not isinstance(c, C.MatMul) or c.x != y):
+            if isinstance(y, Ref) and y.name in candidates and (isinstance(c, Gemm) or c.x != y):
                 as_right[y.name] = as_right.get(y.name, 0) + 1
     outputs = {o.name for o in program.outputs if isinstance(o, Ref)}
     return {n for n in candidates if as_right.get(n, 0) == uses[n] and n not in outputs}

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from rlx.errors import UsageError
-from rlx.exporters.onnx import FINITE_INPUTS, UNORDERED_TIES, check_coverage
+from rlx.exporters.onnx import FINITE_INPUTS, UNORDERED_TIES, WEIGHT_SLICES, check_coverage
 from rlx.exporters.onnx.registry import EmitError
 from rlx.ir import dtypes
 from rlx.ir.calls import Call
@@ -140,6 +140,16 @@ def unordered_ties(model: Any) -> frozenset[str]:
     """The TopK index outputs of the emitted ``model`` whose equal values may come in any order
     (``rlx.exporters.onnx.UNORDERED_TIES``)."""
     return frozenset(_listed(model, UNORDERED_TIES))
+
+
+def with_weight_slices(model: Any, arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """``arrays`` and the initializers the emitted ``model`` reads as one index of a weight's first
+    axis (``rlx.exporters.onnx.WEIGHT_SLICES``: an expert's matrix), each a view of that weight:
+    a memory-mapped weight's slices lie in its file too."""
+    listed: dict[str, list[Any]] = next(
+        (json.loads(p.value) for p in model.metadata_props if p.key == WEIGHT_SLICES), {}
+    )
+    return {**arrays, **{name: arrays[weight][index] for name, (weight, index) in listed.items()}}
 
 
 def _listed(model: Any, key: str) -> list[str]:

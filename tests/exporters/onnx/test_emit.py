@@ -434,3 +434,30 @@ def test_an_rms_norm_is_what_onnxruntime_fuses(tmp_path):
     ops = optimized_op_types(model, emit_model(program, model.engine), tmp_path / "optimized.onnx")
     assert ops.count("SimplifiedLayerNormalization") == 1 and "ReduceMean" not in ops, ops
     assert_arrays_match(model(x.numpy()), module(x).detach().numpy(), "rms norm", rtol=1e-5, atol=1e-6)
+
+
+def test_stored_experts_are_initializers_of_their_own():
+    """A grouped product over an MoE weight reads each expert's matrix as an initializer made of
+    the weight's bytes (external data at its offset for an engine, embedded when written): no
+    Split or Transpose of the weight that onnxruntime would fold into copies of every expert."""
+    pytest.importorskip("transformers")
+    import transformers.integrations.moe  # noqa: F401  (registers transformers::grouped_mm_fallback)
+
+    from frontends.aten.test_selection import StoredExperts
+    from rlx.exporters.onnx import WEIGHT_SLICES, GraphOptions
+
+    offs = torch.tensor([2, 2, 7], dtype=torch.int32)
+    _, program, exported = convert(StoredExperts(transposed=True).eval(), (torch.randn(9, 4), offs))
+    weights = bind_weights(program, exported.weights, "weights")
+    (name,) = [w.name for w in program.weights if len(w.shape) == 3]
+    for options in (GraphOptions(external_weights=True), GraphOptions()):
+        model = to_onnx(program, weights, options=options)
+        ops = [n.op_type for n in model.graph.node]
+        assert ops.count("Gemm") == 3 and "Split" not in ops and "Transpose" not in ops
+        inits = {t.name: t for t in model.graph.initializer}
+        assert name not in inits and all(f"{name}[{e}]" in inits for e in range(3))
+        props = {p.key: p.value for p in model.metadata_props}
+        assert WEIGHT_SLICES in props and f"{name}[2]" in props[WEIGHT_SLICES]
+        if not options.external_weights:
+            second = onnx.numpy_helper.to_array(inits[f"{name}[1]"])
+            assert second.shape == (5, 4) and (second == weights[name][1]).all()

@@ -241,6 +241,36 @@ def test_grouped_mm_on_every_engine(engine: str) -> None:
         _check_run(model, grouped, (rows, w, torch.tensor(counts, dtype=torch.int32)), f"{engine} offs {counts}")
 
 
+class StoredExperts(torch.nn.Module):
+    """Experts as weights: ``[experts, out, in]`` read transposed (transformers' layout), or
+    ``[experts, in, out]`` read as they are."""
+
+    def __init__(self, transposed: bool) -> None:
+        super().__init__()
+        self.transposed = transposed
+        shape = (3, 5, 4) if transposed else (3, 4, 5)
+        self.weight = torch.nn.Parameter(torch.randn(shape, generator=torch.Generator().manual_seed(4)))
+
+    def forward(self, x: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
+        w = self.weight.transpose(1, 2) if self.transposed else self.weight
+        return torch.ops.transformers.grouped_mm_fallback(x, w, offs)
+
+
+@pytest.mark.parametrize("transposed", [True, False])
+@pytest.mark.parametrize("engine", list(ENGINE_LIBRARIES))
+def test_grouped_mm_of_stored_experts_on_every_engine(engine: str, transposed: bool) -> None:
+    """The graph engines read each expert's matrix where the weight lies (an initializer of its own)."""
+    pytest.importorskip(ENGINE_LIBRARIES[engine])
+    pytest.importorskip("transformers")
+    import transformers.integrations.moe  # noqa: F401  (registers transformers::grouped_mm_fallback)
+
+    module = StoredExperts(transposed).eval()
+    x = _floats((9, 4), 0)
+    model, _, _ = convert(module, (x, torch.tensor([2, 2, 7], dtype=torch.int32)), engine=engine)
+    for counts in ([2, 2, 7], [0, 9, 9], [3, 5, 9], [0, 0, 0]):
+        _check_run(model, module, (x, torch.tensor(counts, dtype=torch.int32)), f"{engine} offs {counts}")
+
+
 def test_jax_refuses_data_dependent_sizes_in_one_line() -> None:
     pytest.importorskip("jax")
     with pytest.raises(RlxError) as err:

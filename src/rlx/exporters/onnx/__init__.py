@@ -21,6 +21,7 @@ from rlx.exporters.onnx.build import (
     FINITE_INPUTS,
     NAN_CHECK,
     UNORDERED_TIES,
+    WEIGHT_SLICES,
     check_coverage,
     to_onnx,
     write_onnx,
@@ -41,7 +42,7 @@ from rlx.exporters.onnx.registry import (
 FAMILIES = (elementwise, linalg, movement, nn, ordering, random, reduce, resample, scatter, selection, spectral)
 
 __all__ = [
-    "EMITTERS", "EXTERNAL_DATA_THRESHOLD", "FAMILIES", "FINITE_INPUTS", "FUNCTIONS", "NAN_CHECK", "NO_ONNX_FORM", "NO_ONNX_FUNCTION", "OPENVINO_FIXES", "OPSET", "PORTABLE", "UNORDERED_TIES", "EmitError", "GraphOptions",
+    "EMITTERS", "EXTERNAL_DATA_THRESHOLD", "FAMILIES", "FINITE_INPUTS", "FUNCTIONS", "NAN_CHECK", "NO_ONNX_FORM", "NO_ONNX_FUNCTION", "OPENVINO_FIXES", "OPSET", "PORTABLE", "UNORDERED_TIES", "WEIGHT_SLICES", "EmitError", "GraphOptions",
     "check_coverage",
     "emits", "to_onnx", "write_onnx",
 ]  # fmt: skip

@@ -40,6 +40,9 @@ from rlx.ir.symbolic import Dim, Sym, static_shape
 NAN_CHECK = "rlx/nan_check"  # the output of pooling_nan="check"
 FINITE_INPUTS = "rlx/finite_inputs"  # metadata of pooling_nan="check": the inputs to check, as JSON
 UNORDERED_TIES = "rlx/unordered_ties"  # metadata: TopK index outputs whose ties may come in any order, as JSON
+# metadata: initializers that are one index of a weight's first axis (an expert's matrix), as JSON
+# {initializer: [weight, index]}; an engine hands them over as views of the weight
+WEIGHT_SLICES = "rlx/weight_slices"
 EXTERNAL_DATA_THRESHOLD = 2 * 1024**3  # protobuf's limit on one message
 
 
@@ -80,6 +83,7 @@ class Emitted:
     nan_check: T | None = None  # pooling_nan="check": a last float32 output, finite when pooling was exact
     finite_inputs: list[str] = field(default_factory=list)  # pooling_nan="check": inputs to check before a run
     unordered_ties: list[str] = field(default_factory=list)  # TopK index outputs whose ties may come in any order
+    weight_slices: dict[str, tuple[str, int]] = field(default_factory=dict)  # OnnxGraph.weight_slices the graph reads
 
 
 def emit(program: Program, options: GraphOptions = PORTABLE) -> Emitted:
@@ -118,7 +122,8 @@ def emit(program: Program, options: GraphOptions = PORTABLE) -> Emitted:
     _prune(g, [t.name for t in outputs] + ([NAN_CHECK] if check else []))
     used = {name for node in g.nodes for name in node[1]}
     weights = [w.name for w in program.weights if w.name in used]
-    return Emitted(g, inputs, outputs, weights, check, sorted(g.finite_inputs), sorted(g.unordered_ties))
+    slices = {name: part for name, part in g.weight_slices.items() if name in used}
+    return Emitted(g, inputs, outputs, weights, check, sorted(g.finite_inputs), sorted(g.unordered_ties), slices)
 
 
 def _prune(g: OnnxGraph, roots: list[str]) -> None:
@@ -412,6 +417,11 @@ def to_onnx(
             initializers.append(_external(onnx, name, values[name].shape, values[name].dtype))
         else:
             initializers.append(_tensor(onnx, name, np.asarray(weights[name]), values[name].dtype))
+    for name, (weight, index) in emitted.weight_slices.items():
+        if external_weights:
+            initializers.append(_external(onnx, name, values[weight].shape[1:], values[weight].dtype))
+        else:
+            initializers.append(_tensor(onnx, name, np.asarray(weights[weight])[index], values[weight].dtype))
     # (0-d weights of an engine graph are embedded from the engine's arrays, passed as `weights`)
     from rlx.ir import dtypes
 
@@ -432,7 +442,8 @@ def to_onnx(
     model = onnx.helper.make_model(graph, opset_imports=opsets,
                                    producer_name="rlx", producer_version=__version__)  # fmt: skip
     model.ir_version = 10  # onnxruntime ≥ 1.18 reads IR 10 (opset 21)
-    props = {FINITE_INPUTS: emitted.finite_inputs, UNORDERED_TIES: emitted.unordered_ties}
+    props: dict[str, Any] = {FINITE_INPUTS: emitted.finite_inputs, UNORDERED_TIES: emitted.unordered_ties,
+                             WEIGHT_SLICES: emitted.weight_slices}  # fmt: skip
     if any(props.values()):
         onnx.helper.set_model_props(model, {key: json.dumps(names) for key, names in props.items() if names})
     return model

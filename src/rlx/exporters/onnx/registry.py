@@ -230,6 +230,7 @@ class OnnxGraph:
         # TopK index outputs whose equal values may come in any order (a top-k's, as in PyTorch):
         # OpenVINO runs those unstable, its stable TopK being quadratic in the lane
         self.unordered_ties: set[str] = set()
+        self.weight_slices: dict[str, tuple[str, int]] = {}  # initializer → (weight, index on its first axis)
         self._nan_sources: Any = None
         self._static_values: Any = None
         self._literal_values: Any = None
@@ -317,6 +318,16 @@ class OnnxGraph:
             self._literal_values = StaticValues(self.program, lambda _: None)
         result: np.ndarray | None = self._literal_values.value(name)
         return result
+
+    def weight_slice(self, weight: str, index: int) -> T:
+        """``weight[index]`` as an initializer of its own, made of the weight's bytes in place
+        (external data at an offset into the same file, or those bytes embedded): a runtime has no
+        Split or Gather of the weight to fold into a copy of it."""
+        name = f"{weight}[{index}]"
+        self.weight_slices[name] = (weight, index)
+        v = self.values[weight]
+        assert v.shape is not None
+        return T(name, v.dtype, tuple(v.shape[1:]))
 
     def producer(self, name: str) -> Instr | None:
         """The instruction whose result ``name`` is (None for inputs, weights and constants)."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 from rlx.exporters.onnx.registry import OnnxGraph, T, emits, no_onnx_form, unsupported
 from rlx.ir import calls as C
 from rlx.ir import dtypes
-from rlx.ir.program import Instr
+from rlx.ir.program import Instr, Ref
 
 
 @emits(C.Nonzero)
@@ -96,17 +96,44 @@ def grouped_mat_mul(g: OnnxGraph, c: C.GroupedMatMul, out: Instr, x: T, w: T, of
     groups, n = w.shape[0], w.shape[-1]
     if not isinstance(groups, int) or not dtypes.is_float(x.dtype):
         raise unsupported(c, "a symbolic number of groups or a non-float product")
+    stored = _stored_experts(g, c.w, x.dtype)
+
+    def product(part: T, group: int, matrix: str | None) -> T:
+        if stored is not None:  # the expert's matrix read where the weight lies, transposed by Gemm if need be
+            weight, transposed = stored
+            if transposed:
+                return g.op("Gemm", [part, g.weight_slice(weight, group)], x.dtype, transB=1)
+            return g.op("MatMul", [part, g.weight_slice(weight, group)], x.dtype)
+        return g.op("MatMul", [part, g.op("Squeeze", [matrix, g.ints([0])], w.dtype)], x.dtype)
+
+    split = g.node("Split", [w], groups, axis=0, num_outputs=groups) if stored is None else [None] * groups
     ends = g.cast(offsets, "i64")
     rows = g.op("Slice", [g.op("Shape", [x], "i64"), g.ints([0]), g.ints([1])], "i64", (1,))
     start, products = g.ints([0]), []
-    for group, weight in enumerate(g.node("Split", [w], groups, axis=0, num_outputs=groups)):
+    for group, matrix in enumerate(split):
         end = g.op("Slice", [ends, g.ints([group]), g.ints([group + 1])], "i64", (1,))
-        part = g.op("Slice", [x, start, end, g.ints([0])], x.dtype)
-        products.append(g.op("MatMul", [part, g.op("Squeeze", [weight, g.ints([0])], w.dtype)], x.dtype))
+        products.append(product(g.op("Slice", [x, start, end, g.ints([0])], x.dtype), group, matrix))
         start = g.op("Max", [start, end], "i64", (1,))  # (offsets never decrease; a slice never runs back)
     past = g.op("Sub", [rows, g.op("Min", [start, rows], "i64")], "i64")
     products.append(g.op("Expand", [g.const(0, x.dtype), g.op("Concat", [past, g.dim(n)], "i64", axis=0)], x.dtype))
     return g.op("Concat", products, x.dtype, out.shape, axis=0)
+
+
+def _stored_experts(g: OnnxGraph, w: Ref, dtype: str) -> tuple[str, bool] | None:
+    """The program weight that holds the experts' matrices, and whether the product reads them
+    transposed (``Permute(W, (0, 2, 1))``, transformers' ``[experts, out, in]``): each expert then
+    becomes an initializer of its own, read in place; without that a runtime folds the
+    transpose and the split into copies of every expert. None when ``w`` is computed otherwise or
+    is of another dtype than the product (a half-precision weight, widened)."""
+    weights = {v.name: v for v in g.program.weights}
+    source = g.producer(w.name)
+    if isinstance(source, Instr) and isinstance(source.call, C.Permute) and source.call.perm == (0, 2, 1):
+        name, transposed = source.call.x.name, True
+    else:
+        name, transposed = w.name, False
+    if name not in weights or weights[name].dtype != dtype or len(weights[name].shape) != 3:
+        return None
+    return name, transposed
 
 
 no_onnx_form("ai.onnx has no operator for these data-dependent sizes and orders", C.Unique, C.NonzeroStatic,

@@ -39,6 +39,7 @@ from rlx.runtime.onnx_graph import (
     finite_inputs,
     host_weights,
     output_values,
+    with_weight_slices,
 )
 from rlx.runtime.onnxruntime_engine import require_onnxruntime
 from rlx.runtime.onnxruntime_engine.pad_channels import channel_block, guard_block_padding, pad_channels
@@ -140,7 +141,13 @@ class OrtEngine(GraphEngine):
     def array(self, name: str) -> np.ndarray:
         return self._arrays[name]
 
-    def weight_values(self, names: list[str]) -> list[Any]:
+    def weight_values(self, names: list[str], arrays: Mapping[str, np.ndarray]) -> list[Any]:
+        """The values of ``names``; one that is not a weight (an expert's matrix, a view of one) is
+        made from ``arrays`` once and kept with the weights' (onnxruntime reads them for as long as
+        a session lives)."""
+        for n in names:
+            if n not in self._values:
+                self._values[n] = _ort_value(self._ort, arrays[n])
         return [self._values[n] for n in names]
 
 
@@ -195,9 +202,10 @@ class OrtExecutor:
         self._input_names = [i.name for i in model.graph.input]
         self._one_input = self._input_names[0] if len(self._input_names) == 1 else None
         opts = engine.session_options()
-        names = _point_at_files(model, engine.arrays, opts)
+        arrays = with_weight_slices(model, engine.arrays)
+        names = _point_at_files(model, arrays, opts)
         if names:  # weights in memory: onnxruntime copies them into the session
-            opts.add_external_initializers(names, engine.weight_values(names))
+            opts.add_external_initializers(names, engine.weight_values(names, arrays))
         if int8:
             from rlx.runtime.quantize import quantize
 
@@ -401,9 +409,10 @@ def emit_model(program: Program, engine: OrtEngine, *, exact: bool = False) -> A
                            blocked_layout=channel_block() > 1 and not int8, top_k_orders_nan=True)  # fmt: skip
     model = to_onnx(program, scalars, options=options)
     if not exact and not int8:  # (the exact graph: NaN and inf meet no padding; int8 checks every input)
-        guard_block_padding(model, program, engine.arrays)
+        arrays = with_weight_slices(model, engine.arrays)
+        guard_block_padding(model, program, arrays)
         if engine.pad_channels:
-            pad_channels(model, program, engine.arrays)
+            pad_channels(model, program, arrays)
     return model
 
 

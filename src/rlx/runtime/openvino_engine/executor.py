@@ -40,7 +40,7 @@ from rlx.exporters.onnx import NAN_CHECK, OPENVINO_FIXES, to_onnx
 from rlx.ir import calls as C
 from rlx.ir import dtypes
 from rlx.ir.program import Program
-from rlx.runtime.onnx_graph import GraphEngine, all_finite, output_values, unordered_ties
+from rlx.runtime.onnx_graph import GraphEngine, all_finite, output_values, unordered_ties, with_weight_slices
 from rlx.runtime.openvino_engine import require_openvino
 from rlx.runtime.openvino_engine.hints import HINTS, bf16_grouped_conv_is_wrong, check_precision
 from rlx.runtime.openvino_engine.keep_float32 import keep_float32
@@ -189,6 +189,7 @@ class OvEngine(GraphEngine):
         options = replace(OPENVINO_FIXES, io_bf16_as_f32=True, external_weights=True, weight_values=self._arrays,
                           pooling_nan=pooling_nan, unique_sort_keys=True)  # fmt: skip
         proto = to_onnx(program, scalars, options=options)
+        arrays = with_weight_slices(proto, self._arrays)  # (the weights, and the experts' matrices as views of them)
         graph = proto.graph
         # The graph's inputs are the program's, in order (a bfloat16 one renamed: it crosses as float32).
         renamed = {i.name: v.name for i, v in zip(graph.input, program.inputs) if i.name != v.name}
@@ -204,7 +205,7 @@ class OvEngine(GraphEngine):
             keep |= _wrong_bf16_convolutions(program)
         if keep:
             try:
-                model = keep_float32(self._core, model, keep, self._arrays, self.precision)
+                model = keep_float32(self._core, model, keep, arrays, self.precision)
             except Exception as e:  # (OpenVINO's graph API or IR reader refusing the marked model)
                 raise RlxError(
                     f"OpenVINO could not keep {program.name}'s instructions in float32: {ov_reason(e)}"
@@ -214,9 +215,9 @@ class OvEngine(GraphEngine):
             name = param.output(0).get_any_name()
             if name in renamed:  # the executor feeds inputs by the program's names
                 param.output(0).get_tensor().add_names({renamed[name]})
-            if name not in self._arrays:
+            if name not in arrays:
                 continue
-            arr = self._arrays[name]
+            arr = arrays[name]
             const = ov.op.Constant(_shared_tensor(ov, arr), shared_memory=True)
             param.output(0).replace(const.output(0))
             model.remove_parameter(param)

@@ -81,7 +81,7 @@ class Experts(nn.Module):
 
     def __init__(self, experts: int, width: int, out: int) -> None:
         super().__init__()
-        self.weight = nn.Parameter(torch.randn(experts, out, width))
+        self.weight = nn.Parameter(torch.randn(experts, out, width) / width**0.5)
 
     def forward(self, x: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
         return torch.ops.transformers.grouped_mm_fallback(x, self.weight.transpose(1, 2), offs)
@@ -92,7 +92,8 @@ def test_experts_weights_read_transposed_by_the_grouped_product_are_views():
     import transformers.integrations.moe  # noqa: F401  (registers transformers::grouped_mm_fallback)
 
     torch.manual_seed(0)
-    for experts, width, out, counts, view in ((2, 8, 6, [3, 9], False), (4, 256, 512, [3, 5, 5, 9], True)):
+    # a view once one expert's matrix is past the copy threshold (1 MiB), as for a 2-d weight
+    for experts, width, out, counts, view in ((4, 256, 512, [3, 5, 5, 9], False), (2, 512, 1024, [3, 9], True)):
         offs = torch.tensor(counts, dtype=torch.int32)  # (an expert with no row among them)
         case = lower(Experts(experts, width, out), (torch.randn(9, width), offs), "aten")
         program, weights = pipeline.optimize(case.program, case.weights, only("constant_folding", "weight_packing"))

@@ -4,10 +4,11 @@
 the transposed *view* of ``W`` — an ``[in, out]`` matrix in Fortran order, which BLAS multiplies by
 with its transpose flag about as fast as a C-ordered copy (measured within noise from 1024×1024
 up). A MatMul by a transposed weight (``addmm`` / ``mm`` of ``permute(W)`` at core level) reads the
-same view in place of the Permute. So a loaded model holds its large weights once: the views read
+same view in place of the Permute, and so does a GroupedMatMul by an MoE layer's experts stored
+``[experts, out, in]`` (each expert's matrix then a transposed view). So a loaded model holds its large weights once: the views read
 the memory-mapped file, and one ``Wt`` is shared by every Linear that reads ``W``. Weights up to
-``COPY_MAX_BYTES`` are still stored as C-contiguous copies, where the copy is cheap and small
-GEMMs measurably faster (256×256 by 32 rows: ~50 µs packed, ~70 µs through the view). Convolution weights need none: the conv kernel multiplies ``W`` as
+``COPY_MAX_BYTES`` (for experts: one expert's matrix) are still stored as C-contiguous copies,
+where the copy is cheap and small GEMMs measurably faster (256×256 by 32 rows: ~50 µs packed, ~70 µs through the view). Convolution weights need none: the conv kernel multiplies ``W`` as
 ``[out, in·k]`` against an im2col matrix laid out ``[in·k, positions]``, the weight's own layout.
 """
 
@@ -93,7 +94,8 @@ def _permutes_read_only_by_matmuls(
         and len(const[ins.call.x.name].shape) == len(ins.call.perm)
         and const[ins.call.x.name].dtype == ins.dtype in _VIEW_FLOATS
         and ins.call.x.name in weights
-        and weights[ins.call.x.name].nbytes > COPY_MAX_BYTES  # small ones: folding stores a copy
+        # small ones: folding stores a copy (for experts, what BLAS multiplies by is one expert's matrix)
+        and weights[ins.call.x.name][(0,) * (len(ins.call.perm) - 2)].nbytes > COPY_MAX_BYTES
     }
     if not candidates:
         return set()

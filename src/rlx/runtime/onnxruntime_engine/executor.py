@@ -141,13 +141,13 @@ class OrtEngine(GraphEngine):
     def array(self, name: str) -> np.ndarray:
         return self._arrays[name]
 
-    def weight_values(self, names: list[str], arrays: Mapping[str, np.ndarray]) -> list[Any]:
+    def weight_values(self, names: list[str], arrays: Mapping[str, np.ndarray] | None = None) -> list[Any]:
         """The values of ``names``; one that is not a weight (an expert's matrix, a view of one) is
         made from ``arrays`` once and kept with the weights' (onnxruntime reads them for as long as
         a session lives)."""
         for n in names:
             if n not in self._values:
-                self._values[n] = _ort_value(self._ort, arrays[n])
+                self._values[n] = _ort_value(self._ort, (arrays or self._arrays)[n])
         return [self._values[n] for n in names]
 
 

@@ -143,6 +143,7 @@ def hf_architectures(batch: int):
     ids = torch.randint(0, 1000, (batch, 32))
     image = torch.randn(batch, 3, 64, 64)
     small = dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=4, intermediate_size=256)
+    experts = dict(num_key_value_heads=2, num_local_experts=8, num_experts_per_tok=2)
     builders = [
         (
             "efficientnet",
@@ -244,16 +245,7 @@ def hf_architectures(batch: int):
         ),
         (  # transformers' default experts: histc counts, one grouped product per projection
             "mixtral",
-            lambda: tf.MixtralModel(
-                tf.MixtralConfig(
-                    vocab_size=1000,
-                    num_key_value_heads=2,
-                    num_local_experts=8,
-                    num_experts_per_tok=2,
-                    use_cache=False,
-                    **small,
-                )  # fmt: skip
-            ),
+            lambda: tf.MixtralModel(tf.MixtralConfig(vocab_size=1000, use_cache=False, **experts, **small)),
             (ids,),
             0,
         ),

@@ -248,16 +248,18 @@ def _auto_decompose(
 
     from rlx.frontends.aten.registry import unsupported_ops
 
-    # Core ATen's own table first (it also decomposes CompositeImplicitAutograd ops: einsum,
-    # meshgrid, aliases such as multiply, which the aten level keeps as exported), then torch's
-    # wider one.
-    tables = (torch.export.default_decompositions(), decomposition_table)
     done: list[str] = []
     tried: set[str] = set()
+    tables: tuple[Mapping[Any, Any], ...] = ()
     for _ in range(MAX_DECOMPOSE_ROUNDS):
         missing = set(unsupported_ops(ir))
         candidates = {op: overload_of(op) for op in sorted(missing - tried)}
         tried.update(candidates)
+        if candidates and not tables:  # (built once something is missing: the first build takes 0.1 s)
+            # Core ATen's own table first (it also decomposes CompositeImplicitAutograd ops: einsum,
+            # meshgrid, aliases such as multiply, which the aten level keeps as exported), then
+            # torch's wider one.
+            tables = (torch.export.default_decompositions(), decomposition_table)
         good: dict[str, Mapping[Any, Any]] = {}
         for op, overload in candidates.items():
             for table in _decompositions_for(overload, tables):

@@ -142,17 +142,22 @@ def unordered_ties(model: Any) -> frozenset[str]:
     return frozenset(_listed(model, UNORDERED_TIES))
 
 
-def with_weight_slices(model: Any, arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+def with_weight_slices(model: Any, arrays: Mapping[str, np.ndarray]) -> Mapping[str, np.ndarray]:
     """``arrays`` and the initializers the emitted ``model`` reads as one index of a weight's first
     axis (``rlx.exporters.onnx.WEIGHT_SLICES``: an expert's matrix), each a view of that weight:
-    a memory-mapped weight's slices lie in its file too."""
-    listed: dict[str, list[Any]] = next(
-        (json.loads(p.value) for p in model.metadata_props if p.key == WEIGHT_SLICES), {}
-    )
+    a memory-mapped weight's slices lie in its file too. ``arrays`` itself when there are none."""
+    listed: dict[str, list[Any]] = _metadata(model, WEIGHT_SLICES, {})
+    if not listed:
+        return arrays
     return {**arrays, **{name: arrays[weight][index] for name, (weight, index) in listed.items()}}
 
 
 def _listed(model: Any, key: str) -> list[str]:
     """The names the emitter listed in ``model``'s metadata under ``key`` (as JSON)."""
-    names: list[str] = next((json.loads(p.value) for p in model.metadata_props if p.key == key), [])
+    names: list[str] = _metadata(model, key, [])
     return names
+
+
+def _metadata(model: Any, key: str, default: Any) -> Any:
+    """The JSON value the emitter stored in ``model``'s metadata under ``key``, else ``default``."""
+    return next((json.loads(p.value) for p in model.metadata_props if p.key == key), default)

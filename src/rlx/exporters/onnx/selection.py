@@ -89,7 +89,7 @@ def histc(g: OnnxGraph, c: C.Histc, out: Instr, x: T) -> T:
 
 @emits(C.GroupedMatMul, widen=True)
 def grouped_mat_mul(g: OnnxGraph, c: C.GroupedMatMul, out: Instr, x: T, w: T, offsets: T) -> T:
-    """One MatMul per group on its rows, sliced at the offsets the data holds (each row multiplied
+    """One product per group on its rows, sliced at the offsets the data holds (each row multiplied
     once, as PyTorch does; no [rows, K, N] gather of the weights), then the groups' rows
     concatenated and zeros for the rows past the last offset."""
     assert w.shape is not None
@@ -97,22 +97,22 @@ def grouped_mat_mul(g: OnnxGraph, c: C.GroupedMatMul, out: Instr, x: T, w: T, of
     if not isinstance(groups, int) or not dtypes.is_float(x.dtype):
         raise unsupported(c, "a symbolic number of groups or a non-float product")
     stored = _stored_experts(g, c.w, x.dtype)
-
-    def product(part: T, group: int, matrix: str | None) -> T:
-        if stored is not None:  # the expert's matrix read where the weight lies, transposed by Gemm if need be
-            weight, transposed = stored
-            if transposed:
-                return g.op("Gemm", [part, g.weight_slice(weight, group)], x.dtype, transB=1)
-            return g.op("MatMul", [part, g.weight_slice(weight, group)], x.dtype)
-        return g.op("MatMul", [part, g.op("Squeeze", [matrix, g.ints([0])], w.dtype)], x.dtype)
-
-    split = g.node("Split", [w], groups, axis=0, num_outputs=groups) if stored is None else [None] * groups
+    if stored is None:  # an expert per slice of the computed w
+        split = g.node("Split", [w], groups, axis=0, num_outputs=groups)
+        experts = [(g.op("Squeeze", [m, g.ints([0])], w.dtype), False) for m in split]
+    else:  # each expert's matrix read where the weight lies, transposed by Gemm if need be
+        weight, layout = stored
+        experts = [(g.weight_slice(weight, e), layout) for e in range(groups)]
     ends = g.cast(offsets, "i64")
     rows = g.op("Slice", [g.op("Shape", [x], "i64"), g.ints([0]), g.ints([1])], "i64", (1,))
     start, products = g.ints([0]), []
-    for group, matrix in enumerate(split):
+    for group, (matrix, transposed) in enumerate(experts):
         end = g.op("Slice", [ends, g.ints([group]), g.ints([group + 1])], "i64", (1,))
-        products.append(product(g.op("Slice", [x, start, end, g.ints([0])], x.dtype), group, matrix))
+        part = g.op("Slice", [x, start, end, g.ints([0])], x.dtype)
+        if transposed:
+            products.append(g.op("Gemm", [part, matrix], x.dtype, transB=1))
+        else:
+            products.append(g.op("MatMul", [part, matrix], x.dtype))
         start = g.op("Max", [start, end], "i64", (1,))  # (offsets never decrease; a slice never runs back)
     past = g.op("Sub", [rows, g.op("Min", [start, rows], "i64")], "i64")
     products.append(g.op("Expand", [g.const(0, x.dtype), g.op("Concat", [past, g.dim(n)], "i64", axis=0)], x.dtype))
@@ -125,13 +125,13 @@ def _stored_experts(g: OnnxGraph, w: Ref, dtype: str) -> tuple[str, bool] | None
     becomes an initializer of its own, read in place; without that a runtime folds the
     transpose and the split into copies of every expert. None when ``w`` is computed otherwise or
     is of another dtype than the product (a half-precision weight, widened)."""
-    weights = {v.name: v for v in g.program.weights}
     source = g.producer(w.name)
     if isinstance(source, Instr) and isinstance(source.call, C.Permute) and source.call.perm == (0, 2, 1):
         name, transposed = source.call.x.name, True
     else:
         name, transposed = w.name, False
-    if name not in weights or weights[name].dtype != dtype or len(weights[name].shape) != 3:
+    stored = next((v for v in g.program.weights if v.name == name), None)
+    if stored is None or stored.dtype != dtype or len(stored.shape) != 3:
         return None
     return name, transposed
 

@@ -209,7 +209,7 @@ def _eager_run(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, 
     (a forward that updates them in place runs on copies of the inputs, and its buffers are restored)."""
     state_before = _snapshot_state(model)
     # Rebuilt containers: a forward that updates an input object (a transformers cache it appends
-    # to) updates a copy, not the user's.
+    # to) updates a copy; the objects the recorder binds afterwards (and the user's) stay as they were.
     args, kwargs = pytree.tree_map(lambda t: t, (args, kwargs))
     if any(s.kind.name == "USER_INPUT_MUTATION" for s in ep.graph_signature.output_specs):
         args, kwargs = pytree.tree_map(lambda t: t.clone() if isinstance(t, torch.Tensor) else t, (args, kwargs))

@@ -16,15 +16,15 @@ from typing import Any
 import torch
 
 
-def register_transformers_caches(model: torch.nn.Module) -> bool:
+def register_transformers_caches(model: torch.nn.Module) -> None:
     """Register the ``transformers`` cache classes (and those of the model's own modeling files) as
-    pytree nodes; True when that registration exists. Registering twice is harmless."""
+    pytree nodes. Registering twice is harmless."""
     if "transformers" not in sys.modules:  # a model built without transformers returns no cache of it
-        return False
+        return
     try:
         from transformers.exporters import exporter_dynamo
     except ImportError:  # a transformers release without its exporter: export says what it cannot flatten
-        return False
+        return
     # (typed for a PreTrainedModel; it reads only the module's class and the file that defines it)
     register: Any = exporter_dynamo.register_cache_pytrees_for_model
     seen: set[str] = set()
@@ -35,4 +35,3 @@ def register_transformers_caches(model: torch.nn.Module) -> bool:
             register(module)
     if not seen:  # a wrapper of no transformers module may still build a cache: register the library's own
         register(model)
-    return True
